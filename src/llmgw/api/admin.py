@@ -1,0 +1,131 @@
+"""The admin API: `/admin/v1/*`, admin keys only."""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+from typing import Any
+
+import orjson
+from aiohttp import web
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from llmgw.api.appkeys import CATALOG, GATEWAY
+from llmgw.api.body import read_json
+from llmgw.core.errors import InvalidRequest
+from llmgw.core.types import ApiKey, Model
+from llmgw.gateway.auth import require_admin
+
+
+class ScaleRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    min: int = Field(ge=0, le=64)
+    max: int | None = Field(default=None, ge=0, le=64)
+
+
+def _json(data: Any, status: int = 200) -> web.Response:
+    return web.Response(body=orjson.dumps(data), status=status, content_type="application/json")
+
+
+def _admin(request: web.Request) -> ApiKey:
+    key = request.app[GATEWAY].authenticate(request.headers.get("Authorization"))
+    require_admin(key)
+    return key
+
+
+def _by(key: ApiKey) -> str:
+    return f"{key.name} ({key.label})"
+
+
+def _invalid(exc: ValidationError) -> InvalidRequest:
+    first = exc.errors()[0]
+    where = ".".join(str(p) for p in first["loc"]) or None
+    return InvalidRequest(f"{where + ': ' if where else ''}{first['msg']}", param=where)
+
+
+def _dump(model: Model) -> dict[str, Any]:
+    return model.model_dump(mode="json")
+
+
+async def list_models(request: web.Request) -> web.Response:
+    _admin(request)
+    models = await request.app[CATALOG].models()
+    return _json({"data": [_dump(m) for m in models]})
+
+
+async def add_model(request: web.Request) -> web.Response:
+    key = _admin(request)
+    _, payload = await read_json(request)
+    for field in ("by", "created_at", "updated_at"):
+        payload.pop(field, None)
+    try:
+        model = Model.model_validate(payload)
+    except ValidationError as exc:
+        raise _invalid(exc) from exc
+    added = await request.app[CATALOG].add(model, _by(key))
+    return _json(_dump(added), status=201)
+
+
+async def get_model(request: web.Request) -> web.Response:
+    _admin(request)
+    return _json(_dump(await request.app[CATALOG].get(request.match_info["name"])))
+
+
+async def remove_model(request: web.Request) -> web.Response:
+    _admin(request)
+    name = request.match_info["name"]
+    await request.app[CATALOG].remove(name)
+    return _json({"name": name, "removed": True})
+
+
+async def scale_model(request: web.Request) -> web.Response:
+    key = _admin(request)
+    _, payload = await read_json(request)
+    try:
+        req = ScaleRequest.model_validate(payload)
+    except ValidationError as exc:
+        raise _invalid(exc) from exc
+    if req.max is not None and req.max < req.min:
+        raise InvalidRequest(f"max ({req.max}) is below min ({req.min})", param="max")
+    model = await request.app[CATALOG].scale(request.match_info["name"], req.min, req.max, _by(key))
+    return _json(_dump(model))
+
+
+async def model_resources(request: web.Request) -> web.Response:
+    _admin(request)
+    res = await request.app[CATALOG].resources(request.match_info["name"])
+    return _json(
+        {
+            "model": _dump(res.model),
+            "placement": [asdict(f) for f in res.placement],
+            "replicas": [r.model_dump(mode="json") for r in res.replicas],
+            "nodes": [n.model_dump(mode="json") for n in res.nodes],
+        }
+    )
+
+
+async def list_replicas(request: web.Request) -> web.Response:
+    _admin(request)
+    replicas = await request.app[CATALOG].replicas(request.query.get("model"))
+    return _json({"data": [r.model_dump(mode="json") for r in replicas]})
+
+
+async def list_nodes(request: web.Request) -> web.Response:
+    _admin(request)
+    nodes = await request.app[CATALOG].nodes()
+    return _json({"data": [n.model_dump(mode="json") for n in nodes]})
+
+
+def routes() -> list[web.RouteDef]:
+    """The admin routes. Model names may contain '/', so the name pattern is greedy and the
+    routes with a suffix come first."""
+    name = "{name:.+}"
+    return [
+        web.get("/admin/v1/models", list_models),
+        web.post("/admin/v1/models", add_model),
+        web.get(f"/admin/v1/models/{name}/resources", model_resources),
+        web.post(f"/admin/v1/models/{name}/scale", scale_model),
+        web.get(f"/admin/v1/models/{name}", get_model),
+        web.delete(f"/admin/v1/models/{name}", remove_model),
+        web.get("/admin/v1/replicas", list_replicas),
+        web.get("/admin/v1/nodes", list_nodes),
+    ]

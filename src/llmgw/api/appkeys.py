@@ -1,0 +1,11 @@
+"""The services routes find on the application."""
+
+from __future__ import annotations
+
+from aiohttp import web
+
+from llmgw.control.catalog import CatalogService
+from llmgw.gateway.service import Gateway
+
+GATEWAY = web.AppKey("gateway", Gateway)
+CATALOG = web.AppKey("catalog", CatalogService)

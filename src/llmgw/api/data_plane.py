@@ -1,0 +1,75 @@
+"""The OpenAI-compatible data plane: `/v1/*`."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+from aiohttp import web
+
+from llmgw.api.appkeys import GATEWAY
+from llmgw.api.body import read_json, require
+from llmgw.core.errors import InvalidRequest
+
+
+def _check_chat(payload: dict[str, Any]) -> None:
+    require(payload, "model", str, "a string")
+    require(payload, "messages", list, "an array of messages")
+    if not payload["messages"]:
+        raise InvalidRequest("'messages' must contain at least one message", param="messages")
+
+
+def _check_completion(payload: dict[str, Any]) -> None:
+    require(payload, "model", str, "a string")
+    require(payload, "prompt", (str, list), "a string or an array")
+
+
+def _check_embedding(payload: dict[str, Any]) -> None:
+    require(payload, "model", str, "a string")
+    require(payload, "input", (str, list), "a string or an array")
+
+
+def _proxy(path: str, check: Any) -> Any:
+    async def handler(request: web.Request) -> web.StreamResponse:
+        gw = request.app[GATEWAY]
+        key = gw.authenticate(request.headers.get("Authorization"))
+        body, payload = await read_json(request)
+        check(payload)
+        if "stream" in payload and not isinstance(payload["stream"], bool):
+            raise InvalidRequest("'stream' must be a boolean", param="stream")
+        return await gw.forward(request, key, path, body, payload)
+
+    return handler
+
+
+async def list_models(request: web.Request) -> web.Response:
+    gw = request.app[GATEWAY]
+    key = gw.authenticate(request.headers.get("Authorization"))
+    data = [
+        {
+            "id": m.name,
+            "object": "model",
+            "created": int(m.created_at.timestamp()) if m.created_at else 0,
+            "owned_by": "llmgw",
+        }
+        for m in gw.models(key)
+    ]
+    return web.Response(
+        body=orjson.dumps({"object": "list", "data": data}), content_type="application/json"
+    )
+
+
+async def health(_request: web.Request) -> web.Response:
+    """Liveness for load balancers and scripts; says nothing about models."""
+    return web.Response(body=b'{"status":"ok"}', content_type="application/json")
+
+
+def routes() -> list[web.RouteDef]:
+    """The data-plane routes."""
+    return [
+        web.get("/health", health),
+        web.post("/v1/chat/completions", _proxy("/chat/completions", _check_chat)),
+        web.post("/v1/completions", _proxy("/completions", _check_completion)),
+        web.post("/v1/embeddings", _proxy("/embeddings", _check_embedding)),
+        web.get("/v1/models", list_models),
+    ]

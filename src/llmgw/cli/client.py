@@ -1,0 +1,90 @@
+"""The admin API client `llmgw ctl` uses: URL and key from flags, env or a config file."""
+
+from __future__ import annotations
+
+import json
+import os
+import tomllib
+import urllib.error
+import urllib.parse
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+DEFAULT_URL = "http://127.0.0.1:8080"
+
+
+class CtlError(Exception):
+    """A failure to show the operator as one line, without a traceback."""
+
+
+def config_path() -> Path:
+    """`$LLMGW_CTL_CONFIG`, else `~/.config/llmgw/ctl.toml`."""
+    env = os.environ.get("LLMGW_CTL_CONFIG")
+    return Path(env) if env else Path.home() / ".config" / "llmgw" / "ctl.toml"
+
+
+def write_config(url: str, key: str, path: Path | None = None) -> Path:
+    """Save the URL and admin key for later `ctl` calls (readable by the owner only)."""
+    path = path or config_path()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        f.write(f'url = "{url}"\nkey = "{key}"\n')
+    return path
+
+
+@dataclass(frozen=True)
+class AdminClient:
+    url: str
+    key: str
+    timeout_s: float = 30.0
+
+    @classmethod
+    def resolve(cls, url: str | None, key: str | None) -> AdminClient:
+        """Flags win over env (LLMGW_URL, LLMGW_ADMIN_KEY), env over the config file."""
+        file: dict[str, Any] = {}
+        path = config_path()
+        if path.exists():
+            try:
+                file = tomllib.loads(path.read_text(encoding="utf-8"))
+            except (OSError, tomllib.TOMLDecodeError) as exc:
+                raise CtlError(f"cannot read {path}: {exc}") from exc
+        url = url or os.environ.get("LLMGW_URL") or file.get("url") or DEFAULT_URL
+        key = key or os.environ.get("LLMGW_ADMIN_KEY") or file.get("key")
+        if not key:
+            raise CtlError(
+                "no admin key: pass --key, set LLMGW_ADMIN_KEY, or write it to " + str(path)
+            )
+        return cls(url.rstrip("/"), key)
+
+    def call(self, method: str, path: str, body: Any = None) -> Any:
+        """One admin API call; errors become CtlError with the server's message."""
+        data = json.dumps(body).encode() if body is not None else None
+        req = urllib.request.Request(
+            self.url + path,
+            data=data,
+            method=method,
+            headers={"Authorization": f"Bearer {self.key}", "Content-Type": "application/json"},
+        )
+        try:
+            with urllib.request.urlopen(req, timeout=self.timeout_s) as resp:
+                return json.loads(resp.read() or b"null")
+        except urllib.error.HTTPError as exc:
+            raise CtlError(f"{exc.code}: {_message(exc.read())}") from exc
+        except (urllib.error.URLError, OSError) as exc:
+            reason = getattr(exc, "reason", exc)
+            raise CtlError(f"cannot reach llmgw at {self.url}: {reason}") from exc
+
+
+def quote(name: str) -> str:
+    """A model name as a path segment ('/' stays, since the admin routes accept it)."""
+    return urllib.parse.quote(name, safe="/:")
+
+
+def _message(raw: bytes) -> str:
+    try:
+        return str(json.loads(raw)["error"]["message"])
+    except (ValueError, KeyError, TypeError):
+        return raw.decode("utf-8", "replace")[:500]

@@ -1,0 +1,212 @@
+"""`llmgw ctl`: the operator's CLI, a client of the admin API."""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Callable
+from typing import Annotated, Any
+
+import typer
+
+from llmgw.cli import render
+from llmgw.cli.client import AdminClient, CtlError, quote
+
+app = typer.Typer(help="Operate a running llmgw through its admin API.", no_args_is_help=True)
+model_app = typer.Typer(help="The model catalog.", no_args_is_help=True)
+replica_app = typer.Typer(help="Running engine processes.", no_args_is_help=True)
+node_app = typer.Typer(help="Machines that run replicas.", no_args_is_help=True)
+app.add_typer(model_app, name="model")
+app.add_typer(replica_app, name="replica")
+app.add_typer(node_app, name="node")
+
+
+class _Opts:
+    url: str | None = None
+    key: str | None = None
+    json: bool = False
+
+
+_opts = _Opts()
+
+
+@app.callback()
+def _global(
+    url: Annotated[str | None, typer.Option(help="Server URL [env LLMGW_URL].")] = None,
+    key: Annotated[str | None, typer.Option(help="Admin key [env LLMGW_ADMIN_KEY].")] = None,
+    json_out: Annotated[bool, typer.Option("--json", help="Print JSON for scripts.")] = False,
+) -> None:
+    _opts.url, _opts.key, _opts.json = url, key, json_out
+
+
+def _call(method: str, path: str, body: Any = None) -> Any:
+    try:
+        return AdminClient.resolve(_opts.url, _opts.key).call(method, path, body)
+    except CtlError as exc:
+        render.error(str(exc))
+        raise typer.Exit(1) from None
+
+
+def _show(data: Any, as_table: Callable[[Any], None]) -> None:
+    if _opts.json:
+        render.emit_json(data)
+    else:
+        as_table(data)
+
+
+def _source(m: dict[str, Any]) -> str:
+    s = m["source"]
+    return str(s["path"] if s["kind"] == "local" else s["base_url"])
+
+
+@model_app.command("list")
+def model_list() -> None:
+    """List catalog models."""
+    data = _call("GET", "/admin/v1/models")
+    _show(
+        data,
+        lambda d: render.table(
+            "models",
+            ["name", "source", "profiles", "min", "max", "by", "updated"],
+            [
+                [
+                    m["name"],
+                    _source(m),
+                    ", ".join(p["name"] for p in m["profiles"]) or "-",
+                    m["scaling"]["min"],
+                    m["scaling"]["max"],
+                    m["by"],
+                    (m["updated_at"] or "")[:19],
+                ]
+                for m in d["data"]
+            ],
+        ),
+    )
+
+
+@model_app.command("add")
+def model_add(
+    name: Annotated[str, typer.Argument(help="Catalog name clients use as `model`.")],
+    path: Annotated[str | None, typer.Option(help="Local GGUF file on the node.")] = None,
+    base_url: Annotated[
+        str | None, typer.Option(help="Remote OpenAI-compatible base URL, e.g. https://host/v1.")
+    ] = None,
+    api_key_env: Annotated[
+        str | None, typer.Option(help="Env var on the server holding the remote API key.")
+    ] = None,
+    upstream_model: Annotated[
+        str | None, typer.Option(help="The remote provider's name for the model.")
+    ] = None,
+    profile: Annotated[str, typer.Option(help="Profile name.")] = "default",
+    args: Annotated[str, typer.Option(help="Extra engine arguments, one shell-quoted string.")] = "",
+    cores: Annotated[int, typer.Option(help="CPU cores each replica holds.")] = 1,
+    memory_gb: Annotated[float, typer.Option(help="Memory each replica holds, GB.")] = 1.0,
+    min_replicas: Annotated[int, typer.Option("--min", help="Replicas kept ready.")] = 1,
+    max_replicas: Annotated[int | None, typer.Option("--max", help="Upper bound.")] = None,
+) -> None:
+    """Add a model: a local GGUF (--path) or a remote provider (--base-url)."""
+    if (path is None) == (base_url is None):
+        render.error("give exactly one source: --path FILE or --base-url URL")
+        raise typer.Exit(2)
+    if path is not None:
+        source: dict[str, Any] = {"kind": "local", "path": path}
+        engine = "llamacpp"
+    else:
+        source = {"kind": "remote", "base_url": base_url, "api_key_env": api_key_env,
+                  "model": upstream_model}
+        engine = "remote"
+    body = {
+        "name": name,
+        "source": source,
+        "profiles": [
+            {"name": profile, "engine": engine, "args": shlex.split(args), "cpu_cores": cores,
+             "min_memory_gb": memory_gb}
+        ] if engine == "llamacpp" else [],
+        "scaling": {"min": min_replicas if engine == "llamacpp" else 0,
+                    "max": max(max_replicas or min_replicas, min_replicas)},
+    }
+    data = _call("POST", "/admin/v1/models", body)
+    _show(data, lambda m: render.console.print(f"added {m['name']} (by {m['by']})"))
+
+
+@model_app.command("remove")
+def model_remove(name: str) -> None:
+    """Remove a model; its replicas are stopped."""
+    data = _call("DELETE", f"/admin/v1/models/{quote(name)}")
+    _show(data, lambda _d: render.console.print(f"removed {name}"))
+
+
+@model_app.command("scale")
+def model_scale(
+    name: str,
+    min_replicas: Annotated[int, typer.Option("--min", help="Replicas kept ready.")],
+    max_replicas: Annotated[int | None, typer.Option("--max", help="Upper bound.")] = None,
+) -> None:
+    """Change how many replicas the keeper keeps ready."""
+    data = _call(
+        "POST", f"/admin/v1/models/{quote(name)}/scale", {"min": min_replicas, "max": max_replicas}
+    )
+    _show(
+        data,
+        lambda m: render.console.print(
+            f"{m['name']}: min {m['scaling']['min']}, max {m['scaling']['max']} (by {m['by']})"
+        ),
+    )
+
+
+def _resources_table(d: dict[str, Any]) -> None:
+    m = d["model"]
+    render.console.print(f"[bold]{m['name']}[/]  source {_source(m)}  scaling "
+                         f"{m['scaling']['min']}..{m['scaling']['max']}  by {m['by']}")
+    render.table(
+        "profiles",
+        ["name", "engine", "cores", "memory GB", "args"],
+        [[p["name"], p["engine"], p["cpu_cores"], p["min_memory_gb"], " ".join(p["args"])]
+         for p in m["profiles"]],
+    )
+    render.table(
+        "placement",
+        ["profile", "node", "fits", "why not"],
+        [[f["profile"], f["node_id"], "yes" if f["fits"] else "no", f["reason"] or ""]
+         for f in d["placement"]],
+    )
+    _replicas_table(d["replicas"])
+
+
+def _replicas_table(replicas: list[dict[str, Any]]) -> None:
+    render.table(
+        "replicas",
+        ["id", "model", "node", "profile", "state", "endpoint", "restarts", "last error"],
+        [[r["id"], r["model"], r["node_id"] or "-", r["profile"] or "-", r["state"],
+          r["endpoint"] or "", r["restarts"], _first_line(r["last_error"])] for r in replicas],
+    )
+
+
+def _first_line(text: str | None) -> str:
+    return text.splitlines()[0] if text else ""
+
+
+@model_app.command("resources")
+def model_resources(name: str) -> None:
+    """Profiles, where each fits, replicas, and why a replica is pending."""
+    _show(_call("GET", f"/admin/v1/models/{quote(name)}/resources"), _resources_table)
+
+
+@replica_app.command("list")
+def replica_list(model: Annotated[str | None, typer.Option(help="Only this model.")] = None) -> None:
+    """List replicas and their state."""
+    path = "/admin/v1/replicas" + (f"?model={quote(model)}" if model else "")
+    _show(_call("GET", path), lambda d: _replicas_table(d["data"]))
+
+
+@node_app.command("list")
+def node_list() -> None:
+    """List nodes and their hardware."""
+    _show(
+        _call("GET", "/admin/v1/nodes"),
+        lambda d: render.table(
+            "nodes",
+            ["id", "address", "cores", "memory GB", "cordoned", "heartbeat"],
+            [[n["id"], n["address"], n["cores"], n["memory_gb"], n["cordoned"],
+              (n["heartbeat_at"] or "")[:19]] for n in d["data"]],
+        ),
+    )

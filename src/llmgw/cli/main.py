@@ -1,0 +1,102 @@
+"""The `llmgw` command."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from llmgw import __version__
+from llmgw.cli import ctl, render
+from llmgw.cli.client import write_config
+from llmgw.core.errors import LlmgwError
+from llmgw.core.settings import default_data_dir
+
+app = typer.Typer(help="llmgw: a self-hosted LLM gateway.", no_args_is_help=True)
+server_app = typer.Typer(help="Set up and run the server.", no_args_is_help=True)
+app.add_typer(server_app, name="server")
+app.add_typer(ctl.app, name="ctl")
+
+DataDir = Annotated[
+    Path | None,
+    typer.Option(help="Data directory [env LLMGW_DATA_DIR; default ~/.local/share/llmgw]."),
+]
+
+
+@app.command()
+def version() -> None:
+    """Print llmgw's version."""
+    render.console.print(__version__)
+
+
+@server_app.command("init")
+def server_init(
+    data_dir: DataDir = None,
+    host: Annotated[str, typer.Option(help="Address the server listens on.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="Port the server listens on.")] = 8080,
+    database: Annotated[
+        str, typer.Option(help="SQLAlchemy database URL; default: SQLite in the data dir.")
+    ] = "",
+    demo: Annotated[bool, typer.Option(help="Register the demo model (Gemma 3 270M).")] = False,
+    save_ctl_config: Annotated[
+        bool, typer.Option(help="Save the URL and new admin key for `llmgw ctl` (mode 0600).")
+    ] = False,
+) -> None:
+    """Create the data dir, config, database and first admin key. Safe to run twice."""
+    from llmgw.server.init import init
+
+    directory = data_dir or default_data_dir()
+    try:
+        result = init(directory, host=host, port=port, database=database, demo=demo)
+    except LlmgwError as exc:
+        render.error(exc.message)
+        raise typer.Exit(1) from None
+    for line in result.created:
+        render.console.print(f"[green]created[/] {line}", highlight=False)
+    for line in result.existed:
+        render.console.print(f"[dim]exists[/]  {line}", highlight=False)
+    if result.admin_key:
+        render.console.print(
+            f"\nAdmin key (shown once, stored hashed):\n  {result.admin_key}\n", highlight=False
+        )
+        if save_ctl_config:
+            s = result.settings
+            path = write_config(f"http://{s.host}:{s.port}", result.admin_key)
+            render.console.print(f"saved for `llmgw ctl` in {path}", highlight=False)
+    elif not result.created:
+        render.console.print("nothing to do: everything exists and was left unchanged")
+
+
+@server_app.command("run")
+def server_run(
+    data_dir: DataDir = None,
+    host: Annotated[str | None, typer.Option(help="Override the configured address.")] = None,
+    port: Annotated[int | None, typer.Option(help="Override the configured port.")] = None,
+    log_level: Annotated[str, typer.Option(help="debug, info, warning or error.")] = "info",
+) -> None:
+    """Serve the API, run the replica keeper and the embedded node agent."""
+    from llmgw.server.run import run
+
+    logging.basicConfig(
+        level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    logging.getLogger("aiohttp.access").setLevel(logging.WARNING)
+    try:
+        run(
+            data_dir or default_data_dir(),
+            host,
+            port,
+            lambda url: render.console.print(f"llmgw listening on {url}", highlight=False),
+        )
+    except LlmgwError as exc:
+        render.error(exc.message)
+        raise typer.Exit(1) from None
+    except OSError as exc:
+        render.error(f"cannot start: {exc}")
+        raise typer.Exit(1) from None
+
+
+def main() -> None:
+    app()

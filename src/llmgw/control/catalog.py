@@ -1,0 +1,91 @@
+"""The catalog service: adding, removing and scaling models, and explaining their placement."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from llmgw.control.placement import free_on, misfit
+from llmgw.control.replica_keeper import NODE_TIMEOUT
+from llmgw.core.clock import Clock
+from llmgw.core.types import Model, Node, Replica, Scaling
+from llmgw.store.store import Store
+
+
+@dataclass(frozen=True)
+class Fit:
+    """Whether one profile fits on one node right now, and why not."""
+
+    profile: str
+    node_id: str
+    fits: bool
+    reason: str | None
+
+
+@dataclass(frozen=True)
+class Resources:
+    """What `ctl model resources` shows."""
+
+    model: Model
+    placement: list[Fit]
+    replicas: list[Replica]
+    nodes: list[Node]
+
+
+class CatalogService:
+    """Catalog changes made through the admin API; each records who made it."""
+
+    def __init__(
+        self, store: Store, clock: Clock, on_change: Callable[[], None] = lambda: None
+    ) -> None:
+        self._store = store
+        self._clock = clock
+        self._on_change = on_change
+
+    async def models(self) -> list[Model]:
+        return await asyncio.to_thread(self._store.catalog.list)
+
+    async def get(self, name: str) -> Model:
+        return await asyncio.to_thread(self._store.catalog.get, name)
+
+    async def add(self, model: Model, by: str) -> Model:
+        added = await asyncio.to_thread(self._store.catalog.add, model, by, self._clock.now())
+        self._on_change()
+        return added
+
+    async def remove(self, name: str) -> None:
+        await asyncio.to_thread(self._store.catalog.remove, name)
+        self._on_change()
+
+    async def scale(self, name: str, minimum: int, maximum: int | None, by: str) -> Model:
+        current = await self.get(name)
+        top = maximum if maximum is not None else max(current.scaling.max, minimum)
+        scaling = Scaling(min=minimum, max=top)
+        changed = await asyncio.to_thread(
+            self._store.catalog.set_scaling, name, scaling, by, self._clock.now()
+        )
+        self._on_change()
+        return changed
+
+    async def replicas(self, model: str | None = None) -> list[Replica]:
+        return await asyncio.to_thread(self._store.replicas.list, model)
+
+    async def nodes(self) -> list[Node]:
+        return await asyncio.to_thread(self._store.nodes.list)
+
+    async def resources(self, name: str) -> Resources:
+        model = await self.get(name)
+        nodes = await self.nodes()
+        everything = await self.replicas()
+        now = self._clock.now()
+        placement: list[Fit] = []
+        for profile in model.profiles:
+            for node in nodes:
+                if node.heartbeat_at is None or now - node.heartbeat_at > NODE_TIMEOUT:
+                    placement.append(Fit(profile.name, node.id, False, "node is not reporting"))
+                    continue
+                why = misfit(profile, node, free_on(node, everything))
+                placement.append(Fit(profile.name, node.id, why is None, why))
+        mine = [r for r in everything if r.model == name]
+        return Resources(model=model, placement=placement, replicas=mine, nodes=nodes)

@@ -1,0 +1,110 @@
+"""Every exception llmgw raises on purpose, split by what the caller should do.
+
+`Retryable` errors may succeed if tried again later (an upstream down, a replica starting);
+`Permanent` errors will not (bad input, unknown names, refused permissions). Each carries the
+HTTP status and OpenAI error `type`/`code` the API answers with, so no layer above has to guess.
+"""
+
+from __future__ import annotations
+
+
+class LlmgwError(Exception):
+    """Base of llmgw's own errors. The message is safe to show a client."""
+
+    status = 500
+    type = "server_error"
+    code: str | None = None
+
+    def __init__(self, message: str, *, param: str | None = None, code: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.param = param
+        if code is not None:
+            self.code = code
+
+
+class Permanent(LlmgwError):
+    """Trying again with the same input gives the same answer."""
+
+
+class Retryable(LlmgwError):
+    """The same request may work later."""
+
+
+class InvalidRequest(Permanent):
+    status = 400
+    type = "invalid_request_error"
+
+
+class Unauthenticated(Permanent):
+    status = 401
+    type = "invalid_request_error"
+    code = "invalid_api_key"
+
+
+class Forbidden(Permanent):
+    status = 403
+    type = "permission_error"
+    code = "forbidden"
+
+
+class NotFound(Permanent):
+    status = 404
+    type = "invalid_request_error"
+    code = "not_found"
+
+
+class ModelNotFound(NotFound):
+    code = "model_not_found"
+
+
+class Conflict(Permanent):
+    status = 409
+    type = "invalid_request_error"
+    code = "conflict"
+
+
+class PayloadTooLarge(Permanent):
+    status = 413
+    type = "invalid_request_error"
+    code = "request_too_large"
+
+
+class NoReadyReplica(Retryable):
+    status = 503
+    type = "server_error"
+    code = "no_ready_replica"
+
+
+class UpstreamError(Retryable):
+    status = 502
+    type = "server_error"
+    code = "upstream_error"
+
+
+class UpstreamTimeout(Retryable):
+    status = 504
+    type = "server_error"
+    code = "upstream_timeout"
+
+
+class StoreUnavailable(Retryable):
+    status = 503
+    type = "server_error"
+    code = "store_unavailable"
+
+
+class EngineError(Retryable):
+    """An engine process failed to start, answer health checks, or stay up."""
+
+    status = 502
+    type = "server_error"
+    code = "engine_error"
+
+
+class ConfigError(Permanent):
+    """The install's configuration or environment is wrong; the operator must fix it."""
+
+    status = 500
+    type = "server_error"
+    code = "config_error"

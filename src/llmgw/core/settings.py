@@ -1,0 +1,75 @@
+"""The install's configuration: where its data lives and how the server listens."""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from llmgw.core.errors import ConfigError
+
+CONFIG_FILE = "config.toml"
+
+
+def default_data_dir() -> Path:
+    """`$LLMGW_DATA_DIR`, else `~/.local/share/llmgw`."""
+    env = os.environ.get("LLMGW_DATA_DIR")
+    if env:
+        return Path(env).expanduser()
+    return Path.home() / ".local" / "share" / "llmgw"
+
+
+class ServerSettings(BaseModel):
+    """What `server init` writes to `config.toml` and `server run` reads."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    host: str = "127.0.0.1"
+    port: int = Field(default=8080, ge=0, le=65535)
+    database: str = ""
+    # Hex secret keying the API-key hashes; a leaked database alone does not reveal usable keys.
+    key_secret: str
+    node_id: str = "local"
+    # How often caches check the store's revision; also the bound on how long a change takes
+    # to reach the request path.
+    refresh_interval_s: float = Field(default=1.0, gt=0, le=60)
+    # How long an engine may take to answer /health with 200 before it counts as failed.
+    engine_start_timeout_s: float = Field(default=120.0, gt=0)
+    # Timeout for one upstream call (connect to last byte) when the request sets none.
+    upstream_timeout_s: float = Field(default=600.0, gt=0)
+    max_body_bytes: int = Field(default=8 * 1024 * 1024, gt=0)
+
+    def database_url(self, data_dir: Path) -> str:
+        """The configured database, else the SQLite file in the data directory."""
+        return self.database or f"sqlite:///{data_dir / 'llmgw.db'}"
+
+
+def load(data_dir: Path) -> ServerSettings:
+    """Read the install's config; a missing or broken file is a ConfigError that says what to do."""
+    path = data_dir / CONFIG_FILE
+    try:
+        raw = tomllib.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ConfigError(f"{path} does not exist: run `llmgw server init` first") from None
+    except (OSError, tomllib.TOMLDecodeError) as exc:
+        raise ConfigError(f"cannot read {path}: {exc}") from exc
+    try:
+        return ServerSettings.model_validate(raw.get("server", {}))
+    except ValidationError as exc:
+        raise ConfigError(f"{path} is not valid: {exc}") from exc
+
+
+def dump(settings: ServerSettings) -> str:
+    """TOML text for a settings object (flat scalars only, so no TOML writer is needed)."""
+    lines = ["# llmgw install configuration, written by `llmgw server init`.", "[server]"]
+    for name, value in settings.model_dump().items():
+        if isinstance(value, bool):
+            text = "true" if value else "false"
+        elif isinstance(value, int | float):
+            text = repr(value)
+        else:
+            text = '"' + str(value).replace("\\", "\\\\").replace('"', '\\"') + '"'
+        lines.append(f"{name} = {text}")
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,185 @@
+"""Domain types shared by every layer: catalog models, profiles, replicas, nodes, keys."""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime
+from enum import StrEnum
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+# Model names appear in URLs, CLI arguments and OpenAI requests: keep them boring.
+NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:/-]{0,127}$"
+_NAME_RE = re.compile(NAME_PATTERN)
+
+
+class Engine(StrEnum):
+    """Which engine serves a profile."""
+
+    LLAMACPP = "llamacpp"
+    REMOTE = "remote"
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class LocalSource(_Frozen):
+    """A GGUF file already on the node's disk."""
+
+    kind: Literal["local"] = "local"
+    path: str
+
+
+class RemoteSource(_Frozen):
+    """A remote OpenAI-compatible provider; its API key is read from an env var on the server."""
+
+    kind: Literal["remote"] = "remote"
+    base_url: str
+    api_key_env: str | None = None
+    # The provider's own name for the model, when it differs from the catalog name.
+    model: str | None = None
+
+    @field_validator("base_url")
+    @classmethod
+    def _http_url(cls, v: str) -> str:
+        if not v.startswith(("http://", "https://")):
+            raise ValueError("base_url must start with http:// or https://")
+        return v.rstrip("/")
+
+
+Source = Annotated[LocalSource | RemoteSource, Field(discriminator="kind")]
+
+
+class Profile(_Frozen):
+    """One way to run a model; the keeper places by profile, in order."""
+
+    name: str = "default"
+    engine: Engine = Engine.LLAMACPP
+    args: list[str] = Field(default_factory=list)
+    cpu_cores: int = Field(default=1, ge=0, le=1024)
+    min_memory_gb: float = Field(default=1.0, ge=0)
+    gpu_class: str | None = None
+    gpu: int = Field(default=0, ge=0)
+    node_selector: dict[str, str] = Field(default_factory=dict)
+
+
+class Scaling(_Frozen):
+    """How many replicas the keeper keeps ready."""
+
+    min: int = Field(default=1, ge=0, le=64)
+    max: int = Field(default=1, ge=0, le=64)
+
+    @model_validator(mode="after")
+    def _ordered(self) -> Scaling:
+        if self.max < self.min:
+            raise ValueError(f"scaling.max ({self.max}) is below scaling.min ({self.min})")
+        return self
+
+
+class Model(_Frozen):
+    """A catalog entry."""
+
+    name: str
+    source: Source
+    profiles: list[Profile] = Field(default_factory=list)
+    scaling: Scaling = Field(default_factory=Scaling)
+    guard: bool = False
+    by: str = ""
+    created_at: datetime | None = None
+    updated_at: datetime | None = None
+
+    @field_validator("name")
+    @classmethod
+    def _valid_name(cls, v: str) -> str:
+        if not _NAME_RE.match(v):
+            raise ValueError("name must be 1-128 characters of letters, digits and . _ : / -")
+        return v
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Model:
+        remote = isinstance(self.source, RemoteSource)
+        for p in self.profiles:
+            if remote != (p.engine == Engine.REMOTE):
+                raise ValueError(
+                    f"profile {p.name!r}: engine {p.engine.value!r} does not serve a "
+                    f"{self.source.kind} source"
+                )
+        if not remote and not self.profiles:
+            raise ValueError("a local model needs at least one profile")
+        return self
+
+    @property
+    def is_remote(self) -> bool:
+        """True when the model is proxied to a remote provider rather than run on a node."""
+        return isinstance(self.source, RemoteSource)
+
+
+class ReplicaState(StrEnum):
+    """Lifecycle of one engine process."""
+
+    PENDING = "pending"
+    STARTING = "starting"
+    READY = "ready"
+    FAILED = "failed"
+    STOPPING = "stopping"
+
+
+class Replica(_Frozen):
+    """One engine process for a model on a node (or waiting for one)."""
+
+    id: str
+    model: str
+    node_id: str | None = None
+    profile: str | None = None
+    state: ReplicaState = ReplicaState.PENDING
+    endpoint: str | None = None
+    pid: int | None = None
+    restarts: int = 0
+    last_error: str | None = None
+    # Cores and memory the replica holds on its node, copied from its profile at placement.
+    cpu_cores: int = 0
+    memory_gb: float = 0.0
+    updated_at: datetime | None = None
+
+
+class Node(_Frozen):
+    """A machine that runs replicas."""
+
+    id: str
+    address: str = "127.0.0.1"
+    labels: dict[str, str] = Field(default_factory=dict)
+    cores: int
+    memory_gb: float
+    gpus: dict[str, int] = Field(default_factory=dict)
+    heartbeat_at: datetime | None = None
+    cordoned: bool = False
+
+
+class KeyScope(StrEnum):
+    """What a key may do."""
+
+    ADMIN = "admin"
+    USER = "user"
+
+
+class ApiKey(_Frozen):
+    """A stored key: never the key itself, only its hash and a visible prefix."""
+
+    id: str
+    name: str
+    prefix: str
+    last4: str
+    hash: str
+    scope: KeyScope
+    models: list[str] = Field(default_factory=list)
+    expires_at: datetime | None = None
+    revoked: bool = False
+    by: str = ""
+    created_at: datetime | None = None
+
+    @property
+    def label(self) -> str:
+        """How logs and lists name the key: prefix and last four characters."""
+        return f"{self.prefix}…{self.last4}"

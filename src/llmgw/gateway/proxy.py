@@ -1,0 +1,140 @@
+"""Forwarding a request to an upstream and relaying its answer, streamed or whole.
+
+Bytes pass through: the request body goes out as the client sent it (unless a remote model's
+name must be rewritten) and a stream is relayed chunk by chunk without being decoded.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import aiohttp
+import orjson
+from aiohttp import web
+
+from llmgw.core.errors import UpstreamError, UpstreamTimeout
+from llmgw.gateway.routing import Route, RoutingTable, Upstream
+
+logger = logging.getLogger(__name__)
+
+_SSE_HEADERS = {
+    "Content-Type": "text/event-stream",
+    "Cache-Control": "no-cache",
+    "X-Accel-Buffering": "no",
+}
+
+
+class UpstreamClient:
+    """One pooled HTTP client for all upstreams (aiohttp pools connections per host)."""
+
+    def __init__(self, timeout_s: float, connect_timeout_s: float = 10.0) -> None:
+        self._timeout = aiohttp.ClientTimeout(total=timeout_s, sock_connect=connect_timeout_s)
+        self._session: aiohttp.ClientSession | None = None
+
+    async def start(self) -> None:
+        connector = aiohttp.TCPConnector(limit=0, limit_per_host=0, keepalive_timeout=30)
+        self._session = aiohttp.ClientSession(
+            connector=connector,
+            timeout=self._timeout,
+            auto_decompress=False,
+            skip_auto_headers=("User-Agent",),
+        )
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+
+    async def forward(
+        self,
+        request: web.Request,
+        table: RoutingTable,
+        route: Route,
+        path: str,
+        body: bytes,
+        payload: dict[str, Any],
+        stream: bool,
+    ) -> web.StreamResponse:
+        """Send to the least busy upstream; on a refused connection, retry once on another."""
+        assert self._session is not None, "UpstreamClient.start() was not called"
+        if route.upstream_model and payload.get("model") != route.upstream_model:
+            body = orjson.dumps({**payload, "model": route.upstream_model})
+        tried: frozenset[str] = frozenset()
+        while True:
+            up = table.choose(route, tried)
+            try:
+                return await self._exchange(request, up, path, body, stream)
+            except aiohttp.ClientConnectorError as exc:
+                logger.warning("upstream %s refused the connection: %s", up.id, exc)
+                tried = tried | {up.id}
+                if len(tried) >= 2 or len(tried) >= len(route.upstreams):
+                    raise UpstreamError(
+                        f"model '{route.model.name}': could not connect to an upstream"
+                    ) from exc
+
+    async def _exchange(
+        self, request: web.Request, up: Upstream, path: str, body: bytes, stream: bool
+    ) -> web.StreamResponse:
+        assert self._session is not None
+        headers = {"Content-Type": "application/json", **up.headers}
+        up.outstanding += 1
+        try:
+            async with self._session.post(up.base_url + path, data=body, headers=headers) as resp:
+                if not stream or resp.status != 200:
+                    return web.Response(
+                        body=await resp.read(),
+                        status=resp.status,
+                        headers={"Content-Type": resp.headers.get("Content-Type", "application/json")},
+                    )
+                return await _relay(request, resp)
+        except aiohttp.ClientConnectorError:
+            raise
+        except TimeoutError as exc:
+            raise UpstreamTimeout(f"upstream {_name(up)} did not answer in time") from exc
+        except aiohttp.ClientError as exc:
+            raise UpstreamError(f"upstream {_name(up)} failed: {type(exc).__name__}") from exc
+        finally:
+            up.outstanding -= 1
+
+
+async def _relay(request: web.Request, resp: aiohttp.ClientResponse) -> web.StreamResponse:
+    """Relay an SSE stream chunk by chunk; a failure after the headers ends it with an error event."""
+    out = web.StreamResponse(status=200, headers=_SSE_HEADERS)
+    await out.prepare(request)
+    chunks = resp.content.iter_any()
+    while True:
+        try:
+            chunk = await chunks.__anext__()
+        except StopAsyncIteration:
+            break
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            logger.warning("upstream stream broke: %s", type(exc).__name__)
+            await _write_quietly(out, _STREAM_BROKE)
+            break
+        try:
+            await out.write(chunk)
+        except ConnectionError:
+            # The client went away: drop the upstream connection so the engine stops generating.
+            resp.close()
+            return out
+    await _write_quietly(out, b"")
+    return out
+
+
+_STREAM_BROKE = b"data: " + orjson.dumps(
+    {"error": {"message": "upstream stream broke", "type": "server_error", "param": None,
+               "code": "upstream_error"}}
+) + b"\n\n"
+
+
+async def _write_quietly(out: web.StreamResponse, data: bytes) -> None:
+    try:
+        if data:
+            await out.write(data)
+        await out.write_eof()
+    except ConnectionError:
+        pass
+
+
+def _name(up: Upstream) -> str:
+    return up.id if not up.id.startswith("remote:") else up.id.removeprefix("remote:")

@@ -1,0 +1,89 @@
+"""The routing table: which upstreams serve each model, and the least-outstanding balancer."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from llmgw.core.errors import ModelNotFound, NoReadyReplica
+from llmgw.core.types import Model, Replica, ReplicaState
+
+
+@dataclass(eq=False)
+class Upstream:
+    """One place a request can go: a ready replica or a remote provider.
+
+    `outstanding` is mutated by the request path; the same object is kept across table rebuilds
+    so counts survive a refresh.
+    """
+
+    id: str
+    base_url: str
+    headers: dict[str, str] = field(default_factory=dict)
+    outstanding: int = 0
+
+
+@dataclass(frozen=True)
+class Route:
+    """How to serve one catalog model."""
+
+    model: Model
+    upstreams: tuple[Upstream, ...]
+    # The provider's own name for the model, when the request body must be rewritten.
+    upstream_model: str | None = None
+    # Why no upstream is ready, for the 503 a client gets.
+    unavailable: str = ""
+
+
+def pick(upstreams: tuple[Upstream, ...], exclude: frozenset[str], turn: int) -> Upstream | None:
+    """The upstream with the fewest requests in flight; ties rotate with `turn`."""
+    best: Upstream | None = None
+    n = len(upstreams)
+    for i in range(n):
+        up = upstreams[(turn + i) % n]
+        if up.id in exclude:
+            continue
+        if best is None or up.outstanding < best.outstanding:
+            best = up
+    return best
+
+
+class RoutingTable:
+    """An immutable-per-revision map of model name to Route, plus a rotating tie-breaker."""
+
+    def __init__(self, routes: dict[str, Route]) -> None:
+        self.routes = routes
+        self._turn = 0
+
+    def resolve(self, name: str) -> Route:
+        route = self.routes.get(name)
+        if route is None:
+            raise ModelNotFound(f"The model '{name}' does not exist", param="model")
+        return route
+
+    def choose(self, route: Route, exclude: frozenset[str] = frozenset()) -> Upstream:
+        """An upstream for one attempt; NoReadyReplica with the reason when there is none."""
+        self._turn += 1
+        up = pick(route.upstreams, exclude, self._turn)
+        if up is None:
+            if exclude:
+                raise NoReadyReplica(
+                    f"model '{route.model.name}': no other ready replica to retry on"
+                )
+            raise NoReadyReplica(f"model '{route.model.name}' has no ready replica: {route.unavailable}")
+        return up
+
+
+def unavailable_reason(replicas: list[Replica]) -> str:
+    """Why a local model has no ready replica, in words an operator can act on."""
+    if not replicas:
+        return "no replica is placed (is scaling.min 0?)"
+    parts = []
+    for r in replicas:
+        detail = (r.last_error or "").splitlines()[0][:200] if r.last_error else ""
+        if r.state == ReplicaState.PENDING:
+            parts.append(f"pending: {detail or 'waiting to be placed'}")
+        elif r.state == ReplicaState.FAILED:
+            parts.append(f"failed: {detail or 'engine stopped'}")
+        else:
+            parts.append(r.state.value)
+    return "; ".join(sorted(set(parts)))

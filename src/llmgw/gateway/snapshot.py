@@ -1,0 +1,101 @@
+"""The request path's view of the store, rebuilt only when the store's revision changes."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from dataclasses import dataclass
+
+from llmgw.core.errors import ConfigError, LlmgwError
+from llmgw.core.types import ApiKey, Model, RemoteSource, Replica, ReplicaState
+from llmgw.engines import remote
+from llmgw.gateway.auth import KeyCache
+from llmgw.gateway.routing import Route, RoutingTable, Upstream, unavailable_reason
+from llmgw.store.store import Store
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    revision: int
+    keys: KeyCache
+    table: RoutingTable
+
+
+def build_routes(
+    models: list[Model], replicas: list[Replica], previous: dict[str, Upstream]
+) -> dict[str, Route]:
+    """Routes for every catalog model; Upstream objects are reused by id to keep their counters."""
+
+    def upstream(uid: str, base_url: str, headers: dict[str, str]) -> Upstream:
+        up = previous.get(uid)
+        if up is None or up.base_url != base_url or up.headers != headers:
+            return Upstream(uid, base_url, headers)
+        return up
+
+    routes: dict[str, Route] = {}
+    for m in models:
+        if isinstance(m.source, RemoteSource):
+            try:
+                headers = remote.auth_headers(m.source)
+            except ConfigError as exc:
+                routes[m.name] = Route(m, (), unavailable=exc.message)
+                continue
+            up = upstream(f"remote:{m.name}", remote.endpoint(m.source), headers)
+            routes[m.name] = Route(m, (up,), upstream_model=m.source.model)
+            continue
+        mine = [r for r in replicas if r.model == m.name and r.state != ReplicaState.STOPPING]
+        ready = tuple(
+            upstream(r.id, r.endpoint, {})
+            for r in mine
+            if r.state == ReplicaState.READY and r.endpoint
+        )
+        routes[m.name] = Route(m, ready, unavailable="" if ready else unavailable_reason(mine))
+    return routes
+
+
+class Refresher:
+    """Holds the current Snapshot and swaps in a new one when the revision moves."""
+
+    def __init__(self, store: Store, secret: bytes) -> None:
+        self._store = store
+        self._secret = secret
+        self.current = Snapshot(-1, KeyCache(secret, []), RoutingTable({}))
+        self.wake = asyncio.Event()
+
+    def _load(self) -> tuple[int, list[ApiKey], list[Model], list[Replica]]:
+        # Revision first: a change landing between the reads shows up as a newer revision
+        # on the next look, never as a missed one.
+        revision = self._store.revision()
+        return (
+            revision,
+            self._store.keys.list(),
+            self._store.catalog.list(),
+            self._store.replicas.list(),
+        )
+
+    async def refresh(self) -> bool:
+        """Rebuild if the store changed; True when it did."""
+        revision = await asyncio.to_thread(self._store.revision)
+        if revision == self.current.revision:
+            return False
+        revision, keys, models, replicas = await asyncio.to_thread(self._load)
+        previous = {u.id: u for r in self.current.table.routes.values() for u in r.upstreams}
+        routes = build_routes(models, replicas, previous)
+        self.current = Snapshot(revision, KeyCache(self._secret, keys), RoutingTable(routes))
+        return True
+
+    async def run(self, interval_s: float) -> None:
+        """Poll the revision; a store outage keeps serving from the last snapshot."""
+        while True:
+            try:
+                await self.refresh()
+            except LlmgwError as exc:
+                logger.warning("cache refresh: %s; serving from the last snapshot", exc.message)
+            except Exception:
+                logger.exception("cache refresh failed; serving from the last snapshot")
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.wake.wait(), interval_s)
+            self.wake.clear()

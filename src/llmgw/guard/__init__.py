@@ -1,0 +1,1 @@
+"""Guard policies and judges (not built yet: the foundation has no guard)."""

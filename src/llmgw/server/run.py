@@ -1,0 +1,54 @@
+"""`llmgw server run`: serve until SIGINT or SIGTERM, then stop every engine and task."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+from collections.abc import Callable
+from pathlib import Path
+
+from aiohttp import web
+
+from llmgw.core.settings import load
+from llmgw.server.app import Server
+from llmgw.store.store import Store
+
+logger = logging.getLogger(__name__)
+
+
+async def serve(
+    data_dir: Path,
+    host: str | None = None,
+    port: int | None = None,
+    on_ready: Callable[[str], None] = lambda url: None,
+) -> None:
+    """Open the store, start the app and loops, and wait for a stop signal."""
+    settings = load(data_dir)
+    store = await asyncio.to_thread(Store.open, settings.database_url(data_dir))
+    server = Server(data_dir, settings, store)
+    runner = web.AppRunner(server.build_app(), access_log=None, handle_signals=False)
+    await runner.setup()
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        site = web.TCPSite(runner, host or settings.host, port if port is not None else settings.port)
+        await site.start()
+        bound = runner.addresses[0]
+        on_ready(f"http://{bound[0]}:{bound[1]}")
+        await stop.wait()
+        logger.info("stopping: engines get SIGTERM, then SIGKILL")
+    finally:
+        await runner.cleanup()
+
+
+def run(data_dir: Path, host: str | None, port: int | None, on_ready: Callable[[str], None]) -> None:
+    """Run the server on uvloop when it is installed."""
+    try:
+        import uvloop
+    except ImportError:
+        asyncio.run(serve(data_dir, host, port, on_ready))
+    else:
+        uvloop.run(serve(data_dir, host, port, on_ready))

@@ -1,0 +1,97 @@
+"""Adapters between the store and the control loops of one server process."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+
+from llmgw.control.replica_keeper import Action, Pend, Place, Stop, new_replica
+from llmgw.core.clock import Clock
+from llmgw.core.types import Model, Node, Replica, ReplicaState
+from llmgw.node.agent import Assignment
+from llmgw.node.supervisor import Status
+from llmgw.store.store import Store
+
+
+def keeper_reader(
+    store: Store,
+) -> Callable[[], Awaitable[tuple[list[Model], list[Node], list[Replica]]]]:
+    def read() -> tuple[list[Model], list[Node], list[Replica]]:
+        return store.catalog.list(), store.nodes.list(), store.replicas.list()
+
+    async def run() -> tuple[list[Model], list[Node], list[Replica]]:
+        return await asyncio.to_thread(read)
+
+    return run
+
+
+def keeper_applier(store: Store, clock: Clock) -> Callable[[Action], Awaitable[None]]:
+    def apply(action: Action) -> None:
+        now = clock.now()
+        match action:
+            case Place(replica_id=None) | Pend(replica_id=None):
+                store.replicas.create(new_replica(action), now)
+            case Place():
+                assert action.replica_id is not None
+                store.replicas.update(
+                    action.replica_id,
+                    now,
+                    node_id=action.node_id,
+                    profile=action.profile,
+                    state=ReplicaState.STARTING,
+                    cpu_cores=action.cpu_cores,
+                    memory_gb=action.memory_gb,
+                    last_error=None,
+                )
+            case Pend():
+                assert action.replica_id is not None
+                store.replicas.update(action.replica_id, now, last_error=action.reason)
+            case Stop():
+                store.replicas.update(action.replica_id, now, state=ReplicaState.STOPPING)
+
+    async def run(action: Action) -> None:
+        await asyncio.to_thread(apply, action)
+
+    return run
+
+
+def agent_assignments(store: Store, node_id: str) -> Callable[[], Awaitable[list[Assignment]]]:
+    def read() -> list[Assignment]:
+        models = {m.name: m for m in store.catalog.list()}
+        out: list[Assignment] = []
+        for r in store.replicas.list(node_id=node_id):
+            out.append(Assignment(r, models.get(r.model)))
+        return out
+
+    async def run() -> list[Assignment]:
+        return await asyncio.to_thread(read)
+
+    return run
+
+
+def agent_reporter(
+    store: Store, clock: Clock, on_report: Callable[[], None]
+) -> Callable[[str, Status], Awaitable[None]]:
+    def write(replica_id: str, status: Status) -> None:
+        store.replicas.update(
+            replica_id,
+            clock.now(),
+            state=status.state,
+            endpoint=status.endpoint,
+            pid=status.pid,
+            restarts=status.restarts,
+            last_error=status.last_error,
+        )
+
+    async def run(replica_id: str, status: Status) -> None:
+        await asyncio.to_thread(write, replica_id, status)
+        on_report()
+
+    return run
+
+
+def agent_forgetter(store: Store) -> Callable[[str], Awaitable[None]]:
+    async def run(replica_id: str) -> None:
+        await asyncio.to_thread(store.replicas.delete, replica_id)
+
+    return run

@@ -1,0 +1,84 @@
+"""Catalog models in the database."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import Engine, delete, insert, select, update
+from sqlalchemy.exc import IntegrityError
+
+from llmgw.core.errors import Conflict, ModelNotFound
+from llmgw.core.types import Model, Scaling
+from llmgw.store.db import bump_revision, utc
+from llmgw.store.schema import models, replicas
+
+_SPEC_FIELDS = {"source", "profiles", "scaling", "guard"}
+
+
+def _to_model(row: Any) -> Model:
+    return Model.model_validate(
+        {
+            "name": row.name,
+            **row.spec,
+            "by": row.by,
+            "created_at": utc(row.created_at),
+            "updated_at": utc(row.updated_at),
+        }
+    )
+
+
+class CatalogRepo:
+    """Reads and writes catalog entries; every write bumps the revision."""
+
+    def __init__(self, engine: Engine) -> None:
+        self._engine = engine
+
+    def list(self) -> list[Model]:
+        with self._engine.connect() as conn:
+            rows = conn.execute(select(models).order_by(models.c.name)).all()
+        return [_to_model(r) for r in rows]
+
+    def get(self, name: str) -> Model:
+        with self._engine.connect() as conn:
+            row = conn.execute(select(models).where(models.c.name == name)).one_or_none()
+        if row is None:
+            raise ModelNotFound(f"model {name!r} is not in the catalog", param="name")
+        return _to_model(row)
+
+    def add(self, model: Model, by: str, now: datetime) -> Model:
+        """Add a new entry; a name already taken is a Conflict."""
+        spec = model.model_dump(mode="json", include=_SPEC_FIELDS)
+        try:
+            with self._engine.begin() as conn:
+                conn.execute(
+                    insert(models).values(
+                        name=model.name, spec=spec, by=by, created_at=now, updated_at=now
+                    )
+                )
+                bump_revision(conn)
+        except IntegrityError as exc:
+            raise Conflict(f"model {model.name!r} already exists", param="name") from exc
+        return self.get(model.name)
+
+    def set_scaling(self, name: str, scaling: Scaling, by: str, now: datetime) -> Model:
+        with self._engine.begin() as conn:
+            row = conn.execute(select(models.c.spec).where(models.c.name == name)).one_or_none()
+            if row is None:
+                raise ModelNotFound(f"model {name!r} is not in the catalog", param="name")
+            spec = dict(row.spec)
+            spec["scaling"] = scaling.model_dump(mode="json")
+            conn.execute(
+                update(models).where(models.c.name == name).values(spec=spec, by=by, updated_at=now)
+            )
+            bump_revision(conn)
+        return self.get(name)
+
+    def remove(self, name: str) -> None:
+        """Remove an entry; its replicas are marked stopping so node agents stop them."""
+        with self._engine.begin() as conn:
+            gone = conn.execute(delete(models).where(models.c.name == name)).rowcount
+            if not gone:
+                raise ModelNotFound(f"model {name!r} is not in the catalog", param="name")
+            conn.execute(update(replicas).where(replicas.c.model == name).values(state="stopping"))
+            bump_revision(conn)

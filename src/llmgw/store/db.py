@@ -1,0 +1,92 @@
+"""Opening the database, running migrations, and the revision counter."""
+
+from __future__ import annotations
+
+import logging
+from datetime import UTC, datetime
+from importlib import resources
+from typing import Any
+
+from alembic import command
+from alembic.config import Config
+from sqlalchemy import Connection, Engine, create_engine, event, inspect, select, update
+from sqlalchemy.exc import SQLAlchemyError
+
+from llmgw.core.errors import ConfigError, StoreUnavailable
+from llmgw.store.schema import meta
+
+logger = logging.getLogger(__name__)
+
+
+def open_engine(url: str) -> Engine:
+    """An engine for `url`; SQLite gets WAL and a busy timeout so the loops and API can share it."""
+    try:
+        engine = create_engine(url, future=True, pool_pre_ping=True)
+    except (SQLAlchemyError, ValueError, ImportError) as exc:
+        raise ConfigError(f"cannot open database {redact(url)}: {exc}") from exc
+    if engine.dialect.name == "sqlite":
+
+        @event.listens_for(engine, "connect")
+        def _pragmas(dbapi_conn: Any, _record: Any) -> None:
+            cur = dbapi_conn.cursor()
+            cur.execute("PRAGMA journal_mode=WAL")
+            cur.execute("PRAGMA busy_timeout=5000")
+            cur.execute("PRAGMA synchronous=NORMAL")
+            cur.close()
+
+    return engine
+
+
+def redact(url: str) -> str:
+    """The URL without its password, for messages and logs."""
+    if "@" not in url or "://" not in url:
+        return url
+    scheme, rest = url.split("://", 1)
+    creds, host = rest.rsplit("@", 1)
+    user = creds.split(":", 1)[0]
+    return f"{scheme}://{user}:***@{host}"
+
+
+def migrate(engine: Engine) -> None:
+    """Bring the schema to the newest migration; a failure stops startup with the reason."""
+    cfg = Config(str(resources.files("llmgw.store") / "alembic.ini"))
+    cfg.set_main_option("script_location", str(resources.files("llmgw.store") / "migrations"))
+    try:
+        with engine.begin() as conn:
+            cfg.attributes["connection"] = conn
+            command.upgrade(cfg, "head")
+    except SQLAlchemyError as exc:
+        raise ConfigError(f"database migration failed: {exc}") from exc
+
+
+def schema_exists(url: str) -> bool:
+    """Whether the database at `url` already has llmgw's tables."""
+    engine = open_engine(url)
+    try:
+        return inspect(engine).has_table("meta")
+    except SQLAlchemyError as exc:
+        raise ConfigError(f"cannot open database {redact(url)}: {exc}") from exc
+    finally:
+        engine.dispose()
+
+
+def bump_revision(conn: Connection) -> None:
+    """Mark a change in the same transaction as the change itself."""
+    conn.execute(update(meta).where(meta.c.key == "revision").values(value=meta.c.value + 1))
+
+
+def read_revision(engine: Engine) -> int:
+    """The current revision; raises StoreUnavailable when the database cannot be read."""
+    try:
+        with engine.connect() as conn:
+            value = conn.execute(select(meta.c.value).where(meta.c.key == "revision")).scalar_one()
+    except SQLAlchemyError as exc:
+        raise StoreUnavailable("the database is unavailable") from exc
+    return int(value)
+
+
+def utc(value: datetime | None) -> datetime | None:
+    """SQLite hands back naive datetimes; everything llmgw stores is UTC."""
+    if value is None or value.tzinfo is not None:
+        return value
+    return value.replace(tzinfo=UTC)

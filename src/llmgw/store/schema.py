@@ -1,0 +1,83 @@
+"""The database schema. Alembic migrations under `migrations/` create exactly these tables."""
+
+from __future__ import annotations
+
+from sqlalchemy import (
+    JSON,
+    Boolean,
+    Column,
+    DateTime,
+    Float,
+    Integer,
+    MetaData,
+    String,
+    Table,
+    Text,
+)
+
+metadata = MetaData()
+
+# One row per counter; `revision` is bumped in the same transaction as every change to the
+# catalog, replicas, nodes or keys so caches can notice a change with one cheap read.
+meta = Table(
+    "meta",
+    metadata,
+    Column("key", String(64), primary_key=True),
+    Column("value", Integer, nullable=False),
+)
+
+models = Table(
+    "models",
+    metadata,
+    Column("name", String(128), primary_key=True),
+    Column("spec", JSON, nullable=False),
+    Column("by", String(256), nullable=False),
+    Column("created_at", DateTime(timezone=True), nullable=False),
+    Column("updated_at", DateTime(timezone=True), nullable=False),
+)
+
+replicas = Table(
+    "replicas",
+    metadata,
+    Column("id", String(64), primary_key=True),
+    Column("model", String(128), nullable=False, index=True),
+    Column("node_id", String(128), nullable=True, index=True),
+    Column("profile", String(128), nullable=True),
+    Column("state", String(16), nullable=False),
+    Column("endpoint", String(256), nullable=True),
+    Column("pid", Integer, nullable=True),
+    Column("restarts", Integer, nullable=False, default=0),
+    Column("last_error", Text, nullable=True),
+    Column("cpu_cores", Integer, nullable=False, default=0),
+    Column("memory_gb", Float, nullable=False, default=0.0),
+    Column("updated_at", DateTime(timezone=True), nullable=False),
+)
+
+nodes = Table(
+    "nodes",
+    metadata,
+    Column("id", String(128), primary_key=True),
+    Column("address", String(256), nullable=False),
+    Column("labels", JSON, nullable=False),
+    Column("cores", Integer, nullable=False),
+    Column("memory_gb", Float, nullable=False),
+    Column("gpus", JSON, nullable=False),
+    Column("heartbeat_at", DateTime(timezone=True), nullable=True),
+    Column("cordoned", Boolean, nullable=False, default=False),
+)
+
+api_keys = Table(
+    "api_keys",
+    metadata,
+    Column("id", String(64), primary_key=True),
+    Column("name", String(128), nullable=False),
+    Column("prefix", String(32), nullable=False),
+    Column("last4", String(8), nullable=False),
+    Column("hash", String(128), nullable=False, unique=True),
+    Column("scope", String(16), nullable=False),
+    Column("models", JSON, nullable=False),
+    Column("expires_at", DateTime(timezone=True), nullable=True),
+    Column("revoked", Boolean, nullable=False, default=False),
+    Column("by", String(256), nullable=False),
+    Column("created_at", DateTime(timezone=True), nullable=False),
+)

@@ -1,0 +1,35 @@
+"""The store: one object bundling the engine and the repositories."""
+
+from __future__ import annotations
+
+from sqlalchemy import Engine
+
+from llmgw.store.catalog_repo import CatalogRepo
+from llmgw.store.db import migrate, open_engine, read_revision
+from llmgw.store.key_repo import KeyRepo
+from llmgw.store.replica_repo import NodeRepo, ReplicaRepo
+
+
+class Store:
+    """Synchronous repositories over one engine; async callers run them in a worker thread."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+        self.catalog = CatalogRepo(engine)
+        self.replicas = ReplicaRepo(engine)
+        self.nodes = NodeRepo(engine)
+        self.keys = KeyRepo(engine)
+
+    @classmethod
+    def open(cls, url: str, *, migrate_schema: bool = True) -> Store:
+        """Open the database at `url`, migrating it to the newest schema first."""
+        engine = open_engine(url)
+        if migrate_schema:
+            migrate(engine)
+        return cls(engine)
+
+    def revision(self) -> int:
+        return read_revision(self.engine)
+
+    def close(self) -> None:
+        self.engine.dispose()
