@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from llmgw.control.placement import free_on, misfit
@@ -37,11 +37,16 @@ class CatalogService:
     """Catalog changes made through the admin API; each records who made it."""
 
     def __init__(
-        self, store: Store, clock: Clock, on_change: Callable[[], None] = lambda: None
+        self, store: Store, clock: Clock, on_change: Callable[[], Awaitable[None]] | None = None
     ) -> None:
         self._store = store
         self._clock = clock
+        # Awaited after every change, so this server's routing table has it before we answer.
         self._on_change = on_change
+
+    async def _changed(self) -> None:
+        if self._on_change is not None:
+            await self._on_change()
 
     async def models(self) -> list[Model]:
         return await asyncio.to_thread(self._store.catalog.list)
@@ -51,12 +56,12 @@ class CatalogService:
 
     async def add(self, model: Model, by: str) -> Model:
         added = await asyncio.to_thread(self._store.catalog.add, model, by, self._clock.now())
-        self._on_change()
+        await self._changed()
         return added
 
     async def remove(self, name: str) -> None:
         await asyncio.to_thread(self._store.catalog.remove, name)
-        self._on_change()
+        await self._changed()
 
     async def scale(self, name: str, minimum: int, maximum: int | None, by: str) -> Model:
         current = await self.get(name)
@@ -65,7 +70,7 @@ class CatalogService:
         changed = await asyncio.to_thread(
             self._store.catalog.set_scaling, name, scaling, by, self._clock.now()
         )
-        self._on_change()
+        await self._changed()
         return changed
 
     async def replicas(self, model: str | None = None) -> list[Replica]:

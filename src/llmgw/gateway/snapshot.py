@@ -64,6 +64,9 @@ class Refresher:
         self._secret = secret
         self.current = Snapshot(-1, KeyCache(secret, []), RoutingTable({}))
         self.wake = asyncio.Event()
+        # The loop and admin writes both refresh; one at a time, so an older read can never
+        # replace a newer snapshot.
+        self._lock = asyncio.Lock()
 
     def _load(self) -> tuple[int, list[ApiKey], list[Model], list[Replica]]:
         # Revision first: a change landing between the reads shows up as a newer revision
@@ -78,6 +81,10 @@ class Refresher:
 
     async def refresh(self) -> bool:
         """Rebuild if the store changed; True when it did."""
+        async with self._lock:
+            return await self._refresh()
+
+    async def _refresh(self) -> bool:
         revision = await asyncio.to_thread(self._store.revision)
         if revision == self.current.revision:
             return False

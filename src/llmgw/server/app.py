@@ -85,9 +85,9 @@ class Server:
             on_change=changed,
         )
 
-        def catalog_changed() -> None:
+        async def catalog_changed() -> None:
             keeper.wake.set()
-            refresher.wake.set()
+            await refresher.refresh()
 
         catalog = CatalogService(self.store, self.clock, on_change=catalog_changed)
 

@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# The whole test suite: lint, types, layer contract, and pytest (unit, engine, end to end with
+# the real llama-server on the demo model). Extra arguments go to pytest.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+source scripts/common.sh
+ensure_venv demo,dev
+
+echo "== ruff";         .venv/bin/ruff check src tests bench
+echo "== mypy";         .venv/bin/mypy
+echo "== lint-imports"; .venv/bin/lint-imports --no-cache
+echo "== pytest"
+set +e
+.venv/bin/pytest -p no:cacheprovider "$@"
+rc=$?
+set -e
+if [ $rc -eq 5 ]; then
+  echo "pytest collected no tests: that is a failure here" >&2
+  exit 1
+fi
+exit $rc

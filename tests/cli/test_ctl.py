@@ -1,0 +1,72 @@
+"""`llmgw ctl` against a running server: tables for people, JSON for scripts, clear errors."""
+
+from __future__ import annotations
+
+import json
+
+from tests.conftest import DEMO
+from tests.e2e.server_process import LlmgwServer, run_cli, wait_for
+
+
+def test_model_list_shows_the_demo_model(demo_server: LlmgwServer) -> None:
+    out = demo_server.ctl("model", "list").stdout
+    assert DEMO in out and "llmgw server init --demo" in out
+    data = json.loads(demo_server.ctl("--json", "model", "list").stdout)["data"]
+    demo = next(m for m in data if m["name"] == DEMO)
+    assert demo["profiles"][0]["engine"] == "llamacpp"
+    assert demo["by"] == "llmgw server init --demo"
+
+
+def test_replica_list_shows_the_ready_replica(demo_server: LlmgwServer) -> None:
+    demo_server.wait_ready(DEMO)
+    data = json.loads(demo_server.ctl("--json", "replica", "list", "--model", DEMO).stdout)["data"]
+    assert [r["state"] for r in data] == ["ready"]
+    assert data[0]["endpoint"].startswith("http://127.0.0.1:")
+
+
+def test_a_model_that_fits_nowhere_says_why(demo_server: LlmgwServer) -> None:
+    gguf = json.loads(demo_server.ctl("--json", "model", "list").stdout)["data"][0]["source"]["path"]
+    demo_server.ctl("model", "add", "too-big", "--path", gguf, "--cores", "512", "--memory-gb", "1")
+    try:
+        def pending() -> dict[str, object] | None:
+            res = json.loads(demo_server.ctl("--json", "model", "resources", "too-big").stdout)
+            reps = res["replicas"]
+            return res if reps and reps[0]["state"] == "pending" and reps[0]["last_error"] else None
+
+        res = wait_for("a pending replica with a reason", pending, 30)
+        assert "needs 512 cores" in res["replicas"][0]["last_error"]
+        assert res["placement"][0]["fits"] is False
+        table = demo_server.ctl("model", "resources", "too-big").stdout
+        assert "needs 512 cores" in table
+    finally:
+        demo_server.ctl("model", "remove", "too-big")
+
+
+def test_scale_records_who_changed_it(demo_server: LlmgwServer) -> None:
+    out = demo_server.ctl("model", "scale", DEMO, "--min", "1", "--max", "3").stdout
+    assert "min 1, max 3" in out and "admin (sk-llmgw-" in out
+
+
+def test_adding_a_model_twice_is_a_clear_conflict(demo_server: LlmgwServer) -> None:
+    proc = demo_server.ctl("model", "add", DEMO, "--path", "/nowhere.gguf", check=False)
+    assert proc.returncode == 1
+    assert "409" in proc.stderr and "already exists" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_removing_an_unknown_model_is_404(demo_server: LlmgwServer) -> None:
+    proc = demo_server.ctl("model", "remove", "ghost", check=False)
+    assert proc.returncode == 1 and "404" in proc.stderr and "ghost" in proc.stderr
+
+
+def test_unreachable_server_is_one_line_not_a_traceback(demo_server: LlmgwServer) -> None:
+    env = {**demo_server.env, "LLMGW_URL": "http://127.0.0.1:9"}
+    proc = run_cli("ctl", "model", "list", env=env, check=False)
+    assert proc.returncode == 1
+    assert "cannot reach llmgw at http://127.0.0.1:9" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_wrong_admin_key_is_refused(demo_server: LlmgwServer) -> None:
+    proc = demo_server.ctl("--key", "sk-llmgw-nope", "model", "list", check=False)
+    assert proc.returncode == 1 and "401" in proc.stderr

@@ -1,0 +1,49 @@
+"""Suite-wide rules and the shared real server.
+
+A skipped test is a failed test: a missing part must not pass silently.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import openai
+import pytest
+
+from tests.e2e.server_process import LlmgwServer
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]):  # type: ignore[no-untyped-def]
+    outcome = yield
+    report = outcome.get_result()
+    if report.skipped and not hasattr(report, "wasxfail"):
+        report.outcome = "failed"
+        report.longrepr = f"skipped tests fail in this suite: {report.longrepr}"
+
+
+DEMO = "gemma3-270m"
+
+
+@pytest.fixture(scope="session")
+def demo_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LlmgwServer]:
+    """`server init --demo` + `server run`, with the demo model's replica ready."""
+    server = LlmgwServer.init(tmp_path_factory.mktemp("llmgw") / "data", "--demo")
+    # For the remote-model test: the server proxies to itself with this key from its env.
+    server.env["LLMGW_TEST_REMOTE_KEY"] = server.admin_key
+    server.start()
+    try:
+        server.wait_ready(DEMO)
+        yield server
+    except BaseException:
+        print(server.log()[-5000:])  # noqa: T201 - the server's side of a failed start
+        raise
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def client(demo_server: LlmgwServer) -> openai.OpenAI:
+    """The official client pointed at llmgw with the admin key."""
+    return openai.OpenAI(base_url=demo_server.url + "/v1", api_key=demo_server.admin_key,
+                         max_retries=0, timeout=120)

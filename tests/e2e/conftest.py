@@ -1,0 +1,1 @@
+"""The e2e fixtures live in tests/conftest.py so CLI and API tests can share the server."""

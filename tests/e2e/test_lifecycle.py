@@ -1,0 +1,61 @@
+"""End to end: engines never outlive their server; placement explains itself."""
+
+from __future__ import annotations
+
+import json
+import signal
+from pathlib import Path
+
+from tests.conftest import DEMO
+from tests.e2e.server_process import LlmgwServer, pid_alive, run_cli, wait_for
+
+
+def test_kill_9_server_takes_its_engines_along(tmp_path: Path) -> None:
+    server = LlmgwServer.init(tmp_path / "data", "--demo")
+    server.start()
+    try:
+        engine_pid = server.wait_ready(DEMO)["pid"]
+        assert pid_alive(engine_pid)
+        assert server.proc is not None
+        server.proc.send_signal(signal.SIGKILL)
+        server.proc.wait(timeout=10)
+        wait_for("the engine to die with its server", lambda: not pid_alive(engine_pid), 10)
+    finally:
+        server.stop()
+
+
+def test_clean_stop_stops_engines(tmp_path: Path) -> None:
+    server = LlmgwServer.init(tmp_path / "data", "--demo")
+    server.start()
+    engine_pid = server.wait_ready(DEMO)["pid"]
+    server.stop()
+    assert server.proc is not None and server.proc.returncode == 0
+    assert not pid_alive(engine_pid)
+
+
+def test_restart_serves_again_without_losing_the_catalog(tmp_path: Path) -> None:
+    server = LlmgwServer.init(tmp_path / "data", "--demo")
+    server.start()
+    try:
+        server.wait_ready(DEMO)
+        server.ctl("model", "scale", DEMO, "--min", "1", "--max", "2")
+    finally:
+        server.stop()
+    server.start()
+    try:
+        ready = server.wait_ready(DEMO)
+        assert ready["endpoint"]
+        model = json.loads(server.ctl("--json", "model", "list").stdout)["data"][0]
+        assert model["scaling"] == {"min": 1, "max": 2}
+        assert model["by"].startswith("admin (sk-llmgw-")
+    finally:
+        server.stop()
+
+
+def test_init_twice_changes_nothing(tmp_path: Path) -> None:
+    server = LlmgwServer.init(tmp_path / "data")
+    config = (tmp_path / "data" / "config.toml").read_text()
+    again = run_cli("server", "init", env=server.env).stdout
+    assert "nothing to do" in again
+    assert "shown once" not in again and server.admin_key not in again  # no new key
+    assert (tmp_path / "data" / "config.toml").read_text() == config

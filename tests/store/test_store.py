@@ -1,0 +1,80 @@
+"""The store: migrations, the revision counter, and catalog rules that callers rely on."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+
+from llmgw.core.errors import Conflict, ModelNotFound
+from llmgw.core.types import LocalSource, Model, Profile, ReplicaState, Scaling
+from llmgw.store.db import schema_exists
+from llmgw.store.store import Store
+
+NOW = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+def small_model(name: str = "m1") -> Model:
+    return Model(name=name, source=LocalSource(path="/models/m1.gguf"), profiles=[Profile(name="cpu")])
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Store:
+    s = Store.open(f"sqlite:///{tmp_path / 'llmgw.db'}")
+    yield s
+    s.close()
+
+
+def test_migrations_create_the_schema_once(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'x.db'}"
+    assert not schema_exists(url)
+    Store.open(url).close()
+    assert schema_exists(url)
+    Store.open(url).close()  # a second upgrade is a no-op, not an error
+
+
+def test_every_change_bumps_the_revision(store: Store) -> None:
+    seen = [store.revision()]
+    store.catalog.add(small_model(), "test", NOW)
+    seen.append(store.revision())
+    store.catalog.set_scaling("m1", Scaling(min=2, max=2), "test", NOW)
+    seen.append(store.revision())
+    store.catalog.remove("m1")
+    seen.append(store.revision())
+    assert seen == sorted(set(seen))  # strictly increasing
+
+
+def test_adding_a_taken_name_conflicts_and_keeps_the_first(store: Store) -> None:
+    store.catalog.add(small_model(), "operator", NOW)
+    with pytest.raises(Conflict):
+        store.catalog.add(small_model(), "someone else", NOW)
+    assert store.catalog.get("m1").by == "operator"
+
+
+def test_model_round_trips_with_who_and_when(store: Store) -> None:
+    store.catalog.add(small_model(), "operator", NOW)
+    got = store.catalog.get("m1")
+    assert got.profiles == small_model().profiles
+    assert got.by == "operator" and got.created_at == NOW
+
+
+def test_removing_a_model_marks_its_replicas_stopping(store: Store) -> None:
+    from llmgw.core.types import Replica
+
+    store.catalog.add(small_model(), "op", NOW)
+    store.replicas.create(Replica(id="r1", model="m1", node_id="local", state=ReplicaState.READY), NOW)
+    store.catalog.remove("m1")
+    assert [r.state for r in store.replicas.list()] == [ReplicaState.STOPPING]
+    with pytest.raises(ModelNotFound):
+        store.catalog.remove("m1")
+
+
+def test_committed_state_survives_reopening(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'llmgw.db'}"
+    s = Store.open(url)
+    s.catalog.add(small_model(), "op", NOW)
+    s.close()
+    again = Store.open(url)
+    assert [m.name for m in again.catalog.list()] == ["m1"]
+    again.close()
