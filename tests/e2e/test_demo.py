@@ -104,3 +104,17 @@ def test_killed_engine_comes_back(demo_server: LlmgwServer, client: openai.OpenA
     wait_for("the replica to be restarted", restarted, 180, every_s=0.5)
     resp = client.chat.completions.create(model=DEMO, messages=HELLO, max_tokens=8)
     assert resp.choices[0].message.content
+
+
+def test_embeddings_from_a_model_served_with_embeddings_on(
+    demo_server: LlmgwServer, client: openai.OpenAI
+) -> None:
+    gguf = demo_server.get("/admin/v1/models/" + DEMO)["source"]["path"]
+    demo_server.ctl("model", "add", "gemma-embed", "--path", gguf, "--cores", "1",
+                    "--args", "--embeddings --pooling mean --ctx-size 512")
+    try:
+        demo_server.wait_ready("gemma-embed")
+        resp = client.embeddings.create(model="gemma-embed", input=["the sea", "the sky"])
+        assert len(resp.data) == 2 and len(resp.data[0].embedding) > 16
+    finally:
+        demo_server.ctl("model", "remove", "gemma-embed")
