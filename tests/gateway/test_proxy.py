@@ -72,8 +72,9 @@ async def through(
 
     async def handler(request: web.Request) -> web.StreamResponse:
         try:
-            return await client.forward(request, table, route, "/chat/completions", body,
-                                        {"model": "m"}, stream)
+            return await client.forward(
+                request, table, route, "/chat/completions", body, {"model": "m"}, stream
+            )
         except LlmgwError as exc:
             errors.append(exc)
             return web.Response(status=exc.status, text=exc.message)
@@ -100,8 +101,13 @@ async def test_a_refused_replica_is_skipped_and_the_other_answers(
 
 async def test_two_refusals_are_a_502(gateway_client: Any) -> None:
     client, _ = gateway_client
-    route = Route(local_model(), (Upstream("a", f"http://127.0.0.1:{dead_port()}/v1"),
-                                  Upstream("b", f"http://127.0.0.1:{dead_port()}/v1")))
+    route = Route(
+        local_model(),
+        (
+            Upstream("a", f"http://127.0.0.1:{dead_port()}/v1"),
+            Upstream("b", f"http://127.0.0.1:{dead_port()}/v1"),
+        ),
+    )
     status, body = await through(client, route, b'{"model": "m"}')
     assert status == 502 and b"could not connect" in body
 

@@ -17,7 +17,7 @@ from llmgw.control.placement import Free, free_on, misfit
 from llmgw.core.clock import Clock
 from llmgw.core.errors import LlmgwError
 from llmgw.core.ids import new_id
-from llmgw.core.types import Model, Node, Replica, ReplicaState
+from llmgw.core.types import Model, Node, Profile, Replica, ReplicaState
 
 logger = logging.getLogger(__name__)
 
@@ -35,6 +35,8 @@ class Place:
     cpu_cores: int
     memory_gb: float
     replica_id: str | None = None
+    gpu_class: str | None = None
+    gpus: int = 0
 
 
 @dataclass(frozen=True)
@@ -87,14 +89,16 @@ def _keep(model: Model, mine: list[Replica], nodes: list[Node], free: dict[str, 
     pending = [r for r in mine if r.node_id is None]
     target = model.scaling.min
     actions: list[Action] = []
-    # Scale down: drop pending replicas first, then failed ones, then the newest.
+    # Scale down: drop pending replicas first, then failed ones, then by id.
     order = pending + sorted(placed, key=lambda r: (r.state != ReplicaState.FAILED, r.id))
-    excess = len(mine) - target
-    for r in order[: max(excess, 0)]:
+    stopped = max(len(mine) - target, 0)
+    for r in order[:stopped]:
         actions.append(Stop(r.id, f"{model.name} is scaled to {target}"))
-    if excess >= 0:
+    if len(placed) >= target:
         return actions
-    slots: list[Replica | None] = [*pending, *([None] * (target - len(placed) - len(pending)))]
+    # Pending replicas that survive the scale-down are tried again before new ones are made.
+    kept = pending[stopped:]
+    slots: list[Replica | None] = [*kept, *([None] * (target - len(placed) - len(kept)))]
     spread = {n.id: sum(1 for r in placed if r.node_id == n.id) for n in nodes}
     for slot in slots:
         where = _choose(model, nodes, free, spread)
@@ -102,16 +106,20 @@ def _keep(model: Model, mine: list[Replica], nodes: list[Node], free: dict[str, 
             if slot is None or slot.last_error != where:
                 actions.append(Pend(model.name, where, slot.id if slot else None))
             continue
-        node, profile_name, cores, mem = where
-        free[node] = Free(free[node].cores - cores, round(free[node].memory_gb - mem, 3))
+        node, profile = where
+        gpu_class = free[node].gpu_class_for(profile.gpu_class, profile.gpu) if profile.gpu else None
+        free[node] = free[node].minus(profile.cpu_cores, profile.min_memory_gb, gpu_class, profile.gpu)
         spread[node] += 1
-        actions.append(Place(model.name, node, profile_name, cores, mem, slot.id if slot else None))
+        actions.append(
+            Place(model.name, node, profile.name, profile.cpu_cores, profile.min_memory_gb,
+                  slot.id if slot else None, gpu_class, profile.gpu)
+        )
     return actions
 
 
 def _choose(
     model: Model, nodes: list[Node], free: dict[str, Free], spread: dict[str, int]
-) -> tuple[str, str, int, float] | str:
+) -> tuple[str, Profile] | str:
     """The first profile that fits somewhere, on the node with fewest of this model's replicas."""
     if not nodes:
         return "no node is available (none has reported in the last 30s)"
@@ -120,7 +128,7 @@ def _choose(
         fits = [n for n in nodes if misfit(profile, n, free[n.id]) is None]
         if fits:
             best = min(fits, key=lambda n: (spread[n.id], -free[n.id].memory_gb, n.id))
-            return best.id, profile.name, profile.cpu_cores, profile.min_memory_gb
+            return best.id, profile
         why = "; ".join(m for n in nodes if (m := misfit(profile, n, free[n.id])))
         reasons.append(f"profile {profile.name}: {why}")
     return "does not fit: " + " | ".join(reasons)
@@ -187,6 +195,8 @@ def new_replica(action: Place | Pend) -> Replica:
             state=ReplicaState.STARTING,
             cpu_cores=action.cpu_cores,
             memory_gb=action.memory_gb,
+            gpu_class=action.gpu_class,
+            gpus=action.gpus,
         )
     return Replica(id=new_id("rep"), model=action.model, last_error=action.reason)
 

@@ -138,9 +138,11 @@ class Replica(_Frozen):
     pid: int | None = None
     restarts: int = 0
     last_error: str | None = None
-    # Cores and memory the replica holds on its node, copied from its profile at placement.
+    # What the replica holds on its node, copied from its profile at placement.
     cpu_cores: int = 0
     memory_gb: float = 0.0
+    gpu_class: str | None = None
+    gpus: int = 0
     updated_at: datetime | None = None
 
 

@@ -100,7 +100,11 @@ class UpstreamClient:
 async def _relay(request: web.Request, resp: aiohttp.ClientResponse) -> web.StreamResponse:
     """Relay an SSE stream chunk by chunk; a failure after the headers ends it with an error event."""
     out = web.StreamResponse(status=200, headers=_SSE_HEADERS)
-    await out.prepare(request)
+    try:
+        await out.prepare(request)
+    except ConnectionError:
+        resp.close()  # the client left before the first byte; not an upstream failure
+        return out
     chunks = resp.content.iter_any()
     while True:
         try:

@@ -79,7 +79,7 @@ def unavailable_reason(replicas: list[Replica]) -> str:
         return "no replica is placed (is scaling.min 0?)"
     parts = []
     for r in replicas:
-        detail = (r.last_error or "").splitlines()[0][:200] if r.last_error else ""
+        detail = _gist(r.last_error)
         if r.state == ReplicaState.PENDING:
             parts.append(f"pending: {detail or 'waiting to be placed'}")
         elif r.state == ReplicaState.FAILED:
@@ -87,3 +87,12 @@ def unavailable_reason(replicas: list[Replica]) -> str:
         else:
             parts.append(r.state.value)
     return "; ".join(sorted(set(parts)))
+
+
+def _gist(error: str | None) -> str:
+    """First and last lines of an error: what happened, and the engine's last word on why."""
+    lines = [ln.strip() for ln in (error or "").splitlines() if ln.strip()]
+    if not lines:
+        return ""
+    text = lines[0] if len(lines) == 1 else f"{lines[0]} … {lines[-1]}"
+    return text if len(text) <= 200 else text[:199] + "…"

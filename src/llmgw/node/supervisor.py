@@ -141,7 +141,7 @@ class Supervisor:
                         pass  # not listening yet
                     if self.monotonic() >= deadline:
                         limit = self.launch.start_timeout_s
-                        return f"engine did not become healthy within {limit:.0f}s"
+                        return f"engine did not become healthy within {limit:g}s"
                     await asyncio.wait({exited}, timeout=0.2)
             return _exit_message(exited.result(), self.launch.log_path)
         finally:

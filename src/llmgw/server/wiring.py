@@ -41,6 +41,8 @@ def keeper_applier(store: Store, clock: Clock) -> Callable[[Action], Awaitable[N
                     state=ReplicaState.STARTING,
                     cpu_cores=action.cpu_cores,
                     memory_gb=action.memory_gb,
+                    gpu_class=action.gpu_class,
+                    gpus=action.gpus,
                     last_error=None,
                 )
             case Pend():

@@ -25,6 +25,8 @@ def _to_replica(row: Any) -> Replica:
         last_error=row.last_error,
         cpu_cores=row.cpu_cores,
         memory_gb=row.memory_gb,
+        gpu_class=row.gpu_class,
+        gpus=row.gpus,
         updated_at=utc(row.updated_at),
     )
 

@@ -50,6 +50,8 @@ replicas = Table(
     Column("last_error", Text, nullable=True),
     Column("cpu_cores", Integer, nullable=False, default=0),
     Column("memory_gb", Float, nullable=False, default=0.0),
+    Column("gpu_class", String(64), nullable=True),
+    Column("gpus", Integer, nullable=False, default=0),
     Column("updated_at", DateTime(timezone=True), nullable=False),
 )
 

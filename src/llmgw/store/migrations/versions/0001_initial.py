@@ -43,6 +43,8 @@ def upgrade() -> None:
         sa.Column("last_error", sa.Text, nullable=True),
         sa.Column("cpu_cores", sa.Integer, nullable=False),
         sa.Column("memory_gb", sa.Float, nullable=False),
+        sa.Column("gpu_class", sa.String(64), nullable=True),
+        sa.Column("gpus", sa.Integer, nullable=False),
         sa.Column("updated_at", sa.DateTime(timezone=True), nullable=False),
     )
     op.create_table(

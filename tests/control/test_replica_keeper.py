@@ -1,0 +1,431 @@
+"""The replica keeper: `plan` with plain data, and `ReplicaKeeper` with in-memory read/apply."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import timedelta
+
+from llmgw.control.replica_keeper import (
+    NODE_TIMEOUT,
+    Action,
+    Pend,
+    Place,
+    ReplicaKeeper,
+    Stop,
+    new_replica,
+    plan,
+)
+from llmgw.core.clock import FakeClock
+from llmgw.core.errors import StoreUnavailable
+from llmgw.core.types import Model, Node, Replica, ReplicaState
+from tests.factories import (
+    NOW,
+    cpu_profile,
+    gemma_model,
+    gpu_node,
+    gpu_profile,
+    local_model,
+    node_2_cores,
+    node_8_cores,
+    qwen_guard_model,
+    remote_model,
+    replica_failed,
+    replica_pending,
+    replica_placed,
+    replica_ready,
+)
+
+
+def apply(replicas: list[Replica], actions: list[Action]) -> list[Replica]:
+    """What the store does with the keeper's actions, in memory."""
+    rows = {r.id: r for r in replicas}
+    for action in actions:
+        match action:
+            case Place(replica_id=None) | Pend(replica_id=None):
+                row = new_replica(action)
+                rows[row.id] = row
+            case Place(replica_id=rid) if rid is not None:
+                rows[rid] = rows[rid].model_copy(
+                    update={
+                        "node_id": action.node_id,
+                        "profile": action.profile,
+                        "state": ReplicaState.STARTING,
+                        "cpu_cores": action.cpu_cores,
+                        "memory_gb": action.memory_gb,
+                        "last_error": None,
+                    }
+                )
+            case Pend(replica_id=rid) if rid is not None:
+                rows[rid] = rows[rid].model_copy(update={"last_error": action.reason})
+            case Stop(replica_id=rid):
+                rows[rid] = rows[rid].model_copy(update={"state": ReplicaState.STOPPING})
+    return list(rows.values())
+
+
+def converge(models: list[Model], nodes: list[Node], replicas: list[Replica]) -> list[Replica]:
+    """Plan and apply once, then check the keeper has nothing more to say."""
+    after = apply(replicas, plan(models, nodes, replicas, NOW))
+    assert plan(models, nodes, after, NOW) == []
+    return after
+
+
+# --- placing -----------------------------------------------------------------------------------
+
+
+def test_places_scaling_min_replicas_of_a_local_model_on_a_node_that_fits() -> None:
+    model = gemma_model(replicas=2, profiles=[cpu_profile(cores=2, memory_gb=2.0)])
+
+    actions = plan([model], [node_8_cores()], [], NOW)
+
+    assert actions == [
+        Place("gemma3-270m", "big", "default", cpu_cores=2, memory_gb=2.0),
+        Place("gemma3-270m", "big", "default", cpu_cores=2, memory_gb=2.0),
+    ]
+
+
+def test_a_model_already_at_scale_needs_nothing() -> None:
+    model = gemma_model(replicas=1)
+    assert plan([model], [node_8_cores()], [replica_ready("r1")], NOW) == []
+
+
+def test_replicas_spread_over_nodes() -> None:
+    model = gemma_model(replicas=2)
+    actions = plan([model], [node_8_cores("a"), node_8_cores("b")], [], NOW)
+    assert sorted(a.node_id for a in actions if isinstance(a, Place)) == ["a", "b"]
+
+
+def test_a_profile_that_fits_nowhere_pends_with_a_reason_naming_cores() -> None:
+    model = gemma_model(profiles=[cpu_profile(cores=4)])
+
+    actions = plan([model], [node_2_cores()], [], NOW)
+
+    assert len(actions) == 1
+    pend = actions[0]
+    assert isinstance(pend, Pend)
+    assert pend.model == "gemma3-270m"
+    assert pend.replica_id is None
+    assert "needs 4 cores" in pend.reason
+    assert "node small has only 2" in pend.reason
+
+
+def test_a_profile_that_fits_nowhere_pends_with_a_reason_naming_memory() -> None:
+    model = gemma_model(profiles=[cpu_profile(cores=1, memory_gb=64.0)])
+    [pend] = plan([model], [node_2_cores(), node_8_cores()], [], NOW)
+    assert isinstance(pend, Pend)
+    assert "needs 64 GB memory" in pend.reason
+    # Every node says why, so the operator sees the whole picture.
+    assert "node small has only 8 GB" in pend.reason
+    assert "node big has only 32 GB" in pend.reason
+
+
+def test_the_second_profile_is_used_when_the_first_does_not_fit() -> None:
+    model = gemma_model(
+        profiles=[cpu_profile("fast", cores=4, memory_gb=4.0), cpu_profile("lean", cores=1, memory_gb=2.0)]
+    )
+
+    actions = plan([model], [node_2_cores()], [], NOW)
+
+    assert actions == [Place("gemma3-270m", "small", "lean", cpu_cores=1, memory_gb=2.0)]
+
+
+def test_the_reason_names_every_profile_that_was_tried() -> None:
+    model = gemma_model(profiles=[cpu_profile("fast", cores=16), gpu_profile("gpu", gpu=1)])
+    [pend] = plan([model], [node_2_cores()], [], NOW)
+    assert isinstance(pend, Pend)
+    assert "profile fast: needs 16 cores" in pend.reason
+    assert "profile gpu: needs 1 GPU(s) of class l4" in pend.reason
+
+
+def test_a_pending_replica_that_now_fits_is_placed_under_its_own_id() -> None:
+    model = gemma_model(profiles=[cpu_profile(cores=4)])
+    waiting = replica_pending("rep-w", reason="does not fit: profile default: needs 4 cores; ...")
+
+    actions = plan([model], [node_8_cores()], [waiting], NOW)
+
+    assert actions == [Place("gemma3-270m", "big", "default", cpu_cores=4, memory_gb=1.0, replica_id="rep-w")]
+
+
+def test_a_pending_replica_whose_reason_changed_is_pended_again_under_its_own_id() -> None:
+    model = gemma_model(profiles=[cpu_profile(cores=4)])
+    waiting = replica_pending("rep-w", reason="no node is available")
+
+    [pend] = plan([model], [node_2_cores()], [waiting], NOW)
+
+    assert isinstance(pend, Pend)
+    assert pend.replica_id == "rep-w"
+    assert "needs 4 cores" in pend.reason
+
+
+def test_a_pending_replica_whose_reason_has_not_changed_needs_nothing() -> None:
+    model = gemma_model(profiles=[cpu_profile(cores=4)])
+    [first] = plan([model], [node_2_cores()], [], NOW)
+    assert isinstance(first, Pend)
+    waiting = replica_pending("rep-w", reason=first.reason)
+
+    assert plan([model], [node_2_cores()], [waiting], NOW) == []
+
+
+# --- scaling down and stopping -----------------------------------------------------------------
+
+
+def test_scale_down_stops_pending_replicas_first() -> None:
+    model = gemma_model(replicas=2)
+    replicas = [replica_ready("r-ready"), replica_failed("r-failed"), replica_pending("r-pending")]
+
+    actions = plan([model], [node_8_cores()], replicas, NOW)
+
+    assert actions == [Stop("r-pending", "gemma3-270m is scaled to 2")]
+
+
+def test_scale_down_stops_failed_replicas_before_working_ones() -> None:
+    model = gemma_model(replicas=1)
+    replicas = [replica_ready("r-a"), replica_failed("r-b"), replica_ready("r-c"), replica_pending("r-d")]
+
+    actions = plan([model], [node_8_cores()], replicas, NOW)
+
+    stopped = [a.replica_id for a in actions if isinstance(a, Stop)]
+    assert len(actions) == len(stopped) == 3
+    assert stopped[:2] == ["r-d", "r-b"]
+    assert stopped[2] in {"r-a", "r-c"}
+
+
+def test_scaling_to_zero_stops_every_replica() -> None:
+    model = gemma_model(replicas=0)
+    actions = plan([model], [node_8_cores()], [replica_ready("r1"), replica_pending("r2")], NOW)
+    assert {a.replica_id for a in actions if isinstance(a, Stop)} == {"r1", "r2"}
+    assert len(actions) == 2
+
+
+def test_replicas_of_a_model_no_longer_in_the_catalog_are_stopped() -> None:
+    gone = replica_ready("r-old", model="llama-3-8b")
+
+    actions = plan([gemma_model(replicas=0)], [node_8_cores()], [gone], NOW)
+
+    assert actions == [Stop("r-old", "model llama-3-8b is no longer in the catalog")]
+
+
+def test_a_replica_already_stopping_is_not_stopped_again() -> None:
+    stopping = replica_placed("r-old", model="llama-3-8b", state=ReplicaState.STOPPING)
+    assert plan([], [node_8_cores()], [stopping], NOW) == []
+
+
+# --- remote models -----------------------------------------------------------------------------
+
+
+def test_remote_models_get_no_replicas() -> None:
+    assert plan([remote_model()], [node_8_cores()], [], NOW) == []
+
+
+def test_a_replica_of_a_remote_model_is_stopped() -> None:
+    stray = replica_ready("r-stray", model="gpt-4o-mini")
+    actions = plan([remote_model("gpt-4o-mini")], [node_8_cores()], [stray], NOW)
+    assert [a.replica_id for a in actions if isinstance(a, Stop)] == ["r-stray"]
+    assert len(actions) == 1
+
+
+# --- node liveness -----------------------------------------------------------------------------
+
+
+def test_a_node_whose_heartbeat_is_too_old_is_not_used() -> None:
+    clock = FakeClock(NOW)
+    model = gemma_model()
+    silent = node_8_cores("silent", heartbeat_at=clock.now())
+    clock.advance(NODE_TIMEOUT.total_seconds() + 1)
+
+    [pend] = plan([model], [silent], [], clock.now())
+
+    assert isinstance(pend, Pend)
+    assert "no node is available" in pend.reason
+
+
+def test_a_node_that_reported_within_the_timeout_is_used() -> None:
+    clock = FakeClock(NOW)
+    lively = node_2_cores("lively", heartbeat_at=clock.now())
+    clock.advance(NODE_TIMEOUT.total_seconds())
+
+    assert plan([gemma_model()], [lively], [], clock.now()) == [
+        Place("gemma3-270m", "lively", "default", cpu_cores=1, memory_gb=1.0)
+    ]
+
+
+def test_a_live_node_is_chosen_over_a_bigger_silent_one() -> None:
+    clock = FakeClock(NOW)
+    silent = node_8_cores("silent", heartbeat_at=clock.now() - timedelta(minutes=5))
+    lively = node_2_cores("lively", heartbeat_at=clock.now())
+
+    actions = plan([gemma_model()], [silent, lively], [], clock.now())
+
+    assert [a.node_id for a in actions if isinstance(a, Place)] == ["lively"]
+
+
+def test_a_node_that_never_reported_is_not_used() -> None:
+    never = node_8_cores("new", heartbeat_at=None)
+    [pend] = plan([gemma_model()], [never], [], NOW)
+    assert isinstance(pend, Pend)
+
+
+# --- resources already held --------------------------------------------------------------------
+
+
+def test_two_models_competing_for_one_two_core_node() -> None:
+    both_cores = [cpu_profile(cores=2, memory_gb=2.0)]
+    gemma = gemma_model(profiles=both_cores)
+    guard = qwen_guard_model(profiles=both_cores)
+
+    actions = plan([gemma, guard], [node_2_cores()], [], NOW)
+
+    assert len(actions) == 2
+    placed, pended = actions
+    assert placed == Place("gemma3-270m", "small", "default", cpu_cores=2, memory_gb=2.0)
+    assert isinstance(pended, Pend)
+    assert pended.model == "qwen3guard-0.6b"
+    assert "node small has 0 of 2 free" in pended.reason
+
+
+def test_replicas_already_on_the_node_leave_less_room() -> None:
+    guard = qwen_guard_model(profiles=[cpu_profile(cores=1)])
+    gemma = gemma_model(profiles=[cpu_profile(cores=2)])
+    running = replica_ready("r-gemma", node_id="small", cores=2, memory_gb=1.0)
+
+    [pend] = plan([gemma, guard], [node_2_cores()], [running], NOW)
+
+    assert isinstance(pend, Pend)
+    assert pend.model == "qwen3guard-0.6b"
+    assert "needs 1 cores; node small has 0 of 2 free" in pend.reason
+
+
+def test_a_stopping_replica_frees_its_cores_for_others() -> None:
+    guard = qwen_guard_model(profiles=[cpu_profile(cores=2)])
+    leaving = replica_placed(
+        "r-old", model="llama-3-8b", node_id="small", cores=2, state=ReplicaState.STOPPING
+    )
+
+    actions = plan([guard], [node_2_cores()], [leaving], NOW)
+
+    assert actions == [Place("qwen3guard-0.6b", "small", "default", cpu_cores=2, memory_gb=1.0)]
+
+
+def test_one_gpu_is_not_given_to_two_replicas() -> None:
+    # Two engines on one GPU run out of VRAM; the second must wait like it would for cores.
+    one_l4 = gpu_node("gpu", gpus={"l4": 1})
+    gemma = gemma_model(profiles=[gpu_profile(gpu=1, gpu_class="l4")])
+    guard = qwen_guard_model(profiles=[gpu_profile(gpu=1, gpu_class="l4")])
+
+    actions = plan([gemma, guard], [one_l4], [], NOW)
+
+    assert [type(a) for a in actions] == [Place, Pend], actions
+
+
+# --- idempotence -------------------------------------------------------------------------------
+
+
+def test_planning_again_on_the_applied_result_changes_nothing() -> None:
+    models = [
+        gemma_model(replicas=2),  # fits
+        qwen_guard_model(profiles=[cpu_profile(cores=64)]),  # fits nowhere
+        local_model("phi-4", replicas=1),  # over scale
+        remote_model(),
+    ]
+    nodes = [node_2_cores(), node_8_cores()]
+    replicas = [
+        replica_ready("r-phi-1", model="phi-4"),
+        replica_ready("r-phi-2", model="phi-4", node_id="small"),
+        replica_ready("r-orphan", model="mistral-7b"),
+    ]
+
+    after = converge(models, nodes, replicas)
+
+    live = [r for r in after if r.state != ReplicaState.STOPPING]
+    assert sorted(r.model for r in live) == ["gemma3-270m", "gemma3-270m", "phi-4", "qwen3guard-0.6b"]
+    [waiting] = [r for r in live if r.model == "qwen3guard-0.6b"]
+    assert waiting.node_id is None and waiting.last_error and "needs 64 cores" in waiting.last_error
+
+
+def test_a_pending_replica_converges_once_a_node_appears() -> None:
+    models = [gemma_model()]
+    waiting = converge(models, [], [])
+    [pending] = waiting
+    assert pending.state == ReplicaState.PENDING and pending.node_id is None
+
+    [placed] = converge(models, [node_2_cores()], waiting)
+
+    assert placed.id == pending.id
+    assert (placed.node_id, placed.state) == ("small", ReplicaState.STARTING)
+
+
+# --- the loop ----------------------------------------------------------------------------------
+
+
+class InMemoryStore:
+    """The keeper's read and apply, over lists."""
+
+    def __init__(self, models: list[Model], nodes: list[Node], replicas: list[Replica]) -> None:
+        self.models, self.nodes, self.replicas = models, nodes, replicas
+        self.applied: list[Action] = []
+        self.reads = 0
+
+    async def read(self) -> tuple[list[Model], list[Node], list[Replica]]:
+        self.reads += 1
+        return self.models, self.nodes, self.replicas
+
+    async def apply(self, action: Action) -> None:
+        self.applied.append(action)
+        self.replicas = apply(self.replicas, [action])
+
+
+async def test_tick_applies_the_plan_and_announces_the_change_once() -> None:
+    store = InMemoryStore([gemma_model(replicas=2)], [node_8_cores()], [replica_ready("r-orphan", "old")])
+    changes: list[None] = []
+    keeper = ReplicaKeeper(store.read, store.apply, FakeClock(NOW), on_change=lambda: changes.append(None))
+
+    did = await keeper.tick()
+
+    assert did == store.applied
+    assert len(did) == 3
+    assert sorted(r.model for r in store.replicas if r.state == ReplicaState.STARTING) == [
+        "gemma3-270m",
+        "gemma3-270m",
+    ]
+    assert len(changes) == 1
+
+    assert await keeper.tick() == []
+    assert len(changes) == 1  # nothing changed, nobody is woken
+
+
+async def test_tick_uses_the_keepers_clock_for_node_liveness() -> None:
+    clock = FakeClock(NOW)
+    store = InMemoryStore([gemma_model()], [node_8_cores(heartbeat_at=clock.now())], [])
+    keeper = ReplicaKeeper(store.read, store.apply, clock)
+    clock.advance(NODE_TIMEOUT.total_seconds() + 1)
+
+    [action] = await keeper.tick()
+
+    assert isinstance(action, Pend)
+
+
+async def test_the_loop_survives_a_store_outage() -> None:
+    store = InMemoryStore([gemma_model()], [node_8_cores()], [])
+    healthy_read = store.read
+    placed = asyncio.Event()
+
+    async def flaky_read() -> tuple[list[Model], list[Node], list[Replica]]:
+        if store.reads == 0:
+            store.reads += 1
+            raise StoreUnavailable("database is down")
+        return await healthy_read()
+
+    async def apply_and_signal(action: Action) -> None:
+        await store.apply(action)
+        placed.set()
+
+    keeper = ReplicaKeeper(flaky_read, apply_and_signal, FakeClock(NOW))
+    task = asyncio.create_task(keeper.run(interval_s=3600))
+    try:
+        keeper.wake.set()  # the next pass starts without waiting out the interval
+        await asyncio.wait_for(placed.wait(), timeout=5)
+    finally:
+        task.cancel()
+        await asyncio.wait({task})
+
+    assert store.reads == 2
+    assert [type(a) for a in store.applied] == [Place]

@@ -1,0 +1,204 @@
+"""Named domain data for tests: nodes, models, replicas and keys a reader can picture.
+
+Plain functions with keyword overrides, so any test module can `from tests.factories import …`.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from llmgw.core.ids import hash_key, key_prefix, new_api_key
+from llmgw.core.types import (
+    ApiKey,
+    Engine,
+    KeyScope,
+    LocalSource,
+    Model,
+    Node,
+    Profile,
+    RemoteSource,
+    Replica,
+    ReplicaState,
+    Scaling,
+)
+
+# The moment "now" in tests that do not move time; FakeClock() starts here too.
+NOW = datetime(2026, 1, 1, tzinfo=UTC)
+
+# The server-side secret keying API-key hashes in tests.
+KEY_SECRET = bytes.fromhex("00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff")
+
+
+# --- nodes -------------------------------------------------------------------------------------
+
+
+def node(id: str = "node-a", *, cores: int = 4, memory_gb: float = 16.0, **over: Any) -> Node:
+    """A node that reported in at NOW."""
+    fields: dict[str, Any] = {"heartbeat_at": NOW}
+    fields.update(over)
+    return Node(id=id, cores=cores, memory_gb=memory_gb, **fields)
+
+
+def node_2_cores(id: str = "small", **over: Any) -> Node:
+    """A laptop-sized node: 2 cores, 8 GB."""
+    return node(id, cores=2, memory_gb=8.0, **over)
+
+
+def node_8_cores(id: str = "big", **over: Any) -> Node:
+    """A workstation: 8 cores, 32 GB."""
+    return node(id, cores=8, memory_gb=32.0, **over)
+
+
+def gpu_node(id: str = "gpu", *, gpus: dict[str, int] | None = None, **over: Any) -> Node:
+    """A node with one L4 GPU unless told otherwise."""
+    return node(id, cores=8, memory_gb=32.0, gpus=gpus if gpus is not None else {"l4": 1}, **over)
+
+
+# --- catalog -----------------------------------------------------------------------------------
+
+
+def cpu_profile(name: str = "default", *, cores: int = 1, memory_gb: float = 1.0, **over: Any) -> Profile:
+    """A llama.cpp profile holding `cores` cores and `memory_gb` GB."""
+    return Profile(name=name, engine=Engine.LLAMACPP, cpu_cores=cores, min_memory_gb=memory_gb, **over)
+
+
+def gpu_profile(name: str = "gpu", *, gpu: int = 1, gpu_class: str | None = "l4", **over: Any) -> Profile:
+    """A llama.cpp profile that needs a GPU."""
+    return Profile(name=name, engine=Engine.LLAMACPP, gpu=gpu, gpu_class=gpu_class, **over)
+
+
+def local_model(
+    name: str,
+    *,
+    profiles: list[Profile] | None = None,
+    replicas: int = 1,
+    path: str | None = None,
+    **over: Any,
+) -> Model:
+    """A local GGUF model kept at `replicas` replicas (scaling.min = scaling.max)."""
+    return Model(
+        name=name,
+        source=LocalSource(path=path or f"/models/{name}.gguf"),
+        profiles=profiles if profiles is not None else [cpu_profile()],
+        scaling=Scaling(min=replicas, max=max(replicas, 1)),
+        **over,
+    )
+
+
+def gemma_model(**over: Any) -> Model:
+    """The demo model: Gemma 3 270M, one core and one GB by default."""
+    return local_model("gemma3-270m", **over)
+
+
+def qwen_guard_model(**over: Any) -> Model:
+    """A judge model: Qwen3Guard 0.6B."""
+    return local_model("qwen3guard-0.6b", guard=True, **over)
+
+
+def remote_model(
+    name: str = "gpt-4o-mini",
+    *,
+    base_url: str = "https://api.example.com/v1",
+    api_key_env: str | None = "EXAMPLE_API_KEY",
+    upstream_name: str | None = None,
+) -> Model:
+    """A model proxied to a remote OpenAI-compatible provider."""
+    return Model(
+        name=name,
+        source=RemoteSource(base_url=base_url, api_key_env=api_key_env, model=upstream_name),
+        profiles=[Profile(engine=Engine.REMOTE, cpu_cores=0, min_memory_gb=0)],
+    )
+
+
+# --- replicas ----------------------------------------------------------------------------------
+
+
+def replica(id: str, model: str, **over: Any) -> Replica:
+    return Replica(id=id, model=model, **over)
+
+
+def replica_pending(
+    id: str = "rep-pending", model: str = "gemma3-270m", *, reason: str | None = None
+) -> Replica:
+    """Waiting for a node; `reason` is what the keeper last said about it."""
+    return Replica(id=id, model=model, state=ReplicaState.PENDING, last_error=reason)
+
+
+def replica_placed(
+    id: str,
+    model: str = "gemma3-270m",
+    *,
+    node_id: str = "big",
+    state: ReplicaState = ReplicaState.STARTING,
+    cores: int = 1,
+    memory_gb: float = 1.0,
+    profile: str = "default",
+    **over: Any,
+) -> Replica:
+    """A replica on a node holding `cores` and `memory_gb` there."""
+    return Replica(
+        id=id,
+        model=model,
+        node_id=node_id,
+        profile=profile,
+        state=state,
+        cpu_cores=cores,
+        memory_gb=memory_gb,
+        **over,
+    )
+
+
+def replica_ready(
+    id: str = "rep-ready", model: str = "gemma3-270m", *, port: int = 39001, **over: Any
+) -> Replica:
+    """A ready replica listening on 127.0.0.1:`port`."""
+    over.setdefault("endpoint", f"http://127.0.0.1:{port}/v1")
+    return replica_placed(id, model, state=ReplicaState.READY, **over)
+
+
+def replica_failed(
+    id: str = "rep-failed",
+    model: str = "gemma3-270m",
+    *,
+    error: str = "engine exited with code 1",
+    **over: Any,
+) -> Replica:
+    """A placed replica whose engine died."""
+    return replica_placed(id, model, state=ReplicaState.FAILED, last_error=error, **over)
+
+
+# --- keys --------------------------------------------------------------------------------------
+
+
+def api_key(
+    *,
+    scope: KeyScope = KeyScope.USER,
+    models: list[str] | None = None,
+    expires_at: datetime | None = None,
+    revoked: bool = False,
+    name: str = "test key",
+    secret: bytes = KEY_SECRET,
+) -> tuple[str, ApiKey]:
+    """A fresh plaintext key and the record the store keeps for it."""
+    plaintext = new_api_key()
+    record = ApiKey(
+        id="key-" + plaintext[-6:],
+        name=name,
+        prefix=key_prefix(plaintext),
+        last4=plaintext[-4:],
+        hash=hash_key(secret, plaintext),
+        scope=scope,
+        models=models or [],
+        expires_at=expires_at,
+        revoked=revoked,
+    )
+    return plaintext, record
+
+
+def user_key(**over: Any) -> tuple[str, ApiKey]:
+    return api_key(scope=KeyScope.USER, **over)
+
+
+def admin_key(**over: Any) -> tuple[str, ApiKey]:
+    return api_key(scope=KeyScope.ADMIN, **over)

@@ -1,0 +1,95 @@
+"""A stand-in engine for fault injection: it serves `GET /health` and misbehaves on request.
+
+    python fake_engine.py --port P [--host H] --mode ok|slow|crash|hang-on-term [options] [ignored…]
+
+Modes:
+  ok            healthy at once
+  slow          503 "loading" for --ready-after seconds, then 200
+  crash         prints "fatal: out of memory" to stderr and exits 3, before it ever answers
+                (--crash-at before) or right after its first healthy answer (--crash-at after)
+  hang-on-term  healthy at once, and ignores SIGTERM
+
+--worker starts a child process of its own (like an engine's helper), to check it is stopped too.
+Unknown arguments are ignored, so any engine-style argv can be passed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+CRASH_CODE = 3
+CRASH_LINE = "fatal: out of memory"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--mode", choices=["ok", "slow", "crash", "hang-on-term"], default="ok")
+    parser.add_argument("--ready-after", type=float, default=1.0)
+    parser.add_argument("--crash-at", choices=["before", "after"], default="before")
+    parser.add_argument("--worker", action="store_true")
+    args, _ignored = parser.parse_known_args()
+
+    if args.mode == "hang-on-term":
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    sys.stdout.write(f"fake engine pid {os.getpid()} mode {args.mode} port {args.port}\n")
+    sys.stdout.flush()
+
+    if args.worker:
+        # The worker carries the engine's arguments too, so a test can find it by them.
+        worker = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)", *sys.argv[1:]])
+        sys.stdout.write(f"worker pid {worker.pid}\n")
+        sys.stdout.flush()
+
+    if args.mode == "crash" and args.crash_at == "before":
+        crash()
+
+    started = time.monotonic()
+    answered_healthy = threading.Event()
+
+    class Health(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            if self.path != "/health":
+                self.send_error(404)
+                return
+            loading = args.mode == "slow" and time.monotonic() - started < args.ready_after
+            body = b'{"status":"loading"}' if loading else b'{"status":"ok"}'
+            self.send_response(503 if loading else 200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+            self.wfile.flush()
+            if not loading:
+                answered_healthy.set()
+
+        def log_message(self, format: str, *a: object) -> None:
+            pass  # keep the log to what a test looks for
+
+    server = ThreadingHTTPServer((args.host, args.port), Health)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    sys.stdout.write("listening\n")
+    sys.stdout.flush()
+
+    if args.mode == "crash":  # --crash-at after
+        answered_healthy.wait()
+        crash()
+    threading.Event().wait()
+
+
+def crash() -> None:
+    sys.stderr.write(f"{CRASH_LINE}\n")
+    sys.stderr.flush()
+    os._exit(CRASH_CODE)
+
+
+if __name__ == "__main__":
+    main()

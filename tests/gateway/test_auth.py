@@ -1,0 +1,138 @@
+"""Authenticating requests against the key cache, and which models a key may use."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+
+from llmgw.core.clock import FakeClock
+from llmgw.core.errors import Forbidden, Unauthenticated
+from llmgw.core.types import ApiKey
+from llmgw.gateway.auth import KeyCache, may_use, require_admin
+from tests.factories import KEY_SECRET, NOW, admin_key, api_key, user_key
+
+
+def cache(*records: ApiKey) -> KeyCache:
+    return KeyCache(KEY_SECRET, list(records))
+
+
+def test_a_valid_key_authenticates_as_its_record() -> None:
+    plaintext, record = user_key()
+    assert cache(record).authenticate(f"Bearer {plaintext}", NOW) == record
+
+
+def test_the_scheme_is_case_insensitive_and_spaces_around_the_key_are_ignored() -> None:
+    plaintext, record = user_key()
+    assert cache(record).authenticate(f"bearer   {plaintext} ", NOW) == record
+
+
+@pytest.mark.parametrize("header", [None, ""])
+def test_a_request_without_a_key_is_told_how_to_send_one(header: str | None) -> None:
+    with pytest.raises(Unauthenticated) as caught:
+        cache().authenticate(header, NOW)
+    assert caught.value.status == 401
+    assert caught.value.code == "missing_api_key"
+    assert "Authorization: Bearer" in caught.value.message
+
+
+@pytest.mark.parametrize(
+    "header", ["Basic dXNlcjpwYXNz", "Bearer", "Bearer    ", "sk-llmgw-abc", "Token sk-llmgw-abc"]
+)
+def test_a_malformed_header_is_rejected(header: str) -> None:
+    plaintext, record = user_key()
+    with pytest.raises(Unauthenticated) as caught:
+        cache(record).authenticate(header, NOW)
+    assert caught.value.status == 401
+    assert caught.value.code == "invalid_api_key"
+    assert "Bearer <key>" in caught.value.message
+
+
+def test_a_wrong_key_is_rejected_without_echoing_it() -> None:
+    _, record = user_key()
+    wrong, _ = user_key()
+
+    with pytest.raises(Unauthenticated) as caught:
+        cache(record).authenticate(f"Bearer {wrong}", NOW)
+
+    assert caught.value.code == "invalid_api_key"
+    assert caught.value.message == "Incorrect API key provided"
+    assert wrong not in str(caught.value)
+
+
+def test_a_key_hashed_with_another_installs_secret_is_rejected() -> None:
+    plaintext, foreign = user_key(secret=b"another install's secret")
+    with pytest.raises(Unauthenticated, match="Incorrect API key"):
+        cache(foreign).authenticate(f"Bearer {plaintext}", NOW)
+
+
+def test_a_revoked_key_is_rejected_like_an_unknown_one() -> None:
+    plaintext, record = user_key(revoked=True)
+    with pytest.raises(Unauthenticated) as caught:
+        cache(record).authenticate(f"Bearer {plaintext}", NOW)
+    assert caught.value.message == "Incorrect API key provided"
+
+
+def test_a_key_works_until_it_expires() -> None:
+    clock = FakeClock(NOW)
+    plaintext, record = user_key(expires_at=clock.now() + timedelta(hours=1))
+    keys = cache(record)
+
+    clock.advance(3599)
+    assert keys.authenticate(f"Bearer {plaintext}", clock.now()) == record
+
+    clock.advance(1)
+    with pytest.raises(Unauthenticated) as caught:
+        keys.authenticate(f"Bearer {plaintext}", clock.now())
+    assert caught.value.status == 401
+    assert caught.value.code == "expired_api_key"
+    assert "expired" in caught.value.message
+
+
+def test_each_key_in_the_cache_is_found() -> None:
+    pairs = [user_key(name=f"k{i}") for i in range(3)] + [admin_key()]
+    keys = cache(*(record for _, record in pairs))
+    for plaintext, record in pairs:
+        assert keys.authenticate(f"Bearer {plaintext}", NOW) is record
+
+
+# --- permissions -------------------------------------------------------------------------------
+
+
+def test_admin_endpoints_refuse_user_keys() -> None:
+    _, user = user_key()
+    _, admin = admin_key()
+    require_admin(admin)
+    with pytest.raises(Forbidden) as caught:
+        require_admin(user)
+    assert caught.value.status == 403
+
+
+def test_a_key_without_a_model_list_may_use_any_model() -> None:
+    _, record = user_key()
+    assert may_use(record, "gemma3-270m")
+    assert may_use(record, "gpt-4o-mini")
+
+
+def test_an_admin_key_may_use_any_model_whatever_its_list_says() -> None:
+    _, record = admin_key(models=["gemma3-*"])
+    assert may_use(record, "gpt-4o-mini")
+
+
+@pytest.mark.parametrize(
+    ("model", "allowed"),
+    [
+        ("gemma3-270m", True),
+        ("gemma3-1b", True),
+        ("qwen3guard-0.6b", True),
+        ("qwen3guard-4b", True),
+        ("qwen3guard-8b", False),
+        ("gpt-4o-mini", True),
+        ("gpt-4o", False),
+        ("GEMMA3-270M", False),
+        ("llama-guard-3-1b", False),
+    ],
+)
+def test_a_user_key_may_use_the_models_its_patterns_match(model: str, allowed: bool) -> None:
+    _, record = api_key(models=["gemma3-*", "qwen3guard-[04]*", "gpt-4o-mini"])
+    assert may_use(record, model) is allowed

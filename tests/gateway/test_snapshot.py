@@ -1,0 +1,156 @@
+"""`build_routes`: the request path's routes from the catalog and the replicas."""
+
+from __future__ import annotations
+
+import pytest
+
+from llmgw.core.errors import NoReadyReplica
+from llmgw.core.types import ReplicaState
+from llmgw.gateway.routing import Route, RoutingTable, Upstream
+from llmgw.gateway.snapshot import build_routes
+from tests.factories import (
+    gemma_model,
+    qwen_guard_model,
+    remote_model,
+    replica_failed,
+    replica_pending,
+    replica_placed,
+    replica_ready,
+)
+
+
+def by_id(routes: dict[str, Route]) -> dict[str, Upstream]:
+    return {u.id: u for r in routes.values() for u in r.upstreams}
+
+
+# --- remote models -----------------------------------------------------------------------------
+
+
+def test_a_remote_route_carries_the_key_from_the_servers_environment(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("EXAMPLE_API_KEY", "sk-provider-123")
+    model = remote_model(
+        "gpt-4o-mini", base_url="https://api.example.com/v1/", upstream_name="gpt-4o-mini-2024"
+    )
+
+    route = build_routes([model], [], {})["gpt-4o-mini"]
+
+    [up] = route.upstreams
+    assert up.base_url == "https://api.example.com/v1"
+    assert up.headers == {"Authorization": "Bearer sk-provider-123"}
+    assert route.upstream_model == "gpt-4o-mini-2024"
+    assert route.unavailable == ""
+
+
+def test_a_remote_provider_without_a_key_gets_no_authorization_header() -> None:
+    route = build_routes([remote_model(api_key_env=None)], [], {})["gpt-4o-mini"]
+    [up] = route.upstreams
+    assert up.headers == {}
+
+
+def test_a_missing_key_variable_leaves_the_route_without_upstream_and_says_why(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv("EXAMPLE_API_KEY", raising=False)
+    routes = build_routes([remote_model(api_key_env="EXAMPLE_API_KEY"), gemma_model()], [], {})
+
+    route = routes["gpt-4o-mini"]
+    assert route.upstreams == ()
+    assert "EXAMPLE_API_KEY" in route.unavailable
+    # The client's 503 carries the same explanation.
+    with pytest.raises(NoReadyReplica, match="EXAMPLE_API_KEY is not set"):
+        RoutingTable(routes).choose(route)
+    # One broken provider does not take the other models down with it.
+    assert "gemma3-270m" in routes
+
+
+# --- local models ------------------------------------------------------------------------------
+
+
+def test_only_ready_replicas_with_an_endpoint_are_upstreams() -> None:
+    replicas = [
+        replica_ready("r-ready", port=39001),
+        replica_ready("r-no-endpoint", endpoint=None),
+        replica_placed("r-starting", state=ReplicaState.STARTING, endpoint="http://127.0.0.1:39002/v1"),
+        replica_placed("r-stopping", state=ReplicaState.STOPPING, endpoint="http://127.0.0.1:39003/v1"),
+        replica_failed("r-failed", endpoint="http://127.0.0.1:39004/v1"),
+        replica_pending("r-pending"),
+        replica_ready("r-other-model", model="qwen3guard-0.6b", port=39005),
+    ]
+
+    route = build_routes([gemma_model(), qwen_guard_model()], replicas, {})["gemma3-270m"]
+
+    assert [(u.id, u.base_url) for u in route.upstreams] == [("r-ready", "http://127.0.0.1:39001/v1")]
+    assert route.upstreams[0].headers == {}
+
+
+def test_a_local_model_without_ready_replicas_explains_itself() -> None:
+    replicas = [
+        replica_failed("r1", error="engine exited with code 3"),
+        replica_placed("r2", state=ReplicaState.STOPPING),
+    ]
+
+    route = build_routes([gemma_model()], replicas, {})["gemma3-270m"]
+
+    assert route.upstreams == ()
+    # Stopping replicas are on their way out and do not explain anything.
+    assert route.unavailable == "failed: engine exited with code 3"
+
+
+def test_a_local_model_with_no_replica_at_all_hints_at_scaling() -> None:
+    route = build_routes([gemma_model(replicas=0)], [], {})["gemma3-270m"]
+    assert route.upstreams == ()
+    assert "scaling.min" in route.unavailable
+
+
+def test_every_catalog_model_gets_a_route_and_nothing_else() -> None:
+    routes = build_routes([gemma_model(), qwen_guard_model()], [replica_ready("r", model="gone")], {})
+    assert set(routes) == {"gemma3-270m", "qwen3guard-0.6b"}
+
+
+# --- counters survive a rebuild ----------------------------------------------------------------
+
+
+def test_requests_in_flight_are_remembered_across_a_rebuild(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("EXAMPLE_API_KEY", "sk-provider-123")
+    models = [gemma_model(replicas=2), remote_model()]
+    replicas = [replica_ready("r1", port=39001), replica_ready("r2", port=39002)]
+    first = build_routes(models, replicas, {})
+    ups = by_id(first)
+    ups["r1"].outstanding = 3
+    ups["remote:gpt-4o-mini"].outstanding = 7
+
+    second = build_routes(models, [*replicas, replica_pending("r3")], ups)
+
+    again = by_id(second)
+    assert again["r1"] is ups["r1"] and again["r1"].outstanding == 3
+    assert again["r2"] is ups["r2"]
+    assert again["remote:gpt-4o-mini"].outstanding == 7
+    # The balancer keeps steering away from the busy replica after the refresh.
+    table = RoutingTable(second)
+    assert table.choose(table.resolve("gemma3-270m")).id == "r2"
+
+
+def test_a_replica_that_moved_to_a_new_port_starts_a_fresh_count() -> None:
+    first = build_routes([gemma_model()], [replica_ready("r1", port=39001)], {})
+    old = by_id(first)["r1"]
+    old.outstanding = 2
+
+    second = build_routes([gemma_model()], [replica_ready("r1", port=39555)], by_id(first))
+
+    new = by_id(second)["r1"]
+    assert new is not old
+    assert new.base_url == "http://127.0.0.1:39555/v1"
+    assert new.outstanding == 0
+
+
+def test_a_rotated_provider_key_is_picked_up(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("EXAMPLE_API_KEY", "sk-old")
+    first = build_routes([remote_model()], [], {})
+    monkeypatch.setenv("EXAMPLE_API_KEY", "sk-new")
+
+    second = build_routes([remote_model()], [], by_id(first))
+
+    [up] = second["gpt-4o-mini"].upstreams
+    assert up.headers == {"Authorization": "Bearer sk-new"}
