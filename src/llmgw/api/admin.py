@@ -26,17 +26,17 @@ def _json(data: Any, status: int = 200) -> web.Response:
     return web.Response(body=orjson.dumps(data), status=status, content_type="application/json")
 
 
-def _admin(request: web.Request) -> ApiKey:
+def admin_key(request: web.Request) -> ApiKey:
     key = request.app[GATEWAY].authenticate(request.headers.get("Authorization"))
     require_admin(key)
     return key
 
 
-def _by(key: ApiKey) -> str:
+def by(key: ApiKey) -> str:
     return f"{key.name} ({key.label})"
 
 
-def _invalid(exc: ValidationError) -> InvalidRequest:
+def invalid(exc: ValidationError) -> InvalidRequest:
     first = exc.errors()[0]
     where = ".".join(str(p) for p in first["loc"]) or None
     return InvalidRequest(f"{where + ': ' if where else ''}{first['msg']}", param=where)
@@ -47,51 +47,51 @@ def _dump(model: Model) -> dict[str, Any]:
 
 
 async def list_models(request: web.Request) -> web.Response:
-    _admin(request)
+    admin_key(request)
     models = await request.app[CATALOG].models()
     return _json({"data": [_dump(m) for m in models]})
 
 
 async def add_model(request: web.Request) -> web.Response:
-    key = _admin(request)
+    key = admin_key(request)
     _, payload = await read_json(request)
     for field in ("by", "created_at", "updated_at"):
         payload.pop(field, None)
     try:
         model = Model.model_validate(payload)
     except ValidationError as exc:
-        raise _invalid(exc) from exc
-    added = await request.app[CATALOG].add(model, _by(key))
+        raise invalid(exc) from exc
+    added = await request.app[CATALOG].add(model, by(key))
     return _json(_dump(added), status=201)
 
 
 async def get_model(request: web.Request) -> web.Response:
-    _admin(request)
+    admin_key(request)
     return _json(_dump(await request.app[CATALOG].get(request.match_info["name"])))
 
 
 async def remove_model(request: web.Request) -> web.Response:
-    _admin(request)
+    admin_key(request)
     name = request.match_info["name"]
     await request.app[CATALOG].remove(name)
     return _json({"name": name, "removed": True})
 
 
 async def scale_model(request: web.Request) -> web.Response:
-    key = _admin(request)
+    key = admin_key(request)
     _, payload = await read_json(request)
     try:
         req = ScaleRequest.model_validate(payload)
     except ValidationError as exc:
-        raise _invalid(exc) from exc
+        raise invalid(exc) from exc
     if req.max is not None and req.max < req.min:
         raise InvalidRequest(f"max ({req.max}) is below min ({req.min})", param="max")
-    model = await request.app[CATALOG].scale(request.match_info["name"], req.min, req.max, _by(key))
+    model = await request.app[CATALOG].scale(request.match_info["name"], req.min, req.max, by(key))
     return _json(_dump(model))
 
 
 async def model_resources(request: web.Request) -> web.Response:
-    _admin(request)
+    admin_key(request)
     res = await request.app[CATALOG].resources(request.match_info["name"])
     return _json(
         {
@@ -99,18 +99,22 @@ async def model_resources(request: web.Request) -> web.Response:
             "placement": [asdict(f) for f in res.placement],
             "replicas": [r.model_dump(mode="json") for r in res.replicas],
             "nodes": [n.model_dump(mode="json") for n in res.nodes],
+            "estimates": {
+                name: {"total_gb": e.total_gb, "parts": e.parts(), "describe": e.describe()}
+                for name, e in res.estimates.items()
+            },
         }
     )
 
 
 async def list_replicas(request: web.Request) -> web.Response:
-    _admin(request)
+    admin_key(request)
     replicas = await request.app[CATALOG].replicas(request.query.get("model"))
     return _json({"data": [r.model_dump(mode="json") for r in replicas]})
 
 
 async def list_nodes(request: web.Request) -> web.Response:
-    _admin(request)
+    admin_key(request)
     nodes = await request.app[CATALOG].nodes()
     return _json({"data": [n.model_dump(mode="json") for n in nodes]})
 

@@ -38,7 +38,7 @@ def _global(
     _opts.url, _opts.key, _opts.json = url, key, json_out
 
 
-def _call(method: str, path: str, body: Any = None) -> Any:
+def call(method: str, path: str, body: Any = None) -> Any:
     try:
         return AdminClient.resolve(_opts.url, _opts.key).call(method, path, body)
     except CtlError as exc:
@@ -46,7 +46,7 @@ def _call(method: str, path: str, body: Any = None) -> Any:
         raise typer.Exit(1) from None
 
 
-def _show(data: Any, as_table: Callable[[Any], None]) -> None:
+def show(data: Any, as_table: Callable[[Any], None]) -> None:
     if _opts.json:
         render.emit_json(data)
     else:
@@ -55,14 +55,16 @@ def _show(data: Any, as_table: Callable[[Any], None]) -> None:
 
 def _source(m: dict[str, Any]) -> str:
     s = m["source"]
+    if s["kind"] == "hf":
+        return f"hf:{s['repo']}/{s['file']}@{s['revision']}"
     return str(s["path"] if s["kind"] == "local" else s["base_url"])
 
 
 @model_app.command("list")
 def model_list() -> None:
     """List catalog models."""
-    data = _call("GET", "/admin/v1/models")
-    _show(
+    data = call("GET", "/admin/v1/models")
+    show(
         data,
         lambda d: render.table(
             "models",
@@ -124,15 +126,15 @@ def model_add(
         "scaling": {"min": min_replicas if engine == "llamacpp" else 0,
                     "max": max(max_replicas or min_replicas, min_replicas)},
     }
-    data = _call("POST", "/admin/v1/models", body)
-    _show(data, lambda m: render.console.print(f"added {m['name']} (by {m['by']})"))
+    data = call("POST", "/admin/v1/models", body)
+    show(data, lambda m: render.console.print(f"added {m['name']} (by {m['by']})"))
 
 
 @model_app.command("remove")
 def model_remove(name: str) -> None:
     """Remove a model; its replicas are stopped."""
-    data = _call("DELETE", f"/admin/v1/models/{quote(name)}")
-    _show(data, lambda _d: render.console.print(f"removed {name}"))
+    data = call("DELETE", f"/admin/v1/models/{quote(name)}")
+    show(data, lambda _d: render.console.print(f"removed {name}"))
 
 
 @model_app.command("scale")
@@ -142,10 +144,10 @@ def model_scale(
     max_replicas: Annotated[int | None, typer.Option("--max", help="Upper bound.")] = None,
 ) -> None:
     """Change how many replicas the keeper keeps ready."""
-    data = _call(
+    data = call(
         "POST", f"/admin/v1/models/{quote(name)}/scale", {"min": min_replicas, "max": max_replicas}
     )
-    _show(
+    show(
         data,
         lambda m: render.console.print(
             f"{m['name']}: min {m['scaling']['min']}, max {m['scaling']['max']} (by {m['by']})"
@@ -157,10 +159,12 @@ def _resources_table(d: dict[str, Any]) -> None:
     m = d["model"]
     render.console.print(f"[bold]{m['name']}[/]  source {_source(m)}  scaling "
                          f"{m['scaling']['min']}..{m['scaling']['max']}  by {m['by']}")
+    est = d.get("estimates", {})
     render.table(
         "profiles",
-        ["name", "engine", "cores", "memory GB", "args"],
-        [[p["name"], p["engine"], p["cpu_cores"], p["min_memory_gb"], " ".join(p["args"])]
+        ["name", "engine", "cores", "memory GB", "estimate (GiB)", "args"],
+        [[p["name"], p["engine"], p["cpu_cores"], p["min_memory_gb"],
+          est[p["name"]]["describe"] if p["name"] in est else "-", " ".join(p["args"])]
          for p in m["profiles"]],
     )
     render.table(
@@ -188,21 +192,21 @@ def _first_line(text: str | None) -> str:
 @model_app.command("resources")
 def model_resources(name: str) -> None:
     """Profiles, where each fits, replicas, and why a replica is pending."""
-    _show(_call("GET", f"/admin/v1/models/{quote(name)}/resources"), _resources_table)
+    show(call("GET", f"/admin/v1/models/{quote(name)}/resources"), _resources_table)
 
 
 @replica_app.command("list")
 def replica_list(model: Annotated[str | None, typer.Option(help="Only this model.")] = None) -> None:
     """List replicas and their state."""
     path = "/admin/v1/replicas" + (f"?model={quote(model)}" if model else "")
-    _show(_call("GET", path), lambda d: _replicas_table(d["data"]))
+    show(call("GET", path), lambda d: _replicas_table(d["data"]))
 
 
 @node_app.command("list")
 def node_list() -> None:
     """List nodes and their hardware."""
-    _show(
-        _call("GET", "/admin/v1/nodes"),
+    show(
+        call("GET", "/admin/v1/nodes"),
         lambda d: render.table(
             "nodes",
             ["id", "address", "cores", "memory GB", "cordoned", "heartbeat"],

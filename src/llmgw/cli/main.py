@@ -9,7 +9,7 @@ from typing import Annotated
 import typer
 
 from llmgw import __version__
-from llmgw.cli import ctl, render
+from llmgw.cli import ctl, ctl_jobs, render  # ctl_jobs registers `model serve` and `job`
 from llmgw.cli.client import write_config
 from llmgw.core.errors import LlmgwError
 from llmgw.core.settings import default_data_dir
@@ -18,6 +18,7 @@ app = typer.Typer(help="llmgw: a self-hosted LLM gateway.", no_args_is_help=True
 server_app = typer.Typer(help="Set up and run the server.", no_args_is_help=True)
 app.add_typer(server_app, name="server")
 app.add_typer(ctl.app, name="ctl")
+assert ctl_jobs.job_app  # its import registered the commands
 
 DataDir = Annotated[
     Path | None,

@@ -4,12 +4,16 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from pathlib import Path
 
 from llmgw.control.placement import free_on, misfit
 from llmgw.control.replica_keeper import NODE_TIMEOUT
+from llmgw.control.sizing import MemoryEstimate, estimate, fits
 from llmgw.core.clock import Clock
+from llmgw.core.errors import LlmgwError
 from llmgw.core.types import Model, Node, Replica, Scaling
+from llmgw.node.gguf_info import read_info
 from llmgw.store.store import Store
 
 
@@ -31,16 +35,23 @@ class Resources:
     placement: list[Fit]
     replicas: list[Replica]
     nodes: list[Node]
+    # Per profile, the memory estimate from the GGUF's header, when the file is on this machine.
+    estimates: dict[str, MemoryEstimate] = field(default_factory=dict)
 
 
 class CatalogService:
     """Catalog changes made through the admin API; each records who made it."""
 
     def __init__(
-        self, store: Store, clock: Clock, on_change: Callable[[], Awaitable[None]] | None = None
+        self,
+        store: Store,
+        clock: Clock,
+        on_change: Callable[[], Awaitable[None]] | None = None,
+        locate: Callable[[Model], Path | None] = lambda _m: None,
     ) -> None:
         self._store = store
         self._clock = clock
+        self._locate = locate
         # Awaited after every change, so this server's routing table has it before we answer.
         self._on_change = on_change
 
@@ -83,6 +94,7 @@ class CatalogService:
         model = await self.get(name)
         nodes = await self.nodes()
         everything = await self.replicas()
+        estimates = await asyncio.to_thread(self._estimates, model)
         now = self._clock.now()
         placement: list[Fit] = []
         for profile in model.profiles:
@@ -90,7 +102,22 @@ class CatalogService:
                 if node.heartbeat_at is None or now - node.heartbeat_at > NODE_TIMEOUT:
                     placement.append(Fit(profile.name, node.id, False, "node is not reporting"))
                     continue
-                why = misfit(profile, node, free_on(node, everything))
+                free = free_on(node, everything)
+                why = misfit(profile, node, free)
+                est = estimates.get(profile.name)
+                if why and "memory" in why and est is not None:
+                    # Say which part of the estimate is too big, not just the total.
+                    why = fits(est, max(free.memory_gb, 0)) or why
                 placement.append(Fit(profile.name, node.id, why is None, why))
         mine = [r for r in everything if r.model == name]
-        return Resources(model=model, placement=placement, replicas=mine, nodes=nodes)
+        return Resources(model, placement, mine, nodes, estimates)
+
+    def _estimates(self, model: Model) -> dict[str, MemoryEstimate]:
+        path = self._locate(model)
+        if path is None:
+            return {}
+        try:
+            info = read_info(path)
+        except LlmgwError:
+            return {}
+        return {p.name: estimate(info, p.args) for p in model.profiles}

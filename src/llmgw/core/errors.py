@@ -102,6 +102,38 @@ class EngineError(Retryable):
     code = "engine_error"
 
 
+class FetchFailed(Retryable):
+    """A model file could not be fetched this time (network, 5xx, a cut-off body)."""
+
+    status = 502
+    type = "server_error"
+    code = "fetch_failed"
+
+
+class FetchRefused(Permanent):
+    """A model file cannot be fetched as asked: not found, not allowed, offline, bad name."""
+
+    status = 400
+    type = "invalid_request_error"
+    code = "fetch_refused"
+
+
+class ChecksumMismatch(Permanent):
+    """A downloaded file is not the file the Hub published; it was discarded."""
+
+    status = 502
+    type = "server_error"
+    code = "checksum_mismatch"
+
+
+class InsufficientDisk(Permanent):
+    """Not enough free disk for a download; the message names both sizes."""
+
+    status = 507
+    type = "server_error"
+    code = "insufficient_storage"
+
+
 class ConfigError(Permanent):
     """The install's configuration or environment is wrong; the operator must fix it."""
 

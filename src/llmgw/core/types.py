@@ -12,6 +12,8 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 # Model names appear in URLs, CLI arguments and OpenAI requests: keep them boring.
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:/-]{0,127}$"
 _NAME_RE = re.compile(NAME_PATTERN)
+_REPO_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,95}(/[A-Za-z0-9][A-Za-z0-9_.-]{0,95})?$")
+_REV_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_./-]{0,254}$")
 
 
 class Engine(StrEnum):
@@ -32,6 +34,37 @@ class LocalSource(_Frozen):
     path: str
 
 
+class HubSource(_Frozen):
+    """A file in a Hugging Face repo, fetched into the node's model-file cache."""
+
+    kind: Literal["hf"] = "hf"
+    repo: str
+    file: str
+    revision: str = "main"
+
+    @field_validator("repo")
+    @classmethod
+    def _repo(cls, v: str) -> str:
+        if not _REPO_RE.match(v) or ".." in v:
+            raise ValueError("repo must look like 'owner/name' (letters, digits, - _ .)")
+        return v
+
+    @field_validator("file")
+    @classmethod
+    def _file(cls, v: str) -> str:
+        parts = v.split("/")
+        if not v or v.startswith("/") or "\\" in v or any(p in ("", ".", "..") for p in parts):
+            raise ValueError("file must be a relative path inside the repo, without '..'")
+        return v
+
+    @field_validator("revision")
+    @classmethod
+    def _revision(cls, v: str) -> str:
+        if not _REV_RE.match(v) or ".." in v:
+            raise ValueError("revision must be a branch, tag or commit name")
+        return v
+
+
 class RemoteSource(_Frozen):
     """A remote OpenAI-compatible provider; its API key is read from an env var on the server."""
 
@@ -49,7 +82,7 @@ class RemoteSource(_Frozen):
         return v.rstrip("/")
 
 
-Source = Annotated[LocalSource | RemoteSource, Field(discriminator="kind")]
+Source = Annotated[LocalSource | HubSource | RemoteSource, Field(discriminator="kind")]
 
 
 class Profile(_Frozen):

@@ -14,8 +14,9 @@ from pathlib import Path
 
 from llmgw.core.clock import Clock
 from llmgw.core.errors import LlmgwError
-from llmgw.core.types import Engine, LocalSource, Model, Replica, ReplicaState
+from llmgw.core.types import Engine, HubSource, LocalSource, Model, Replica, ReplicaState
 from llmgw.engines import llamacpp
+from llmgw.node.files import ModelFiles
 from llmgw.node.supervisor import Launch, Reporter, Status, Supervisor
 
 logger = logging.getLogger(__name__)
@@ -60,6 +61,7 @@ class AgentConfig:
     start_timeout_s: float = 120.0
     llama_server: Callable[[], str] = llamacpp.find_binary
     backoff_base_s: float = 1.0
+    files: ModelFiles | None = None
 
 
 class NodeAgent:
@@ -122,7 +124,25 @@ class NodeAgent:
             await self._report(a.replica.id, Status(ReplicaState.FAILED, last_error=launch))
             return
         sup = Supervisor(launch, self._report, self._clock.monotonic, restarts=a.replica.restarts)
-        self._tasks[a.replica.id] = asyncio.create_task(sup.run(), name=f"replica-{a.replica.id}")
+        assert a.model is not None
+        src = a.model.source
+        run = self._fetch_then(a.replica.id, src, sup) if isinstance(src, HubSource) else sup.run()
+        self._tasks[a.replica.id] = asyncio.create_task(run, name=f"replica-{a.replica.id}")
+
+    async def _fetch_then(self, rid: str, src: HubSource, sup: Supervisor) -> None:
+        """Fetch the model file onto this node (joining any download under way), then run."""
+        files = self._cfg.files
+        assert files is not None
+        if files.cached(src) is None:
+            await self._report(rid, Status(ReplicaState.STARTING, restarts=sup.restarts,
+                                           last_error=f"fetching {src.repo}/{src.file}"))
+            try:
+                await files.fetch(src)
+            except LlmgwError as exc:
+                await self._report(rid, Status(ReplicaState.FAILED, restarts=sup.restarts,
+                                               last_error=exc.message))
+                return  # the next reconcile tries again
+        await sup.run()
 
     def _launch(self, a: Assignment) -> Launch | str:
         """How to run the replica, or why it cannot run here."""
@@ -131,13 +151,18 @@ class NodeAgent:
         profile = next((p for p in a.model.profiles if p.name == a.replica.profile), None)
         if profile is None or profile.engine != Engine.LLAMACPP:
             return f"profile {a.replica.profile!r} is missing or not a local engine"
-        if not isinstance(a.model.source, LocalSource):
-            return "a remote model has no replicas"
+        src = a.model.source
         try:
+            if isinstance(src, LocalSource):
+                path = src.path
+            elif isinstance(src, HubSource) and self._cfg.files is not None:
+                path = str(self._cfg.files.path_for(src))
+            else:
+                return f"this node cannot run a {src.kind} source"
             binary = self._cfg.llama_server()
         except LlmgwError as exc:
             return exc.message
-        path, host, alias = a.model.source.path, self._cfg.host, a.model.name
+        host, alias = self._cfg.host, a.model.name
         return Launch(
             replica_id=a.replica.id,
             command=lambda port: llamacpp.argv(binary, path, profile, host, port, alias),

@@ -12,18 +12,21 @@ from typing import Any
 from aiohttp import web
 
 from llmgw.api import admin, data_plane
-from llmgw.api.appkeys import CATALOG, GATEWAY
+from llmgw.api import jobs as job_routes
+from llmgw.api.appkeys import CATALOG, GATEWAY, JOBS
 from llmgw.api.errors import openai_errors
 from llmgw.control.catalog import CatalogService
 from llmgw.control.replica_keeper import ReplicaKeeper
+from llmgw.control.serve_jobs import ServeJobs
 from llmgw.core.clock import Clock, SystemClock
 from llmgw.core.settings import ServerSettings
-from llmgw.core.types import ReplicaState
+from llmgw.core.types import HubSource, LocalSource, Model, ReplicaState
 from llmgw.gateway.proxy import UpstreamClient
 from llmgw.gateway.service import Gateway
 from llmgw.gateway.snapshot import Refresher
 from llmgw.node import hardware
 from llmgw.node.agent import AgentConfig, NodeAgent
+from llmgw.node.files import ModelFiles
 from llmgw.server import wiring
 from llmgw.store.store import Store
 
@@ -58,6 +61,7 @@ class Server:
     def build_app(self) -> web.Application:
         s = self.settings
         refresher = Refresher(self.store, bytes.fromhex(s.key_secret))
+        files = ModelFiles(self.data_dir / "models")
         client = UpstreamClient(timeout_s=s.upstream_timeout_s)
         gateway = Gateway(refresher, client, self.clock)
         agent = NodeAgent(
@@ -67,6 +71,7 @@ class Server:
                 log_dir=self.data_dir / "logs",
                 start_timeout_s=s.engine_start_timeout_s,
                 backoff_base_s=self.loops.backoff_base_s,
+                files=files,
             ),
             assignments=wiring.agent_assignments(self.store, s.node_id),
             report=wiring.agent_reporter(self.store, self.clock, refresher.wake.set),
@@ -89,13 +94,22 @@ class Server:
             keeper.wake.set()
             await refresher.refresh()
 
-        catalog = CatalogService(self.store, self.clock, on_change=catalog_changed)
+        def locate(model: Model) -> Path | None:
+            src = model.source
+            if isinstance(src, LocalSource):
+                return Path(src.path) if Path(src.path).is_file() else None
+            return files.cached(src) if isinstance(src, HubSource) else None
+
+        catalog = CatalogService(self.store, self.clock, on_change=catalog_changed, locate=locate)
+        jobs = ServeJobs(self.store, files, catalog, self.clock)
 
         app = web.Application(middlewares=[openai_errors], client_max_size=s.max_body_bytes)
         app[GATEWAY] = gateway
         app[CATALOG] = catalog
+        app[JOBS] = jobs
         app.add_routes(data_plane.routes())
         app.add_routes(admin.routes())
+        app.add_routes(job_routes.routes())
 
         async def lifecycle(_app: web.Application) -> AsyncIterator[None]:
             await client.start()
@@ -106,7 +120,9 @@ class Server:
             self._spawn(self._heartbeats(), "heartbeat")
             self._spawn(keeper.run(self.loops.keeper_s), "replica-keeper")
             self._spawn(agent.run(self.loops.agent_s), "node-agent")
+            await jobs.resume()
             yield
+            await jobs.close()
             await self._cancel_all()
             await client.close()
             self.store.close()

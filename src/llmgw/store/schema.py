@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from sqlalchemy import (
     JSON,
+    BigInteger,
     Boolean,
     Column,
     DateTime,
@@ -82,4 +83,20 @@ api_keys = Table(
     Column("revoked", Boolean, nullable=False, default=False),
     Column("by", String(256), nullable=False),
     Column("created_at", DateTime(timezone=True), nullable=False),
+)
+
+serve_jobs = Table(
+    "serve_jobs",
+    metadata,
+    Column("id", String(64), primary_key=True),
+    Column("model", String(128), nullable=False, index=True),
+    Column("state", String(16), nullable=False),
+    Column("request", JSON, nullable=False),
+    Column("bytes_done", BigInteger, nullable=False, default=0),
+    Column("bytes_total", BigInteger, nullable=False, default=0),
+    Column("rate_bps", Float, nullable=False, default=0.0),
+    Column("error", Text, nullable=True),
+    Column("estimate", Text, nullable=True),
+    Column("created_at", DateTime(timezone=True), nullable=False),
+    Column("updated_at", DateTime(timezone=True), nullable=False),
 )

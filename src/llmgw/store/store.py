@@ -6,6 +6,7 @@ from sqlalchemy import Engine
 
 from llmgw.store.catalog_repo import CatalogRepo
 from llmgw.store.db import migrate, open_engine, read_revision
+from llmgw.store.job_repo import JobRepo
 from llmgw.store.key_repo import KeyRepo
 from llmgw.store.replica_repo import NodeRepo, ReplicaRepo
 
@@ -19,6 +20,7 @@ class Store:
         self.replicas = ReplicaRepo(engine)
         self.nodes = NodeRepo(engine)
         self.keys = KeyRepo(engine)
+        self.jobs = JobRepo(engine)
 
     @classmethod
     def open(cls, url: str, *, migrate_schema: bool = True) -> Store:

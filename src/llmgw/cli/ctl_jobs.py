@@ -1,0 +1,171 @@
+"""`llmgw ctl model serve` and `llmgw ctl job …`: serve jobs with progress."""
+
+from __future__ import annotations
+
+import re
+import time
+from typing import Annotated, Any
+
+import typer
+from rich.progress import (
+    BarColumn,
+    DownloadColumn,
+    Progress,
+    SpinnerColumn,
+    TextColumn,
+    TimeRemainingColumn,
+    TransferSpeedColumn,
+)
+
+from llmgw.cli import render
+from llmgw.cli.ctl import app, call, model_app, show
+
+job_app = typer.Typer(help="Serve jobs: fetching, adding and placing models.", no_args_is_help=True)
+app.add_typer(job_app, name="job")
+
+FINISHED = {"running", "failed", "cancelled", "gave_way"}
+POLL_S = 0.5
+
+
+def _default_name(file: str) -> str:
+    stem = file.rsplit("/", 1)[-1].removesuffix(".gguf").lower()
+    return re.sub(r"[^a-z0-9._-]+", "-", stem).strip("-") or "model"
+
+
+@model_app.command("serve")
+def model_serve(
+    repo: Annotated[str, typer.Option(help="Hugging Face repo, e.g. Qwen/Qwen3-0.6B-GGUF.")],
+    file: Annotated[str, typer.Option(help="GGUF file in the repo.")],
+    revision: Annotated[str, typer.Option(help="Branch, tag or commit.")] = "main",
+    name: Annotated[str | None, typer.Option(help="Catalog name; default: from the file.")] = None,
+    cores: Annotated[int, typer.Option(help="CPU cores each replica holds.")] = 2,
+    memory_gb: Annotated[
+        float | None, typer.Option(help="Memory each replica holds; default: sized from the GGUF.")
+    ] = None,
+    ctx_size: Annotated[int, typer.Option(help="llama-server --ctx-size.")] = 4096,
+    args: Annotated[str, typer.Option(help="Extra llama-server arguments, shell-quoted.")] = "",
+    min_replicas: Annotated[int, typer.Option("--min", help="Replicas kept ready.")] = 1,
+    if_absent: Annotated[
+        bool, typer.Option(help="Give way to a model of that name added meanwhile.")
+    ] = False,
+    wait: Annotated[bool, typer.Option(help="Show progress until replicas are ready.")] = False,
+) -> None:
+    """Fetch a GGUF from Hugging Face, size it, add it to the catalog and serve it."""
+    import shlex
+
+    body = {
+        "name": name or _default_name(file),
+        "source": {"kind": "hf", "repo": repo, "file": file, "revision": revision},
+        "cores": cores,
+        "memory_gb": memory_gb,
+        "ctx_size": ctx_size,
+        "args": shlex.split(args),
+        "scaling": {"min": min_replicas, "max": max(min_replicas, 1)},
+        "if_absent": if_absent,
+    }
+    job = call("POST", "/admin/v1/jobs", body)
+    if not wait:
+        show(job, lambda j: render.console.print(
+            f"job {j['id']}: {j['state']} (serve {j['model']}); follow it with "
+            f"`llmgw ctl job watch {j['id']}`", highlight=False))
+        return
+    render.console.print(f"job {job['id']}: serving {job['model']} from {repo}/{file}",
+                         highlight=False)
+    final = _watch(job["id"])
+    if final["state"] != "running":
+        raise typer.Exit(1)
+    _wait_ready(final["model"])
+
+
+def _watch(job_id: str) -> dict[str, Any]:
+    """Progress until the job finishes; returns its last state."""
+    columns = (SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), DownloadColumn(),
+               TransferSpeedColumn(), TimeRemainingColumn())
+    with Progress(*columns, console=render.console, transient=False) as bar:
+        task = bar.add_task("queued", total=None)
+        while True:
+            job = call("GET", f"/admin/v1/jobs/{job_id}")
+            total = job["bytes_total"] or None
+            bar.update(task, description=job["state"], total=total, completed=job["bytes_done"])
+            if job["state"] in FINISHED:
+                break
+            time.sleep(POLL_S)
+    _say_outcome(job)
+    return dict(job)
+
+
+def _say_outcome(job: dict[str, Any]) -> None:
+    state = job["state"]
+    if state == "running":
+        render.console.print(f"[green]added[/] {job['model']}", highlight=False)
+        if job.get("estimate"):
+            render.console.print(f"memory estimate: {job['estimate']}", highlight=False)
+    elif state == "gave_way":
+        render.console.print(f"[yellow]gave way[/]: {job['error']}", highlight=False)
+    else:
+        render.error(f"job {job['id']} {state}: {job.get('error') or ''}")
+
+
+def _wait_ready(model: str) -> None:
+    with render.console.status(f"waiting for a ready replica of {model}…"):
+        while True:
+            reps = call("GET", f"/admin/v1/replicas?model={model}")["data"]
+            if any(r["state"] == "ready" for r in reps):
+                break
+            pending = [r for r in reps if r["state"] in ("pending", "failed") and r["last_error"]]
+            if pending and all(r["state"] == "pending" for r in reps):
+                render.error(f"{model} cannot be placed: {pending[0]['last_error']}")
+                raise typer.Exit(1)
+            time.sleep(POLL_S)
+    render.console.print(f"[green]ready[/]: {model} answers at /v1/chat/completions", highlight=False)
+
+
+def _jobs_table(jobs: list[dict[str, Any]]) -> None:
+    render.table(
+        "jobs",
+        ["id", "model", "state", "progress", "by", "error"],
+        [[j["id"], j["model"], j["state"], _progress(j), j["request"]["by"], j["error"] or ""]
+         for j in jobs],
+    )
+
+
+def _progress(j: dict[str, Any]) -> str:
+    if not j["bytes_total"]:
+        return ""
+    pct = 100 * j["bytes_done"] / j["bytes_total"]
+    return f"{pct:.0f}% of {j['bytes_total'] / 2**20:.1f} MiB"
+
+
+@job_app.command("list")
+def job_list() -> None:
+    """All serve jobs, oldest first."""
+    show(call("GET", "/admin/v1/jobs"), lambda d: _jobs_table(d["data"]))
+
+
+@job_app.command("show")
+def job_show(job_id: str) -> None:
+    """One job in full."""
+    def detail(j: dict[str, Any]) -> None:
+        _jobs_table([j])
+        src = j["request"]["source"]
+        render.console.print(f"source: {src.get('repo', '')}/{src.get('file', src.get('path'))}",
+                             highlight=False)
+        if j.get("estimate"):
+            render.console.print(f"memory estimate: {j['estimate']}", highlight=False)
+
+    show(call("GET", f"/admin/v1/jobs/{job_id}"), detail)
+
+
+@job_app.command("watch")
+def job_watch(job_id: str) -> None:
+    """Progress until the job finishes."""
+    final = _watch(job_id)
+    if final["state"] in ("failed", "cancelled"):
+        raise typer.Exit(1)
+
+
+@job_app.command("cancel")
+def job_cancel(job_id: str) -> None:
+    """Stop a job that has not finished (a partial download is kept for a later resume)."""
+    show(call("POST", f"/admin/v1/jobs/{job_id}/cancel"),
+         lambda j: render.console.print(f"job {j['id']}: {j['state']}", highlight=False))

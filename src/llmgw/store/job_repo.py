@@ -1,0 +1,73 @@
+"""Serve jobs in the database."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import Engine, insert, select, update
+
+from llmgw.core.errors import NotFound
+from llmgw.core.jobs import JobState, ServeJob, ServeRequest
+from llmgw.store.db import utc
+from llmgw.store.schema import serve_jobs
+
+
+def _to_job(row: Any) -> ServeJob:
+    return ServeJob(
+        id=row.id,
+        request=ServeRequest.model_validate(row.request),
+        state=JobState(row.state),
+        bytes_done=row.bytes_done,
+        bytes_total=row.bytes_total,
+        rate_bps=row.rate_bps,
+        error=row.error,
+        estimate=row.estimate,
+        created_at=utc(row.created_at),
+        updated_at=utc(row.updated_at),
+    )
+
+
+class JobRepo:
+    """Serve jobs survive restarts: an unfinished one is resumed by the next server."""
+
+    def __init__(self, engine: Engine) -> None:
+        self._engine = engine
+
+    def list(self) -> list[ServeJob]:
+        with self._engine.connect() as conn:
+            rows = conn.execute(select(serve_jobs).order_by(serve_jobs.c.created_at)).all()
+        return [_to_job(r) for r in rows]
+
+    def get(self, job_id: str) -> ServeJob:
+        with self._engine.connect() as conn:
+            row = conn.execute(select(serve_jobs).where(serve_jobs.c.id == job_id)).one_or_none()
+        if row is None:
+            raise NotFound(f"job {job_id!r} does not exist", param="id")
+        return _to_job(row)
+
+    def create(self, job: ServeJob, now: datetime) -> None:
+        with self._engine.begin() as conn:
+            conn.execute(
+                insert(serve_jobs).values(
+                    id=job.id,
+                    model=job.model,
+                    state=job.state.value,
+                    request=job.request.model_dump(mode="json"),
+                    bytes_done=job.bytes_done,
+                    bytes_total=job.bytes_total,
+                    rate_bps=job.rate_bps,
+                    error=job.error,
+                    estimate=job.estimate,
+                    created_at=now,
+                    updated_at=now,
+                )
+            )
+
+    def update(self, job_id: str, now: datetime, **fields: Any) -> None:
+        if isinstance(fields.get("state"), JobState):
+            fields["state"] = fields["state"].value
+        with self._engine.begin() as conn:
+            conn.execute(
+                update(serve_jobs).where(serve_jobs.c.id == job_id).values(**fields, updated_at=now)
+            )

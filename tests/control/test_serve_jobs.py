@@ -1,0 +1,185 @@
+"""Serve jobs with a real store and catalog; the file fetch is a stand-in only for timing."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from llmgw.control.catalog import CatalogService
+from llmgw.control.serve_jobs import ServeJobs
+from llmgw.core.clock import SystemClock
+from llmgw.core.errors import FetchFailed, FetchRefused
+from llmgw.core.jobs import JobState, ServeJob, ServeRequest
+from llmgw.core.types import HubSource, LocalSource, Model, Profile
+from llmgw.node.files import Progress
+from llmgw.store.store import Store
+from tests.node.test_gguf_info import write_gguf
+
+
+class GatedFiles:
+    """Hands out one GGUF after `release` is set; can fail the first tries (fault injection)."""
+
+    def __init__(self, path: Path, failures: list[Exception] | None = None) -> None:
+        self.path = path
+        self.release = asyncio.Event()
+        self.started = asyncio.Event()
+        self.cancelled = asyncio.Event()
+        self.failures = failures or []
+        self.calls = 0
+
+    async def fetch(self, src: HubSource, progress: Progress | None = None) -> Path:
+        self.calls += 1
+        self.started.set()
+        if self.failures:
+            raise self.failures.pop(0)
+        if progress:
+            progress(10, 100)
+        try:
+            await self.release.wait()
+        except asyncio.CancelledError:
+            self.cancelled.set()
+            raise
+        if progress:
+            progress(100, 100)
+        return self.path
+
+
+def hub_request(name: str = "tiny", **over: object) -> ServeRequest:
+    return ServeRequest.model_validate(
+        {"name": name, "source": {"kind": "hf", "repo": "org/tiny-GGUF", "file": "tiny.gguf"},
+         "by": "operator", **over}
+    )
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Store:
+    s = Store.open(f"sqlite:///{tmp_path / 'llmgw.db'}")
+    yield s
+    s.close()
+
+
+@pytest.fixture
+def gguf(tmp_path: Path) -> Path:
+    return write_gguf(tmp_path / "tiny.gguf")
+
+
+async def no_sleep(_s: float) -> None:
+    return None
+
+
+@pytest.fixture
+async def setup(store: Store, gguf: Path) -> AsyncIterator[tuple[ServeJobs, CatalogService, GatedFiles]]:
+    files = GatedFiles(gguf)
+    catalog = CatalogService(store, SystemClock())
+    jobs = ServeJobs(store, files, catalog, SystemClock(), sleep=no_sleep)  # type: ignore[arg-type]
+    yield jobs, catalog, files
+    await jobs.close()
+
+
+async def finished(jobs: ServeJobs, job: ServeJob) -> ServeJob:
+    """The job once it has finished (its task is awaited, not polled)."""
+    task = jobs._tasks.get(job.id)
+    if task is not None:
+        await asyncio.wait({task})
+    return await jobs.get(job.id)
+
+
+async def test_a_job_fetches_sizes_and_adds_the_model(setup: tuple[ServeJobs, CatalogService, GatedFiles]) -> None:
+    jobs, catalog, files = setup
+    job = await jobs.start(hub_request(ctx_size=2048))
+    await files.started.wait()
+    assert (await jobs.get(job.id)).state == JobState.FETCHING
+    assert (await jobs.get(job.id)).bytes_done == 10  # live progress
+    files.release.set()
+    done = await finished(jobs, job)
+    assert done.state == JobState.RUNNING and done.bytes_done == 100
+    model = await catalog.get("tiny")
+    assert model.by == "operator"
+    assert model.profiles[0].args[:2] == ["--ctx-size", "2048"]
+    # No memory given: the profile holds the estimate, which includes the 8 GiB prompt cache.
+    assert model.profiles[0].min_memory_gb > 8
+    assert done.estimate and "prompt cache 8.00" in done.estimate
+
+
+async def test_if_absent_gives_way_to_a_model_added_while_it_fetched(
+    setup: tuple[ServeJobs, CatalogService, GatedFiles], gguf: Path
+) -> None:
+    jobs, catalog, files = setup
+    job = await jobs.start(hub_request(if_absent=True, by="llmgw (a guard policy names it)"))
+    await files.started.wait()
+    operators = Model(name="tiny", source=LocalSource(path=str(gguf)),
+                      profiles=[Profile(name="mine", cpu_cores=3, min_memory_gb=2)])
+    await catalog.add(operators, "operator")
+    files.release.set()
+    done = await finished(jobs, job)
+    assert done.state == JobState.GAVE_WAY
+    kept = await catalog.get("tiny")
+    assert kept.by == "operator" and kept.profiles[0].name == "mine"
+
+
+async def test_without_if_absent_a_taken_name_fails_clearly(
+    setup: tuple[ServeJobs, CatalogService, GatedFiles], gguf: Path
+) -> None:
+    jobs, catalog, files = setup
+    await catalog.add(Model(name="tiny", source=LocalSource(path=str(gguf)),
+                            profiles=[Profile(name="x")]), "operator")
+    files.release.set()
+    done = await finished(jobs, await jobs.start(hub_request()))
+    assert done.state == JobState.FAILED and "already exists" in (done.error or "")
+
+
+async def test_cancel_stops_the_fetch(setup: tuple[ServeJobs, CatalogService, GatedFiles]) -> None:
+    jobs, catalog, files = setup
+    job = await jobs.start(hub_request())
+    await files.started.wait()
+    cancelled = await jobs.cancel(job.id)
+    assert cancelled.state == JobState.CANCELLED
+    assert files.cancelled.is_set()
+    assert [m.name for m in await catalog.models()] == []
+
+
+async def test_a_cut_download_is_retried_and_a_refusal_is_not(store: Store, gguf: Path) -> None:
+    catalog = CatalogService(store, SystemClock())
+    flaky = GatedFiles(gguf, failures=[FetchFailed("cut"), FetchFailed("cut again")])
+    flaky.release.set()
+    jobs = ServeJobs(store, flaky, catalog, SystemClock(), sleep=no_sleep)  # type: ignore[arg-type]
+    done = await finished(jobs, await jobs.start(hub_request()))
+    assert done.state == JobState.RUNNING and flaky.calls == 3
+
+    refused = GatedFiles(gguf, failures=[FetchRefused("org/x/y.gguf: file not found in the repo")])
+    jobs = ServeJobs(store, refused, catalog, SystemClock(), sleep=no_sleep)  # type: ignore[arg-type]
+    done = await finished(jobs, await jobs.start(hub_request(name="other")))
+    assert done.state == JobState.FAILED and "file not found" in (done.error or "")
+    assert refused.calls == 1
+
+
+async def test_an_unfinished_job_resumes_after_a_restart(store: Store, gguf: Path) -> None:
+    catalog = CatalogService(store, SystemClock())
+    first = GatedFiles(gguf)
+    jobs = ServeJobs(store, first, catalog, SystemClock(), sleep=no_sleep)  # type: ignore[arg-type]
+    job = await jobs.start(hub_request())
+    await first.started.wait()
+    await jobs.close()  # a server stopping: the job stays "fetching" in the store
+    assert (await jobs.get(job.id)).state == JobState.FETCHING
+
+    second = GatedFiles(gguf)
+    second.release.set()
+    restarted = ServeJobs(store, second, catalog, SystemClock(), sleep=no_sleep)  # type: ignore[arg-type]
+    assert await restarted.resume() == [job.id]
+    done = await finished(restarted, job)
+    assert done.state == JobState.RUNNING
+    assert (await catalog.get("tiny")).name == "tiny"
+
+
+async def test_a_file_that_is_not_gguf_fails_the_job_saying_so(store: Store, tmp_path: Path) -> None:
+    bad = tmp_path / "bad.gguf"
+    bad.write_bytes(b"not a gguf at all")
+    files = GatedFiles(bad)
+    files.release.set()
+    jobs = ServeJobs(store, files, CatalogService(store, SystemClock()), SystemClock(),  # type: ignore[arg-type]
+                     sleep=no_sleep)
+    done = await finished(jobs, await jobs.start(hub_request()))
+    assert done.state == JobState.FAILED and "bad.gguf" in (done.error or "")
