@@ -147,7 +147,7 @@ log "fake upstream (nginx) on :$NGINX_PORT"
 
 # llmgw, with its own data dir.
 export LLMGW_DATA_DIR=$TMP/llmgw
-COLUMNS=200 "$LLMGW" server init --port "$GW_PORT" >"$TMP/init.log" 2>&1 || die "llmgw server init failed"
+COLUMNS=200 "$LLMGW" server init --no-guard --port "$GW_PORT" >"$TMP/init.log" 2>&1 || die "llmgw server init failed"
 KEY=$(grep -o '^ *sk-llmgw-[A-Za-z0-9_-]*$' "$TMP/init.log" | tail -n 1 | tr -d ' ')
 [[ -n $KEY ]] || die "no admin key in the output of llmgw server init"
 "$LLMGW" server run --port "$GW_PORT" --log-level warning >"$TMP/llmgw.log" 2>&1 &

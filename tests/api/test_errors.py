@@ -19,7 +19,7 @@ from llmgw.store.store import Store
 @pytest.fixture
 async def api(tmp_path: Path) -> AsyncIterator[tuple[TestClient[Any, Any], str]]:
     """The real app on a fresh install with no models, and its admin key."""
-    result = init(tmp_path / "data")
+    result = init(tmp_path / "data", guard=False)
     settings = load(tmp_path / "data").model_copy(update={"max_body_bytes": 4096})
     store = Store.open(settings.database_url(tmp_path / "data"))
     app = Server(tmp_path / "data", settings, store).build_app()

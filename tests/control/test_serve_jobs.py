@@ -87,7 +87,10 @@ async def finished(jobs: ServeJobs, job: ServeJob) -> ServeJob:
     return await jobs.get(job.id)
 
 
-async def test_a_job_fetches_sizes_and_adds_the_model(setup: tuple[ServeJobs, CatalogService, GatedFiles]) -> None:
+Setup = tuple[ServeJobs, CatalogService, GatedFiles]
+
+
+async def test_a_job_fetches_sizes_and_adds_the_model(setup: Setup) -> None:
     jobs, catalog, files = setup
     job = await jobs.start(hub_request(ctx_size=2048))
     await files.started.wait()

@@ -45,7 +45,8 @@ def test_restart_serves_again_without_losing_the_catalog(tmp_path: Path) -> None
     try:
         ready = server.wait_ready(DEMO)
         assert ready["endpoint"]
-        model = json.loads(server.ctl("--json", "model", "list").stdout)["data"][0]
+        models = json.loads(server.ctl("--json", "model", "list").stdout)["data"]
+        model = next(m for m in models if m["name"] == DEMO)
         assert model["scaling"] == {"min": 1, "max": 2}
         assert model["by"].startswith("admin (sk-llmgw-")
     finally:

@@ -2,12 +2,22 @@
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
+from typing import Any
+
 from aiohttp import web
 
 from llmgw.control.catalog import CatalogService
 from llmgw.control.serve_jobs import ServeJobs
 from llmgw.gateway.service import Gateway
+from llmgw.guard.admin import GuardAdmin
+from llmgw.guard.enforcement import Guard
 
 GATEWAY = web.AppKey("gateway", Gateway)
 CATALOG = web.AppKey("catalog", CatalogService)
 JOBS = web.AppKey("jobs", ServeJobs)
+GUARD = web.AppKey("guard", Guard)
+GUARD_ADMIN = web.AppKey("guard_admin", GuardAdmin)
+# Per-judge status for `ctl guard judge status`, composed by the server from several parts.
+JudgeStatus = Callable[[], Awaitable[list[dict[str, Any]]]]
+JUDGE_STATUS: web.AppKey[JudgeStatus] = web.AppKey("judge_status")

@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import secrets
 from typing import Any
 
 import orjson
 from aiohttp import web
 
-from llmgw.api.appkeys import GATEWAY
+from llmgw.api.appkeys import GATEWAY, GUARD
 from llmgw.api.body import read_json, require
 from llmgw.core.errors import InvalidRequest
+from llmgw.guard import moderation
 
 
 def _check_chat(payload: dict[str, Any]) -> None:
@@ -59,6 +61,22 @@ async def list_models(request: web.Request) -> web.Response:
     )
 
 
+async def moderations(request: web.Request) -> web.Response:
+    """OpenAI's moderation endpoint, answered by the judges of the key's guard policies."""
+    gw = request.app[GATEWAY]
+    key = gw.authenticate(request.headers.get("Authorization"))
+    _, payload = await read_json(request)
+    require(payload, "input", (str, list), "a string or an array of strings")
+    texts = [payload["input"]] if isinstance(payload["input"], str) else payload["input"]
+    if not texts or not all(isinstance(t, str) for t in texts):
+        raise InvalidRequest("'input' must be a string or a non-empty array of strings", param="input")
+    guard = request.app[GUARD]
+    judges, budget_ms = guard.moderation_judges(key.name)
+    results = [moderation.result(await guard.moderate(judges, t, budget_ms)) for t in texts]
+    body = {"id": "modr-" + secrets.token_hex(12), "model": ",".join(judges), "results": results}
+    return web.Response(body=orjson.dumps(body), content_type="application/json")
+
+
 async def health(_request: web.Request) -> web.Response:
     """Liveness for load balancers and scripts; says nothing about models."""
     return web.Response(body=b'{"status":"ok"}', content_type="application/json")
@@ -72,4 +90,5 @@ def routes() -> list[web.RouteDef]:
         web.post("/v1/completions", _proxy("/completions", _check_completion)),
         web.post("/v1/embeddings", _proxy("/embeddings", _check_embedding)),
         web.get("/v1/models", list_models),
+        web.post("/v1/moderations", moderations),
     ]

@@ -38,10 +38,18 @@ def _global(
     _opts.url, _opts.key, _opts.json = url, key, json_out
 
 
-def call(method: str, path: str, body: Any = None) -> Any:
+def json_wanted() -> bool:
+    """Whether `--json` was given."""
+    return _opts.json
+
+
+def call(method: str, path: str, body: Any = None, quiet_404: bool = False) -> Any:
+    """One admin call; an error is printed and exits 1 (with quiet_404, a 404 is LookupError)."""
     try:
         return AdminClient.resolve(_opts.url, _opts.key).call(method, path, body)
     except CtlError as exc:
+        if quiet_404 and str(exc).startswith("404"):
+            raise LookupError(str(exc)) from None
         render.error(str(exc))
         raise typer.Exit(1) from None
 

@@ -9,7 +9,7 @@ from typing import Annotated
 import typer
 
 from llmgw import __version__
-from llmgw.cli import ctl, ctl_jobs, render  # ctl_jobs registers `model serve` and `job`
+from llmgw.cli import ctl, ctl_guard, ctl_jobs, render  # these register their ctl commands
 from llmgw.cli.client import write_config
 from llmgw.core.errors import LlmgwError
 from llmgw.core.settings import default_data_dir
@@ -18,7 +18,7 @@ app = typer.Typer(help="llmgw: a self-hosted LLM gateway.", no_args_is_help=True
 server_app = typer.Typer(help="Set up and run the server.", no_args_is_help=True)
 app.add_typer(server_app, name="server")
 app.add_typer(ctl.app, name="ctl")
-assert ctl_jobs.job_app  # its import registered the commands
+assert ctl_jobs.job_app and ctl_guard.guard_app  # their imports registered the commands
 
 DataDir = Annotated[
     Path | None,
@@ -40,7 +40,12 @@ def server_init(
     database: Annotated[
         str, typer.Option(help="SQLAlchemy database URL; default: SQLite in the data dir.")
     ] = "",
-    demo: Annotated[bool, typer.Option(help="Register the demo model (Gemma 3 270M).")] = False,
+    demo: Annotated[
+        bool, typer.Option(help="Register the demo model and demo judge (Gemma 3 270M).")
+    ] = False,
+    guard: Annotated[
+        bool, typer.Option(help="Create the default guard policy (input of every model judged).")
+    ] = True,
     save_ctl_config: Annotated[
         bool, typer.Option(help="Save the URL and new admin key for `llmgw ctl` (mode 0600).")
     ] = False,
@@ -50,7 +55,7 @@ def server_init(
 
     directory = data_dir or default_data_dir()
     try:
-        result = init(directory, host=host, port=port, database=database, demo=demo)
+        result = init(directory, host=host, port=port, database=database, demo=demo, guard=guard)
     except LlmgwError as exc:
         render.error(exc.message)
         raise typer.Exit(1) from None

@@ -134,6 +134,28 @@ class InsufficientDisk(Permanent):
     code = "insufficient_storage"
 
 
+class JudgeUnparseable(UpstreamError):
+    """A judge answered something that is not a verdict in its format."""
+
+    code = "judge_unparseable"
+
+
+class GuardBlocked(Permanent):
+    """A guard policy's judge found the input or output unsafe."""
+
+    status = 400
+    type = "invalid_request_error"
+    code = "content_filter"
+
+
+class GuardUnavailable(Retryable):
+    """No judge answered within the policy's budget and the policy fails closed."""
+
+    status = 503
+    type = "server_error"
+    code = "guard_unavailable"
+
+
 class ConfigError(Permanent):
     """The install's configuration or environment is wrong; the operator must fix it."""
 

@@ -40,6 +40,9 @@ class ServerSettings(BaseModel):
     # Timeout for one upstream call (connect to last byte) when the request sets none.
     upstream_timeout_s: float = Field(default=600.0, gt=0)
     max_body_bytes: int = Field(default=8 * 1024 * 1024, gt=0)
+    # The judge keeper serves no judge itself this long after it starts: `server init` adds its
+    # own judge just after the control plane starts, sized and placed as the install says.
+    judge_grace_s: float = Field(default=600.0, ge=0)
 
     def database_url(self, data_dir: Path) -> str:
         """The configured database, else the SQLite file in the data directory."""

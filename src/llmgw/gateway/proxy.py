@@ -6,7 +6,9 @@ name must be rewritten) and a stream is relayed chunk by chunk without being dec
 
 from __future__ import annotations
 
+import contextlib
 import logging
+from collections.abc import AsyncIterator
 from typing import Any
 
 import aiohttp
@@ -18,7 +20,7 @@ from llmgw.gateway.routing import Route, RoutingTable, Upstream
 
 logger = logging.getLogger(__name__)
 
-_SSE_HEADERS = {
+SSE_HEADERS = {
     "Content-Type": "text/event-stream",
     "Cache-Control": "no-cache",
     "X-Accel-Buffering": "no",
@@ -55,51 +57,66 @@ class UpstreamClient:
         payload: dict[str, Any],
         stream: bool,
     ) -> web.StreamResponse:
-        """Send to the least busy upstream; on a refused connection, retry once on another."""
-        assert self._session is not None, "UpstreamClient.start() was not called"
-        if route.upstream_model and payload.get("model") != route.upstream_model:
-            body = orjson.dumps({**payload, "model": route.upstream_model})
-        tried: frozenset[str] = frozenset()
-        while True:
-            up = table.choose(route, tried)
+        """Relay the upstream's answer to the client as it comes: whole, or chunk by chunk."""
+        async with self.open(table, route, path, body, payload) as (up, resp):
             try:
-                return await self._exchange(request, up, path, body, stream)
-            except aiohttp.ClientConnectorError as exc:
-                logger.warning("upstream %s refused the connection: %s", up.id, exc)
-                tried = tried | {up.id}
-                if len(tried) >= 2 or len(tried) >= len(route.upstreams):
-                    raise UpstreamError(
-                        f"model '{route.model.name}': could not connect to an upstream"
-                    ) from exc
-
-    async def _exchange(
-        self, request: web.Request, up: Upstream, path: str, body: bytes, stream: bool
-    ) -> web.StreamResponse:
-        assert self._session is not None
-        headers = {"Content-Type": "application/json", **up.headers}
-        up.outstanding += 1
-        try:
-            async with self._session.post(up.base_url + path, data=body, headers=headers) as resp:
                 if not stream or resp.status != 200:
                     return web.Response(
                         body=await resp.read(),
                         status=resp.status,
                         headers={"Content-Type": resp.headers.get("Content-Type", "application/json")},
                     )
-                return await _relay(request, resp)
-        except aiohttp.ClientConnectorError:
-            raise
-        except TimeoutError as exc:
-            raise UpstreamTimeout(f"upstream {_name(up)} did not answer in time") from exc
-        except aiohttp.ClientError as exc:
-            raise UpstreamError(f"upstream {_name(up)} failed: {type(exc).__name__}") from exc
+                return await relay(request, resp)
+            except TimeoutError as exc:
+                raise UpstreamTimeout(f"upstream {_name(up)} did not answer in time") from exc
+            except aiohttp.ClientError as exc:
+                raise UpstreamError(f"upstream {_name(up)} failed: {type(exc).__name__}") from exc
+
+    @contextlib.asynccontextmanager
+    async def open(
+        self, table: RoutingTable, route: Route, path: str, body: bytes, payload: dict[str, Any]
+    ) -> AsyncIterator[tuple[Upstream, aiohttp.ClientResponse]]:
+        """The upstream's response once its headers arrived, from the least busy upstream; a
+        refused connection is retried once on another. The upstream counts as busy until exit."""
+        assert self._session is not None, "UpstreamClient.start() was not called"
+        if route.upstream_model and payload.get("model") != route.upstream_model:
+            body = orjson.dumps({**payload, "model": route.upstream_model})
+        tried: frozenset[str] = frozenset()
+        while True:
+            up = table.choose(route, tried)
+            headers = {"Content-Type": "application/json", **up.headers}
+            up.outstanding += 1
+            try:
+                resp = await self._session.post(up.base_url + path, data=body, headers=headers)
+                break
+            except aiohttp.ClientConnectorError as exc:
+                up.outstanding -= 1
+                logger.warning("upstream %s refused the connection: %s", up.id, exc)
+                tried = tried | {up.id}
+                if len(tried) >= 2 or len(tried) >= len(route.upstreams):
+                    raise UpstreamError(
+                        f"model '{route.model.name}': could not connect to an upstream"
+                    ) from exc
+            except TimeoutError as exc:
+                up.outstanding -= 1
+                raise UpstreamTimeout(f"upstream {_name(up)} did not answer in time") from exc
+            except aiohttp.ClientError as exc:
+                up.outstanding -= 1
+                raise UpstreamError(f"upstream {_name(up)} failed: {type(exc).__name__}") from exc
+            except BaseException:  # cancelled while connecting
+                up.outstanding -= 1
+                raise
+        try:
+            yield up, resp
         finally:
+            # An unread body closes the connection rather than returning it to the pool.
+            resp.release()
             up.outstanding -= 1
 
 
-async def _relay(request: web.Request, resp: aiohttp.ClientResponse) -> web.StreamResponse:
+async def relay(request: web.Request, resp: aiohttp.ClientResponse) -> web.StreamResponse:
     """Relay an SSE stream chunk by chunk; a failure after the headers ends it with an error event."""
-    out = web.StreamResponse(status=200, headers=_SSE_HEADERS)
+    out = web.StreamResponse(status=200, headers=SSE_HEADERS)
     try:
         await out.prepare(request)
     except ConnectionError:
@@ -113,7 +130,7 @@ async def _relay(request: web.Request, resp: aiohttp.ClientResponse) -> web.Stre
             break
         except (aiohttp.ClientError, TimeoutError) as exc:
             logger.warning("upstream stream broke: %s", type(exc).__name__)
-            await _write_quietly(out, _STREAM_BROKE)
+            await _write_quietly(out, STREAM_BROKE)
             break
         try:
             await out.write(chunk)
@@ -125,7 +142,7 @@ async def _relay(request: web.Request, resp: aiohttp.ClientResponse) -> web.Stre
     return out
 
 
-_STREAM_BROKE = b"data: " + orjson.dumps(
+STREAM_BROKE = b"data: " + orjson.dumps(
     {"error": {"message": "upstream stream broke", "type": "server_error", "param": None,
                "code": "upstream_error"}}
 ) + b"\n\n"

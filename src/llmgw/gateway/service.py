@@ -8,19 +8,25 @@ from aiohttp import web
 
 from llmgw.core.clock import Clock
 from llmgw.core.errors import Forbidden
+from llmgw.core.guard import Direction
 from llmgw.core.types import ApiKey, Model
 from llmgw.gateway.auth import may_use
+from llmgw.gateway.guarded import forward_guarded
 from llmgw.gateway.proxy import UpstreamClient
 from llmgw.gateway.snapshot import Refresher
+from llmgw.guard.enforcement import Guard, RequestInfo
 
 
 class Gateway:
     """Everything a data-plane route needs; reads only memory, never the store."""
 
-    def __init__(self, refresher: Refresher, client: UpstreamClient, clock: Clock) -> None:
+    def __init__(
+        self, refresher: Refresher, client: UpstreamClient, clock: Clock, guard: Guard | None = None
+    ) -> None:
         self._refresher = refresher
         self._client = client
         self._clock = clock
+        self.guard = guard
 
     def authenticate(self, authorization: str | None) -> ApiKey:
         return self._refresher.current.keys.authenticate(authorization, self._clock.now())
@@ -45,4 +51,12 @@ class Gateway:
         if not may_use(key, name):
             raise Forbidden(f"this key may not use model '{name}'", param="model")
         stream = payload.get("stream") is True
+        guard = self.guard
+        if guard is not None and path != "/embeddings" and not route.model.guard:
+            inputs = guard.policies(name, key.name, Direction.INPUT)
+            outputs = guard.policies(name, key.name, Direction.OUTPUT)
+            if inputs or outputs:
+                info = RequestInfo(model=name, key_name=key.name, key_label=key.label)
+                return await forward_guarded(guard, self._client, request, table, route, path,
+                                             body, payload, info, inputs, outputs)
         return await self._client.forward(request, table, route, path, body, payload, stream)

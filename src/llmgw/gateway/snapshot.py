@@ -7,11 +7,14 @@ import contextlib
 import logging
 from dataclasses import dataclass
 
-from llmgw.core.errors import ConfigError, LlmgwError
+from llmgw.core import judges
+from llmgw.core.errors import ConfigError, LlmgwError, ModelNotFound
 from llmgw.core.types import ApiKey, Model, RemoteSource, Replica, ReplicaState
 from llmgw.engines import remote
 from llmgw.gateway.auth import KeyCache
 from llmgw.gateway.routing import Route, RoutingTable, Upstream, unavailable_reason
+from llmgw.guard.enforcement import GuardView
+from llmgw.guard.judge_client import JudgeTarget
 from llmgw.store.store import Store
 
 logger = logging.getLogger(__name__)
@@ -22,6 +25,7 @@ class Snapshot:
     revision: int
     keys: KeyCache
     table: RoutingTable
+    guard: GuardView = GuardView()
 
 
 def build_routes(
@@ -68,15 +72,23 @@ class Refresher:
         # replace a newer snapshot.
         self._lock = asyncio.Lock()
 
-    def _load(self) -> tuple[int, list[ApiKey], list[Model], list[Replica]]:
+    def _load(self) -> tuple[int, list[ApiKey], list[Model], list[Replica], GuardView]:
         # Revision first: a change landing between the reads shows up as a newer revision
         # on the next look, never as a missed one.
         revision = self._store.revision()
+        switches = self._store.guard.switches()
+        guard = GuardView(
+            enabled=switches.get("guard_enabled", False),
+            log_prompts=switches.get("log_prompts", False),
+            policies=tuple(self._store.guard.policies()),
+            judges={**judges.KNOWN, **{j.name: j for j in self._store.guard.enabled_judges()}},
+        )
         return (
             revision,
             self._store.keys.list(),
             self._store.catalog.list(),
             self._store.replicas.list(),
+            guard,
         )
 
     async def refresh(self) -> bool:
@@ -88,11 +100,22 @@ class Refresher:
         revision = await asyncio.to_thread(self._store.revision)
         if revision == self.current.revision:
             return False
-        revision, keys, models, replicas = await asyncio.to_thread(self._load)
+        revision, keys, models, replicas, guard = await asyncio.to_thread(self._load)
         previous = {u.id: u for r in self.current.table.routes.values() for u in r.upstreams}
         routes = build_routes(models, replicas, previous)
-        self.current = Snapshot(revision, KeyCache(self._secret, keys), RoutingTable(routes))
+        self.current = Snapshot(revision, KeyCache(self._secret, keys), RoutingTable(routes), guard)
         return True
+
+    def locate_judge(self, name: str) -> JudgeTarget:
+        """A ready replica of judge `name`, least busy first (for the judge client)."""
+        snap = self.current
+        spec = snap.guard.judges.get(name)
+        if spec is None:
+            raise ModelNotFound(f"judge '{name}' is not known; enable it with `llmgw ctl guard "
+                                "judge enable --repo`", param="judges")
+        route = snap.table.resolve(name)
+        up = snap.table.choose(route)
+        return JudgeTarget(spec=spec, base_url=up.base_url.removesuffix("/v1"))
 
     async def run(self, interval_s: float) -> None:
         """Poll the revision; a store outage keeps serving from the last snapshot."""

@@ -92,13 +92,16 @@ class ModelFiles:
         """The verified local file, downloading (or joining a download of) it when needed."""
         path = self.path_for(src)
         running = self._downloads.get(path)
+        previous = None
+        if running is not None and running.task is not None and running.task.cancelling():
+            previous, running = running.task, None  # abandoned and still unwinding: start afresh
         if running is None:
-            running = _Download()
+            running = mine = _Download()
             running.task = asyncio.create_task(
-                self._fetch(src, path, running), name=f"fetch-{src.repo}/{src.file}"
+                self._fetch(src, path, running, previous), name=f"fetch-{src.repo}/{src.file}"
             )
             self._downloads[path] = running
-            running.task.add_done_callback(lambda _t: self._downloads.pop(path, None))
+            running.task.add_done_callback(lambda _t: self._done(path, mine))
         assert running.task is not None
         running.waiters += 1
         if progress is not None:
@@ -116,7 +119,16 @@ class ModelFiles:
                 # Nobody waits any more: stop downloading (the .part stays for a resume).
                 running.task.cancel()
 
-    async def _fetch(self, src: HubSource, path: Path, download: _Download) -> Path:
+    def _done(self, path: Path, download: _Download) -> None:
+        # Only its own entry: a fresh download may have replaced one that was unwinding.
+        if self._downloads.get(path) is download:
+            del self._downloads[path]
+
+    async def _fetch(
+        self, src: HubSource, path: Path, download: _Download, previous: asyncio.Task[Path] | None = None
+    ) -> Path:
+        if previous is not None:  # let the abandoned download let go of the .part first
+            await asyncio.wait([previous])
         remote = await self._remote(src, path)
         if remote is None:  # offline, and the verified file is there
             return path
@@ -135,7 +147,10 @@ class ModelFiles:
         logger.info("fetching %s/%s@%s (%d bytes, resuming at %d)",
                     src.repo, src.file, src.revision, remote.size, have)
         download.report(have, remote.size)
-        digest = await self._stream(src, remote, part, have, download)
+        if have == remote.size:  # every byte is there already: only the hash is left to check
+            digest = await asyncio.to_thread(_hash_file, part)
+        else:
+            digest = await self._stream(src, remote, part, have, download)
         size = part.stat().st_size
         if size != remote.size:
             raise FetchFailed(
@@ -249,7 +264,8 @@ def _metadata(src: HubSource) -> Remote:
 
 def _auth_headers(url: str) -> dict[str, str]:
     """HF_TOKEN goes only to the Hub itself, never to the CDN a download is redirected to."""
-    from huggingface_hub import build_hf_headers, constants
+    from huggingface_hub import constants
+    from huggingface_hub.utils import build_hf_headers  # type: ignore[attr-defined]
 
     if urlparse(url).netloc != urlparse(constants.ENDPOINT).netloc:
         return {"Accept-Encoding": "identity"}

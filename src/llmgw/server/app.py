@@ -12,8 +12,9 @@ from typing import Any
 from aiohttp import web
 
 from llmgw.api import admin, data_plane
+from llmgw.api import guard as guard_routes
 from llmgw.api import jobs as job_routes
-from llmgw.api.appkeys import CATALOG, GATEWAY, JOBS
+from llmgw.api.appkeys import CATALOG, GATEWAY, GUARD, GUARD_ADMIN, JOBS, JUDGE_STATUS
 from llmgw.api.errors import openai_errors
 from llmgw.control.catalog import CatalogService
 from llmgw.control.replica_keeper import ReplicaKeeper
@@ -24,10 +25,14 @@ from llmgw.core.types import HubSource, LocalSource, Model, ReplicaState
 from llmgw.gateway.proxy import UpstreamClient
 from llmgw.gateway.service import Gateway
 from llmgw.gateway.snapshot import Refresher
+from llmgw.guard.admin import GuardAdmin
+from llmgw.guard.enforcement import Guard
+from llmgw.guard.judge_client import JudgeClient
+from llmgw.guard.verdict_log import VerdictBuffer
 from llmgw.node import hardware
 from llmgw.node.agent import AgentConfig, NodeAgent
 from llmgw.node.files import ModelFiles
-from llmgw.server import wiring
+from llmgw.server import judges, wiring
 from llmgw.store.store import Store
 
 logger = logging.getLogger(__name__)
@@ -35,6 +40,7 @@ logger = logging.getLogger(__name__)
 KEEPER_INTERVAL_S = 5.0
 AGENT_INTERVAL_S = 5.0
 HEARTBEAT_INTERVAL_S = 10.0
+VERDICT_FLUSH_S = 1.0
 
 
 @dataclass
@@ -63,7 +69,11 @@ class Server:
         refresher = Refresher(self.store, bytes.fromhex(s.key_secret))
         files = ModelFiles(self.data_dir / "models")
         client = UpstreamClient(timeout_s=s.upstream_timeout_s)
-        gateway = Gateway(refresher, client, self.clock)
+        judge_client = JudgeClient(refresher.locate_judge)
+        verdict_log = VerdictBuffer(wiring.verdict_writer(self.store))
+        guard = Guard(judge_client, lambda: refresher.current.guard, verdict_log.record,
+                      self.clock.now, self.clock.monotonic)
+        gateway = Gateway(refresher, client, self.clock, guard)
         agent = NodeAgent(
             AgentConfig(
                 node_id=s.node_id,
@@ -102,29 +112,40 @@ class Server:
 
         catalog = CatalogService(self.store, self.clock, on_change=catalog_changed, locate=locate)
         jobs = ServeJobs(self.store, files, catalog, self.clock)
+        guard_admin = GuardAdmin(self.store, self.clock, on_change=catalog_changed)
+        judge_keeper = judges.keeper(self.store, jobs, catalog, self.clock, s.judge_grace_s,
+                                     catalog_changed)
 
         app = web.Application(middlewares=[openai_errors], client_max_size=s.max_body_bytes)
         app[GATEWAY] = gateway
         app[CATALOG] = catalog
         app[JOBS] = jobs
+        app[GUARD] = guard
+        app[GUARD_ADMIN] = guard_admin
+        app[JUDGE_STATUS] = judges.status(self.store, judge_keeper, self.clock)
         app.add_routes(data_plane.routes())
         app.add_routes(admin.routes())
         app.add_routes(job_routes.routes())
+        app.add_routes(guard_routes.routes())
 
         async def lifecycle(_app: web.Application) -> AsyncIterator[None]:
             await client.start()
+            await judge_client.start()
             await asyncio.to_thread(self._reset_own_replicas)
             await self._heartbeat_once()
             await refresher.refresh()
             self._spawn(refresher.run(s.refresh_interval_s), "refresher")
+            self._spawn(verdict_log.run(VERDICT_FLUSH_S), "verdict-log")
             self._spawn(self._heartbeats(), "heartbeat")
             self._spawn(keeper.run(self.loops.keeper_s), "replica-keeper")
             self._spawn(agent.run(self.loops.agent_s), "node-agent")
+            self._spawn(judge_keeper.run(self.loops.keeper_s), "judge-keeper")
             await jobs.resume()
             yield
             await jobs.close()
             await self._cancel_all()
             await client.close()
+            await judge_client.close()
             self.store.close()
 
         app.cleanup_ctx.append(lifecycle)

@@ -9,7 +9,9 @@ from pathlib import Path
 
 from llmgw.core.clock import Clock, SystemClock
 from llmgw.core.errors import ConfigError
+from llmgw.core.guard import Policy
 from llmgw.core.ids import hash_key, key_prefix, new_api_key, new_id
+from llmgw.core.judges import DEFAULT_JUDGE, DEMO_JUDGE, DEMO_NOTE
 from llmgw.core.settings import CONFIG_FILE, ServerSettings, dump, load
 from llmgw.core.types import ApiKey, Engine, KeyScope, LocalSource, Model, Profile, Scaling
 from llmgw.store.db import redact, schema_exists
@@ -53,8 +55,9 @@ def demo_model(path: Path) -> Model:
                 # A small context and no prompt cache keep the demo under 1 GB.
                 args=[
                     "--ctx-size", "4096", "--cache-ram", "0", "--parallel", "2",
-                    # The GGUF carries no chat template; llama.cpp has Gemma's built in.
-                    "--chat-template", "gemma",
+                    # The GGUF carries no chat template; llama.cpp's built-in Gemma one is
+                    # taken by name only with Jinja templates off.
+                    "--no-jinja", "--chat-template", "gemma",
                 ],
                 cpu_cores=1,
                 min_memory_gb=1.0,
@@ -64,6 +67,26 @@ def demo_model(path: Path) -> Model:
     )
 
 
+def demo_judge(path: Path) -> Model:
+    """The demo judge: the demo GGUF speaking the Qwen3Guard format. Not a safety model."""
+    return Model(
+        name=DEMO_JUDGE,
+        source=LocalSource(path=str(path)),
+        profiles=[
+            Profile(name="cpu", engine=Engine.LLAMACPP,
+                    args=["--ctx-size", "4096", "--cache-ram", "0", "--parallel", "2"],
+                    cpu_cores=1, min_memory_gb=1.0)
+        ],
+        scaling=Scaling(min=1, max=1),
+        guard=True,
+    )
+
+
+def default_policy(judge: str) -> Policy:
+    """The policy init writes: every model's input judged by `judge`, failing closed."""
+    return Policy(name="default", judges=[judge])
+
+
 def init(
     data_dir: Path,
     *,
@@ -71,6 +94,7 @@ def init(
     port: int = 8080,
     database: str = "",
     demo: bool = False,
+    guard: bool = True,
     clock: Clock | None = None,
 ) -> InitResult:
     """Create what is missing; report what already exists and leave it unchanged."""
@@ -116,12 +140,23 @@ def init(
             result.created.append(f"admin key {key_prefix(key)}…{key[-4:]}")
         if demo:
             names = {m.name for m in store.catalog.list()}
-            if DEMO_MODEL in names:
-                result.existed.append(f"demo model {DEMO_MODEL}")
+            wanted = [(DEMO_MODEL, demo_model), *([(DEMO_JUDGE, demo_judge)] if guard else [])]
+            path: Path | None = None
+            for name, build in wanted:
+                if name in names:
+                    result.existed.append(f"demo model {name}")
+                    continue
+                path = path or demo_model_path(data_dir / "models")
+                store.catalog.add(build(path), "llmgw server init --demo", clock.now())
+                note = f" ({DEMO_NOTE})" if name == DEMO_JUDGE else ""
+                result.created.append(f"demo model {name} ({path}){note}")
+        if guard:
+            if store.guard.policies():
+                result.existed.append("guard policies")
             else:
-                path = demo_model_path(data_dir / "models")
-                store.catalog.add(demo_model(path), "llmgw server init --demo", clock.now())
-                result.created.append(f"demo model {DEMO_MODEL} ({path})")
+                judge = DEMO_JUDGE if demo else DEFAULT_JUDGE
+                store.guard.set_policy(default_policy(judge), "llmgw server init", clock.now())
+                result.created.append(f"guard policy default (input of every model, judge {judge})")
     finally:
         store.close()
     return result

@@ -7,6 +7,7 @@ from collections.abc import Awaitable, Callable
 
 from llmgw.control.replica_keeper import Action, Pend, Place, Stop, new_replica
 from llmgw.core.clock import Clock
+from llmgw.core.guard import VerdictRecord
 from llmgw.core.types import Model, Node, Replica, ReplicaState
 from llmgw.node.agent import Assignment
 from llmgw.node.supervisor import Status
@@ -95,5 +96,12 @@ def agent_reporter(
 def agent_forgetter(store: Store) -> Callable[[str], Awaitable[None]]:
     async def run(replica_id: str) -> None:
         await asyncio.to_thread(store.replicas.delete, replica_id)
+
+    return run
+
+
+def verdict_writer(store: Store) -> Callable[[list[VerdictRecord]], Awaitable[None]]:
+    async def run(records: list[VerdictRecord]) -> None:
+        await asyncio.to_thread(store.guard.add_verdicts, records)
 
     return run

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
@@ -9,7 +10,7 @@ from sqlalchemy import Engine, delete, insert, select, update
 from sqlalchemy.exc import IntegrityError
 
 from llmgw.core.errors import Conflict, ModelNotFound
-from llmgw.core.types import Model, Scaling
+from llmgw.core.types import Model, Profile, Scaling
 from llmgw.store.db import bump_revision, utc
 from llmgw.store.schema import models, replicas
 
@@ -68,6 +69,19 @@ class CatalogRepo:
                 raise ModelNotFound(f"model {name!r} is not in the catalog", param="name")
             spec = dict(row.spec)
             spec["scaling"] = scaling.model_dump(mode="json")
+            conn.execute(
+                update(models).where(models.c.name == name).values(spec=spec, by=by, updated_at=now)
+            )
+            bump_revision(conn)
+        return self.get(name)
+
+    def set_profiles(self, name: str, profiles: Sequence[Profile], by: str, now: datetime) -> Model:
+        with self._engine.begin() as conn:
+            row = conn.execute(select(models.c.spec).where(models.c.name == name)).one_or_none()
+            if row is None:
+                raise ModelNotFound(f"model {name!r} is not in the catalog", param="name")
+            spec = dict(row.spec)
+            spec["profiles"] = [p.model_dump(mode="json") for p in profiles]
             conn.execute(
                 update(models).where(models.c.name == name).values(spec=spec, by=by, updated_at=now)
             )

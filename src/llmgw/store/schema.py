@@ -100,3 +100,40 @@ serve_jobs = Table(
     Column("created_at", DateTime(timezone=True), nullable=False),
     Column("updated_at", DateTime(timezone=True), nullable=False),
 )
+
+policies = Table(
+    "policies",
+    metadata,
+    Column("name", String(64), primary_key=True),
+    Column("spec", JSON, nullable=False),
+    Column("by", String(256), nullable=False),
+    Column("updated_at", DateTime(timezone=True), nullable=False),
+)
+
+# Judges llmgw does not know by name, enabled by an operator with `ctl guard judge enable`.
+enabled_judges = Table(
+    "enabled_judges",
+    metadata,
+    Column("name", String(128), primary_key=True),
+    Column("spec", JSON, nullable=False),
+    Column("by", String(256), nullable=False),
+    Column("created_at", DateTime(timezone=True), nullable=False),
+)
+
+verdicts = Table(
+    "verdicts",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("at", DateTime(timezone=True), nullable=False, index=True),
+    Column("policy", String(64), nullable=False),
+    Column("judge", String(128), nullable=False),
+    Column("direction", String(8), nullable=False),
+    Column("outcome", String(24), nullable=False),
+    Column("categories", JSON, nullable=False),
+    Column("let_through", Boolean, nullable=False),
+    Column("latency_ms", Float, nullable=False),
+    Column("model", String(128), nullable=False),
+    Column("key", String(64), nullable=False),
+    Column("request_id", String(64), nullable=False),
+    Column("text", Text, nullable=True),
+)

@@ -6,6 +6,7 @@ from sqlalchemy import Engine
 
 from llmgw.store.catalog_repo import CatalogRepo
 from llmgw.store.db import migrate, open_engine, read_revision
+from llmgw.store.guard_repo import GuardRepo
 from llmgw.store.job_repo import JobRepo
 from llmgw.store.key_repo import KeyRepo
 from llmgw.store.replica_repo import NodeRepo, ReplicaRepo
@@ -21,6 +22,7 @@ class Store:
         self.nodes = NodeRepo(engine)
         self.keys = KeyRepo(engine)
         self.jobs = JobRepo(engine)
+        self.guard = GuardRepo(engine)
 
     @classmethod
     def open(cls, url: str, *, migrate_schema: bool = True) -> Store:

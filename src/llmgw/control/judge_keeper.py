@@ -1,0 +1,450 @@
+"""The judge keeper: on the leader, serves each judge a guard policy names and the catalog lacks.
+
+Naming a judge llmgw knows in a policy is all it takes to have it served, and a judge removed by
+mistake comes back. A judge llmgw does not know is left to `llmgw ctl guard judge enable --repo`.
+The keeper also refits, once, the default judge an earlier `server init` installed with a profile
+that missed every judgment's budget on small machines.
+
+Two actors may want the same judge: `server init` adds its own just after the control plane
+starts. So the keeper serves nothing during a grace period after its first look, never starts a
+second job for a judge a job is already fetching, and asks for its judge with `if_absent`, so an
+entry added meanwhile (by init or an operator) is the one that stays.
+
+`plan` is pure: the keeper's memory and a view of the world in, actions and the updated memory
+out. `judge_status` says, just as purely, what the keeper is doing about each judge.
+`JudgeKeeper` reads the view, calls `plan`, applies the actions and logs each once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import math
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field, replace
+from datetime import datetime, timedelta
+from typing import Protocol
+
+from llmgw.core.clock import Clock
+from llmgw.core.errors import LlmgwError
+from llmgw.core.guard import JudgeSpec, Policy
+from llmgw.core.jobs import JobState, ServeJob, ServeRequest
+from llmgw.core.judges import DEFAULT_JUDGE, DEMO_JUDGE
+from llmgw.core.types import Engine, HubSource, Model, Profile, Scaling
+
+logger = logging.getLogger(__name__)
+
+# How long after its first look (as leader, with the guard on) the keeper serves no judge itself:
+# init adds its judge, sized and placed as the install says, just after the control plane starts.
+JUDGE_GRACE = timedelta(minutes=10)
+# How long a judge that was asked for waits before it is asked for again (a fetch that failed,
+# a cluster without the GPU it needs).
+JUDGE_RETRY = timedelta(minutes=10)
+
+# Cores per judge replica where a cluster runs several, and for the cluster's one judge replica.
+JUDGE_CORES = 2
+JUDGE_CORES_ALONE = 4
+# Replicas of a CPU judge the keeper serves: one can restart while the other answers.
+JUDGE_REPLICAS = 2
+# A GPU judge gets one replica: a second would take a second GPU, which is the operator's call.
+GPU_JUDGE_REPLICAS = 1
+
+# Memory reserved per judge replica, by the size of its GGUF file, with an 8192-token context and
+# no prompt cache: 2 GB for files of up to 1 GB (qwen3guard-0.6b), 4 GB for files of up to 3 GB
+# (llama-guard-3-1b, qwen3guard-4b); a bigger file gets its size rounded up plus 2 GB.
+JUDGE_MEMORY_GB = 2.0
+JUDGE_MEMORY_GB_LARGE = 4.0
+
+# llama.cpp's prompt cache held memory and slowed every judgment on small machines: judges run
+# without it.
+JUDGE_ARGS = ("--ctx-size", "8192", "--cache-ram", "0")
+# Every layer on the GPU (llama.cpp caps the count at the model's layers).
+GPU_ARGS = ("--n-gpu-layers", "999")
+# What an earlier init wrote for its judge.
+EARLIER_INIT_ARGS = ("--ctx-size", "8192")
+
+SERVED_BY = "llmgw (a guard policy names it)"
+REFIT_BY = "llmgw (the judge an earlier init installed)"
+ENABLE_COMMAND = "llmgw ctl guard judge enable --repo OWNER/REPO --file FILE.gguf --name {name}"
+
+
+@dataclass(frozen=True)
+class KeeperState:
+    """What the keeper remembers between looks; `plan` returns a new one, never changes this."""
+
+    # The keeper's first look (as leader, with the guard on); its grace runs from here.
+    first: datetime | None = None
+    # When each judge was last asked for.
+    tried: Mapping[str, datetime] = field(default_factory=dict)
+    # Models already refitted, or found set by hand: each is looked at once.
+    looked: frozenset[str] = frozenset()
+    # Judges already said to be left to the operator: each is said once.
+    said: frozenset[str] = frozenset()
+
+    def forget_refit(self, model: str) -> KeeperState:
+        """Look at `model` again on the next look (its refit failed)."""
+        return replace(self, looked=self.looked - {model})
+
+
+@dataclass(frozen=True)
+class KeeperView:
+    """What the keeper sees on one look: plain data read by the loop."""
+
+    leader: bool = True
+    guard_on: bool = True
+    policies: list[Policy] = field(default_factory=list)
+    models: list[Model] = field(default_factory=list)  # the catalog
+    jobs: list[ServeJob] = field(default_factory=list)
+    known: Mapping[str, JudgeSpec] = field(default_factory=dict)  # the judge library
+    enabled: Mapping[str, JudgeSpec] = field(default_factory=dict)  # `ctl guard judge enable --repo`
+    node_cores: list[int] = field(default_factory=list)
+    # Free GPUs by class; list every class the cluster has, even one with none free.
+    gpu_free_by_class: Mapping[str, int] = field(default_factory=dict)
+    replica_ids: Mapping[str, list[str]] = field(default_factory=dict)  # model -> its replicas
+    grace: timedelta = JUDGE_GRACE
+    retry: timedelta = JUDGE_RETRY
+
+
+@dataclass(frozen=True)
+class ServeJudge:
+    """Start a serve job for a judge a policy names and the catalog lacks."""
+
+    request: ServeRequest
+
+
+@dataclass(frozen=True)
+class Warn:
+    """A judge that cannot be served as it is named."""
+
+    judge: str
+    message: str
+
+
+@dataclass(frozen=True)
+class Refit:
+    """Give a model new profiles and restart its replicas onto them."""
+
+    model: str
+    profiles: list[Profile]
+    by: str
+    restart: list[str]
+
+
+@dataclass(frozen=True)
+class Say:
+    """Something the operator should hear once."""
+
+    judge: str
+    message: str
+
+
+KeeperAction = ServeJudge | Warn | Refit | Say
+
+
+def plan(state: KeeperState, view: KeeperView, now: datetime) -> tuple[list[KeeperAction], KeeperState]:
+    """What to do on this look, and what to remember for the next."""
+    if not view.leader or not view.guard_on:
+        return [], state
+    actions: list[KeeperAction] = []
+    looked = set(state.looked)
+    for model in view.models:
+        if model.name in looked or not _refittable(model):
+            continue
+        looked.add(model.name)
+        actions += _refit(model, view)
+    first = state.first or now
+    in_grace = now - first < view.grace
+    said = set(state.said)
+    tried = dict(state.tried)
+    have = {m.name for m in view.models}
+    busy = _busy(view.jobs)
+    for name in wanted_judges(view.policies):
+        if name in have:
+            continue
+        spec = _spec(view, name)
+        if name == DEMO_JUDGE or spec is None:
+            # Words, not serving: the grace does not hold them back.
+            if name not in said:
+                said.add(name)
+                actions.append(Say(name, _left_to_operator(name)))
+            continue
+        if in_grace or name in busy:
+            continue
+        asked = tried.get(name)
+        if asked is not None and now - asked < view.retry:
+            continue
+        # Recorded before the GPU check too, so a cluster without one is warned once a retry period.
+        tried[name] = now
+        gpu_class: str | None = None
+        if spec.gpu:
+            gpu_class = roomiest_gpu_class(view.gpu_free_by_class)
+            if gpu_class is None:
+                actions.append(Warn(name, _no_gpu(name)))
+                continue
+        actions.append(ServeJudge(judge_request(spec, view.node_cores, gpu_class)))
+    return actions, KeeperState(first=first, tried=tried, looked=frozenset(looked), said=frozenset(said))
+
+
+def judge_status(state: KeeperState, view: KeeperView, now: datetime) -> dict[str, str]:
+    """What the keeper is doing about each judge the enabled policies name (`ctl guard judge status`)."""
+    have = {m.name for m in view.models}
+    busy = _busy(view.jobs)
+    status: dict[str, str] = {}
+    for name in wanted_judges(view.policies):
+        status[name] = _status_of(name, state, view, now, have, busy)
+    return status
+
+
+def _status_of(
+    name: str, state: KeeperState, view: KeeperView, now: datetime, have: set[str], busy: dict[str, ServeJob]
+) -> str:
+    if not view.leader:
+        return "not kept here: the leader keeps the judges"
+    if not view.guard_on:
+        return "not kept: the guard is off"
+    if name in have:
+        return "in catalog"
+    spec = _spec(view, name)
+    if name == DEMO_JUDGE:
+        return "the demo judge comes with llmgw server init --demo; it is not fetched"
+    if spec is None:
+        return "unknown: enable it with " + ENABLE_COMMAND.format(name=name)
+    if name in busy:
+        job = busy[name]
+        return f"{job.state.value} (job {job.id})"
+    if state.first is None:
+        return "waiting for the keeper's first look"
+    if now - state.first < view.grace:
+        return f"in grace until {_at(state.first + view.grace)}"
+    if spec.gpu and roomiest_gpu_class(view.gpu_free_by_class) is None:
+        return f"needs a GPU, and this cluster has none; {DEFAULT_JUDGE} is used instead"
+    asked = state.tried.get(name)
+    if asked is not None and now - asked < view.retry:
+        failed = _last_failure(view.jobs, name, now)
+        return f"retry at {_at(asked + view.retry)}" + (f" ({failed})" if failed else "")
+    return "to be served on the keeper's next look"
+
+
+def wanted_judges(policies: list[Policy]) -> list[str]:
+    """Every judge an enabled policy names, sorted."""
+    return sorted({j for p in policies if p.enabled for j in p.judges})
+
+
+def judge_request(spec: JudgeSpec, node_cores: list[int], gpu_class: str | None = None) -> ServeRequest:
+    """The serve request for a judge: on `gpu_class` when given, else on CPUs as init sizes it."""
+    memory = judge_memory_gb(spec.size_gb)
+    if gpu_class is not None:
+        profile = Profile(name="gpu", engine=Engine.LLAMACPP, args=[*JUDGE_ARGS, *GPU_ARGS],
+                          cpu_cores=JUDGE_CORES, min_memory_gb=memory, gpu_class=gpu_class, gpu=1)
+        replicas = GPU_JUDGE_REPLICAS
+    else:
+        profile = Profile(name="cpu", engine=Engine.LLAMACPP, args=list(JUDGE_ARGS),
+                          cpu_cores=refit_cores(JUDGE_REPLICAS, node_cores), min_memory_gb=memory)
+        replicas = JUDGE_REPLICAS
+    return ServeRequest(
+        name=spec.name,
+        source=HubSource(repo=spec.repo, file=spec.file),
+        profiles=[profile],
+        scaling=Scaling(min=replicas, max=replicas),
+        guard=True,
+        # init, or an operator, may add it while this fetches: theirs stays.
+        if_absent=True,
+        by=SERVED_BY,
+    )
+
+
+def judge_memory_gb(size_gb: float) -> float:
+    """Memory to reserve for one replica of a judge whose GGUF file is `size_gb` (see JUDGE_MEMORY_GB)."""
+    if size_gb <= 1.0:
+        return JUDGE_MEMORY_GB
+    if size_gb <= 3.0:
+        return JUDGE_MEMORY_GB_LARGE
+    return float(math.ceil(size_gb) + 2)
+
+
+def refit_cores(replicas: int, node_cores: list[int]) -> int:
+    """Cores per judge replica, by init's rule.
+
+    Up to JUDGE_CORES_ALONE for the cluster's one judge replica (JUDGE_CORES when no node is known),
+    JUDGE_CORES each where there are more, and fewer when the cluster is one node too small to hold
+    them all.
+    """
+    sizes = [c for c in node_cores if c > 0]
+    smallest = min(sizes, default=0)
+    if replicas <= 1:
+        return min(smallest, JUDGE_CORES_ALONE) if smallest else JUDGE_CORES
+    if len(node_cores) == 1 and smallest and replicas * JUDGE_CORES > smallest:
+        return max(1, smallest // replicas)
+    return JUDGE_CORES
+
+
+def roomiest_gpu_class(free: Mapping[str, int]) -> str | None:
+    """The GPU class with the most free GPUs (ties: alphabetical); None when the cluster has none."""
+    if not free:
+        return None
+    return min(free, key=lambda cls: (-free[cls], cls))
+
+
+def earlier_init_judge(model: Model) -> bool:
+    """Whether a judge's entry is exactly what an earlier `server init` wrote."""
+    if len(model.profiles) != 1:
+        return False
+    p = model.profiles[0]
+    return (
+        p.name == "cpu"
+        and p.engine == Engine.LLAMACPP
+        and p.gpu_class is None
+        and p.gpu == 0
+        and not p.node_selector
+        and tuple(p.args) == EARLIER_INIT_ARGS
+        and p.min_memory_gb in (2.0, 4.0)
+        and 0 <= p.cpu_cores <= 2
+    )
+
+
+def _refittable(model: Model) -> bool:
+    return model.name == DEFAULT_JUDGE and model.guard
+
+
+def _refit(model: Model, view: KeeperView) -> list[KeeperAction]:
+    """Refit an earlier init's judge to today's profile; a hand-set one is left, said once."""
+    if not earlier_init_judge(model):
+        if len(model.profiles) != 1 or "--cache-ram" not in model.profiles[0].args:
+            return [Say(model.name, "the judge's profile is not one init wrote; left as it is "
+                                    f"(see llmgw ctl model resources {model.name})")]
+        return []
+    spec = _spec(view, model.name)
+    memory = judge_memory_gb(spec.size_gb) if spec else JUDGE_MEMORY_GB
+    profile = model.profiles[0].model_copy(update={
+        "args": list(JUDGE_ARGS),
+        "min_memory_gb": memory,
+        "cpu_cores": refit_cores(model.scaling.min, view.node_cores),
+    })
+    return [Refit(model.name, [profile], REFIT_BY, list(view.replica_ids.get(model.name, [])))]
+
+
+def _spec(view: KeeperView, name: str) -> JudgeSpec | None:
+    # One the operator enabled by repo wins over the library's, under the same name.
+    return view.enabled.get(name) or view.known.get(name)
+
+
+def _busy(jobs: list[ServeJob]) -> dict[str, ServeJob]:
+    """Judges a job is still working on (queued, fetching, adding), by the name it serves."""
+    return {j.request.name: j for j in jobs if not j.state.finished}
+
+
+def _last_failure(jobs: list[ServeJob], name: str, now: datetime) -> str | None:
+    failed = [j for j in jobs if j.request.name == name and j.state == JobState.FAILED]
+    if not failed:
+        return None
+    job = max(failed, key=lambda j: j.updated_at or j.created_at or now)
+    return f"job {job.id} failed: {job.error}" if job.error else f"job {job.id} failed"
+
+
+def _left_to_operator(name: str) -> str:
+    if name == DEMO_JUDGE:
+        return (f"a policy names {name}, which comes with llmgw server init --demo and is not "
+                "fetched; left as it is")
+    return (f"a policy names {name}, a judge llmgw does not know; enable it with "
+            + ENABLE_COMMAND.format(name=name))
+
+
+def _no_gpu(name: str) -> str:
+    return (f"a policy names {name}, a judge that runs on a GPU, and this cluster has none; "
+            f"the default judge {DEFAULT_JUDGE} is used instead")
+
+
+def _at(t: datetime) -> str:
+    return t.isoformat(timespec="seconds")
+
+
+class LogLike(Protocol):
+    """The part of a logger the keeper uses."""
+
+    def info(self, msg: str, *args: object) -> None: ...
+
+    def warning(self, msg: str, *args: object) -> None: ...
+
+    def error(self, msg: str, *args: object) -> None: ...
+
+
+class JudgeKeeper:
+    """Applies the judge keeper's plan every `interval_s` (or when woken)."""
+
+    def __init__(
+        self,
+        read: Callable[[], Awaitable[KeeperView]],
+        serve: Callable[[ServeRequest], Awaitable[object]],
+        refit: Callable[[str, list[Profile], str, list[str]], Awaitable[object]],
+        clock: Clock,
+        log: LogLike = logger,
+    ) -> None:
+        self._read = read
+        self._serve = serve
+        self._refit = refit
+        self._clock = clock
+        self._log = log
+        self._state = KeeperState()
+        self.wake = asyncio.Event()
+
+    @property
+    def state(self) -> KeeperState:
+        return self._state
+
+    async def tick(self) -> list[KeeperAction]:
+        """One look: read, plan, apply; returns what it planned."""
+        view = await self._read()
+        actions, self._state = plan(self._state, view, self._clock.now())
+        for action in actions:
+            await self._apply(action)
+        return actions
+
+    async def status(self) -> dict[str, str]:
+        """Per judge the enabled policies name, what the keeper is doing about it."""
+        return judge_status(self._state, await self._read(), self._clock.now())
+
+    async def run(self, interval_s: float) -> None:
+        while True:
+            try:
+                await self.tick()
+            except LlmgwError as exc:
+                self._log.warning("judge keeper: %s", exc.message)
+            except Exception as exc:
+                self._log.error("judge keeper: look failed: %s", _why(exc))
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.wake.wait(), interval_s)
+            self.wake.clear()
+
+    async def _apply(self, action: KeeperAction) -> None:
+        match action:
+            case ServeJudge(request=req):
+                src = req.source
+                where = f"{src.repo}/{src.file}" if isinstance(src, HubSource) else src.path
+                try:
+                    await self._serve(req)
+                except Exception as exc:
+                    # Asked for all the same: asked again after the retry period.
+                    self._log.error("judge keeper: could not start serving judge %s: %s", req.name, _why(exc))
+                    return
+                self._log.info("judge keeper: serving judge %s from %s: a guard policy names it and "
+                               "the catalog does not have it", req.name, where)
+            case Warn(judge=judge, message=message):
+                self._log.warning("judge keeper: %s: %s", judge, message)
+            case Say(judge=judge, message=message):
+                self._log.info("judge keeper: %s: %s", judge, message)
+            case Refit(model=model, profiles=profiles, by=by, restart=restart):
+                try:
+                    await self._refit(model, profiles, by, restart)
+                except Exception as exc:
+                    self._log.warning("judge keeper: could not refit judge %s: %s", model, _why(exc))
+                    self._state = self._state.forget_refit(model)
+                    return
+                p = profiles[0]
+                self._log.info("judge keeper: refitted judge %s, the one an earlier init installed: "
+                               "%s GB, %d cores, %d replicas restarted",
+                               model, p.min_memory_gb, p.cpu_cores, len(restart))
+
+
+def _why(exc: Exception) -> str:
+    return exc.message if isinstance(exc, LlmgwError) else f"{type(exc).__name__}: {exc}"

@@ -1,0 +1,210 @@
+"""Enforcing guard policies: which apply, asking their judges within budget, deciding.
+
+A request is blocked when any judge of any applying policy finds it unsafe (Controversial counts
+as unsafe under `controversial: strict`; only `block_categories` block when the policy lists
+some). A judge that cannot answer within the policy's `budget_ms` (timeout, garbage, no replica)
+is a failure, and the policy's `on_failure` decides: `closed` refuses, `open` lets through. Every
+judgment goes to the verdict log, off the request path.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import fnmatch
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from llmgw.core.errors import GuardBlocked, GuardUnavailable, JudgeUnparseable, LlmgwError
+from llmgw.core.guard import (
+    Controversial,
+    Direction,
+    JudgeSpec,
+    OnFailure,
+    Outcome,
+    Policy,
+    Safety,
+    Verdict,
+    VerdictRecord,
+)
+from llmgw.guard.judge_client import JudgeClient
+from llmgw.guard.prompts import Turn
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class GuardView:
+    """The guard's configuration as the request path sees it (rebuilt on revision changes)."""
+
+    enabled: bool = False
+    log_prompts: bool = False
+    policies: tuple[Policy, ...] = ()
+    judges: dict[str, JudgeSpec] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class RequestInfo:
+    """What the verdict log says about the request a judgment was for."""
+
+    model: str
+    key_name: str
+    key_label: str
+    request_id: str = ""
+
+
+def applying(view: GuardView, model: str, key_name: str, direction: Direction) -> list[Policy]:
+    """Enabled policies covering this model and key that check this direction."""
+    if not view.enabled:
+        return []
+    return [
+        p
+        for p in view.policies
+        if p.enabled
+        and (p.input if direction == Direction.INPUT else p.output)
+        and any(fnmatch.fnmatchcase(model, pat) for pat in p.models)
+        and any(fnmatch.fnmatchcase(key_name, pat) for pat in p.keys)
+    ]
+
+
+def unsafe_categories(policy: Policy, verdict: Verdict) -> list[str] | None:
+    """The categories that block under `policy`, or None when the verdict lets it pass."""
+    if verdict.safety == Safety.SAFE:
+        return None
+    if verdict.safety == Safety.CONTROVERSIAL and policy.controversial == Controversial.LOOSE:
+        return None
+    cats = verdict.categories or [verdict.safety.value]
+    if not policy.block_categories:
+        return cats
+    wanted = {c.lower() for c in policy.block_categories}
+    hit = [c for c in cats if c.lower() in wanted]
+    return hit or None
+
+
+@dataclass(frozen=True)
+class Answer:
+    judge: str
+    outcome: Outcome
+    latency_ms: float
+    verdict: Verdict | None = None
+    error: str = ""
+
+
+class Guard:
+    """Judges requests and responses for the gateway."""
+
+    def __init__(
+        self,
+        client: JudgeClient,
+        view: Callable[[], GuardView],
+        record: Callable[[VerdictRecord], None],
+        now: Callable[[], datetime],
+        monotonic: Callable[[], float],
+    ) -> None:
+        self._client = client
+        self._view = view
+        self._record = record
+        self._now = now
+        self._monotonic = monotonic
+
+    def policies(self, model: str, key_name: str, direction: Direction) -> list[Policy]:
+        return applying(self._view(), model, key_name, direction)
+
+    async def check(
+        self, policies: list[Policy], direction: Direction, turns: list[Turn], info: RequestInfo
+    ) -> None:
+        """Return when every policy lets the turns through; raise GuardBlocked or GuardUnavailable."""
+        if not policies:
+            return
+        results = await asyncio.gather(*(self._policy(p, direction, turns, info) for p in policies))
+        for blocked in results:
+            if blocked is not None:
+                raise blocked
+
+    def moderation_judges(self, key_name: str) -> tuple[list[str], int]:
+        """The judges of the input policies covering this key (any model), and the tightest
+        budget among them; GuardUnavailable when no policy names one."""
+        view = self._view()
+        policies = [
+            p for p in view.policies
+            if view.enabled and p.enabled and p.input
+            and any(fnmatch.fnmatchcase(key_name, k) for k in p.keys)
+        ]
+        judges = sorted({j for p in policies for j in p.judges})
+        if not judges:
+            raise GuardUnavailable("no enabled guard policy names a judge for this key")
+        return judges, min(p.budget_ms for p in policies)
+
+    async def moderate(self, judges: list[str], text: str, budget_ms: int) -> list[Answer]:
+        """Ask each judge about `text` as a user prompt (for /v1/moderations)."""
+        turns = [Turn("user", text)]
+        return list(
+            await asyncio.gather(*(self.ask(j, Direction.INPUT, turns, budget_ms) for j in judges))
+        )
+
+    async def _policy(
+        self, policy: Policy, direction: Direction, turns: list[Turn], info: RequestInfo
+    ) -> LlmgwError | None:
+        answers = await asyncio.gather(
+            *(self.ask(j, direction, turns, policy.budget_ms) for j in policy.judges)
+        )
+        blocked: GuardBlocked | None = None
+        failed: Answer | None = None
+        for a in answers:
+            cats = unsafe_categories(policy, a.verdict) if a.verdict is not None else None
+            if a.verdict is None:
+                failed = failed or a
+            elif cats is not None and blocked is None:
+                where = "request" if direction == Direction.INPUT else "response"
+                blocked = GuardBlocked(
+                    f"the {where} was blocked by guard policy '{policy.name}': judge {a.judge} "
+                    f"found it unsafe ({', '.join(cats)})",
+                    param="messages" if direction == Direction.INPUT else None,
+                )
+        let_through = blocked is None and failed is not None and policy.on_failure == OnFailure.OPEN
+        text = _joined(turns) if self._view().log_prompts else None
+        for a in answers:
+            outcome = a.outcome
+            if a.verdict is not None:  # the policy decides whether Controversial was unsafe
+                unsafe = unsafe_categories(policy, a.verdict) is not None
+                outcome = Outcome.UNSAFE if unsafe else Outcome.SAFE
+            self._record(
+                VerdictRecord(
+                    at=self._now(), policy=policy.name, judge=a.judge, direction=direction,
+                    outcome=outcome, categories=a.verdict.categories if a.verdict else [],
+                    let_through=let_through and a.verdict is None, latency_ms=round(a.latency_ms, 1),
+                    model=info.model, key=info.key_label, request_id=info.request_id, text=text,
+                )
+            )
+        if blocked is not None:
+            return blocked
+        if failed is not None and policy.on_failure == OnFailure.CLOSED:
+            return GuardUnavailable(
+                f"guard policy '{policy.name}' could not judge the "
+                f"{'request' if direction == Direction.INPUT else 'response'} within "
+                f"{policy.budget_ms} ms (judge {failed.judge}: {failed.error}); it fails closed"
+            )
+        return None
+
+    async def ask(self, judge: str, direction: Direction, turns: list[Turn], budget_ms: int) -> Answer:
+        """One judge's answer within `budget_ms`, failures included (never raises for them)."""
+        start = self._monotonic()
+
+        def took() -> float:
+            return (self._monotonic() - start) * 1000
+
+        try:
+            verdict = await self._client.judge(judge, direction, turns, budget_ms / 1000)
+        except TimeoutError:
+            return Answer(judge, Outcome.FAILED_TIMEOUT, took(), error="timed out")
+        except JudgeUnparseable as exc:
+            return Answer(judge, Outcome.FAILED_UNPARSEABLE, took(), error=exc.message)
+        except LlmgwError as exc:  # no ready replica, unknown judge
+            return Answer(judge, Outcome.FAILED_ERROR, took(), error=exc.message)
+        outcome = Outcome.SAFE if verdict.safety == Safety.SAFE else Outcome.UNSAFE
+        return Answer(judge, outcome, took(), verdict=verdict)
+
+
+def _joined(turns: list[Turn]) -> str:
+    return "\n".join(f"{t.role}: {t.content}" for t in turns)

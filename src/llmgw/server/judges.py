@@ -1,0 +1,112 @@
+"""Wiring the judge keeper and the judge status view to this server's store and services."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from dataclasses import replace
+from datetime import timedelta
+from typing import Any
+
+from llmgw.control.catalog import CatalogService
+from llmgw.control.judge_keeper import JudgeKeeper, KeeperView
+from llmgw.control.placement import free_on
+from llmgw.control.serve_jobs import ServeJobs
+from llmgw.core.clock import Clock
+from llmgw.core.jobs import ServeRequest
+from llmgw.core.judges import KNOWN
+from llmgw.core.types import Profile, ReplicaState
+from llmgw.store.store import Store
+
+
+def keeper(
+    store: Store, jobs: ServeJobs, catalog: CatalogService, clock: Clock, grace_s: float,
+    on_change: Callable[[], Awaitable[None]],
+) -> JudgeKeeper:
+    """A judge keeper reading this install's store and acting through its services."""
+
+    def read_store() -> KeeperView:
+        nodes = store.nodes.list()
+        replicas = store.replicas.list()
+        gpus: dict[str, int] = {}
+        for n in nodes:
+            for cls, free in free_on(n, replicas).gpus.items():
+                gpus[cls] = gpus.get(cls, 0) + max(free, 0)
+        ids: dict[str, list[str]] = {}
+        for r in replicas:
+            if r.state != ReplicaState.STOPPING:
+                ids.setdefault(r.model, []).append(r.id)
+        return KeeperView(
+            leader=True,  # one server on SQLite is always the leader
+            guard_on=store.guard.switches().get("guard_enabled", False),
+            policies=store.guard.policies(),
+            models=store.catalog.list(),
+            known=KNOWN,
+            enabled={j.name: j for j in store.guard.enabled_judges()},
+            node_cores=[n.cores for n in nodes],
+            gpu_free_by_class=gpus,
+            replica_ids=ids,
+            grace=timedelta(seconds=grace_s),
+        )
+
+    async def read() -> KeeperView:
+        view = await asyncio.to_thread(read_store)
+        return replace(view, jobs=await jobs.jobs())
+
+    async def serve(request: ServeRequest) -> object:
+        return await jobs.start(request)
+
+    async def refit(model: str, profiles: list[Profile], by: str, restart: list[str]) -> object:
+        def write() -> None:
+            store.catalog.set_profiles(model, profiles, by, clock.now())
+            for rid in restart:  # the replica keeper places new ones on the new profile
+                store.replicas.update(rid, clock.now(), state=ReplicaState.STOPPING)
+
+        await asyncio.to_thread(write)
+        await on_change()
+        return None
+
+    return JudgeKeeper(read, serve, refit, clock)
+
+
+def status(
+    store: Store, judge_keeper: JudgeKeeper, clock: Clock
+) -> Callable[[], Awaitable[list[dict[str, Any]]]]:
+    """Per judge: known or enabled, in the catalog, replicas ready, keeper state, latency."""
+
+    def read() -> tuple[list[Any], list[Any], list[Any], list[Any]]:
+        return (store.catalog.list(), store.replicas.list(), store.guard.enabled_judges(),
+                store.guard.verdicts(limit=5000))
+
+    async def run() -> list[dict[str, Any]]:
+        models, replicas, enabled, verdicts = await asyncio.to_thread(read)
+        states = await judge_keeper.status()
+        catalog = {m.name: m for m in models}
+        names = sorted(set(states) | {m.name for m in models if m.guard} | {j.name for j in enabled})
+        out = []
+        for name in names:
+            spec = KNOWN.get(name) or next((j for j in enabled if j.name == name), None)
+            latencies = sorted(v.latency_ms for v in verdicts if v.judge == name
+                               and v.outcome.value in ("safe", "unsafe"))
+            out.append({
+                "judge": name,
+                "source": "known" if name in KNOWN else "enabled" if spec else "catalog only",
+                "note": spec.note if spec else "",
+                "format": spec.format.value if spec else None,
+                "in_catalog": name in catalog,
+                "replicas_ready": sum(1 for r in replicas
+                                      if r.model == name and r.state == ReplicaState.READY),
+                "keeper": states.get(name, "in catalog" if name in catalog else "not named by a policy"),
+                "p50_ms": _pct(latencies, 0.50),
+                "p99_ms": _pct(latencies, 0.99),
+                "judgments": len(latencies),
+            })
+        return out
+
+    return run
+
+
+def _pct(values: list[float], q: float) -> float | None:
+    if not values:
+        return None
+    return values[min(len(values) - 1, int(q * len(values)))]
