@@ -9,6 +9,8 @@ from aiohttp import web
 
 from llmgw.control.catalog import CatalogService
 from llmgw.control.serve_jobs import ServeJobs
+from llmgw.gateway.keys_admin import KeyAdmin
+from llmgw.gateway.metrics import Metrics
 from llmgw.gateway.service import Gateway
 from llmgw.guard.admin import GuardAdmin
 from llmgw.guard.enforcement import Guard
@@ -21,3 +23,5 @@ GUARD_ADMIN = web.AppKey("guard_admin", GuardAdmin)
 # Per-judge status for `ctl guard judge status`, composed by the server from several parts.
 JudgeStatus = Callable[[], Awaitable[list[dict[str, Any]]]]
 JUDGE_STATUS: web.AppKey[JudgeStatus] = web.AppKey("judge_status")
+KEYS = web.AppKey("keys", KeyAdmin)
+METRICS = web.AppKey("metrics", Metrics)

@@ -8,7 +8,7 @@ from typing import Any
 import orjson
 from aiohttp import web
 
-from llmgw.api.appkeys import GATEWAY, GUARD
+from llmgw.api.appkeys import GATEWAY, GUARD, METRICS
 from llmgw.api.body import read_json, require
 from llmgw.core.errors import InvalidRequest
 from llmgw.guard import moderation
@@ -77,6 +77,12 @@ async def moderations(request: web.Request) -> web.Response:
     return web.Response(body=orjson.dumps(body), content_type="application/json")
 
 
+async def metrics(request: web.Request) -> web.Response:
+    """Prometheus text format; no key, as scrapers expect (it carries no secrets)."""
+    return web.Response(body=request.app[METRICS].render(),
+                        headers={"Content-Type": "text/plain; version=0.0.4; charset=utf-8"})
+
+
 async def health(_request: web.Request) -> web.Response:
     """Liveness for load balancers and scripts; says nothing about models."""
     return web.Response(body=b'{"status":"ok"}', content_type="application/json")
@@ -86,6 +92,7 @@ def routes() -> list[web.RouteDef]:
     """The data-plane routes."""
     return [
         web.get("/health", health),
+        web.get("/metrics", metrics),
         web.post("/v1/chat/completions", _proxy("/chat/completions", _check_chat)),
         web.post("/v1/completions", _proxy("/completions", _check_completion)),
         web.post("/v1/embeddings", _proxy("/embeddings", _check_embedding)),

@@ -8,7 +8,7 @@ from collections.abc import Awaitable, Callable
 import orjson
 from aiohttp import web
 
-from llmgw.core.errors import LlmgwError
+from llmgw.core.errors import LlmgwError, RateLimited
 
 logger = logging.getLogger(__name__)
 
@@ -33,7 +33,10 @@ def error_response(
 
 
 def from_error(exc: LlmgwError) -> web.Response:
-    return error_response(exc.status, exc.message, exc.type, exc.param, exc.code)
+    resp = error_response(exc.status, exc.message, exc.type, exc.param, exc.code)
+    if isinstance(exc, RateLimited):
+        resp.headers["Retry-After"] = str(exc.retry_after_s)
+    return resp
 
 
 @web.middleware

@@ -18,12 +18,15 @@ class Case:
         """One JSONL line; a bad one is a ValueError naming the line."""
         try:
             obj = json.loads(line)
-            case = cls(str(obj["text"]), str(obj["label"]), str(obj.get("direction", "input")))
+            text, label = obj["text"], obj["label"]
+            direction = obj.get("direction", "input")
         except (ValueError, KeyError, TypeError) as exc:
             raise ValueError(f"line {number}: expected {{\"text\", \"label\"}}: {exc}") from exc
-        if case.label not in ("safe", "unsafe") or case.direction not in ("input", "output"):
+        if not isinstance(text, str):
+            raise ValueError(f"line {number}: text must be a string")
+        if label not in ("safe", "unsafe") or direction not in ("input", "output"):
             raise ValueError(f"line {number}: label must be safe|unsafe, direction input|output")
-        return case
+        return cls(text, label, direction)
 
 
 def score(cases: list[Case], answers: list[dict[str, Any]], *, strict: bool) -> dict[str, Any]:

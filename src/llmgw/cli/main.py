@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import logging
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
 from llmgw import __version__
-from llmgw.cli import ctl, ctl_guard, ctl_jobs, render  # these register their ctl commands
+from llmgw.cli import ctl, ctl_guard, ctl_jobs, ctl_keys, render  # these register ctl commands
 from llmgw.cli.client import write_config
 from llmgw.core.errors import LlmgwError
 from llmgw.core.settings import default_data_dir
@@ -18,7 +17,7 @@ app = typer.Typer(help="llmgw: a self-hosted LLM gateway.", no_args_is_help=True
 server_app = typer.Typer(help="Set up and run the server.", no_args_is_help=True)
 app.add_typer(server_app, name="server")
 app.add_typer(ctl.app, name="ctl")
-assert ctl_jobs.job_app and ctl_guard.guard_app  # their imports registered the commands
+assert ctl_jobs.job_app and ctl_guard.guard_app and ctl_keys.key_app  # imports registered them
 
 DataDir = Annotated[
     Path | None,
@@ -81,14 +80,16 @@ def server_run(
     host: Annotated[str | None, typer.Option(help="Override the configured address.")] = None,
     port: Annotated[int | None, typer.Option(help="Override the configured port.")] = None,
     log_level: Annotated[str, typer.Option(help="debug, info, warning or error.")] = "info",
+    log_format: Annotated[str, typer.Option(help="json (one object per line) or text.")] = "json",
 ) -> None:
     """Serve the API, run the replica keeper and the embedded node agent."""
+    from llmgw.server import logs
     from llmgw.server.run import run
 
-    logging.basicConfig(
-        level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
-    logging.getLogger("aiohttp.access").setLevel(logging.WARNING)
+    if log_format not in ("json", "text"):
+        render.error("--log-format is json or text")
+        raise typer.Exit(2)
+    logs.setup(log_level, log_format)
     try:
         run(
             data_dir or default_data_dir(),

@@ -76,6 +76,18 @@ class NoReadyReplica(Retryable):
     code = "no_ready_replica"
 
 
+class RateLimited(Retryable):
+    """A key is over one of its limits; `retry_after_s` says when to try again."""
+
+    status = 429
+    type = "rate_limit_error"
+    code = "rate_limit_exceeded"
+
+    def __init__(self, message: str, retry_after_s: int, *, code: str | None = None) -> None:
+        super().__init__(message, code=code)
+        self.retry_after_s = retry_after_s
+
+
 class UpstreamError(Retryable):
     status = 502
     type = "server_error"

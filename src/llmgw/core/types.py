@@ -199,6 +199,30 @@ class KeyScope(StrEnum):
     USER = "user"
 
 
+class Limits(_Frozen):
+    """Per-key limits; None means no limit of that kind."""
+
+    rpm: int | None = Field(default=None, ge=1)  # requests per minute
+    tpm: int | None = Field(default=None, ge=1)  # tokens per minute (prompt + completion)
+    concurrent: int | None = Field(default=None, ge=1)  # requests in flight
+    tokens_per_day: int | None = Field(default=None, ge=1)
+    tokens_per_month: int | None = Field(default=None, ge=1)
+
+    def within(self, other: Limits) -> list[str]:
+        """The fields where these limits exceed `other`'s (None is unlimited)."""
+        over = []
+        for name in Limits.model_fields:
+            mine, theirs = getattr(self, name), getattr(other, name)
+            if theirs is not None and (mine is None or mine > theirs):
+                over.append(name)
+        return over
+
+    def merged(self, default: Limits) -> Limits:
+        """These limits, with `default`'s where these set none."""
+        return Limits(**{n: getattr(self, n) if getattr(self, n) is not None else getattr(default, n)
+                         for n in Limits.model_fields})
+
+
 class ApiKey(_Frozen):
     """A stored key: never the key itself, only its hash and a visible prefix."""
 
@@ -213,6 +237,10 @@ class ApiKey(_Frozen):
     revoked: bool = False
     by: str = ""
     created_at: datetime | None = None
+    limits: Limits = Field(default_factory=Limits)
+    note: str = ""
+    # The key that minted this one (None for keys an admin or init created).
+    minted_by: str | None = None
 
     @property
     def label(self) -> str:

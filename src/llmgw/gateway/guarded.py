@@ -19,6 +19,7 @@ from llmgw.core.errors import LlmgwError, UpstreamError, UpstreamTimeout
 from llmgw.core.guard import Direction, InputMode, Policy
 from llmgw.gateway.proxy import SSE_HEADERS, STREAM_BROKE, UpstreamClient, relay
 from llmgw.gateway.routing import Route, RoutingTable
+from llmgw.gateway.usage import UsageTap
 from llmgw.guard.enforcement import Guard, RequestInfo
 from llmgw.guard.prompts import Role, Turn
 from llmgw.guard.stream import DONE, SseSplitter, Window, blocked_events
@@ -74,6 +75,7 @@ async def forward_guarded(
     info: RequestInfo,
     inputs: list[Policy],
     outputs: list[Policy],
+    tap: UsageTap | None = None,
 ) -> web.StreamResponse:
     """Forward one request under the policies that apply to it."""
     turns = turns_from(payload)
@@ -82,7 +84,7 @@ async def forward_guarded(
     await guard.check(before, Direction.INPUT, turns, info)
     stream = payload.get("stream") is True
     if not parallel and not outputs:
-        return await client.forward(request, table, route, path, body, payload, stream)
+        return await client.forward(request, table, route, path, body, payload, stream, tap)
     verdict = asyncio.create_task(guard.check(parallel, Direction.INPUT, turns, info))
     try:
         async with contextlib.AsyncExitStack() as stack:
@@ -102,6 +104,8 @@ async def forward_guarded(
                     await asyncio.wait({opening})
             if not stream or resp.status != 200:
                 raw = await _read_unless_blocked(resp, verdict)
+                if tap is not None:
+                    tap.whole(raw)
                 if outputs and resp.status == 200:
                     answer = Turn("assistant", answer_text(raw))
                     await guard.check(outputs, Direction.OUTPUT, [*turns, answer], info)
@@ -112,8 +116,8 @@ async def forward_guarded(
                 )
             await verdict  # nothing of the answer leaves before the input verdict
             if not outputs:
-                return await relay(request, resp)
-            return await _windowed(guard, request, resp, turns, outputs, info)
+                return await relay(request, resp, tap)
+            return await _windowed(guard, request, resp, turns, outputs, info, tap)
     except TimeoutError as exc:
         raise UpstreamTimeout(f"upstream for '{info.model}' did not answer in time") from exc
     except aiohttp.ClientError as exc:
@@ -148,6 +152,7 @@ async def _windowed(
     turns: list[Turn],
     outputs: list[Policy],
     info: RequestInfo,
+    tap: UsageTap | None = None,
 ) -> web.StreamResponse:
     """Relay a stream a window at a time, each released only after the judges passed it."""
     out = web.StreamResponse(status=200, headers=SSE_HEADERS)
@@ -172,6 +177,8 @@ async def _windowed(
 
     try:
         async for chunk in resp.content.iter_any():
+            if tap is not None:
+                tap.chunk(chunk)
             for event in splitter.feed(chunk):
                 if event.strip() == DONE:
                     window.held.append(event)

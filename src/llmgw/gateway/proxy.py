@@ -17,6 +17,7 @@ from aiohttp import web
 
 from llmgw.core.errors import UpstreamError, UpstreamTimeout
 from llmgw.gateway.routing import Route, RoutingTable, Upstream
+from llmgw.gateway.usage import UsageTap
 
 logger = logging.getLogger(__name__)
 
@@ -56,17 +57,21 @@ class UpstreamClient:
         body: bytes,
         payload: dict[str, Any],
         stream: bool,
+        tap: UsageTap | None = None,
     ) -> web.StreamResponse:
         """Relay the upstream's answer to the client as it comes: whole, or chunk by chunk."""
         async with self.open(table, route, path, body, payload) as (up, resp):
             try:
                 if not stream or resp.status != 200:
+                    raw = await resp.read()
+                    if tap is not None:
+                        tap.whole(raw)
                     return web.Response(
-                        body=await resp.read(),
+                        body=raw,
                         status=resp.status,
                         headers={"Content-Type": resp.headers.get("Content-Type", "application/json")},
                     )
-                return await relay(request, resp)
+                return await relay(request, resp, tap)
             except TimeoutError as exc:
                 raise UpstreamTimeout(f"upstream {_name(up)} did not answer in time") from exc
             except aiohttp.ClientError as exc:
@@ -114,7 +119,9 @@ class UpstreamClient:
             up.outstanding -= 1
 
 
-async def relay(request: web.Request, resp: aiohttp.ClientResponse) -> web.StreamResponse:
+async def relay(
+    request: web.Request, resp: aiohttp.ClientResponse, tap: UsageTap | None = None
+) -> web.StreamResponse:
     """Relay an SSE stream chunk by chunk; a failure after the headers ends it with an error event."""
     out = web.StreamResponse(status=200, headers=SSE_HEADERS)
     try:
@@ -132,6 +139,8 @@ async def relay(request: web.Request, resp: aiohttp.ClientResponse) -> web.Strea
             logger.warning("upstream stream broke: %s", type(exc).__name__)
             await _write_quietly(out, STREAM_BROKE)
             break
+        if tap is not None:
+            tap.chunk(chunk)
         try:
             await out.write(chunk)
         except ConnectionError:

@@ -2,18 +2,23 @@
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from aiohttp import web
 
 from llmgw.core.clock import Clock
-from llmgw.core.errors import Forbidden
+from llmgw.core.errors import Forbidden, GuardBlocked, LlmgwError
 from llmgw.core.guard import Direction
 from llmgw.core.types import ApiKey, Model
 from llmgw.gateway.auth import may_use
 from llmgw.gateway.guarded import forward_guarded
+from llmgw.gateway.limits import Limiter, reserve_estimate
+from llmgw.gateway.metrics import Metrics
 from llmgw.gateway.proxy import UpstreamClient
+from llmgw.gateway.routing import Route, RoutingTable
 from llmgw.gateway.snapshot import Refresher
+from llmgw.gateway.usage import UsageMeter, UsageTap
 from llmgw.guard.enforcement import Guard, RequestInfo
 
 
@@ -21,12 +26,22 @@ class Gateway:
     """Everything a data-plane route needs; reads only memory, never the store."""
 
     def __init__(
-        self, refresher: Refresher, client: UpstreamClient, clock: Clock, guard: Guard | None = None
+        self,
+        refresher: Refresher,
+        client: UpstreamClient,
+        clock: Clock,
+        guard: Guard | None = None,
+        limiter: Limiter | None = None,
+        meter: UsageMeter | None = None,
+        metrics: Metrics | None = None,
     ) -> None:
         self._refresher = refresher
         self._client = client
         self._clock = clock
         self.guard = guard
+        self.limiter = limiter
+        self.meter = meter
+        self.metrics = metrics
 
     def authenticate(self, authorization: str | None) -> ApiKey:
         return self._refresher.current.keys.authenticate(authorization, self._clock.now())
@@ -50,13 +65,62 @@ class Gateway:
         route = table.resolve(name)
         if not may_use(key, name):
             raise Forbidden(f"this key may not use model '{name}'", param="model")
+        ticket = self.limiter.admit(key, reserve_estimate(payload, len(body))) if self.limiter else None
+        tap = UsageTap()
+        status, blocked, code = 500, False, ""
+        sent = time.monotonic()
+        try:
+            response = await self._send(request, key, table, route, path, body, payload, tap)
+            status = response.status
+            return response
+        except LlmgwError as exc:
+            status, blocked, code = exc.status, isinstance(exc, GuardBlocked), exc.code or ""
+            raise
+        finally:
+            # Also when the client went away mid-stream: what was used is settled and counted.
+            tokens = tap.result()
+            if ticket is not None:
+                ticket.settle(tokens.total)
+            if self.meter is not None:
+                self.meter.record(key.id, name, tokens, error=status >= 400 and not blocked,
+                                  blocked=blocked)
+            if self.metrics is not None:
+                self._observe(request, key, name, status, code, sent, tap)
+
+    def _observe(self, request: web.Request, key: ApiKey, model: str, status: int, code: str,
+                 sent: float, tap: UsageTap) -> None:
+        m = self.metrics
+        assert m is not None
+        now = time.monotonic()
+        start = request.get("t0", sent)
+        m.requests.labels(model, str(status), key.prefix).inc()
+        m.latency.labels(model).observe(now - start)
+        m.overhead.labels(model).observe(max(sent - start, 0.0))
+        if tap.first_chunk_at is not None:
+            m.ttft.labels(model).observe(tap.first_chunk_at - start)
+        if status >= 500:
+            m.upstream_errors.labels(model, code or str(status)).inc()
+
+    async def _send(
+        self,
+        request: web.Request,
+        key: ApiKey,
+        table: RoutingTable,
+        route: Route,
+        path: str,
+        body: bytes,
+        payload: dict[str, Any],
+        tap: UsageTap,
+    ) -> web.StreamResponse:
+        name = route.model.name
         stream = payload.get("stream") is True
         guard = self.guard
         if guard is not None and path != "/embeddings" and not route.model.guard:
             inputs = guard.policies(name, key.name, Direction.INPUT)
             outputs = guard.policies(name, key.name, Direction.OUTPUT)
             if inputs or outputs:
-                info = RequestInfo(model=name, key_name=key.name, key_label=key.label)
+                info = RequestInfo(model=name, key_name=key.name, key_label=key.label,
+                                   request_id=request.get("request_id", ""))
                 return await forward_guarded(guard, self._client, request, table, route, path,
-                                             body, payload, info, inputs, outputs)
-        return await self._client.forward(request, table, route, path, body, payload, stream)
+                                             body, payload, info, inputs, outputs, tap)
+        return await self._client.forward(request, table, route, path, body, payload, stream, tap)

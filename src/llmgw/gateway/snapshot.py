@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 from llmgw.core import judges
 from llmgw.core.errors import ConfigError, LlmgwError, ModelNotFound
-from llmgw.core.types import ApiKey, Model, RemoteSource, Replica, ReplicaState
+from llmgw.core.types import ApiKey, Limits, Model, RemoteSource, Replica, ReplicaState
 from llmgw.engines import remote
 from llmgw.gateway.auth import KeyCache
 from llmgw.gateway.routing import Route, RoutingTable, Upstream, unavailable_reason
@@ -26,6 +26,7 @@ class Snapshot:
     keys: KeyCache
     table: RoutingTable
     guard: GuardView = GuardView()
+    default_limits: Limits = Limits()
 
 
 def build_routes(
@@ -72,7 +73,7 @@ class Refresher:
         # replace a newer snapshot.
         self._lock = asyncio.Lock()
 
-    def _load(self) -> tuple[int, list[ApiKey], list[Model], list[Replica], GuardView]:
+    def _load(self) -> tuple[int, list[ApiKey], list[Model], list[Replica], GuardView, Limits]:
         # Revision first: a change landing between the reads shows up as a newer revision
         # on the next look, never as a missed one.
         revision = self._store.revision()
@@ -89,6 +90,7 @@ class Refresher:
             self._store.catalog.list(),
             self._store.replicas.list(),
             guard,
+            self._store.keys.default_limits(),
         )
 
     async def refresh(self) -> bool:
@@ -100,10 +102,11 @@ class Refresher:
         revision = await asyncio.to_thread(self._store.revision)
         if revision == self.current.revision:
             return False
-        revision, keys, models, replicas, guard = await asyncio.to_thread(self._load)
+        revision, keys, models, replicas, guard, limits = await asyncio.to_thread(self._load)
         previous = {u.id: u for r in self.current.table.routes.values() for u in r.upstreams}
         routes = build_routes(models, replicas, previous)
-        self.current = Snapshot(revision, KeyCache(self._secret, keys), RoutingTable(routes), guard)
+        self.current = Snapshot(revision, KeyCache(self._secret, keys), RoutingTable(routes), guard,
+                                limits)
         return True
 
     def locate_judge(self, name: str) -> JudgeTarget:

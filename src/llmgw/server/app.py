@@ -14,17 +14,33 @@ from aiohttp import web
 from llmgw.api import admin, data_plane
 from llmgw.api import guard as guard_routes
 from llmgw.api import jobs as job_routes
-from llmgw.api.appkeys import CATALOG, GATEWAY, GUARD, GUARD_ADMIN, JOBS, JUDGE_STATUS
+from llmgw.api import keys as key_routes
+from llmgw.api.appkeys import (
+    CATALOG,
+    GATEWAY,
+    GUARD,
+    GUARD_ADMIN,
+    JOBS,
+    JUDGE_STATUS,
+    KEYS,
+    METRICS,
+)
 from llmgw.api.errors import openai_errors
+from llmgw.api.request_ids import add_header, request_ids
 from llmgw.control.catalog import CatalogService
 from llmgw.control.replica_keeper import ReplicaKeeper
 from llmgw.control.serve_jobs import ServeJobs
 from llmgw.core.clock import Clock, SystemClock
+from llmgw.core.guard import VerdictRecord
 from llmgw.core.settings import ServerSettings
 from llmgw.core.types import HubSource, LocalSource, Model, ReplicaState
+from llmgw.gateway.keys_admin import KeyAdmin
+from llmgw.gateway.limits import Limiter
+from llmgw.gateway.metrics import Metrics
 from llmgw.gateway.proxy import UpstreamClient
 from llmgw.gateway.service import Gateway
 from llmgw.gateway.snapshot import Refresher
+from llmgw.gateway.usage import UsageMeter
 from llmgw.guard.admin import GuardAdmin
 from llmgw.guard.enforcement import Guard
 from llmgw.guard.judge_client import JudgeClient
@@ -41,6 +57,8 @@ KEEPER_INTERVAL_S = 5.0
 AGENT_INTERVAL_S = 5.0
 HEARTBEAT_INTERVAL_S = 10.0
 VERDICT_FLUSH_S = 1.0
+# How often usage is written and rate-limit counts are shared with the other servers.
+ACCOUNTING_S = 1.0
 
 
 @dataclass
@@ -71,9 +89,16 @@ class Server:
         client = UpstreamClient(timeout_s=s.upstream_timeout_s)
         judge_client = JudgeClient(refresher.locate_judge)
         verdict_log = VerdictBuffer(wiring.verdict_writer(self.store))
-        guard = Guard(judge_client, lambda: refresher.current.guard, verdict_log.record,
+        def judged(record: VerdictRecord) -> None:
+            verdict_log.record(record)
+            metrics.judged(record)
+
+        guard = Guard(judge_client, lambda: refresher.current.guard, judged,
                       self.clock.now, self.clock.monotonic)
-        gateway = Gateway(refresher, client, self.clock, guard)
+        meter = UsageMeter(self.store, self.clock.now)
+        limiter = Limiter(self.store, self.clock.now, lambda: refresher.current.default_limits)
+        metrics = Metrics(lambda: refresher.current.table)
+        gateway = Gateway(refresher, client, self.clock, guard, limiter, meter, metrics)
         agent = NodeAgent(
             AgentConfig(
                 node_id=s.node_id,
@@ -112,21 +137,31 @@ class Server:
 
         catalog = CatalogService(self.store, self.clock, on_change=catalog_changed, locate=locate)
         jobs = ServeJobs(self.store, files, catalog, self.clock)
+        async def keys_changed() -> None:
+            await refresher.refresh()
+
         guard_admin = GuardAdmin(self.store, self.clock, on_change=catalog_changed)
+        key_admin = KeyAdmin(self.store, self.clock, bytes.fromhex(s.key_secret),
+                             lambda: refresher.current.default_limits, on_change=keys_changed)
         judge_keeper = judges.keeper(self.store, jobs, catalog, self.clock, s.judge_grace_s,
                                      catalog_changed)
 
-        app = web.Application(middlewares=[openai_errors], client_max_size=s.max_body_bytes)
+        app = web.Application(middlewares=[request_ids, openai_errors],
+                              client_max_size=s.max_body_bytes)
+        app.on_response_prepare.append(add_header)
+        app[METRICS] = metrics
         app[GATEWAY] = gateway
         app[CATALOG] = catalog
         app[JOBS] = jobs
         app[GUARD] = guard
         app[GUARD_ADMIN] = guard_admin
+        app[KEYS] = key_admin
         app[JUDGE_STATUS] = judges.status(self.store, judge_keeper, self.clock)
         app.add_routes(data_plane.routes())
         app.add_routes(admin.routes())
         app.add_routes(job_routes.routes())
         app.add_routes(guard_routes.routes())
+        app.add_routes(key_routes.routes())
 
         async def lifecycle(_app: web.Application) -> AsyncIterator[None]:
             await client.start()
@@ -136,6 +171,7 @@ class Server:
             await refresher.refresh()
             self._spawn(refresher.run(s.refresh_interval_s), "refresher")
             self._spawn(verdict_log.run(VERDICT_FLUSH_S), "verdict-log")
+            self._spawn(limiter.run(ACCOUNTING_S, meter.flush), "limits-and-usage")
             self._spawn(self._heartbeats(), "heartbeat")
             self._spawn(keeper.run(self.loops.keeper_s), "replica-keeper")
             self._spawn(agent.run(self.loops.agent_s), "node-agent")
@@ -144,6 +180,7 @@ class Server:
             yield
             await jobs.close()
             await self._cancel_all()
+            await meter.flush()  # a clean shutdown loses no usage
             await client.close()
             await judge_client.close()
             self.store.close()

@@ -83,6 +83,9 @@ api_keys = Table(
     Column("revoked", Boolean, nullable=False, default=False),
     Column("by", String(256), nullable=False),
     Column("created_at", DateTime(timezone=True), nullable=False),
+    Column("limits", JSON, nullable=False, default=dict),
+    Column("note", Text, nullable=False, default=""),
+    Column("minted_by", String(64), nullable=True),
 )
 
 serve_jobs = Table(
@@ -136,4 +139,36 @@ verdicts = Table(
     Column("key", String(64), nullable=False),
     Column("request_id", String(64), nullable=False),
     Column("text", Text, nullable=True),
+)
+
+# Install-wide settings changed through the admin API (e.g. the default key limits).
+settings = Table(
+    "settings",
+    metadata,
+    Column("name", String(64), primary_key=True),
+    Column("value", JSON, nullable=False),
+)
+
+# Usage per key, model and day; written in batches by every server (additive upserts).
+usage = Table(
+    "usage",
+    metadata,
+    Column("key_id", String(64), primary_key=True),
+    Column("model", String(128), primary_key=True),
+    Column("day", String(10), primary_key=True),  # YYYY-MM-DD, UTC
+    Column("requests", BigInteger, nullable=False, default=0),
+    Column("prompt_tokens", BigInteger, nullable=False, default=0),
+    Column("completion_tokens", BigInteger, nullable=False, default=0),
+    Column("errors", BigInteger, nullable=False, default=0),
+    Column("blocked", BigInteger, nullable=False, default=0),
+)
+
+# Request and token counts per key and minute, shared by every server for rate limits.
+rate_windows = Table(
+    "rate_windows",
+    metadata,
+    Column("key_id", String(64), primary_key=True),
+    Column("minute", BigInteger, primary_key=True),  # unix time // 60
+    Column("requests", BigInteger, nullable=False, default=0),
+    Column("tokens", BigInteger, nullable=False, default=0),
 )

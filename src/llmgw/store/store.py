@@ -10,6 +10,7 @@ from llmgw.store.guard_repo import GuardRepo
 from llmgw.store.job_repo import JobRepo
 from llmgw.store.key_repo import KeyRepo
 from llmgw.store.replica_repo import NodeRepo, ReplicaRepo
+from llmgw.store.usage_repo import UsageRepo
 
 
 class Store:
@@ -23,6 +24,7 @@ class Store:
         self.keys = KeyRepo(engine)
         self.jobs = JobRepo(engine)
         self.guard = GuardRepo(engine)
+        self.usage = UsageRepo(engine)
 
     @classmethod
     def open(cls, url: str, *, migrate_schema: bool = True) -> Store:

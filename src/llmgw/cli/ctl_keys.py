@@ -1,0 +1,127 @@
+"""`llmgw ctl key …`, `ctl limits`, `ctl usage`: keys, limits and who used what."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+import typer
+
+from llmgw.cli import render
+from llmgw.cli.client import quote
+from llmgw.cli.ctl import app, call, show
+
+key_app = typer.Typer(help="API keys: shown once, stored hashed.", no_args_is_help=True)
+limits_app = typer.Typer(help="Limits that apply to every key that sets none.", no_args_is_help=True)
+app.add_typer(key_app, name="key")
+app.add_typer(limits_app, name="limits")
+
+Opt = typer.Option
+LIMIT_FIELDS = ("rpm", "tpm", "concurrent", "tokens_per_day", "tokens_per_month")
+
+
+def _limits(rpm: int | None, tpm: int | None, concurrent: int | None, per_day: int | None,
+            per_month: int | None) -> dict[str, int]:
+    values = dict(zip(LIMIT_FIELDS, (rpm, tpm, concurrent, per_day, per_month), strict=True))
+    return {k: v for k, v in values.items() if v is not None}
+
+
+def _limits_text(limits: dict[str, Any]) -> str:
+    return ", ".join(f"{k} {v}" for k, v in limits.items() if v is not None) or "-"
+
+
+def _keys_table(keys: list[dict[str, Any]]) -> None:
+    render.table(
+        "keys",
+        ["id", "name", "key", "scope", "models", "limits", "expires", "revoked", "by", "note"],
+        [[k["id"], k["name"], k["label"], k["scope"], ",".join(k["models"]) or "all",
+          _limits_text(k["limits"]), (k["expires_at"] or "never")[:19], "yes" if k["revoked"] else "",
+          k["by"], k["note"]] for k in keys],
+    )
+
+
+def _shown_once(k: dict[str, Any]) -> None:
+    render.console.print(f"key {k['name']} ({k['id']}), scope {k['scope']}, limits "
+                         f"{_limits_text(k['limits'])}\n\n  {k['key']}\n\nshown once: store it now",
+                         highlight=False)
+
+
+@key_app.command("create")
+def key_create(
+    name: str,
+    scope: Annotated[str, Opt(help="user or admin.")] = "user",
+    models: Annotated[str | None, Opt(help="Models it may use, comma-separated (patterns).")] = None,
+    expires_in_days: Annotated[float | None, Opt(help="Expire after this many days.")] = None,
+    rpm: Annotated[int | None, Opt(help="Requests per minute.")] = None,
+    tpm: Annotated[int | None, Opt(help="Tokens per minute.")] = None,
+    concurrent: Annotated[int | None, Opt(help="Requests in flight.")] = None,
+    tokens_per_day: Annotated[int | None, Opt(help="Token budget per day (UTC).")] = None,
+    tokens_per_month: Annotated[int | None, Opt(help="Token budget per month (UTC).")] = None,
+    note: Annotated[str, Opt(help="Owner or purpose.")] = "",
+) -> None:
+    """Create a key; it is shown once. A user key (via --key) mints only within its own grants."""
+    body = {"name": name, "scope": scope,
+            "models": [m.strip() for m in (models or "").split(",") if m.strip()],
+            "expires_in_days": expires_in_days, "note": note,
+            "limits": _limits(rpm, tpm, concurrent, tokens_per_day, tokens_per_month)}
+    show(call("POST", "/admin/v1/keys", body), _shown_once)
+
+
+@key_app.command("list")
+def key_list() -> None:
+    """Every key (prefix and last four characters only)."""
+    show(call("GET", "/admin/v1/keys"), lambda d: _keys_table(d["data"]))
+
+
+@key_app.command("show")
+def key_show(key: Annotated[str, typer.Argument(help="Id, name or visible prefix.")]) -> None:
+    """One key."""
+    show(call("GET", f"/admin/v1/keys/{quote(key)}"), lambda k: _keys_table([k]))
+
+
+@key_app.command("revoke")
+def key_revoke(key: Annotated[str, typer.Argument(help="Id, name or visible prefix.")]) -> None:
+    """Revoke a key: refused at once here, and by every server within its refresh interval."""
+    show(call("POST", f"/admin/v1/keys/{quote(key)}/revoke"),
+         lambda k: render.console.print(f"revoked {k['name']} ({k['label']})", highlight=False))
+
+
+@key_app.command("rotate")
+def key_rotate(key: Annotated[str, typer.Argument(help="Id, name or visible prefix.")]) -> None:
+    """A new secret with the same settings; the old one is revoked."""
+    show(call("POST", f"/admin/v1/keys/{quote(key)}/rotate"), _shown_once)
+
+
+@limits_app.command("default")
+def limits_default(
+    rpm: Annotated[int | None, Opt(help="Requests per minute.")] = None,
+    tpm: Annotated[int | None, Opt(help="Tokens per minute.")] = None,
+    concurrent: Annotated[int | None, Opt(help="Requests in flight.")] = None,
+    tokens_per_day: Annotated[int | None, Opt(help="Token budget per day.")] = None,
+    tokens_per_month: Annotated[int | None, Opt(help="Token budget per month.")] = None,
+    clear: Annotated[bool, Opt(help="Remove every default limit.")] = False,
+) -> None:
+    """Show the default limits, or set them (only the options given change)."""
+    changes = _limits(rpm, tpm, concurrent, tokens_per_day, tokens_per_month)
+    if changes or clear:
+        current = {} if clear else call("GET", "/admin/v1/limits/default")
+        data = call("PUT", "/admin/v1/limits/default", {**current, **changes})
+    else:
+        data = call("GET", "/admin/v1/limits/default")
+    show(data, lambda d: render.console.print(f"default limits: {_limits_text(d)}", highlight=False))
+
+
+@app.command("usage")
+def usage(
+    key: Annotated[str | None, Opt(help="Id, name or prefix of one key.")] = None,
+    model: Annotated[str | None, Opt(help="One model.")] = None,
+    since: Annotated[str | None, Opt(help="First day, YYYY-MM-DD (UTC).")] = None,
+) -> None:
+    """Requests, tokens, errors and guard blocks per key, model and day."""
+    query = "&".join(f"{k}={quote(v)}" for k, v in
+                     {"key": key, "model": model, "since": since}.items() if v)
+    show(call("GET", "/admin/v1/usage?" + query), lambda d: render.table(
+        "usage",
+        ["day", "key", "model", "requests", "prompt tokens", "completion tokens", "errors", "blocked"],
+        [[u["day"], u["key_id"], u["model"], u["requests"], u["prompt_tokens"],
+          u["completion_tokens"], u["errors"], u["blocked"]] for u in d["data"]],
+    ))

@@ -1,0 +1,140 @@
+"""Creating, rotating and revoking API keys, with the minting rules."""
+
+from __future__ import annotations
+
+import asyncio
+import fnmatch
+from collections.abc import Awaitable, Callable
+from datetime import datetime, timedelta
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from llmgw.core.clock import Clock
+from llmgw.core.errors import Forbidden, InvalidRequest, NotFound
+from llmgw.core.ids import hash_key, key_prefix, new_api_key, new_id
+from llmgw.core.types import ApiKey, KeyScope, Limits
+from llmgw.store.store import Store
+from llmgw.store.usage_repo import UsageRow
+
+
+class KeyRequest(BaseModel):
+    """What `POST /admin/v1/keys` takes."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(min_length=1, max_length=128)
+    scope: KeyScope = KeyScope.USER
+    models: list[str] = Field(default_factory=list)
+    expires_at: datetime | None = None
+    expires_in_days: float | None = Field(default=None, gt=0)
+    limits: Limits = Field(default_factory=Limits)
+    note: str = Field(default="", max_length=1000)
+
+
+class KeyAdmin:
+    """Keys are shown once, at creation or rotation; only their keyed hash is stored."""
+
+    def __init__(
+        self, store: Store, clock: Clock, secret: bytes,
+        default_limits: Callable[[], Limits], on_change: Callable[[], Awaitable[None]] | None = None,
+    ) -> None:
+        self._store = store
+        self._clock = clock
+        self._secret = secret
+        self._default = default_limits
+        self._on_change = on_change
+
+    async def _changed(self) -> None:
+        if self._on_change is not None:
+            await self._on_change()
+
+    async def keys(self) -> list[ApiKey]:
+        return await asyncio.to_thread(self._store.keys.list)
+
+    async def find(self, ref: str) -> ApiKey:
+        """A key by id, name (when unique) or visible prefix."""
+        keys = await self.keys()
+        hits = [k for k in keys if k.id == ref] or [k for k in keys if k.name == ref and not k.revoked] \
+            or [k for k in keys if ref.startswith(k.prefix) or k.prefix == ref]
+        if len(hits) != 1:
+            raise NotFound(f"no single key matches {ref!r} (give its id)" if hits else
+                           f"key {ref!r} does not exist", param="id")
+        return hits[0]
+
+    async def create(self, req: KeyRequest, minter: ApiKey) -> tuple[ApiKey, str]:
+        """A new key within the minter's scope and limits; returns it and its secret."""
+        now = self._clock.now()
+        expires = req.expires_at or (now + timedelta(days=req.expires_in_days)
+                                     if req.expires_in_days else None)
+        if expires is not None and expires <= now:
+            raise InvalidRequest("the key would expire before it is made", param="expires_at")
+        models, limits = req.models, req.limits
+        if minter.scope != KeyScope.ADMIN:
+            models, limits, expires = self._within(minter, req, expires)
+        secret = new_api_key()
+        key = ApiKey(
+            id=new_id("key"), name=req.name, prefix=key_prefix(secret), last4=secret[-4:],
+            hash=hash_key(self._secret, secret), scope=req.scope, models=models,
+            expires_at=expires, by=f"{minter.name} ({minter.label})", created_at=now,
+            limits=limits, note=req.note, minted_by=minter.id,
+        )
+        await asyncio.to_thread(self._store.keys.create, key)
+        await self._changed()
+        return key, secret
+
+    def _within(
+        self, minter: ApiKey, req: KeyRequest, expires: datetime | None
+    ) -> tuple[list[str], Limits, datetime | None]:
+        """A user key mints only user keys, for its own models, within its limits and expiry."""
+        if req.scope != KeyScope.USER:
+            raise Forbidden("a user key can mint only user keys", param="scope")
+        models = req.models or minter.models
+        if minter.models:
+            outside = [m for m in models
+                       if not any(fnmatch.fnmatchcase(m, p) or m == p for p in minter.models)]
+            if outside:
+                raise Forbidden(f"this key may not grant models {', '.join(outside)}", param="models")
+        own = minter.limits.merged(self._default())
+        limits = req.limits.merged(own)  # unset limits inherit the minter's
+        over = limits.within(own)
+        if over:
+            raise Forbidden(f"limits above this key's own: {', '.join(over)}", param="limits")
+        if minter.expires_at is not None:
+            if expires is not None and expires > minter.expires_at:
+                raise Forbidden("a minted key cannot outlive the key that mints it",
+                                param="expires_at")
+            expires = expires or minter.expires_at
+        return models, limits, expires
+
+    async def revoke(self, ref: str) -> ApiKey:
+        key = await self.find(ref)
+        await asyncio.to_thread(self._store.keys.revoke, key.id)
+        await self._changed()
+        return await asyncio.to_thread(self._store.keys.get, key.id)
+
+    async def rotate(self, ref: str, by: ApiKey) -> tuple[ApiKey, str]:
+        """A new secret with the same settings; the old key is revoked in the same write."""
+        old = await self.find(ref)
+        if old.revoked:
+            raise InvalidRequest(f"key {old.label} is revoked; create a new one", param="id")
+        secret = new_api_key()
+        key = old.model_copy(update={
+            "id": new_id("key"), "prefix": key_prefix(secret), "last4": secret[-4:],
+            "hash": hash_key(self._secret, secret), "created_at": self._clock.now(),
+            "by": f"{by.name} ({by.label}), rotating {old.label}",
+        })
+        await asyncio.to_thread(self._store.keys.create, key, old.id)
+        await self._changed()
+        return key, secret
+
+    async def default_limits(self) -> Limits:
+        return await asyncio.to_thread(self._store.keys.default_limits)
+
+    async def set_default_limits(self, limits: Limits) -> Limits:
+        await asyncio.to_thread(self._store.keys.set_default_limits, limits)
+        await self._changed()
+        return limits
+
+    async def usage(self, key: str | None, model: str | None, since: str | None) -> list[UsageRow]:
+        key_id = (await self.find(key)).id if key else None
+        return await asyncio.to_thread(self._store.usage.usage, key_id, model, since)

@@ -1,0 +1,176 @@
+"""Per-key limits on the request path: requests and tokens per minute, requests in flight, and
+token budgets per day and month.
+
+Admission reads memory only. Every `sync_interval_s` the limiter writes this server's counts to
+the store (additive, so any number of servers can) and reads back every server's totals; a
+server admits against (totals at the last sync + its own counts since). Across N servers a key
+can therefore overshoot by what the other servers admit within one sync interval: the measured
+tolerance is in the README. Minute windows are clock minutes (a burst across a minute boundary
+can see up to twice the rate); `Retry-After` says when the current window ends.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+from collections import defaultdict
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from llmgw.core.errors import RateLimited
+from llmgw.core.types import ApiKey, Limits
+from llmgw.store.store import Store
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class Ticket:
+    """One admitted request: what it reserved, settled when it ends."""
+
+    key_id: str
+    minute: int
+    reserved: int
+    limiter: Limiter
+    done: bool = False
+
+    def settle(self, tokens: int) -> None:
+        """Replace the reservation with the tokens actually used; frees the in-flight slot."""
+        if self.done:
+            return
+        self.done = True
+        self.limiter._settle(self, tokens)
+
+
+@dataclass
+class _Counts:
+    requests: int = 0
+    tokens: int = 0
+
+
+@dataclass
+class Limiter:
+    """In-memory admission against per-key limits, synced with the store."""
+
+    store: Store | None
+    now: Callable[[], datetime]
+    # The install's default limits (from the cached snapshot), applied where a key sets none.
+    default: Callable[[], Limits] = Limits
+    # Totals of every server at the last sync, per (key id, minute).
+    _shared: dict[tuple[str, int], _Counts] = field(default_factory=dict)
+    # This server's counts since the last sync.
+    _local: dict[tuple[str, int], _Counts] = field(default_factory=lambda: defaultdict(_Counts))
+    _in_flight: dict[str, int] = field(default_factory=lambda: defaultdict(int))
+    # Tokens used per key today / this month at the last sync, plus local since.
+    _day: dict[str, int] = field(default_factory=dict)
+    _month: dict[str, int] = field(default_factory=dict)
+    _local_tokens: dict[str, int] = field(default_factory=lambda: defaultdict(int))
+    _budget_keys: set[str] = field(default_factory=set)
+
+    def limits_for(self, key: ApiKey) -> Limits:
+        return key.limits.merged(self.default())
+
+    def admit(self, key: ApiKey, reserve_tokens: int) -> Ticket:
+        """A ticket for one request, or RateLimited (429) naming the limit and when to retry."""
+        lim = self.limits_for(key)
+        now = self.now()
+        minute = int(now.timestamp()) // 60
+        retry = 60 - int(now.timestamp()) % 60
+        used = self._minute(key.id, minute)
+        if lim.rpm is not None and used.requests + 1 > lim.rpm:
+            raise RateLimited(f"key {key.label} is over its limit of {lim.rpm} requests per minute",
+                              retry, code="rate_limit_rpm")
+        if lim.tpm is not None and used.tokens + reserve_tokens > lim.tpm and used.tokens > 0:
+            raise RateLimited(f"key {key.label} is over its limit of {lim.tpm} tokens per minute",
+                              retry, code="rate_limit_tpm")
+        if lim.concurrent is not None and self._in_flight[key.id] + 1 > lim.concurrent:
+            raise RateLimited(f"key {key.label} has {lim.concurrent} requests in flight already",
+                              1, code="rate_limit_concurrent")
+        if lim.tokens_per_day is not None or lim.tokens_per_month is not None:
+            self._budget_keys.add(key.id)
+            spent = self._local_tokens[key.id]
+            if lim.tokens_per_day is not None and self._day.get(key.id, 0) + spent >= lim.tokens_per_day:
+                raise RateLimited(f"key {key.label} has used its {lim.tokens_per_day} tokens for today",
+                                  _to_next_day(now), code="budget_exceeded")
+            if (lim.tokens_per_month is not None
+                    and self._month.get(key.id, 0) + spent >= lim.tokens_per_month):
+                raise RateLimited(
+                    f"key {key.label} has used its {lim.tokens_per_month} tokens for this month",
+                    _to_next_day(now), code="budget_exceeded")
+        local = self._local[(key.id, minute)]
+        local.requests += 1
+        local.tokens += reserve_tokens
+        self._in_flight[key.id] += 1
+        return Ticket(key.id, minute, reserve_tokens, self)
+
+    def _minute(self, key_id: str, minute: int) -> _Counts:
+        shared = self._shared.get((key_id, minute), _Counts())
+        local = self._local.get((key_id, minute), _Counts())
+        return _Counts(shared.requests + local.requests, shared.tokens + local.tokens)
+
+    def _settle(self, ticket: Ticket, tokens: int) -> None:
+        self._in_flight[ticket.key_id] -= 1
+        self._local[(ticket.key_id, ticket.minute)].tokens += tokens - ticket.reserved
+        self._local_tokens[ticket.key_id] += tokens
+
+    async def sync(self, flush_usage: Callable[[], Awaitable[None]] | None = None) -> None:
+        """Write this server's counts, read everyone's.
+
+        Budget tokens are read from the usage table: local spend is reset first, then the usage
+        meter flushed, so a token settled meanwhile is counted in memory or in the table, once.
+        """
+        if self.store is None:
+            return
+        store = self.store
+        local, self._local = self._local, defaultdict(_Counts)
+        spent, self._local_tokens = self._local_tokens, defaultdict(int)
+        now = self.now()
+        minute = int(now.timestamp()) // 60
+        deltas = {k: (c.requests, c.tokens) for k, c in local.items() if c.requests or c.tokens}
+        budget_keys = sorted(self._budget_keys)
+
+        def io() -> tuple[dict[tuple[str, int], tuple[int, int]], dict[str, int], dict[str, int]]:
+            if deltas:
+                store.usage.add_rates(deltas)
+            rates = store.usage.rates([minute - 1, minute])
+            store.usage.prune_rates(minute - 5)
+            day = store.usage.tokens_since(budget_keys, now.strftime("%Y-%m-%d"))
+            month = store.usage.tokens_since(budget_keys, now.strftime("%Y-%m-01"))
+            return rates, day, month
+
+        try:
+            if flush_usage is not None:
+                await flush_usage()
+            rates, day, month = await asyncio.to_thread(io)
+        except Exception:
+            # Keep the counts for the next try; admission goes on from memory meanwhile.
+            for k, c in local.items():
+                self._local[k].requests += c.requests
+                self._local[k].tokens += c.tokens
+            for key_id, t in spent.items():
+                self._local_tokens[key_id] += t
+            raise
+        self._shared = {k: _Counts(r, t) for k, (r, t) in rates.items()}
+        self._day, self._month = day, month
+
+    async def run(self, interval_s: float, flush_usage: Callable[[], Awaitable[None]]) -> None:
+        while True:
+            await asyncio.sleep(interval_s)
+            try:
+                await self.sync(flush_usage)
+            except Exception:
+                logger.exception("limit sync failed; each server admits from memory until it works")
+
+
+def _to_next_day(now: datetime) -> int:
+    seconds = now.hour * 3600 + now.minute * 60 + now.second
+    return max(1, 86400 - seconds)
+
+
+def reserve_estimate(payload: dict[str, object], body_len: int) -> int:
+    """Tokens a request may use: its max_tokens (or 256) plus about one per 4 bytes of body."""
+    cap = payload.get("max_completion_tokens") or payload.get("max_tokens")
+    completion = cap if isinstance(cap, int) and not isinstance(cap, bool) and cap > 0 else 256
+    return int(completion) + math.ceil(body_len / 4)

@@ -1,0 +1,108 @@
+"""The usage meter: per key, model and day, counted in memory and written in batches."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+import time
+from collections import defaultdict
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime
+
+from llmgw.store.store import Store
+from llmgw.store.usage_repo import COUNTERS, UsageRow
+
+logger = logging.getLogger(__name__)
+
+_PROMPT = re.compile(rb'"prompt_tokens"\s*:\s*(\d+)')
+_COMPLETION = re.compile(rb'"completion_tokens"\s*:\s*(\d+)')
+_CONTENT_EVENT = re.compile(rb'"(?:content|text)"\s*:\s*"[^"]')
+
+
+@dataclass
+class Tokens:
+    """What one request used, as the upstream reported it (or as counted from its stream)."""
+
+    prompt: int = 0
+    completion: int = 0
+
+    @property
+    def total(self) -> int:
+        return self.prompt + self.completion
+
+
+class UsageTap:
+    """Reads token usage from an upstream answer without decoding the rest of it.
+
+    Whole answers carry `usage`; streams may carry it in their last event. A stream without it
+    counts one completion token per event that carries text (llama.cpp sends one per token).
+    """
+
+    def __init__(self) -> None:
+        self._tail = b""
+        self.events_with_text = 0
+        self.tokens: Tokens | None = None
+        self.first_chunk_at: float | None = None  # monotonic time of a stream's first chunk
+
+    def whole(self, body: bytes) -> None:
+        self.tokens = _usage(body)
+
+    def chunk(self, data: bytes) -> None:
+        if self.first_chunk_at is None:
+            self.first_chunk_at = time.monotonic()
+        self.events_with_text += len(_CONTENT_EVENT.findall(data))
+        # Usage sits in the last event; keep a tail that always holds it whole.
+        self._tail = (self._tail + data)[-8192:]
+
+    def result(self) -> Tokens:
+        if self.tokens is not None:
+            return self.tokens
+        found = _usage(self._tail)
+        if found is not None:
+            return found
+        return Tokens(0, self.events_with_text)
+
+
+def _usage(data: bytes) -> Tokens | None:
+    prompt = _PROMPT.findall(data)
+    completion = _COMPLETION.findall(data)
+    if not prompt and not completion:
+        return None
+    return Tokens(int(prompt[-1]) if prompt else 0, int(completion[-1]) if completion else 0)
+
+
+class UsageMeter:
+    """`record` never blocks; `flush` writes the deltas; nothing is lost on a clean shutdown."""
+
+    def __init__(self, store: Store, now: Callable[[], datetime]) -> None:
+        self._store = store
+        self._now = now
+        self._buf: dict[tuple[str, str, str], dict[str, int]] = defaultdict(
+            lambda: dict.fromkeys(COUNTERS, 0)
+        )
+        self._lock = asyncio.Lock()
+
+    def record(self, key_id: str, model: str, tokens: Tokens, *, error: bool, blocked: bool) -> None:
+        row = self._buf[(key_id, model, self._now().strftime("%Y-%m-%d"))]
+        row["requests"] += 1
+        row["prompt_tokens"] += tokens.prompt
+        row["completion_tokens"] += tokens.completion
+        row["errors"] += int(error)
+        row["blocked"] += int(blocked)
+
+    async def flush(self) -> None:
+        async with self._lock:
+            batch, self._buf = self._buf, defaultdict(lambda: dict.fromkeys(COUNTERS, 0))
+            if not batch:
+                return
+            rows = [UsageRow(k, m, d, **c) for (k, m, d), c in batch.items()]
+            try:
+                await asyncio.to_thread(self._store.usage.add_usage, rows)
+            except Exception:
+                logger.exception("could not write usage; keeping it for the next try")
+                for (k, m, d), c in batch.items():
+                    for name, v in c.items():
+                        self._buf[(k, m, d)][name] += v
+                raise
