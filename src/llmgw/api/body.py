@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import orjson
@@ -9,14 +10,23 @@ from aiohttp import web
 
 from llmgw.core.errors import InvalidRequest, PayloadTooLarge
 
+# A client that sends its body slower than this holds a connection, never a worker: it is cut.
+BODY_TIMEOUT_S = 60.0
+# Nesting and size bounds no OpenAI request comes near; past them the body is refused unread.
+MAX_DEPTH = 64
+MAX_ITEMS = 200_000
+
 
 async def read_json(request: web.Request) -> tuple[bytes, dict[str, Any]]:
     """The raw body and its parsed object; bad JSON or a non-object body is a 400."""
     try:
         # The app's client_max_size is enforced on the bytes actually read, not Content-Length.
-        body = await request.read()
+        async with asyncio.timeout(BODY_TIMEOUT_S):
+            body = await request.read()
     except web.HTTPRequestEntityTooLarge as exc:
         raise PayloadTooLarge(f"request body is too large: {exc.text}") from exc
+    except TimeoutError as exc:
+        raise InvalidRequest(f"request body did not arrive within {BODY_TIMEOUT_S:.0f}s") from exc
     if not body:
         raise InvalidRequest("request body is empty; send a JSON object")
     try:
@@ -25,7 +35,34 @@ async def read_json(request: web.Request) -> tuple[bytes, dict[str, Any]]:
         raise InvalidRequest(f"request body is not valid JSON: {exc}") from exc
     if not isinstance(payload, dict):
         raise InvalidRequest("request body must be a JSON object")
+    check_shape(payload)
     return body, payload
+
+
+def check_shape(payload: Any) -> None:
+    """Refuse JSON nested deeper than MAX_DEPTH or holding more than MAX_ITEMS values."""
+    stack: list[tuple[Any, int]] = [(payload, 1)]
+    seen = 0
+    while stack:
+        value, depth = stack.pop()
+        if depth > MAX_DEPTH:
+            raise InvalidRequest(f"request body is nested deeper than {MAX_DEPTH} levels")
+        children = value.values() if isinstance(value, dict) else value if isinstance(value, list) else ()
+        for child in children:
+            seen += 1
+            if seen > MAX_ITEMS:
+                raise InvalidRequest(f"request body holds more than {MAX_ITEMS} values")
+            if isinstance(child, dict | list):
+                stack.append((child, depth + 1))
+
+
+def optional_positive_int(payload: dict[str, Any], name: str, limit: int) -> None:
+    """A 400 naming the field when it is present and not an integer in 1..limit."""
+    value = payload.get(name)
+    if value is None:
+        return
+    if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= limit:
+        raise InvalidRequest(f"'{name}' must be an integer from 1 to {limit}", param=name)
 
 
 def require(payload: dict[str, Any], name: str, kind: type | tuple[type, ...], what: str) -> None:

@@ -9,9 +9,12 @@ import orjson
 from aiohttp import web
 
 from llmgw.api.appkeys import GATEWAY, GUARD, METRICS
-from llmgw.api.body import read_json, require
+from llmgw.api.body import optional_positive_int, read_json, require
 from llmgw.core.errors import InvalidRequest
 from llmgw.guard import moderation
+
+# Far above any context window llmgw serves; a larger value is a client bug, not a request.
+MAX_TOKENS = 1_000_000
 
 
 def _check_chat(payload: dict[str, Any]) -> None:
@@ -39,6 +42,8 @@ def _proxy(path: str, check: Any) -> Any:
         check(payload)
         if "stream" in payload and not isinstance(payload["stream"], bool):
             raise InvalidRequest("'stream' must be a boolean", param="stream")
+        for field in ("max_tokens", "max_completion_tokens"):
+            optional_positive_int(payload, field, MAX_TOKENS)
         return await gw.forward(request, key, path, body, payload)
 
     return handler

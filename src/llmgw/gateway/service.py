@@ -12,6 +12,7 @@ from llmgw.core.errors import Forbidden, GuardBlocked, LlmgwError
 from llmgw.core.guard import Direction
 from llmgw.core.types import ApiKey, Model
 from llmgw.gateway.auth import may_use
+from llmgw.gateway.context import REQUEST_ID, STARTED
 from llmgw.gateway.guarded import forward_guarded
 from llmgw.gateway.limits import Limiter, reserve_estimate
 from llmgw.gateway.metrics import Metrics
@@ -92,7 +93,7 @@ class Gateway:
         m = self.metrics
         assert m is not None
         now = time.monotonic()
-        start = request.get("t0", sent)
+        start = request.get(STARTED, sent)
         m.requests.labels(model, str(status), key.prefix).inc()
         m.latency.labels(model).observe(now - start)
         m.overhead.labels(model).observe(max(sent - start, 0.0))
@@ -120,7 +121,7 @@ class Gateway:
             outputs = guard.policies(name, key.name, Direction.OUTPUT)
             if inputs or outputs:
                 info = RequestInfo(model=name, key_name=key.name, key_label=key.label,
-                                   request_id=request.get("request_id", ""))
+                                   request_id=request.get(REQUEST_ID, ""))
                 return await forward_guarded(guard, self._client, request, table, route, path,
                                              body, payload, info, inputs, outputs, tap)
         return await self._client.forward(request, table, route, path, body, payload, stream, tap)

@@ -6,7 +6,7 @@ import json
 import logging
 from datetime import UTC, datetime
 
-from llmgw.api.request_ids import REQUEST_ID
+from llmgw.api.request_ids import CURRENT_ID
 
 
 class JsonFormatter(logging.Formatter):
@@ -19,7 +19,7 @@ class JsonFormatter(logging.Formatter):
             "logger": record.name,
             "message": record.getMessage(),
         }
-        rid = REQUEST_ID.get()
+        rid = CURRENT_ID.get()
         if rid:
             entry["request_id"] = rid
         if record.exc_info:

@@ -1,0 +1,137 @@
+"""Bad input never crashes the gateway: limits on nesting, size, types and slow bodies."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from aiohttp.test_utils import TestClient, TestServer
+
+from llmgw.api import body as body_module
+from llmgw.core.settings import load
+from llmgw.server.app import Server
+from llmgw.server.init import init
+from llmgw.store.store import Store
+
+
+@pytest.fixture
+async def api(tmp_path: Path) -> AsyncIterator[tuple[TestClient[Any, Any], dict[str, str]]]:
+    result = init(tmp_path / "data", guard=False)
+    settings = load(tmp_path / "data")
+    store = Store.open(settings.database_url(tmp_path / "data"))
+    app = Server(tmp_path / "data", settings, store).build_app()
+    async with TestClient(TestServer(app)) as client:
+        yield client, {"Authorization": f"Bearer {result.admin_key}"}
+
+
+def chat(**extra: Any) -> dict[str, Any]:
+    return {"model": "m", "messages": [{"role": "user", "content": "hi"}], **extra}
+
+
+def nested(depth: int) -> Any:
+    value: Any = "x"
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
+@pytest.mark.parametrize(
+    ("payload", "fragment", "param"),
+    [
+        (chat(max_tokens=10**12), "max_tokens", "max_tokens"),
+        (chat(max_tokens=0), "max_tokens", "max_tokens"),
+        (chat(max_tokens="ten"), "max_tokens", "max_tokens"),
+        (chat(max_tokens=True), "max_tokens", "max_tokens"),
+        (chat(max_completion_tokens=-1), "max_completion_tokens", "max_completion_tokens"),
+        (chat(tools=nested(100)), "nested deeper than 64", None),
+        ({"model": ["m"], "messages": [{"role": "user", "content": "x"}]}, "'model' must be a string",
+         "model"),
+        ({"model": "m", "messages": "hello"}, "'messages' must be an array", "messages"),
+    ],
+)
+async def test_wrong_shapes_are_400_naming_what_is_wrong(
+    api: Any, payload: dict[str, Any], fragment: str, param: str | None
+) -> None:
+    client, headers = api
+    resp = await client.post("/v1/chat/completions", data=json.dumps(payload), headers=headers)
+    assert resp.status == 400
+    error = (await resp.json())["error"]
+    assert fragment in error["message"] and error["param"] == param
+
+
+async def test_too_many_values_are_refused(api: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    client, headers = api
+    monkeypatch.setattr(body_module, "MAX_ITEMS", 1000)
+    payload = chat(stop=["x"] * 2000)
+    resp = await client.post("/v1/chat/completions", data=json.dumps(payload), headers=headers)
+    assert resp.status == 400
+    assert "more than 1000 values" in (await resp.json())["error"]["message"]
+
+
+@pytest.mark.parametrize("raw", [b'{"model": "\xff\xfe", "messages": []}', b"\xef\xbb\xbf{}", b"{\"a\": 1,}"])
+async def test_malformed_utf8_and_json_are_400(api: Any, raw: bytes) -> None:
+    client, headers = api
+    resp = await client.post("/v1/chat/completions", data=raw, headers=headers)
+    assert resp.status == 400
+    assert (await resp.json())["error"]["type"] == "invalid_request_error"
+
+
+async def test_a_slow_body_is_cut_off(api: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    client, headers = api
+    monkeypatch.setattr(body_module, "BODY_TIMEOUT_S", 0.3)
+    sent_first = asyncio.Event()
+
+    async def trickle() -> AsyncIterator[bytes]:
+        yield b'{"model": "m", '
+        sent_first.set()
+        await asyncio.sleep(30)  # the fault: a client that stops sending
+        yield b"}"
+
+    resp = await client.post("/v1/chat/completions", data=trickle(), headers=headers)
+    assert sent_first.is_set()
+    assert resp.status == 400
+    assert "did not arrive within" in (await resp.json())["error"]["message"]
+
+
+async def test_every_response_carries_a_request_id(api: Any) -> None:
+    client, headers = api
+    resp = await client.get("/v1/models", headers={**headers, "X-Request-Id": "trace-42"})
+    assert resp.headers["X-Request-Id"] == "trace-42"
+    resp = await client.get("/v1/nope", headers={"X-Request-Id": "bad id with spaces"})
+    assert resp.headers["X-Request-Id"].startswith("req-")
+
+
+async def test_admin_endpoints_refuse_a_user_key(api: Any) -> None:
+    client, headers = api
+    made = await client.post("/admin/v1/keys", json={"name": "u"}, headers=headers)
+    user = {"Authorization": f"Bearer {(await made.json())['key']}"}
+    for method, path in [("GET", "/admin/v1/models"), ("GET", "/admin/v1/keys"),
+                         ("POST", "/admin/v1/guard/switches"), ("GET", "/admin/v1/usage")]:
+        resp = await client.request(method, path, headers=user, json={})
+        assert resp.status == 403, path
+        assert (await resp.json())["error"]["code"] == "forbidden"
+
+
+async def test_cors_is_off(api: Any) -> None:
+    client, headers = api
+    resp = await client.options("/v1/chat/completions", headers={
+        "Origin": "https://evil.example", "Access-Control-Request-Method": "POST"})
+    assert "Access-Control-Allow-Origin" not in resp.headers
+
+
+async def test_metrics_count_requests_by_model_status_and_key_prefix(api: Any) -> None:
+    client, headers = api
+    await client.post("/admin/v1/models", headers=headers, json={
+        "name": "far", "source": {"kind": "remote", "base_url": "http://127.0.0.1:9/v1"}})
+    resp = await client.post("/v1/chat/completions", json=chat(model="far"), headers=headers)
+    assert resp.status == 502
+    text = await (await client.get("/metrics")).text()
+    prefix = headers["Authorization"].split()[1][:13]
+    assert f'llmgw_requests_total{{key="{prefix}",model="far",status="502"}} 1.0' in text
+    assert 'llmgw_upstream_errors_total{code="upstream_error",model="far"} 1.0' in text
+    assert 'llmgw_replicas_ready{model="far"} 1.0' in text
+    assert "llmgw_gateway_added_seconds_bucket" in text
