@@ -158,6 +158,13 @@ for m in json sse; do
     LLMGW_URL=http://127.0.0.1:$GW_PORT LLMGW_ADMIN_KEY=$KEY "$LLMGW" ctl model add "fake-$m" \
         --base-url "http://127.0.0.1:$NGINX_PORT/$m/v1" >>"$TMP/ctl.log" 2>&1 || die "ctl model add fake-$m failed"
 done
+# Traffic goes through a user key with every kind of limit set (high enough never to refuse),
+# so the limiter, the usage meter and the metrics are in the figures.
+ADMIN_KEY=$KEY
+KEY=$(LLMGW_URL=http://127.0.0.1:$GW_PORT LLMGW_ADMIN_KEY=$ADMIN_KEY COLUMNS=200 "$LLMGW" ctl key create bench \
+        --rpm 100000000 --tpm 1000000000000 --concurrent 100000 --tokens-per-day 1000000000000000 \
+    | grep -oE 'sk-llmgw-[A-Za-z0-9_-]{40,}' | head -n 1)
+[[ -n $KEY ]] || die "ctl key create failed"
 models_listed() {
     local out
     out=$(curl -fsS -H "Authorization: Bearer $KEY" "http://127.0.0.1:$GW_PORT/v1/models") || return 1

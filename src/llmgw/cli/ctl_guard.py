@@ -211,6 +211,12 @@ def guard_eval(
             answers.append(call("POST", "/admin/v1/guard/judgments",
                                 {"judge": judge, "text": c.text, "direction": c.direction,
                                  "budget_ms": budget_ms}))
+    errors = sorted({a["error"] for a in answers if a.get("error")})
+    if answers and all(a.get("verdict") is None for a in answers):
+        render.error(f"no case was judged: {'; '.join(errors)}")
+        raise typer.Exit(1)
+    for message in errors:
+        render.error(f"some judgments failed: {message}")
     report = score(cases, answers, strict=strict)
     if json_wanted():
         render.emit_json(report)
