@@ -5,12 +5,11 @@ from __future__ import annotations
 from dataclasses import asdict
 from typing import Any
 
-import orjson
 from aiohttp import web
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from llmgw.api.appkeys import CATALOG, GATEWAY
-from llmgw.api.body import read_json
+from llmgw.api.body import json_response, read_json
 from llmgw.core.errors import InvalidRequest
 from llmgw.core.types import ApiKey, Model
 from llmgw.gateway.auth import require_admin
@@ -21,9 +20,6 @@ class ScaleRequest(BaseModel):
     min: int = Field(ge=0, le=64)
     max: int | None = Field(default=None, ge=0, le=64)
 
-
-def _json(data: Any, status: int = 200) -> web.Response:
-    return web.Response(body=orjson.dumps(data), status=status, content_type="application/json")
 
 
 def admin_key(request: web.Request) -> ApiKey:
@@ -49,7 +45,7 @@ def _dump(model: Model) -> dict[str, Any]:
 async def list_models(request: web.Request) -> web.Response:
     admin_key(request)
     models = await request.app[CATALOG].models()
-    return _json({"data": [_dump(m) for m in models]})
+    return json_response({"data": [_dump(m) for m in models]})
 
 
 async def add_model(request: web.Request) -> web.Response:
@@ -62,19 +58,19 @@ async def add_model(request: web.Request) -> web.Response:
     except ValidationError as exc:
         raise invalid(exc) from exc
     added = await request.app[CATALOG].add(model, by(key))
-    return _json(_dump(added), status=201)
+    return json_response(_dump(added), status=201)
 
 
 async def get_model(request: web.Request) -> web.Response:
     admin_key(request)
-    return _json(_dump(await request.app[CATALOG].get(request.match_info["name"])))
+    return json_response(_dump(await request.app[CATALOG].get(request.match_info["name"])))
 
 
 async def remove_model(request: web.Request) -> web.Response:
     admin_key(request)
     name = request.match_info["name"]
     await request.app[CATALOG].remove(name)
-    return _json({"name": name, "removed": True})
+    return json_response({"name": name, "removed": True})
 
 
 async def scale_model(request: web.Request) -> web.Response:
@@ -87,13 +83,13 @@ async def scale_model(request: web.Request) -> web.Response:
     if req.max is not None and req.max < req.min:
         raise InvalidRequest(f"max ({req.max}) is below min ({req.min})", param="max")
     model = await request.app[CATALOG].scale(request.match_info["name"], req.min, req.max, by(key))
-    return _json(_dump(model))
+    return json_response(_dump(model))
 
 
 async def model_resources(request: web.Request) -> web.Response:
     admin_key(request)
     res = await request.app[CATALOG].resources(request.match_info["name"])
-    return _json(
+    return json_response(
         {
             "model": _dump(res.model),
             "placement": [asdict(f) for f in res.placement],
@@ -110,13 +106,13 @@ async def model_resources(request: web.Request) -> web.Response:
 async def list_replicas(request: web.Request) -> web.Response:
     admin_key(request)
     replicas = await request.app[CATALOG].replicas(request.query.get("model"))
-    return _json({"data": [r.model_dump(mode="json") for r in replicas]})
+    return json_response({"data": [r.model_dump(mode="json") for r in replicas]})
 
 
 async def list_nodes(request: web.Request) -> web.Response:
     admin_key(request)
     nodes = await request.app[CATALOG].nodes()
-    return _json({"data": [n.model_dump(mode="json") for n in nodes]})
+    return json_response({"data": [n.model_dump(mode="json") for n in nodes]})
 
 
 def routes() -> list[web.RouteDef]:

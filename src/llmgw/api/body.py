@@ -39,6 +39,11 @@ async def read_json(request: web.Request) -> tuple[bytes, dict[str, Any]]:
     return body, payload
 
 
+def json_response(data: Any, status: int = 200) -> web.Response:
+    """`data` as a JSON response."""
+    return web.Response(body=orjson.dumps(data), status=status, content_type="application/json")
+
+
 def check_shape(payload: Any) -> None:
     """Refuse JSON nested deeper than MAX_DEPTH or holding more than MAX_ITEMS values."""
     stack: list[tuple[Any, int]] = [(payload, 1)]

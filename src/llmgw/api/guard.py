@@ -5,13 +5,12 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-import orjson
 from aiohttp import web
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from llmgw.api.admin import admin_key, by, invalid
 from llmgw.api.appkeys import GUARD, GUARD_ADMIN, JUDGE_STATUS
-from llmgw.api.body import read_json
+from llmgw.api.body import json_response, read_json
 from llmgw.core.errors import InvalidRequest
 from llmgw.core.guard import Direction, JudgeFormat, JudgeSpec, Policy
 from llmgw.guard.prompts import Turn
@@ -41,9 +40,6 @@ class JudgmentRequest(BaseModel):
     budget_ms: int = Field(default=5000, ge=1, le=600_000)
 
 
-def _json(data: Any, status: int = 200) -> web.Response:
-    return web.Response(body=orjson.dumps(data), status=status, content_type="application/json")
-
 
 def _policy(p: Policy) -> dict[str, Any]:
     return p.model_dump(mode="json")
@@ -53,7 +49,7 @@ async def overview(request: web.Request) -> web.Response:
     admin_key(request)
     ga = request.app[GUARD_ADMIN]
     switches = await ga.switches()
-    return _json({**switches, "policies": [_policy(p) for p in await ga.policies()]})
+    return json_response({**switches, "policies": [_policy(p) for p in await ga.policies()]})
 
 
 async def set_switches(request: web.Request) -> web.Response:
@@ -66,17 +62,17 @@ async def set_switches(request: web.Request) -> web.Response:
     ga = request.app[GUARD_ADMIN]
     for name, value in req.model_dump(exclude_none=True).items():
         await ga.set_switch(name, value)
-    return _json(await ga.switches())
+    return json_response(await ga.switches())
 
 
 async def list_policies(request: web.Request) -> web.Response:
     admin_key(request)
-    return _json({"data": [_policy(p) for p in await request.app[GUARD_ADMIN].policies()]})
+    return json_response({"data": [_policy(p) for p in await request.app[GUARD_ADMIN].policies()]})
 
 
 async def get_policy(request: web.Request) -> web.Response:
     admin_key(request)
-    return _json(_policy(await request.app[GUARD_ADMIN].policy(request.match_info["name"])))
+    return json_response(_policy(await request.app[GUARD_ADMIN].policy(request.match_info["name"])))
 
 
 async def put_policy(request: web.Request) -> web.Response:
@@ -89,19 +85,19 @@ async def put_policy(request: web.Request) -> web.Response:
         policy = Policy.model_validate(payload)
     except ValidationError as exc:
         raise invalid(exc) from exc
-    return _json(_policy(await request.app[GUARD_ADMIN].set_policy(policy, by(key))))
+    return json_response(_policy(await request.app[GUARD_ADMIN].set_policy(policy, by(key))))
 
 
 async def delete_policy(request: web.Request) -> web.Response:
     admin_key(request)
     name = request.match_info["name"]
     await request.app[GUARD_ADMIN].remove_policy(name)
-    return _json({"name": name, "removed": True})
+    return json_response({"name": name, "removed": True})
 
 
 async def judges(request: web.Request) -> web.Response:
     admin_key(request)
-    return _json({"data": await request.app[JUDGE_STATUS]()})
+    return json_response({"data": await request.app[JUDGE_STATUS]()})
 
 
 async def enable_judge(request: web.Request) -> web.Response:
@@ -115,7 +111,7 @@ async def enable_judge(request: web.Request) -> web.Response:
     except ValidationError as exc:
         raise invalid(exc) from exc
     await request.app[GUARD_ADMIN].enable_judge(spec, by(key))
-    return _json(spec.model_dump(mode="json"), status=201)
+    return json_response(spec.model_dump(mode="json"), status=201)
 
 
 async def verdicts(request: web.Request) -> web.Response:
@@ -130,7 +126,7 @@ async def verdicts(request: web.Request) -> web.Response:
         since=since, policy=q.get("policy"), judge=q.get("judge"), outcome=q.get("outcome"),
         limit=max(1, min(limit, 10_000)),
     )
-    return _json({"data": [r.model_dump(mode="json") for r in records]})
+    return json_response({"data": [r.model_dump(mode="json") for r in records]})
 
 
 async def judgment(request: web.Request) -> web.Response:
@@ -144,7 +140,7 @@ async def judgment(request: web.Request) -> web.Response:
     turns = [Turn("user", req.text)] if req.direction == Direction.INPUT else [
         Turn("user", ""), Turn("assistant", req.text)]
     answer = await request.app[GUARD].ask(req.judge, req.direction, turns, req.budget_ms)
-    return _json({
+    return json_response({
         "judge": answer.judge,
         "outcome": answer.outcome.value,
         "verdict": answer.verdict.model_dump(mode="json") if answer.verdict else None,

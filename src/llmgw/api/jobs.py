@@ -4,22 +4,18 @@ from __future__ import annotations
 
 from typing import Any
 
-import orjson
 from aiohttp import web
 from pydantic import ValidationError
 
 from llmgw.api.admin import admin_key, by, invalid
 from llmgw.api.appkeys import JOBS
-from llmgw.api.body import read_json
+from llmgw.api.body import json_response, read_json
 from llmgw.core.jobs import ServeJob, ServeRequest
 
 
 def _dump(job: ServeJob) -> dict[str, Any]:
     return {**job.model_dump(mode="json"), "model": job.model}
 
-
-def _json(data: Any, status: int = 200) -> web.Response:
-    return web.Response(body=orjson.dumps(data), status=status, content_type="application/json")
 
 
 async def start_job(request: web.Request) -> web.Response:
@@ -31,22 +27,22 @@ async def start_job(request: web.Request) -> web.Response:
     except ValidationError as exc:
         raise invalid(exc) from exc
     job = await request.app[JOBS].start(serve)
-    return _json(_dump(job), status=201)
+    return json_response(_dump(job), status=201)
 
 
 async def list_jobs(request: web.Request) -> web.Response:
     admin_key(request)
-    return _json({"data": [_dump(j) for j in await request.app[JOBS].jobs()]})
+    return json_response({"data": [_dump(j) for j in await request.app[JOBS].jobs()]})
 
 
 async def get_job(request: web.Request) -> web.Response:
     admin_key(request)
-    return _json(_dump(await request.app[JOBS].get(request.match_info["id"])))
+    return json_response(_dump(await request.app[JOBS].get(request.match_info["id"])))
 
 
 async def cancel_job(request: web.Request) -> web.Response:
     admin_key(request)
-    return _json(_dump(await request.app[JOBS].cancel(request.match_info["id"])))
+    return json_response(_dump(await request.app[JOBS].cancel(request.match_info["id"])))
 
 
 def routes() -> list[web.RouteDef]:

@@ -5,19 +5,14 @@ from __future__ import annotations
 from dataclasses import asdict
 from typing import Any
 
-import orjson
 from aiohttp import web
 from pydantic import ValidationError
 
 from llmgw.api.admin import admin_key, invalid
 from llmgw.api.appkeys import GATEWAY, KEYS
-from llmgw.api.body import read_json
+from llmgw.api.body import json_response, read_json
 from llmgw.core.types import ApiKey, Limits
 from llmgw.gateway.keys_admin import KeyRequest
-
-
-def _json(data: Any, status: int = 200) -> web.Response:
-    return web.Response(body=orjson.dumps(data), status=status, content_type="application/json")
 
 
 def _dump(key: ApiKey) -> dict[str, Any]:
@@ -36,33 +31,33 @@ async def create_key(request: web.Request) -> web.Response:
     except ValidationError as exc:
         raise invalid(exc) from exc
     key, secret = await request.app[KEYS].create(req, minter)
-    return _json({**_dump(key), "key": secret}, status=201)
+    return json_response({**_dump(key), "key": secret}, status=201)
 
 
 async def list_keys(request: web.Request) -> web.Response:
     admin_key(request)
-    return _json({"data": [_dump(k) for k in await request.app[KEYS].keys()]})
+    return json_response({"data": [_dump(k) for k in await request.app[KEYS].keys()]})
 
 
 async def get_key(request: web.Request) -> web.Response:
     admin_key(request)
-    return _json(_dump(await request.app[KEYS].find(request.match_info["id"])))
+    return json_response(_dump(await request.app[KEYS].find(request.match_info["id"])))
 
 
 async def revoke_key(request: web.Request) -> web.Response:
     admin_key(request)
-    return _json(_dump(await request.app[KEYS].revoke(request.match_info["id"])))
+    return json_response(_dump(await request.app[KEYS].revoke(request.match_info["id"])))
 
 
 async def rotate_key(request: web.Request) -> web.Response:
     by = admin_key(request)
     key, secret = await request.app[KEYS].rotate(request.match_info["id"], by)
-    return _json({**_dump(key), "key": secret}, status=201)
+    return json_response({**_dump(key), "key": secret}, status=201)
 
 
 async def get_default_limits(request: web.Request) -> web.Response:
     admin_key(request)
-    return _json((await request.app[KEYS].default_limits()).model_dump())
+    return json_response((await request.app[KEYS].default_limits()).model_dump())
 
 
 async def put_default_limits(request: web.Request) -> web.Response:
@@ -72,14 +67,14 @@ async def put_default_limits(request: web.Request) -> web.Response:
         limits = Limits.model_validate(payload)
     except ValidationError as exc:
         raise invalid(exc) from exc
-    return _json((await request.app[KEYS].set_default_limits(limits)).model_dump())
+    return json_response((await request.app[KEYS].set_default_limits(limits)).model_dump())
 
 
 async def usage(request: web.Request) -> web.Response:
     admin_key(request)
     q = request.query
     rows = await request.app[KEYS].usage(q.get("key"), q.get("model"), q.get("since"))
-    return _json({"data": [asdict(r) for r in rows]})
+    return json_response({"data": [asdict(r) for r in rows]})
 
 
 def routes() -> list[web.RouteDef]:

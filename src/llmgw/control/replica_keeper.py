@@ -7,7 +7,6 @@ calls `plan`, writes the actions back and logs each once.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -15,8 +14,8 @@ from datetime import datetime, timedelta
 
 from llmgw.control.placement import Free, free_on, misfit
 from llmgw.core.clock import Clock
-from llmgw.core.errors import LlmgwError
 from llmgw.core.ids import new_id
+from llmgw.core.loops import every
 from llmgw.core.types import Model, Node, Profile, Replica, ReplicaState
 
 logger = logging.getLogger(__name__)
@@ -162,16 +161,7 @@ class ReplicaKeeper:
         return actions
 
     async def run(self, interval_s: float) -> None:
-        while True:
-            try:
-                await self.tick()
-            except LlmgwError as exc:
-                logger.warning("replica keeper: %s", exc.message)
-            except Exception:
-                logger.exception("replica keeper tick failed")
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self.wake.wait(), interval_s)
-            self.wake.clear()
+        await every(interval_s, self.wake, self.tick, "replica keeper", logger)
 
 
 def _describe(action: Action) -> str:

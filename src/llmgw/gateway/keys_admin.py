@@ -90,8 +90,7 @@ class KeyAdmin:
             raise Forbidden("a user key can mint only user keys", param="scope")
         models = req.models or minter.models
         if minter.models:
-            outside = [m for m in models
-                       if not any(fnmatch.fnmatchcase(m, p) or m == p for p in minter.models)]
+            outside = [m for m in models if not _granted(m, minter.models)]
             if outside:
                 raise Forbidden(f"this key may not grant models {', '.join(outside)}", param="models")
         own = minter.limits.merged(self._default())
@@ -138,3 +137,11 @@ class KeyAdmin:
     async def usage(self, key: str | None, model: str | None, since: str | None) -> list[UsageRow]:
         key_id = (await self.find(key)).id if key else None
         return await asyncio.to_thread(self._store.usage.usage, key_id, model, since)
+
+
+def _granted(wanted: str, allowed: list[str]) -> bool:
+    """A plain name must match one of the allowed patterns; a pattern must be one of them
+    exactly (`gemma3-?b` does not grant `gemma3-*b`, which reaches further)."""
+    if any(ch in wanted for ch in "*?["):
+        return wanted in allowed
+    return any(fnmatch.fnmatchcase(wanted, p) for p in allowed)

@@ -17,7 +17,7 @@ import math
 from collections import defaultdict
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from llmgw.core.errors import RateLimited
 from llmgw.core.types import ApiKey, Limits
@@ -68,6 +68,10 @@ class Limiter:
     _month: dict[str, int] = field(default_factory=dict)
     _local_tokens: dict[str, int] = field(default_factory=lambda: defaultdict(int))
     _budget_keys: set[str] = field(default_factory=set)
+    # Counts being written by a sync in progress: still this server's until the totals read
+    # back include them, so admission keeps counting them meanwhile.
+    _pending: dict[tuple[str, int], _Counts] = field(default_factory=dict)
+    _pending_tokens: dict[str, int] = field(default_factory=dict)
 
     def limits_for(self, key: ApiKey) -> Limits:
         return key.limits.merged(self.default())
@@ -90,7 +94,7 @@ class Limiter:
                               1, code="rate_limit_concurrent")
         if lim.tokens_per_day is not None or lim.tokens_per_month is not None:
             self._budget_keys.add(key.id)
-            spent = self._local_tokens[key.id]
+            spent = self._local_tokens[key.id] + self._pending_tokens.get(key.id, 0)
             if lim.tokens_per_day is not None and self._day.get(key.id, 0) + spent >= lim.tokens_per_day:
                 raise RateLimited(f"key {key.label} has used its {lim.tokens_per_day} tokens for today",
                                   _to_next_day(now), code="budget_exceeded")
@@ -98,7 +102,7 @@ class Limiter:
                     and self._month.get(key.id, 0) + spent >= lim.tokens_per_month):
                 raise RateLimited(
                     f"key {key.label} has used its {lim.tokens_per_month} tokens for this month",
-                    _to_next_day(now), code="budget_exceeded")
+                    _to_next_month(now), code="budget_exceeded")
         local = self._local[(key.id, minute)]
         local.requests += 1
         local.tokens += reserve_tokens
@@ -106,9 +110,8 @@ class Limiter:
         return Ticket(key.id, minute, reserve_tokens, self)
 
     def _minute(self, key_id: str, minute: int) -> _Counts:
-        shared = self._shared.get((key_id, minute), _Counts())
-        local = self._local.get((key_id, minute), _Counts())
-        return _Counts(shared.requests + local.requests, shared.tokens + local.tokens)
+        parts = [d.get((key_id, minute)) for d in (self._shared, self._local, self._pending)]
+        return _Counts(sum(p.requests for p in parts if p), sum(p.tokens for p in parts if p))
 
     def _settle(self, ticket: Ticket, tokens: int) -> None:
         self._in_flight[ticket.key_id] -= 1
@@ -126,6 +129,7 @@ class Limiter:
         store = self.store
         local, self._local = self._local, defaultdict(_Counts)
         spent, self._local_tokens = self._local_tokens, defaultdict(int)
+        self._pending, self._pending_tokens = dict(local), dict(spent)
         now = self.now()
         minute = int(now.timestamp()) // 60
         deltas = {k: (c.requests, c.tokens) for k, c in local.items() if c.requests or c.tokens}
@@ -151,9 +155,12 @@ class Limiter:
                 self._local[k].tokens += c.tokens
             for key_id, t in spent.items():
                 self._local_tokens[key_id] += t
+            self._pending, self._pending_tokens = {}, {}
             raise
+        # One synchronous step: the totals now include what was pending.
         self._shared = {k: _Counts(r, t) for k, (r, t) in rates.items()}
         self._day, self._month = day, month
+        self._pending, self._pending_tokens = {}, {}
 
     async def run(self, interval_s: float, flush_usage: Callable[[], Awaitable[None]]) -> None:
         while True:
@@ -162,6 +169,12 @@ class Limiter:
                 await self.sync(flush_usage)
             except Exception:
                 logger.exception("limit sync failed; each server admits from memory until it works")
+
+
+def _to_next_month(now: datetime) -> int:
+    this_month = now.replace(day=1, hour=0, minute=0, second=0, microsecond=0)
+    first = (this_month + timedelta(days=32)).replace(day=1)
+    return max(1, int((first - now).total_seconds()))
 
 
 def _to_next_day(now: datetime) -> int:

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from dataclasses import dataclass
 
 from llmgw.core import judges
-from llmgw.core.errors import ConfigError, LlmgwError, ModelNotFound
+from llmgw.core.errors import ConfigError, ModelNotFound
+from llmgw.core.loops import every
 from llmgw.core.types import ApiKey, Limits, Model, RemoteSource, Replica, ReplicaState
 from llmgw.engines import remote
 from llmgw.gateway.auth import KeyCache
@@ -122,13 +122,5 @@ class Refresher:
 
     async def run(self, interval_s: float) -> None:
         """Poll the revision; a store outage keeps serving from the last snapshot."""
-        while True:
-            try:
-                await self.refresh()
-            except LlmgwError as exc:
-                logger.warning("cache refresh: %s; serving from the last snapshot", exc.message)
-            except Exception:
-                logger.exception("cache refresh failed; serving from the last snapshot")
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self.wake.wait(), interval_s)
-            self.wake.clear()
+        await every(interval_s, self.wake, self.refresh,
+                    "cache refresh (serving from the last snapshot)", logger)

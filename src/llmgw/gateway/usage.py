@@ -42,6 +42,7 @@ class UsageTap:
 
     def __init__(self) -> None:
         self._tail = b""
+        self._partial = b""  # an event line cut by the network, completed by the next chunk
         self.events_with_text = 0
         self.tokens: Tokens | None = None
         self.first_chunk_at: float | None = None  # monotonic time of a stream's first chunk
@@ -52,11 +53,16 @@ class UsageTap:
     def chunk(self, data: bytes) -> None:
         if self.first_chunk_at is None:
             self.first_chunk_at = time.monotonic()
-        self.events_with_text += len(_CONTENT_EVENT.findall(data))
+        lines = (self._partial + data).split(b"\n")
+        self._partial = lines.pop()
+        self.events_with_text += sum(1 for line in lines if _CONTENT_EVENT.search(line))
         # Usage sits in the last event; keep a tail that always holds it whole.
         self._tail = (self._tail + data)[-8192:]
 
     def result(self) -> Tokens:
+        if self._partial and _CONTENT_EVENT.search(self._partial):
+            self.events_with_text += 1
+            self._partial = b""
         if self.tokens is not None:
             return self.tokens
         found = _usage(self._tail)

@@ -6,7 +6,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -14,6 +13,7 @@ from pathlib import Path
 
 from llmgw.core.clock import Clock
 from llmgw.core.errors import LlmgwError
+from llmgw.core.loops import every
 from llmgw.core.types import Engine, HubSource, LocalSource, Model, Replica, ReplicaState
 from llmgw.engines import llamacpp
 from llmgw.node.files import ModelFiles
@@ -90,16 +90,7 @@ class NodeAgent:
     async def run(self, interval_s: float) -> None:
         """Reconcile every `interval_s`, or at once when woken."""
         try:
-            while True:
-                try:
-                    await self.reconcile()
-                except LlmgwError as exc:
-                    logger.warning("node agent: %s", exc.message)
-                except Exception:
-                    logger.exception("node agent reconcile failed")
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self.wake.wait(), interval_s)
-                self.wake.clear()
+            await every(interval_s, self.wake, self.reconcile, "node agent", logger)
         finally:
             await self.stop_all()
 

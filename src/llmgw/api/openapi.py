@@ -1,0 +1,270 @@
+"""The OpenAPI 3.1 description of llmgw's HTTP API (data plane and admin), at `/openapi.json`.
+
+Admin request bodies come from the pydantic models the handlers validate with, so the document
+cannot drift from what the server accepts; the OpenAI bodies are described minimally (the fields
+llmgw itself checks), everything else passes through to the upstream.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from typing import Any, Literal
+
+import orjson
+from aiohttp import web
+from pydantic import BaseModel
+from pydantic.json_schema import models_json_schema
+
+from llmgw import __version__
+from llmgw.api.admin import ScaleRequest
+from llmgw.api.data_plane import MAX_TOKENS
+from llmgw.api.guard import EnableJudge, JudgmentRequest, SwitchRequest
+from llmgw.core.guard import JudgeSpec, Outcome, Policy
+from llmgw.core.jobs import ServeRequest
+from llmgw.core.types import NAME_PATTERN, Limits, Model
+from llmgw.gateway.keys_admin import KeyRequest
+
+JSON = "application/json"
+_MODELS: tuple[type[BaseModel], ...] = (
+    Model, Policy, ServeRequest, KeyRequest, Limits, ScaleRequest, SwitchRequest, EnableJudge,
+    JudgmentRequest, JudgeSpec,
+)
+_PARAM = re.compile(r"{(\w+)}")
+
+Schema = dict[str, Any]
+
+
+def _ref(name: str) -> Schema:
+    return {"$ref": f"#/components/schemas/{name}"}
+
+
+def _obj(required: tuple[str, ...] = (), **props: Schema) -> Schema:
+    """An object with these properties; others are allowed (and passed on upstream)."""
+    out: Schema = {"type": "object", "properties": props}
+    if required:
+        out["required"] = list(required)
+    return out
+
+
+def _list_of(item: Schema) -> Schema:
+    return _obj(("data",), data={"type": "array", "items": item})
+
+
+_STR: Schema = {"type": "string"}
+_OPEN: Schema = {"type": "object"}
+_TEXT_OR_ARRAY: Schema = {"oneOf": [_STR, {"type": "array"}]}
+
+_ERROR: Schema = {
+    "type": "object",
+    "description": "Every error, in OpenAI's shape.",
+    "required": ["error"],
+    "additionalProperties": False,
+    "properties": {
+        "error": {
+            "type": "object",
+            "required": ["message", "type", "param", "code"],
+            "additionalProperties": False,
+            "properties": {
+                "message": _STR,
+                "type": _STR,
+                "param": {"type": ["string", "null"]},
+                "code": {"type": ["string", "null"]},
+            },
+        }
+    },
+}
+
+# The OpenAI bodies: what llmgw checks before it forwards, nothing more.
+_OPENAI_COMMON: dict[str, Schema] = {
+    "model": _STR,
+    "stream": {"type": "boolean"},
+    "max_tokens": {"type": "integer", "minimum": 1, "maximum": MAX_TOKENS},
+    "max_completion_tokens": {"type": "integer", "minimum": 1, "maximum": MAX_TOKENS},
+}
+_MESSAGE = _obj(("role", "content"), role=_STR,
+                content={"type": ["string", "array", "null"]})
+_CHAT = _obj(("model", "messages"), messages={"type": "array", "minItems": 1, "items": _MESSAGE},
+             **_OPENAI_COMMON)
+_COMPLETION = _obj(("model", "prompt"), prompt=_TEXT_OR_ARRAY, **_OPENAI_COMMON)
+_EMBEDDING = _obj(("model", "input"), model=_STR, input=_TEXT_OR_ARRAY)
+_MODERATION = _obj(("input",), input={"oneOf": [
+    _STR, {"type": "array", "minItems": 1, "items": _STR}]}, model=_STR)
+_OPENAI_MODELS = _obj(("object", "data"), object={"const": "list"}, data={
+    "type": "array",
+    "items": _obj(("id", "object", "created", "owned_by"), id=_STR, object={"const": "model"},
+                  created={"type": "integer"}, owned_by=_STR),
+})
+_REMOVED = _obj(("name", "removed"), name=_STR, removed={"type": "boolean"})
+
+
+def _components() -> Schema:
+    """The pydantic models' schemas and their definitions, under components/schemas."""
+    pairs: list[tuple[type[BaseModel], Literal["validation"]]] = [(m, "validation") for m in _MODELS]
+    _, top = models_json_schema(pairs, ref_template="#/components/schemas/{model}")
+    schemas: Schema = dict(top["$defs"])
+    # Checked by a validator the JSON schema cannot show.
+    schemas["Model"]["properties"]["name"]["pattern"] = NAME_PATTERN
+    # PUT /admin/v1/guard/policies/{name} takes the name from the path.
+    body = {**schemas["Policy"], "title": "PolicyBody"}
+    body["required"] = [r for r in body["required"] if r != "name"]
+    schemas["PolicyBody"] = body
+    schemas["Error"] = _ERROR
+    return {
+        "schemas": schemas,
+        "responses": {
+            "Error": {"description": "An error in OpenAI's shape.",
+                      "content": {JSON: {"schema": _ref("Error")}}},
+        },
+        "securitySchemes": {
+            "bearer": {"type": "http", "scheme": "bearer",
+                       "description": "An llmgw API key: `Authorization: Bearer sk-...`."},
+        },
+    }
+
+
+def _op(
+    summary: str,
+    tag: str,
+    *,
+    body: Schema | None = None,
+    status: int = 200,
+    returns: Schema | None = None,
+    content: tuple[str, ...] = (JSON,),
+    query: dict[str, Schema] | None = None,
+    public: bool = False,
+) -> Schema:
+    op: Schema = {
+        "summary": summary,
+        "tags": [tag],
+        "responses": {
+            str(status): {
+                "description": summary,
+                "content": {ct: {"schema": returns or _OPEN} if ct == JSON else {"schema": _STR}
+                            for ct in content},
+            },
+            "4XX": {"$ref": "#/components/responses/Error"},
+            "5XX": {"$ref": "#/components/responses/Error"},
+        },
+    }
+    if body is not None:
+        op["requestBody"] = {"required": True, "content": {JSON: {"schema": body}}}
+    if query:
+        op["parameters"] = [{"name": n, "in": "query", "required": False, "schema": s}
+                            for n, s in query.items()]
+    if public:
+        op["security"] = []
+    return op
+
+
+def _paths() -> dict[str, dict[str, Schema]]:
+    v1, adm, guard, keys = "openai", "admin", "guard", "keys"
+    model = _ref("Model")
+    policy = _ref("Policy")
+    return {
+        "/health": {"get": _op("Liveness", "meta", public=True,
+                               returns=_obj(("status",), status={"const": "ok"}))},
+        "/metrics": {"get": _op("Prometheus metrics", "meta", public=True, content=("text/plain",))},
+        "/openapi.json": {"get": _op("This document", "meta", public=True)},
+        "/v1/chat/completions": {"post": _op("Chat completion", v1, body=_CHAT,
+                                             content=(JSON, "text/event-stream"))},
+        "/v1/completions": {"post": _op("Text completion", v1, body=_COMPLETION,
+                                        content=(JSON, "text/event-stream"))},
+        "/v1/embeddings": {"post": _op("Embeddings", v1, body=_EMBEDDING)},
+        "/v1/models": {"get": _op("Models this key may use", v1, returns=_OPENAI_MODELS)},
+        "/v1/moderations": {"post": _op("Moderation by the guard's judges", v1, body=_MODERATION)},
+        "/admin/v1/models": {
+            "get": _op("List catalog models", adm, returns=_list_of(model)),
+            "post": _op("Add a catalog model", adm, body=model, status=201, returns=model),
+        },
+        "/admin/v1/models/{name}": {
+            "get": _op("Show a catalog model", adm, returns=model),
+            "delete": _op("Remove a catalog model", adm, returns=_REMOVED),
+        },
+        "/admin/v1/models/{name}/resources": {"get": _op("Placement and memory estimates", adm)},
+        "/admin/v1/models/{name}/scale": {
+            "post": _op("Scale a model", adm, body=_ref("ScaleRequest"), returns=model)},
+        "/admin/v1/replicas": {"get": _op("List replicas", adm, returns=_list_of(_OPEN),
+                                          query={"model": _STR})},
+        "/admin/v1/nodes": {"get": _op("List nodes", adm, returns=_list_of(_OPEN))},
+        "/admin/v1/jobs": {
+            "get": _op("List serve jobs", adm, returns=_list_of(_OPEN)),
+            "post": _op("Start a serve job", adm, body=_ref("ServeRequest"), status=201),
+        },
+        "/admin/v1/jobs/{id}": {"get": _op("Show a serve job", adm)},
+        "/admin/v1/jobs/{id}/cancel": {"post": _op("Cancel a serve job", adm)},
+        "/admin/v1/guard": {"get": _op("Guard switches and policies", guard)},
+        "/admin/v1/guard/switches": {
+            "post": _op("Set guard switches", guard, body=_ref("SwitchRequest"))},
+        "/admin/v1/guard/policies": {"get": _op("List policies", guard, returns=_list_of(policy))},
+        "/admin/v1/guard/policies/{name}": {
+            "get": _op("Show a policy", guard, returns=policy),
+            "put": _op("Create or replace a policy", guard, body=_ref("PolicyBody"), returns=policy),
+            "delete": _op("Remove a policy", guard, returns=_REMOVED),
+        },
+        "/admin/v1/guard/judges": {
+            "get": _op("Judge status", guard, returns=_list_of(_OPEN)),
+            "post": _op("Enable a judge", guard, body=_ref("EnableJudge"), status=201,
+                        returns=_ref("JudgeSpec")),
+        },
+        "/admin/v1/guard/verdicts": {"get": _op("The verdict log", guard, returns=_list_of(_OPEN), query={
+            "since": {"type": "string", "format": "date-time"}, "policy": _STR, "judge": _STR,
+            "outcome": {"type": "string", "enum": [o.value for o in Outcome]},
+            "limit": {"type": "integer", "minimum": 1, "maximum": 10_000},
+        })},
+        "/admin/v1/guard/judgments": {
+            "post": _op("One judgment on demand", guard, body=_ref("JudgmentRequest"))},
+        "/admin/v1/keys": {
+            "get": _op("List keys", keys, returns=_list_of(_OPEN)),
+            "post": _op("Create a key (shown once)", keys, body=_ref("KeyRequest"), status=201),
+        },
+        "/admin/v1/keys/{id}": {"get": _op("Show a key", keys)},
+        "/admin/v1/keys/{id}/revoke": {"post": _op("Revoke a key", keys)},
+        "/admin/v1/keys/{id}/rotate": {"post": _op("Rotate a key (shown once)", keys, status=201)},
+        "/admin/v1/limits/default": {
+            "get": _op("Default limits", keys, returns=_ref("Limits")),
+            "put": _op("Set default limits", keys, body=_ref("Limits"), returns=_ref("Limits")),
+        },
+        "/admin/v1/usage": {"get": _op("Usage per key, model and day", keys, returns=_list_of(_OPEN),
+                                       query={"key": _STR, "model": _STR,
+                                              "since": {"type": "string", "format": "date"}})},
+    }
+
+
+def _with_path_parameters(paths: dict[str, dict[str, Schema]]) -> dict[str, Schema]:
+    """Each templated path declares its parameters once, for all its methods."""
+    out: dict[str, Schema] = {}
+    for path, ops in paths.items():
+        names = _PARAM.findall(path)
+        params = [{"name": n, "in": "path", "required": True,
+                   "schema": {"type": "string", "minLength": 1}} for n in names]
+        out[path] = {**ops, "parameters": params} if params else dict(ops)
+    return out
+
+
+def spec() -> dict[str, Any]:
+    """llmgw's OpenAPI 3.1 document (a fresh copy each call)."""
+    return {
+        "openapi": "3.1.0",
+        "info": {
+            "title": "llmgw",
+            "version": __version__,
+            "description": "A self-hosted LLM gateway: OpenAI-compatible data plane (`/v1`) and "
+                           "admin API (`/admin/v1`). Every error is "
+                           '`{"error": {"message", "type", "param", "code"}}`.',
+        },
+        "security": [{"bearer": []}],
+        "tags": [{"name": t} for t in ("meta", "openai", "admin", "guard", "keys")],
+        "paths": _with_path_parameters(_paths()),
+        "components": _components(),
+    }
+
+
+@functools.cache
+def _encoded() -> bytes:
+    return orjson.dumps(spec())
+
+
+async def openapi_json(_request: web.Request) -> web.Response:
+    """The document, built once; no key needed (it holds no secrets)."""
+    return web.Response(body=_encoded(), content_type=JSON)
