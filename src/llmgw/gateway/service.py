@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import time
 from typing import Any
 
@@ -79,7 +80,7 @@ class Gateway:
             raise
         finally:
             # Also when the client went away mid-stream: what was used is settled and counted.
-            tokens = tap.result()
+            tokens = tap.result(prompt_estimate=math.ceil(len(body) / 4))
             if ticket is not None:
                 ticket.settle(tokens.total)
             if self.meter is not None:

@@ -37,7 +37,9 @@ class UsageTap:
     """Reads token usage from an upstream answer without decoding the rest of it.
 
     Whole answers carry `usage`; streams may carry it in their last event. A stream without it
-    counts one completion token per event that carries text (llama.cpp sends one per token).
+    counts one completion token per event that carries text (llama.cpp sends one per token) and
+    the caller's estimate of the prompt (llama-server puts usage in a stream only when the
+    client asks for it with `stream_options.include_usage`).
     """
 
     def __init__(self) -> None:
@@ -59,7 +61,8 @@ class UsageTap:
         # Usage sits in the last event; keep a tail that always holds it whole.
         self._tail = (self._tail + data)[-8192:]
 
-    def result(self) -> Tokens:
+    def result(self, prompt_estimate: int = 0) -> Tokens:
+        """The usage seen; a stream without a usage event gets `prompt_estimate` prompt tokens."""
         if self._partial and _CONTENT_EVENT.search(self._partial):
             self.events_with_text += 1
             self._partial = b""
@@ -68,7 +71,7 @@ class UsageTap:
         found = _usage(self._tail)
         if found is not None:
             return found
-        return Tokens(0, self.events_with_text)
+        return Tokens(prompt_estimate if self.events_with_text else 0, self.events_with_text)
 
 
 def _usage(data: bytes) -> Tokens | None:
