@@ -25,6 +25,28 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]):  
 DEMO = "gemma3-270m"
 
 
+@pytest.fixture(scope="session", autouse=True)
+def no_engine_outlives_the_suite(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """Every process a test started (servers, engines, fake hubs) is gone when the suite ends."""
+    import psutil
+
+    base = str(tmp_path_factory.getbasetemp())
+    yield
+
+    def leaked() -> list[str]:
+        out = []
+        for proc in psutil.process_iter(["cmdline", "status"]):
+            cmd = " ".join(proc.info["cmdline"] or [])
+            if base in cmd and proc.info["status"] != psutil.STATUS_ZOMBIE:
+                out.append(f"{proc.pid}: {cmd[:200]}")
+        return out
+
+    from tests.e2e.server_process import wait_for
+
+    # Engines get SIGTERM, then SIGKILL after a grace period: allow them that long to go.
+    wait_for("leaked engine processes to end", lambda: not leaked(), 15)
+
+
 @pytest.fixture(scope="session")
 def demo_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LlmgwServer]:
     """`server init --demo` + `server run`, with the demo model's replica ready."""
