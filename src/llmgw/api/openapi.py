@@ -105,9 +105,14 @@ def _components() -> Schema:
     schemas: Schema = dict(top["$defs"])
     # Checked by a validator the JSON schema cannot show.
     schemas["Model"]["properties"]["name"]["pattern"] = NAME_PATTERN
+    # `kind` has a default, but the discriminated union needs it on the wire.
+    for source in ("LocalSource", "HubSource", "RemoteSource"):
+        schemas[source]["required"] = ["kind", *schemas[source].get("required", [])]
     # PUT /admin/v1/guard/policies/{name} takes the name from the path.
     body = {**schemas["Policy"], "title": "PolicyBody"}
     body["required"] = [r for r in body["required"] if r != "name"]
+    body["properties"] = {**body["properties"], "judges": {
+        **body["properties"]["judges"], "examples": [["qwen3guard-0.6b"]]}}
     schemas["PolicyBody"] = body
     schemas["Error"] = _ERROR
     return {
@@ -231,19 +236,23 @@ def _paths() -> dict[str, dict[str, Schema]]:
     }
 
 
-def _with_path_parameters(paths: dict[str, dict[str, Schema]]) -> dict[str, Schema]:
+def _with_path_parameters(paths: dict[str, dict[str, Schema]], policy_name: Schema) -> dict[str, Schema]:
     """Each templated path declares its parameters once, for all its methods."""
     out: dict[str, Schema] = {}
     for path, ops in paths.items():
         names = _PARAM.findall(path)
+        name = policy_name if path.startswith("/admin/v1/guard/") else {"pattern": NAME_PATTERN}
         params = [{"name": n, "in": "path", "required": True,
-                   "schema": {"type": "string", "minLength": 1}} for n in names]
+                   "schema": {"type": "string", "minLength": 1, **(name if n == "name" else {})}}
+                  for n in names]
         out[path] = {**ops, "parameters": params} if params else dict(ops)
     return out
 
 
 def spec() -> dict[str, Any]:
     """llmgw's OpenAPI 3.1 document (a fresh copy each call)."""
+    components = _components()
+    policy_name = components["schemas"]["Policy"]["properties"]["name"]
     return {
         "openapi": "3.1.0",
         "info": {
@@ -255,8 +264,8 @@ def spec() -> dict[str, Any]:
         },
         "security": [{"bearer": []}],
         "tags": [{"name": t} for t in ("meta", "openai", "admin", "guard", "keys")],
-        "paths": _with_path_parameters(_paths()),
-        "components": _components(),
+        "paths": _with_path_parameters(_paths(), {"pattern": policy_name["pattern"]}),
+        "components": components,
     }
 
 

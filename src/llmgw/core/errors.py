@@ -168,6 +168,14 @@ class GuardUnavailable(Retryable):
     code = "guard_unavailable"
 
 
+class StaleEpoch(Permanent):
+    """A leader-only write from a server that is no longer the leader; it was not made."""
+
+    status = 409
+    type = "server_error"
+    code = "stale_epoch"
+
+
 class ConfigError(Permanent):
     """The install's configuration or environment is wrong; the operator must fix it."""
 

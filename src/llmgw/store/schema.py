@@ -172,3 +172,14 @@ rate_windows = Table(
     Column("requests", BigInteger, nullable=False, default=0),
     Column("tokens", BigInteger, nullable=False, default=0),
 )
+
+# Leader election: one row per lease; `epoch` is the fencing token, bumped on every takeover.
+leases = Table(
+    "leases",
+    metadata,
+    Column("name", String(64), primary_key=True),
+    Column("holder", String(128), nullable=False),
+    Column("epoch", BigInteger, nullable=False),
+    Column("renewed_at", DateTime(timezone=True), nullable=False),
+    Column("expires_at", DateTime(timezone=True), nullable=False),
+)

@@ -9,6 +9,7 @@ from llmgw.store.db import migrate, open_engine, read_revision
 from llmgw.store.guard_repo import GuardRepo
 from llmgw.store.job_repo import JobRepo
 from llmgw.store.key_repo import KeyRepo
+from llmgw.store.lease_repo import LeaseRepo
 from llmgw.store.replica_repo import NodeRepo, ReplicaRepo
 from llmgw.store.usage_repo import UsageRepo
 
@@ -25,6 +26,7 @@ class Store:
         self.jobs = JobRepo(engine)
         self.guard = GuardRepo(engine)
         self.usage = UsageRepo(engine)
+        self.leases = LeaseRepo(engine)
 
     @classmethod
     def open(cls, url: str, *, migrate_schema: bool = True) -> Store:
