@@ -1,0 +1,416 @@
+"""The load behind `bench/guard.sh`: what judging costs a chat request, and how fast a judge judges.
+
+Against a running llmgw (a fresh `server init --demo` install) it measures:
+
+- chat requests to the demo model (`max_tokens` 8, temperature 0, one at a time) with the guard
+  off, with the default policy judging the input, and with it judging input and output; the
+  modes take turns in rounds so that a change in the machine's load hits all three alike;
+- judgments through `POST /admin/v1/guard/judgments` at fixed concurrencies for a fixed time,
+  with one short text (the judge's prompt cache can serve all of it) and with a different text
+  each time (only the fixed policy text in front is the same);
+- whether the judge's llama-server reuses its prompt cache, asked directly with the body the
+  gateway sends.
+
+Prints the report and writes it to `--out`. The guard is switched back on and the default policy
+restored to what it was before.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import math
+import os
+import statistics
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+
+MODEL = "gemma3-270m"
+JUDGE = "demo-judge"
+PROMPT = "Name a primary color."
+JUDGED_TEXT = "How do I bake bread at home?"
+QUESTIONS = (
+    "How do I bake bread at home?",
+    "What is the capital of France?",
+    "Write a haiku about autumn leaves.",
+    "How many legs does a spider have?",
+    "Explain photosynthesis in one sentence.",
+    "Suggest a name for a grey cat.",
+    "What does HTTP stand for?",
+    "How long should I boil an egg?",
+)
+MODES = (("off", "(a) guard off"), ("input", "(b) input"), ("input+output", "(c) input + output"))
+REQUEST_TIMEOUT_S = 60.0
+
+
+def pct(values: list[float], q: float) -> float:
+    """Nearest-rank percentile (p99 of fewer than 100 values is their maximum)."""
+    s = sorted(values)
+    return s[max(0, math.ceil(q * len(s)) - 1)]
+
+
+def ms(v: float | None) -> str:
+    return "–" if v is None else f"{v:,.0f}"
+
+
+def signed_ms(v: float | None) -> str:
+    return "–" if v is None else f"{v:+,.0f}"
+
+
+class Api:
+    def __init__(self, session: aiohttp.ClientSession, url: str, key: str) -> None:
+        self.session = session
+        self.url = url.rstrip("/")
+        self.headers = {"Authorization": f"Bearer {key}"}
+
+    async def call(self, method: str, path: str, body: Any = None) -> Any:
+        async with self.session.request(method, self.url + path, json=body, headers=self.headers) as r:
+            data = await r.json(content_type=None)
+            if r.status >= 300:
+                raise RuntimeError(f"{method} {path}: HTTP {r.status}: {data}")
+            return data
+
+
+# --- chat requests under the three guard modes ---------------------------------------------------
+
+
+@dataclass
+class Cell:
+    latencies: list[float] = field(default_factory=list)
+    blocked: int = 0
+    failed_closed: int = 0
+    errors: list[str] = field(default_factory=list)
+
+
+async def set_mode(api: Api, mode: str, policy: dict[str, Any]) -> None:
+    """What `ctl guard off|on` and `ctl guard policy set default --output/--no-output` send."""
+    if mode == "off":
+        await api.call("POST", "/admin/v1/guard/switches", {"guard_enabled": False})
+    else:
+        body = {k: v for k, v in policy.items() if k not in ("name", "by", "updated_at")}
+        body.update(input=True, output=mode == "input+output", enabled=True)
+        await api.call("PUT", "/admin/v1/guard/policies/default", body)
+        await api.call("POST", "/admin/v1/guard/switches", {"guard_enabled": True})
+    now = await api.call("GET", "/admin/v1/guard")
+    default = next(p for p in now["policies"] if p["name"] == "default")
+    want_output = mode == "input+output"
+    if now["guard_enabled"] != (mode != "off") or (mode != "off" and default["output"] != want_output):
+        raise RuntimeError(f"guard did not switch to {mode}: {now}")
+
+
+async def chat_once(api: Api, cell: Cell | None) -> None:
+    body = {
+        "model": MODEL,
+        "messages": [{"role": "user", "content": PROMPT}],
+        "max_tokens": 8,
+        "temperature": 0,
+    }
+    start = time.perf_counter()
+    try:
+        async with api.session.post(api.url + "/v1/chat/completions", json=body, headers=api.headers) as r:
+            raw = await r.read()
+            status = r.status
+    except (aiohttp.ClientError, TimeoutError) as exc:
+        if cell is not None:
+            cell.errors.append(type(exc).__name__)
+        return
+    took = (time.perf_counter() - start) * 1000
+    if cell is None:
+        return
+    code = None
+    if status != 200:
+        try:
+            code = json.loads(raw)["error"]["code"]
+        except (ValueError, KeyError, TypeError):
+            code = None
+    if status == 200:
+        cell.latencies.append(took)
+    elif status == 400 and code == "content_filter":
+        cell.latencies.append(took)
+        cell.blocked += 1
+    elif status == 503 and code == "guard_unavailable":
+        cell.latencies.append(took)
+        cell.failed_closed += 1
+    else:
+        cell.errors.append(f"HTTP {status} {code}")
+
+
+async def chat_modes(
+    api: Api, requests: int, rounds: int, warmup: int, max_seconds: float
+) -> tuple[dict[str, Cell], bool]:
+    """`requests` per mode, in `rounds` rounds of a, b, c; False when time ran out first."""
+    policy = await api.call("GET", "/admin/v1/guard/policies/default")
+    was_on = (await api.call("GET", "/admin/v1/guard"))["guard_enabled"]
+    cells = {mode: Cell() for mode, _ in MODES}
+    deadline = time.monotonic() + max_seconds
+    complete = True
+    try:
+        for mode, _ in MODES:
+            await set_mode(api, mode, policy)
+            for _ in range(warmup):
+                await chat_once(api, None)
+        per_round = [requests // rounds + (1 if i < requests % rounds else 0) for i in range(rounds)]
+        for n in per_round:
+            for mode, _ in MODES:
+                await set_mode(api, mode, policy)
+                for _ in range(n):
+                    if time.monotonic() > deadline:
+                        complete = False
+                        break
+                    await chat_once(api, cells[mode])
+    finally:
+        body = {k: v for k, v in policy.items() if k not in ("name", "by", "updated_at")}
+        await api.call("PUT", "/admin/v1/guard/policies/default", body)
+        await api.call("POST", "/admin/v1/guard/switches", {"guard_enabled": was_on})
+    return cells, complete
+
+
+# --- judgments per second ----------------------------------------------------------------------
+
+
+@dataclass
+class JudgeCell:
+    label: str
+    conc: int
+    seconds: float = 0.0
+    latencies: list[float] = field(default_factory=list)
+    outcomes: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def total(self) -> int:
+        return sum(self.outcomes.values())
+
+    @property
+    def verdicts(self) -> int:
+        return self.outcomes.get("safe", 0) + self.outcomes.get("unsafe", 0)
+
+
+async def judgments(api: Api, conc: int, distinct: bool, seconds: float, budget_ms: int) -> JudgeCell:
+    cell = JudgeCell(f"{conc}{', distinct texts' if distinct else ''}", conc)
+    counter = iter(range(1_000_000_000))
+    deadline = time.monotonic() + seconds
+
+    async def worker() -> None:
+        while time.monotonic() < deadline:
+            n = next(counter)
+            text = f"Request {n}: {QUESTIONS[n % len(QUESTIONS)]}" if distinct else JUDGED_TEXT
+            body = {"judge": JUDGE, "text": text, "direction": "input", "budget_ms": budget_ms}
+            t0 = time.perf_counter()
+            try:
+                async with api.session.post(
+                    api.url + "/admin/v1/guard/judgments", json=body, headers=api.headers
+                ) as r:
+                    data = await r.json(content_type=None)
+                    outcome = data.get("outcome") if r.status == 200 else f"HTTP {r.status}"
+            except (aiohttp.ClientError, TimeoutError) as exc:
+                outcome = type(exc).__name__
+            cell.latencies.append((time.perf_counter() - t0) * 1000)
+            cell.outcomes[str(outcome)] = cell.outcomes.get(str(outcome), 0) + 1
+
+    start = time.monotonic()
+    await asyncio.gather(*(worker() for _ in range(conc)))
+    cell.seconds = time.monotonic() - start
+    return cell
+
+
+# --- the judge's prompt cache ----------------------------------------------------------------
+
+
+async def cache_check(session: aiohttp.ClientSession, judge_url: str) -> list[str]:
+    """Three judgments straight to the judge's llama-server: a text, the same again, another."""
+    from llmgw.core.guard import Direction
+    from llmgw.core.judges import known
+    from llmgw.guard.judge_client import completion_body
+    from llmgw.guard.prompts import Turn
+
+    spec = known(JUDGE)
+    if spec is None:
+        return ["judge prompt cache: not checked (demo-judge unknown to this llmgw)"]
+    lines = []
+    for what, text in (("a text", QUESTIONS[6]), ("the same text again", QUESTIONS[6]),
+                       ("a different text", QUESTIONS[7])):
+        body = completion_body(spec, Direction.INPUT, [Turn("user", text)])
+        async with session.post(judge_url.rstrip("/") + "/completion", json=body) as r:
+            t = (await r.json(content_type=None)).get("timings", {})
+        lines.append(f"{what}: prompt_n {t.get('prompt_n')}, cache_n {t.get('cache_n')}, "
+                     f"prompt {t.get('prompt_ms', 0):,.0f} ms, generation {t.get('predicted_ms', 0):,.0f} ms")
+    return lines
+
+
+# --- report ------------------------------------------------------------------------------------
+
+
+def chat_table(cells: dict[str, Cell]) -> list[str]:
+    out = [
+        "| mode | requests | p50 ms | p99 ms | added p50 ms | added p99 ms | blocked | failed closed |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    base = cells["off"]
+    b50 = statistics.median(base.latencies) if base.latencies else None
+    b99 = pct(base.latencies, 0.99) if base.latencies else None
+    for mode, label in MODES:
+        c = cells[mode]
+        p50 = statistics.median(c.latencies) if c.latencies else None
+        p99 = pct(c.latencies, 0.99) if c.latencies else None
+        added50 = p50 - b50 if mode != "off" and p50 is not None and b50 is not None else None
+        added99 = p99 - b99 if mode != "off" and p99 is not None and b99 is not None else None
+        out.append(f"| {label} | {len(c.latencies)} | {ms(p50)} | {ms(p99)} | {signed_ms(added50)} "
+                   f"| {signed_ms(added99)} | {c.blocked} | {c.failed_closed} |")
+    return out
+
+
+def judge_table(cells: list[JudgeCell], budget_ms: int) -> list[str]:
+    out = [
+        f"| concurrency | judgments/s | p50 ms | p99 ms | within {budget_ms / 1000:g} s budget | timed out |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
+    for c in cells:
+        if not c.total:
+            out.append(f"| {c.label} | 0 | – | – | – | – |")
+            continue
+        rate = c.verdicts / c.seconds if c.seconds else 0.0
+        timed_out = c.outcomes.get("failed_timeout", 0)
+        out.append(f"| {c.label} | {rate:.2f} | {ms(statistics.median(c.latencies))} "
+                   f"| {ms(pct(c.latencies, 0.99))} | {c.verdicts / c.total:.0%} ({c.verdicts}/{c.total}) "
+                   f"| {timed_out / c.total:.0%} ({timed_out}) |")
+    return out
+
+
+async def run(args: argparse.Namespace) -> str:
+    load_before = os.getloadavg()
+    timeout = aiohttp.ClientTimeout(total=REQUEST_TIMEOUT_S)
+    async with aiohttp.ClientSession(timeout=timeout, connector=aiohttp.TCPConnector(limit=0)) as session:
+        api = Api(session, args.url, args.key)
+        cache_lines = await cache_check(session, args.judge_url) if args.judge_url else []
+        print(f"[guard-bench] chat: {args.requests} requests per mode in {args.rounds} rounds", flush=True)
+        t0 = time.monotonic()
+        cells, complete = await chat_modes(api, args.requests, args.rounds, args.warmup, args.max_seconds)
+        chat_s = time.monotonic() - t0
+        judge_cells = []
+        for texts in args.texts.split():
+            for conc in (int(c) for c in args.concs.split()):
+                print(f"[guard-bench] judgments: concurrency {conc}, {texts} text(s), {args.seconds:g} s",
+                      flush=True)
+                judge_cells.append(
+                    await judgments(api, conc, texts == "distinct", args.seconds, args.budget_ms)
+                )
+        await asyncio.sleep(1)  # the verdict log is written off the request path
+        status = await api.call("GET", "/admin/v1/guard/judges")
+        verdicts = (await api.call("GET", "/admin/v1/guard/verdicts?limit=10000"))["data"]
+    load_after = os.getloadavg()
+
+    cores = len(os.sched_getaffinity(0))
+    out = [*args.header, ""]
+    out.append(f"{cores} cores; load average (1, 5, 15 min) {' '.join(f'{v:.2f}' for v in load_before)} "
+               f"before the runs, {' '.join(f'{v:.2f}' for v in load_after)} after.")
+    if load_before[0] > cores / 2:
+        out.append("")
+        out.append(f"WARNING: the load average was {load_before[0]:.2f} before the runs, above half the "
+                   "cores: other work on this machine skews the numbers.")
+    out.append("")
+    out.append(f"**{JUDGE} is not a safety model**: it is the demo Gemma 3 270M speaking the Qwen3Guard "
+               "format. Its verdicts, and so the blocked counts, say nothing about safety; the "
+               "timings are what judging costs with a judge of this size on this machine.")
+    out.append("")
+    out.append(f"## Chat requests: {MODEL}, `max_tokens` 8, temperature 0, one at a time")
+    out.append("")
+    out += chat_table(cells)
+    out.append("")
+    out.append(f"Prompt {PROMPT!r}; {args.requests} requests per mode in {args.rounds} rounds "
+               f"(a, b, c, a, b, c, …) after {args.warmup} warm-up requests per mode; {chat_s:.0f} s. "
+               "Latency is the client's, from sending to the last byte, blocked and failed-closed "
+               "answers included. Added = this mode's percentile minus (a)'s; p99 of fewer than "
+               "100 requests is the slowest one.")
+    errors = {m: c.errors for m, c in cells.items() if c.errors}
+    if errors:
+        out.append("")
+        out.append("Other errors (not timed): " + "; ".join(
+            f"{m}: {len(e)} ({', '.join(sorted(set(e)))})" for m, e in errors.items()))
+    if not complete:
+        out.append("")
+        out.append(f"WARNING: stopped after {args.max_seconds:g} s (GUARD_BENCH_MAX_SECONDS); "
+                   "the modes have fewer requests than asked for.")
+    out.append("")
+    out.append(f"## Judgments: `POST /admin/v1/guard/judgments`, {JUDGE}, budget {args.budget_ms} ms")
+    out.append("")
+    out += judge_table(judge_cells, args.budget_ms)
+    out.append("")
+    out.append(f"Each row runs for {args.seconds:g} s (then waits for the judgments in flight). "
+               "judgments/s counts verdicts returned (safe or unsafe) per second; within budget is "
+               "the share that returned a verdict, timed out the share with outcome failed_timeout. "
+               f"Same text: {JUDGED_TEXT!r} every time; distinct texts: 'Request N: ' and one of "
+               f"{len(QUESTIONS)} short questions, so only the judge's fixed policy text is shared.")
+    top = max((c.conc for c in judge_cells), default=0)
+    for c in judge_cells:
+        other = {k: v for k, v in c.outcomes.items() if k not in ("safe", "unsafe", "failed_timeout")}
+        if c.conc == top and c.total:
+            timed_out = c.outcomes.get("failed_timeout", 0)
+            out.append("")
+            out.append(f"**Budget at concurrency {c.label}**: {timed_out / c.total:.0%} of {c.total} "
+                       f"judgments timed out, {sum(other.values()) / c.total:.0%} failed otherwise"
+                       + (f" ({', '.join(f'{k} {v}' for k, v in sorted(other.items()))})" if other else "")
+                       + ".")
+        elif other:
+            out.append("")
+            out.append(f"Other failures at concurrency {c.label}: "
+                       + ", ".join(f"{k} {v}" for k, v in sorted(other.items())))
+    out.append("")
+    out.append("## Cross-checks")
+    out.append("")
+    if cache_lines:
+        out.append(f"- {JUDGE}'s prompt cache, asked directly at its llama-server `/completion` with "
+                   "the body the gateway sends: " + "; ".join(cache_lines) + ".")
+    for j in status["data"]:
+        if j["judge"] == JUDGE:
+            out.append(f"- `llmgw ctl guard judge status`: {JUDGE} p50 {j['p50_ms']} ms, "
+                       f"p99 {j['p99_ms']} ms over {j.get('judgments', '?')} judgments of chat "
+                       "requests (verdicts only).")
+    by_dir: dict[str, list[float]] = {}
+    outcomes: dict[str, int] = {}
+    for v in verdicts:
+        outcomes[v["outcome"]] = outcomes.get(v["outcome"], 0) + 1
+        if v["outcome"] in ("safe", "unsafe"):
+            by_dir.setdefault(v["direction"], []).append(float(v["latency_ms"]))
+    per_dir = "; ".join(
+        f"{d} {len(lat)} (p50 {ms(statistics.median(lat))} ms, p99 {ms(pct(lat, 0.99))} ms)"
+        for d, lat in sorted(by_dir.items())
+    )
+    out.append(f"- Verdict log of the chat requests (warm-ups included; the judgments endpoint does not "
+               f"log): {', '.join(f'{k} {n}' for k, n in sorted(outcomes.items())) or 'empty'}; "
+               f"judge latency as the gateway timed it, by direction: {per_dir or '–'}.")
+    return "\n".join(out) + "\n"
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--url", required=True, help="llmgw base URL")
+    p.add_argument("--key", required=True, help="admin key")
+    p.add_argument("--judge-url", help="the demo judge replica's llama-server (for the cache check)")
+    p.add_argument("--requests", type=int, default=40, help="chat requests per mode")
+    p.add_argument("--rounds", type=int, default=4)
+    p.add_argument("--warmup", type=int, default=2, help="chat requests per mode before measuring")
+    p.add_argument("--max-seconds", type=float, default=240, help="cap on the chat phase")
+    p.add_argument("--seconds", type=float, default=20, help="duration of each judgments row")
+    p.add_argument("--concs", default="1 8", help="judgment concurrencies")
+    p.add_argument("--texts", default="same distinct", help="'same', 'distinct' or both")
+    p.add_argument("--budget-ms", type=int, default=5000)
+    p.add_argument("--out", type=Path, required=True)
+    p.add_argument("--header", action="append", default=[], help="a line above the tables")
+    args = p.parse_args()
+    if args.requests < 1 or args.rounds < 1 or args.rounds > args.requests:
+        p.error("need 1 <= rounds <= requests")
+    if any(t not in ("same", "distinct") for t in args.texts.split()):
+        p.error("--texts takes 'same' and/or 'distinct'")
+    text = asyncio.run(run(args))
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(text)
+    print(text, end="")
+
+
+if __name__ == "__main__":
+    main()
