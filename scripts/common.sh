@@ -32,3 +32,39 @@ ensure_venv() {
   fi
   .venv/bin/pip install -q -e ".[$extras]"
 }
+
+# The directory holding PostgreSQL's initdb and pg_ctl: $LLMGW_PG_BIN, PATH, or the newest
+# /usr/lib/postgresql/*/bin (Debian's packages do not put the server tools on PATH).
+pg_bin_dir() {
+  local d
+  for d in "${LLMGW_PG_BIN:-}" \
+      "$(dirname "$(readlink -f "$(command -v initdb 2>/dev/null || echo /nonexistent)")")" \
+      $(printf '%s\n' /usr/lib/postgresql/*/bin | sort -V -r); do
+    if [ -n "$d" ] && [ -x "$d/initdb" ] && [ -x "$d/pg_ctl" ]; then
+      echo "$d"
+      return 0
+    fi
+  done
+  return 1
+}
+
+# The tests run a real PostgreSQL server (tests/pg.py starts a throwaway cluster): make sure its
+# binaries are here, installing them with apt-get as root, and export LLMGW_PG_BIN for the tests.
+ensure_postgres() {
+  local dir
+  if ! dir=$(pg_bin_dir); then
+    if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+      echo "installing PostgreSQL (initdb and pg_ctl were not found)"
+      apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql >/dev/null
+      if ! dir=$(pg_bin_dir); then
+        echo "PostgreSQL was installed but initdb and pg_ctl are still not found" >&2
+        exit 1
+      fi
+    else
+      echo "PostgreSQL's initdb and pg_ctl were not found and cannot be installed here (needs root" \
+        "and apt-get): install postgresql or set LLMGW_PG_BIN; the PostgreSQL tests will fail" >&2
+      return 0
+    fi
+  fi
+  export LLMGW_PG_BIN=$dir
+}

@@ -18,11 +18,10 @@ from pydantic.json_schema import models_json_schema
 
 from llmgw import __version__
 from llmgw.api.admin import ScaleRequest
-from llmgw.api.data_plane import MAX_TOKENS
 from llmgw.api.guard import EnableJudge, JudgmentRequest, SwitchRequest
 from llmgw.core.guard import JudgeSpec, Outcome, Policy
 from llmgw.core.jobs import ServeRequest
-from llmgw.core.types import NAME_PATTERN, Limits, Model
+from llmgw.core.types import _REPO_RE, NAME_PATTERN, Limits, Model
 from llmgw.gateway.keys_admin import KeyRequest
 
 JSON = "application/json"
@@ -40,7 +39,7 @@ def _ref(name: str) -> Schema:
 
 
 def _obj(required: tuple[str, ...] = (), **props: Schema) -> Schema:
-    """An object with these properties; others are allowed (and passed on upstream)."""
+    """An object with these properties; others are allowed."""
     out: Schema = {"type": "object", "properties": props}
     if required:
         out["required"] = list(required)
@@ -76,17 +75,7 @@ _ERROR: Schema = {
 }
 
 # The OpenAI bodies: what llmgw checks before it forwards, nothing more.
-_OPENAI_COMMON: dict[str, Schema] = {
-    "model": _STR,
-    "stream": {"type": "boolean"},
-    "max_tokens": {"type": "integer", "minimum": 1, "maximum": MAX_TOKENS},
-    "max_completion_tokens": {"type": "integer", "minimum": 1, "maximum": MAX_TOKENS},
-}
-_MESSAGE = _obj(("role", "content"), role=_STR,
-                content={"type": ["string", "array", "null"]})
-_CHAT = _obj(("model", "messages"), messages={"type": "array", "minItems": 1, "items": _MESSAGE},
-             **_OPENAI_COMMON)
-_COMPLETION = _obj(("model", "prompt"), prompt=_TEXT_OR_ARRAY, **_OPENAI_COMMON)
+_MESSAGE = _obj(("role", "content"), role=_STR, content={"type": ["string", "array", "null"]})
 _EMBEDDING = _obj(("model", "input"), model=_STR, input=_TEXT_OR_ARRAY)
 _MODERATION = _obj(("input",), input={"oneOf": [
     _STR, {"type": "array", "minItems": 1, "items": _STR}]}, model=_STR)
@@ -95,7 +84,25 @@ _OPENAI_MODELS = _obj(("object", "data"), object={"const": "list"}, data={
     "items": _obj(("id", "object", "created", "owned_by"), id=_STR, object={"const": "model"},
                   created={"type": "integer"}, owned_by=_STR),
 })
+_HUB = {"kind": "hf", "repo": "unsloth/gemma-3-270m-it-GGUF", "file": "gemma-3-270m-it-Q4_K_M.gguf"}
+_EXAMPLES: dict[str, Schema] = {
+    "chat": {"model": "gemma3-270m", "messages": [{"role": "user", "content": "Hello"}],
+             "max_tokens": 32},
+    "model": {"name": "gemma3-270m", "source": _HUB, "scaling": {"min": 0, "max": 1},
+              "profiles": [{"name": "cpu", "cpu_cores": 2, "min_memory_gb": 1}]},
+    "job": {"name": "gemma3-270m", "source": _HUB, "cores": 2, "ctx_size": 4096},
+}
 _REMOVED = _obj(("name", "removed"), name=_STR, removed={"type": "boolean"})
+
+
+def _generation(required: tuple[str, ...], **props: Schema) -> Schema:
+    """A chat or text completion body."""
+    # data_plane serves this document, so it is imported late rather than at the top.
+    from llmgw.api.data_plane import MAX_TOKENS
+
+    tokens = {"type": "integer", "minimum": 1, "maximum": MAX_TOKENS}
+    return _obj(required, model=_STR, stream={"type": "boolean"}, max_tokens=tokens,
+                max_completion_tokens=tokens, **props)
 
 
 def _components() -> Schema:
@@ -105,6 +112,8 @@ def _components() -> Schema:
     schemas: Schema = dict(top["$defs"])
     # Checked by a validator the JSON schema cannot show.
     schemas["Model"]["properties"]["name"]["pattern"] = NAME_PATTERN
+    schemas["HubSource"]["properties"]["repo"]["pattern"] = _REPO_RE.pattern
+    schemas["RemoteSource"]["properties"]["base_url"]["pattern"] = "^https?://"
     # `kind` has a default, but the discriminated union needs it on the wire.
     for source in ("LocalSource", "HubSource", "RemoteSource"):
         schemas[source]["required"] = ["kind", *schemas[source].get("required", [])]
@@ -123,7 +132,7 @@ def _components() -> Schema:
         },
         "securitySchemes": {
             "bearer": {"type": "http", "scheme": "bearer",
-                       "description": "An llmgw API key: `Authorization: Bearer sk-...`."},
+                       "description": "An llmgw API key: `Authorization: Bearer sk-llmgw-...`."},
         },
     }
 
@@ -138,6 +147,7 @@ def _op(
     content: tuple[str, ...] = (JSON,),
     query: dict[str, Schema] | None = None,
     public: bool = False,
+    example: Schema | None = None,
 ) -> Schema:
     op: Schema = {
         "summary": summary,
@@ -153,7 +163,8 @@ def _op(
         },
     }
     if body is not None:
-        op["requestBody"] = {"required": True, "content": {JSON: {"schema": body}}}
+        media: Schema = {"schema": body} | ({"example": example} if example else {})
+        op["requestBody"] = {"required": True, "content": {JSON: media}}
     if query:
         op["parameters"] = [{"name": n, "in": "query", "required": False, "schema": s}
                             for n, s in query.items()]
@@ -166,21 +177,25 @@ def _paths() -> dict[str, dict[str, Schema]]:
     v1, adm, guard, keys = "openai", "admin", "guard", "keys"
     model = _ref("Model")
     policy = _ref("Policy")
+    chat = _generation(("model", "messages"),
+                       messages={"type": "array", "minItems": 1, "items": _MESSAGE})
+    completion = _generation(("model", "prompt"), prompt=_TEXT_OR_ARRAY)
     return {
         "/health": {"get": _op("Liveness", "meta", public=True,
                                returns=_obj(("status",), status={"const": "ok"}))},
         "/metrics": {"get": _op("Prometheus metrics", "meta", public=True, content=("text/plain",))},
         "/openapi.json": {"get": _op("This document", "meta", public=True)},
-        "/v1/chat/completions": {"post": _op("Chat completion", v1, body=_CHAT,
+        "/v1/chat/completions": {"post": _op("Chat completion", v1, body=chat, example=_EXAMPLES["chat"],
                                              content=(JSON, "text/event-stream"))},
-        "/v1/completions": {"post": _op("Text completion", v1, body=_COMPLETION,
+        "/v1/completions": {"post": _op("Text completion", v1, body=completion,
                                         content=(JSON, "text/event-stream"))},
         "/v1/embeddings": {"post": _op("Embeddings", v1, body=_EMBEDDING)},
         "/v1/models": {"get": _op("Models this key may use", v1, returns=_OPENAI_MODELS)},
         "/v1/moderations": {"post": _op("Moderation by the guard's judges", v1, body=_MODERATION)},
         "/admin/v1/models": {
             "get": _op("List catalog models", adm, returns=_list_of(model)),
-            "post": _op("Add a catalog model", adm, body=model, status=201, returns=model),
+            "post": _op("Add a catalog model", adm, body=model, status=201, returns=model,
+                        example=_EXAMPLES["model"]),
         },
         "/admin/v1/models/{name}": {
             "get": _op("Show a catalog model", adm, returns=model),
@@ -194,7 +209,8 @@ def _paths() -> dict[str, dict[str, Schema]]:
         "/admin/v1/nodes": {"get": _op("List nodes", adm, returns=_list_of(_OPEN))},
         "/admin/v1/jobs": {
             "get": _op("List serve jobs", adm, returns=_list_of(_OPEN)),
-            "post": _op("Start a serve job", adm, body=_ref("ServeRequest"), status=201),
+            "post": _op("Start a serve job", adm, body=_ref("ServeRequest"), status=201,
+                        example=_EXAMPLES["job"]),
         },
         "/admin/v1/jobs/{id}": {"get": _op("Show a serve job", adm)},
         "/admin/v1/jobs/{id}/cancel": {"post": _op("Cancel a serve job", adm)},
@@ -236,23 +252,30 @@ def _paths() -> dict[str, dict[str, Schema]]:
     }
 
 
-def _with_path_parameters(paths: dict[str, dict[str, Schema]], policy_name: Schema) -> dict[str, Schema]:
+def _with_path_parameters(paths: dict[str, dict[str, Schema]]) -> dict[str, Schema]:
     """Each templated path declares its parameters once, for all its methods."""
+    policy_name = Policy.model_json_schema()["properties"]["name"]["pattern"]
     out: dict[str, Schema] = {}
     for path, ops in paths.items():
-        names = _PARAM.findall(path)
-        name = policy_name if path.startswith("/admin/v1/guard/") else {"pattern": NAME_PATTERN}
-        params = [{"name": n, "in": "path", "required": True,
-                   "schema": {"type": "string", "minLength": 1, **(name if n == "name" else {})}}
-                  for n in names]
+        pattern = policy_name if path.startswith("/admin/v1/guard/") else NAME_PATTERN
+        params = [{"name": n, "in": "path", "required": True, "schema": {"type": "string", "minLength": 1}
+                   | ({"pattern": pattern} if n == "name" else {})} for n in _PARAM.findall(path)]
         out[path] = {**ops, "parameters": params} if params else dict(ops)
     return out
 
 
 def spec() -> dict[str, Any]:
-    """llmgw's OpenAPI 3.1 document (a fresh copy each call)."""
-    components = _components()
-    policy_name = components["schemas"]["Policy"]["properties"]["name"]
+    """llmgw's OpenAPI 3.1 document: a fresh copy, the caller's to change."""
+    result: dict[str, Any] = orjson.loads(_encoded())
+    return result
+
+
+@functools.cache
+def _encoded() -> bytes:
+    return orjson.dumps(_build())
+
+
+def _build() -> dict[str, Any]:
     return {
         "openapi": "3.1.0",
         "info": {
@@ -264,14 +287,9 @@ def spec() -> dict[str, Any]:
         },
         "security": [{"bearer": []}],
         "tags": [{"name": t} for t in ("meta", "openai", "admin", "guard", "keys")],
-        "paths": _with_path_parameters(_paths(), {"pattern": policy_name["pattern"]}),
-        "components": components,
+        "paths": _with_path_parameters(_paths()),
+        "components": _components(),
     }
-
-
-@functools.cache
-def _encoded() -> bytes:
-    return orjson.dumps(spec())
 
 
 async def openapi_json(_request: web.Request) -> web.Response:

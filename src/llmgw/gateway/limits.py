@@ -72,9 +72,16 @@ class Limiter:
     # back include them, so admission keeps counting them meanwhile.
     _pending: dict[tuple[str, int], _Counts] = field(default_factory=dict)
     _pending_tokens: dict[str, int] = field(default_factory=dict)
+    _merged: dict[str, tuple[Limits, Limits, Limits]] = field(default_factory=dict)
 
     def limits_for(self, key: ApiKey) -> Limits:
-        return key.limits.merged(self.default())
+        """The key's limits with the defaults filled in (cached: this runs on every request)."""
+        default = self.default()
+        cached = self._merged.get(key.id)
+        if cached is None or cached[0] is not default or cached[1] is not key.limits:
+            cached = (default, key.limits, key.limits.merged(default))
+            self._merged[key.id] = cached
+        return cached[2]
 
     def admit(self, key: ApiKey, reserve_tokens: int) -> Ticket:
         """A ticket for one request, or RateLimited (429) naming the limit and when to retry."""

@@ -94,7 +94,7 @@ class UsageMeter:
         self._lock = asyncio.Lock()
 
     def record(self, key_id: str, model: str, tokens: Tokens, *, error: bool, blocked: bool) -> None:
-        row = self._buf[(key_id, model, self._now().strftime("%Y-%m-%d"))]
+        row = self._buf[(key_id, model, self._now().date().isoformat())]
         row["requests"] += 1
         row["prompt_tokens"] += tokens.prompt
         row["completion_tokens"] += tokens.completion

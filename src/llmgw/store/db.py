@@ -56,7 +56,7 @@ def migrate(engine: Engine) -> None:
             cfg.attributes["connection"] = conn
             command.upgrade(cfg, "head")
     except SQLAlchemyError as exc:
-        raise ConfigError(f"database migration failed: {exc}") from exc
+        raise ConfigError(f"database migration failed on {engine.url}: {reason(exc)}") from exc
 
 
 def schema_exists(url: str) -> bool:
@@ -65,7 +65,7 @@ def schema_exists(url: str) -> bool:
     try:
         return inspect(engine).has_table("meta")
     except SQLAlchemyError as exc:
-        raise ConfigError(f"cannot open database {redact(url)}: {exc}") from exc
+        raise ConfigError(f"cannot open database {redact(url)}: {reason(exc)}") from exc
     finally:
         engine.dispose()
 
@@ -86,7 +86,13 @@ def read_revision(engine: Engine) -> int:
 
 
 def utc(value: datetime | None) -> datetime | None:
-    """SQLite hands back naive datetimes; everything llmgw stores is UTC."""
-    if value is None or value.tzinfo is not None:
-        return value
-    return value.replace(tzinfo=UTC)
+    """Everything llmgw stores is UTC: SQLite hands back naive datetimes, PostgreSQL ones in the
+    session's time zone."""
+    if value is None:
+        return None
+    return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+def reason(exc: BaseException) -> str:
+    """A driver error as one line: its own message, without SQLAlchemy's background link."""
+    return " ".join(str(getattr(exc, "orig", None) or exc).split())
