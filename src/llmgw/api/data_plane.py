@@ -10,6 +10,7 @@ from aiohttp import web
 
 from llmgw.api.appkeys import GATEWAY, GUARD, METRICS
 from llmgw.api.body import optional_positive_int, read_json, require
+from llmgw.api.openapi import openapi_json
 from llmgw.core.errors import InvalidRequest
 from llmgw.guard import moderation
 
@@ -72,6 +73,8 @@ async def moderations(request: web.Request) -> web.Response:
     key = gw.authenticate(request.headers.get("Authorization"))
     _, payload = await read_json(request)
     require(payload, "input", (str, list), "a string or an array of strings")
+    if "model" in payload and not isinstance(payload["model"], str):
+        raise InvalidRequest("'model' must be a string", param="model")
     texts = [payload["input"]] if isinstance(payload["input"], str) else payload["input"]
     if not texts or not all(isinstance(t, str) for t in texts):
         raise InvalidRequest("'input' must be a string or a non-empty array of strings", param="input")
@@ -98,6 +101,7 @@ def routes() -> list[web.RouteDef]:
     return [
         web.get("/health", health),
         web.get("/metrics", metrics),
+        web.get("/openapi.json", openapi_json),
         web.post("/v1/chat/completions", _proxy("/chat/completions", _check_chat)),
         web.post("/v1/completions", _proxy("/completions", _check_completion)),
         web.post("/v1/embeddings", _proxy("/embeddings", _check_embedding)),

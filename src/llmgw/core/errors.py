@@ -146,6 +146,14 @@ class InsufficientDisk(Permanent):
     code = "insufficient_storage"
 
 
+class ModerationUnavailable(Permanent):
+    """No guard policy names a judge for this key, so nothing can moderate."""
+
+    status = 400
+    type = "invalid_request_error"
+    code = "moderation_unavailable"
+
+
 class JudgeUnparseable(UpstreamError):
     """A judge answered something that is not a verdict in its format."""
 

@@ -6,6 +6,7 @@ import re
 from datetime import datetime
 from enum import StrEnum
 from typing import Annotated, Literal
+from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -77,9 +78,11 @@ class RemoteSource(_Frozen):
     @field_validator("base_url")
     @classmethod
     def _http_url(cls, v: str) -> str:
-        if not v.startswith(("http://", "https://")):
-            raise ValueError("base_url must start with http:// or https://")
-        return v.rstrip("/")
+        v = v.rstrip("/")
+        parts = urlsplit(v)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError("base_url must be an http:// or https:// URL with a host")
+        return v
 
 
 Source = Annotated[LocalSource | HubSource | RemoteSource, Field(discriminator="kind")]

@@ -26,7 +26,7 @@ class KeyRequest(BaseModel):
     scope: KeyScope = KeyScope.USER
     models: list[str] = Field(default_factory=list)
     expires_at: datetime | None = None
-    expires_in_days: float | None = Field(default=None, gt=0)
+    expires_in_days: float | None = Field(default=None, gt=0, le=36500)
     limits: Limits = Field(default_factory=Limits)
     note: str = Field(default="", max_length=1000)
 

@@ -16,7 +16,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from llmgw.core.errors import GuardBlocked, GuardUnavailable, JudgeUnparseable, LlmgwError
+from llmgw.core.errors import (
+    GuardBlocked,
+    GuardUnavailable,
+    JudgeUnparseable,
+    LlmgwError,
+    ModerationUnavailable,
+)
 from llmgw.core.guard import (
     Controversial,
     Direction,
@@ -124,7 +130,7 @@ class Guard:
 
     def moderation_judges(self, key_name: str) -> tuple[list[str], int]:
         """The judges of the input policies covering this key (any model), and the tightest
-        budget among them; GuardUnavailable when no policy names one."""
+        budget among them; ModerationUnavailable (400) when no policy names one."""
         view = self._view()
         policies = [
             p for p in view.policies
@@ -133,7 +139,10 @@ class Guard:
         ]
         judges = sorted({j for p in policies for j in p.judges})
         if not judges:
-            raise GuardUnavailable("no enabled guard policy names a judge for this key")
+            raise ModerationUnavailable(
+                "no enabled guard policy names a judge for this key: set one with "
+                "`llmgw ctl guard policy set`"
+            )
         return judges, min(p.budget_ms for p in policies)
 
     async def moderate(self, judges: list[str], text: str, budget_ms: int) -> list[Answer]:

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
+from pydantic import ValidationError
 from sqlalchemy import Engine, delete, insert, select, update
 from sqlalchemy.exc import IntegrityError
 
@@ -13,6 +15,8 @@ from llmgw.core.errors import Conflict, ModelNotFound
 from llmgw.core.types import Model, Profile, Scaling
 from llmgw.store.db import bump_revision, utc
 from llmgw.store.schema import models, replicas
+
+logger = logging.getLogger(__name__)
 
 _SPEC_FIELDS = {"source", "profiles", "scaling", "guard"}
 
@@ -36,9 +40,18 @@ class CatalogRepo:
         self._engine = engine
 
     def list(self) -> list[Model]:
+        """Every entry; one that no longer validates is logged and left out, so it cannot stop
+        the routing table, the keepers and the admin API from reading the rest."""
         with self._engine.connect() as conn:
             rows = conn.execute(select(models).order_by(models.c.name)).all()
-        return [_to_model(r) for r in rows]
+        out = []
+        for r in rows:
+            try:
+                out.append(_to_model(r))
+            except ValidationError:
+                logger.exception("catalog entry %r is not valid; left out until fixed or removed",
+                                 r.name)
+        return out
 
     def get(self, name: str) -> Model:
         with self._engine.connect() as conn:
