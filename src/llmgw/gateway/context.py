@@ -6,3 +6,9 @@ from aiohttp import web
 
 REQUEST_ID = web.RequestKey("request_id", str)
 STARTED = web.RequestKey("started", float)  # monotonic time the request arrived
+
+
+def response_headers(request: web.Request, headers: dict[str, str]) -> dict[str, str]:
+    """`headers` plus the request id, for responses the request path prepares itself."""
+    rid = request.get(REQUEST_ID)
+    return {**headers, "X-Request-Id": rid} if rid else headers

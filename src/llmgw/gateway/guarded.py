@@ -17,6 +17,7 @@ from aiohttp import web
 
 from llmgw.core.errors import LlmgwError, UpstreamError, UpstreamTimeout
 from llmgw.core.guard import Direction, InputMode, Policy
+from llmgw.gateway.context import response_headers
 from llmgw.gateway.proxy import SSE_HEADERS, STREAM_BROKE, UpstreamClient, relay
 from llmgw.gateway.routing import Route, RoutingTable
 from llmgw.gateway.usage import UsageTap
@@ -155,7 +156,7 @@ async def _windowed(
     tap: UsageTap | None = None,
 ) -> web.StreamResponse:
     """Relay a stream a window at a time, each released only after the judges passed it."""
-    out = web.StreamResponse(status=200, headers=SSE_HEADERS)
+    out = web.StreamResponse(status=200, headers=response_headers(request, SSE_HEADERS))
     await out.prepare(request)
     window = Window(size=min(p.stream_window_chars for p in outputs))
     splitter = SseSplitter()

@@ -16,6 +16,7 @@ import orjson
 from aiohttp import web
 
 from llmgw.core.errors import UpstreamError, UpstreamTimeout
+from llmgw.gateway.context import response_headers
 from llmgw.gateway.routing import Route, RoutingTable, Upstream
 from llmgw.gateway.usage import UsageTap
 
@@ -123,7 +124,7 @@ async def relay(
     request: web.Request, resp: aiohttp.ClientResponse, tap: UsageTap | None = None
 ) -> web.StreamResponse:
     """Relay an SSE stream chunk by chunk; a failure after the headers ends it with an error event."""
-    out = web.StreamResponse(status=200, headers=SSE_HEADERS)
+    out = web.StreamResponse(status=200, headers=response_headers(request, SSE_HEADERS))
     try:
         await out.prepare(request)
     except ConnectionError:

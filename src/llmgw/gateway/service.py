@@ -91,17 +91,11 @@ class Gateway:
 
     def _observe(self, request: web.Request, key: ApiKey, model: str, status: int, code: str,
                  sent: float, tap: UsageTap) -> None:
-        m = self.metrics
-        assert m is not None
-        now = time.monotonic()
+        assert self.metrics is not None
         start = request.get(STARTED, sent)
-        m.requests.labels(model, str(status), key.prefix).inc()
-        m.latency.labels(model).observe(now - start)
-        m.overhead.labels(model).observe(max(sent - start, 0.0))
-        if tap.first_chunk_at is not None:
-            m.ttft.labels(model).observe(tap.first_chunk_at - start)
-        if status >= 500:
-            m.upstream_errors.labels(model, code or str(status)).inc()
+        ttft = tap.first_chunk_at - start if tap.first_chunk_at is not None else None
+        self.metrics.request(model, status, key.prefix, time.monotonic() - start,
+                             max(sent - start, 0.0), ttft, code)
 
     async def _send(
         self,

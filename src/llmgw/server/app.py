@@ -26,7 +26,7 @@ from llmgw.api.appkeys import (
     METRICS,
 )
 from llmgw.api.errors import openai_errors
-from llmgw.api.request_ids import add_header, request_ids
+from llmgw.api.request_ids import request_ids
 from llmgw.control.catalog import CatalogService
 from llmgw.control.replica_keeper import ReplicaKeeper
 from llmgw.control.serve_jobs import ServeJobs
@@ -148,7 +148,6 @@ class Server:
 
         app = web.Application(middlewares=[request_ids, openai_errors],
                               client_max_size=s.max_body_bytes)
-        app.on_response_prepare.append(add_header)
         app[METRICS] = metrics
         app[GATEWAY] = gateway
         app[CATALOG] = catalog
