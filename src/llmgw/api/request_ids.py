@@ -12,7 +12,6 @@ import time
 
 from aiohttp import web
 
-from llmgw.api.errors import Handler
 from llmgw.gateway.context import REQUEST_ID, STARTED
 
 CURRENT_ID: contextvars.ContextVar[str] = contextvars.ContextVar("request_id", default="")
@@ -23,15 +22,18 @@ _PREFIX = "req-" + secrets.token_hex(4) + "-"
 _NEXT = itertools.count(1)
 
 
-@web.middleware
-async def request_ids(request: web.Request, handler: Handler) -> web.StreamResponse:
+def begin(request: web.Request) -> str:
+    """Give the request its id and start time (called first thing by the edge middleware)."""
     given = request.headers.get("X-Request-Id", "")
     rid = given if given and _SANE.match(given) else f"{_PREFIX}{next(_NEXT):x}"
     request[REQUEST_ID] = rid
     request[STARTED] = time.monotonic()
     CURRENT_ID.set(rid)
-    response = await handler(request)
-    # Streams were prepared (sent their headers) inside the handler, with the id already on.
+    return rid
+
+
+def finish(response: web.StreamResponse, rid: str) -> web.StreamResponse:
+    """Put the id on a response not sent yet (streams carry it from when they were prepared)."""
     if not response.prepared:
         response.headers["X-Request-Id"] = rid
     return response

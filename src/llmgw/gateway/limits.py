@@ -87,8 +87,8 @@ class Limiter:
         """A ticket for one request, or RateLimited (429) naming the limit and when to retry."""
         lim = self.limits_for(key)
         now = self.now()
-        minute = int(now.timestamp()) // 60
-        retry = 60 - int(now.timestamp()) % 60
+        seconds = int(now.timestamp())
+        minute, retry = seconds // 60, 60 - seconds % 60
         used = self._minute(key.id, minute)
         if lim.rpm is not None and used.requests + 1 > lim.rpm:
             raise RateLimited(f"key {key.label} is over its limit of {lim.rpm} requests per minute",
@@ -117,8 +117,13 @@ class Limiter:
         return Ticket(key.id, minute, reserve_tokens, self)
 
     def _minute(self, key_id: str, minute: int) -> _Counts:
-        parts = [d.get((key_id, minute)) for d in (self._shared, self._local, self._pending)]
-        return _Counts(sum(p.requests for p in parts if p), sum(p.tokens for p in parts if p))
+        total = _Counts()
+        for counts in (self._shared, self._local, self._pending):
+            part = counts.get((key_id, minute))
+            if part is not None:
+                total.requests += part.requests
+                total.tokens += part.tokens
+        return total
 
     def _settle(self, ticket: Ticket, tokens: int) -> None:
         self._in_flight[ticket.key_id] -= 1
@@ -146,7 +151,8 @@ class Limiter:
             if deltas:
                 store.usage.add_rates(deltas)
             rates = store.usage.rates([minute - 1, minute])
-            store.usage.prune_rates(minute - 5)
+            if minute % 10 == 0:
+                store.usage.prune_rates(minute - 5)
             day = store.usage.tokens_since(budget_keys, now.strftime("%Y-%m-%d"))
             month = store.usage.tokens_since(budget_keys, now.strftime("%Y-%m-01"))
             return rates, day, month

@@ -9,7 +9,7 @@ import time
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import date, datetime
 
 from llmgw.store.store import Store
 from llmgw.store.usage_repo import COUNTERS, UsageRow
@@ -92,9 +92,14 @@ class UsageMeter:
             lambda: dict.fromkeys(COUNTERS, 0)
         )
         self._lock = asyncio.Lock()
+        self._day: date | None = None
+        self._day_text = ""
 
     def record(self, key_id: str, model: str, tokens: Tokens, *, error: bool, blocked: bool) -> None:
-        row = self._buf[(key_id, model, self._now().date().isoformat())]
+        day = self._now().date()
+        if day != self._day:
+            self._day, self._day_text = day, day.isoformat()
+        row = self._buf[(key_id, model, self._day_text)]
         row["requests"] += 1
         row["prompt_tokens"] += tokens.prompt
         row["completion_tokens"] += tokens.completion

@@ -26,7 +26,6 @@ from llmgw.api.appkeys import (
     METRICS,
 )
 from llmgw.api.errors import openai_errors
-from llmgw.api.request_ids import request_ids
 from llmgw.control.catalog import CatalogService
 from llmgw.control.replica_keeper import ReplicaKeeper
 from llmgw.control.serve_jobs import ServeJobs
@@ -146,7 +145,7 @@ class Server:
         judge_keeper = judges.keeper(self.store, jobs, catalog, self.clock, s.judge_grace_s,
                                      catalog_changed)
 
-        app = web.Application(middlewares=[request_ids, openai_errors],
+        app = web.Application(middlewares=[openai_errors],
                               client_max_size=s.max_body_bytes)
         app[METRICS] = metrics
         app[GATEWAY] = gateway
