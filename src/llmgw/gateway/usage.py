@@ -6,7 +6,7 @@ import asyncio
 import logging
 import re
 import time
-from collections import defaultdict
+from collections import defaultdict, deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import date, datetime
@@ -19,6 +19,8 @@ logger = logging.getLogger(__name__)
 _PROMPT = re.compile(rb'"prompt_tokens"\s*:\s*(\d+)')
 _COMPLETION = re.compile(rb'"completion_tokens"\s*:\s*(\d+)')
 _CONTENT_EVENT = re.compile(rb'"(?:content|text)"\s*:\s*"[^"]')
+# Longer than any match of _CONTENT_EVENT with the whitespace llama.cpp and OpenAI send.
+_CARRY = 32
 
 
 @dataclass
@@ -43,8 +45,10 @@ class UsageTap:
     """
 
     def __init__(self) -> None:
-        self._tail = b""
-        self._partial = b""  # an event line cut by the network, completed by the next chunk
+        # The last chunks, by reference (no copies on the hot path): usage sits in the last event.
+        self._last: deque[bytes] = deque(maxlen=4)
+        # The end of the previous chunk, so a text marker cut by the network is still seen once.
+        self._carry = b""
         self.events_with_text = 0
         self.tokens: Tokens | None = None
         self.first_chunk_at: float | None = None  # monotonic time of a stream's first chunk
@@ -55,20 +59,18 @@ class UsageTap:
     def chunk(self, data: bytes) -> None:
         if self.first_chunk_at is None:
             self.first_chunk_at = time.monotonic()
-        lines = (self._partial + data).split(b"\n")
-        self._partial = lines.pop()
-        self.events_with_text += sum(1 for line in lines if _CONTENT_EVENT.search(line))
-        # Usage sits in the last event; keep a tail that always holds it whole.
-        self._tail = (self._tail + data)[-8192:]
+        joined = self._carry + data
+        # Matches ending inside the carry were counted with the previous chunk.
+        done = len(self._carry)
+        self.events_with_text += sum(1 for m in _CONTENT_EVENT.finditer(joined) if m.end() > done)
+        self._carry = joined[-_CARRY:]
+        self._last.append(data)
 
     def result(self, prompt_estimate: int = 0) -> Tokens:
         """The usage seen; a stream without a usage event gets `prompt_estimate` prompt tokens."""
-        if self._partial and _CONTENT_EVENT.search(self._partial):
-            self.events_with_text += 1
-            self._partial = b""
         if self.tokens is not None:
             return self.tokens
-        found = _usage(self._tail)
+        found = _usage(b"".join(self._last))
         if found is not None:
             return found
         return Tokens(prompt_estimate if self.events_with_text else 0, self.events_with_text)
