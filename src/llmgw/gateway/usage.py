@@ -84,11 +84,17 @@ class UsageTap:
 
 
 def _usage(data: bytes) -> Tokens | None:
-    prompt = _PROMPT.findall(data)
-    completion = _COMPLETION.findall(data)
-    if not prompt and not completion:
+    """The last `usage` object's token counts; only its neighbourhood is searched (a regex over
+    a whole answer would cost more than relaying it)."""
+    at = data.rfind(b'"usage"')
+    if at < 0:
         return None
-    return Tokens(int(prompt[-1]) if prompt else 0, int(completion[-1]) if completion else 0)
+    part = data[at : at + 512]
+    prompt = _PROMPT.search(part)
+    completion = _COMPLETION.search(part)
+    if prompt is None and completion is None:
+        return None
+    return Tokens(int(prompt.group(1)) if prompt else 0, int(completion.group(1)) if completion else 0)
 
 
 class UsageMeter:
