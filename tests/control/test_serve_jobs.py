@@ -16,7 +16,7 @@ from llmgw.core.jobs import JobState, ServeJob, ServeRequest
 from llmgw.core.types import HubSource, LocalSource, Model, Profile
 from llmgw.node.files import Progress
 from llmgw.store.store import Store
-from tests.node.test_gguf_info import write_gguf
+from tests.fakes.gguf_files import write_gguf
 
 
 class GatedFiles:
