@@ -7,7 +7,7 @@ from enum import StrEnum
 
 from pydantic import Field, model_validator
 
-from llmgw.core.types import _Frozen
+from llmgw.core.types import Frozen
 
 DEFAULT_BUDGET_MS = 5000
 
@@ -39,7 +39,7 @@ class InputMode(StrEnum):
     PARALLEL = "parallel"  # call the upstream at once, hold its answer until the verdict
 
 
-class JudgeSpec(_Frozen):
+class JudgeSpec(Frozen):
     """A guard model llmgw knows by name: where to fetch it and how to talk to it."""
 
     name: str
@@ -53,7 +53,7 @@ class JudgeSpec(_Frozen):
     note: str = ""
 
 
-class Policy(_Frozen):
+class Policy(Frozen):
     """Which traffic is judged, by which judges, and what happens when they cannot answer."""
 
     name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
@@ -86,7 +86,7 @@ class Safety(StrEnum):
     CONTROVERSIAL = "controversial"
 
 
-class Verdict(_Frozen):
+class Verdict(Frozen):
     """What a judge said, parsed strictly from its output."""
 
     safety: Safety
@@ -102,7 +102,7 @@ class Outcome(StrEnum):
     FAILED_ERROR = "failed_error"  # the judge could not be reached or answered an error
 
 
-class VerdictRecord(_Frozen):
+class VerdictRecord(Frozen):
     """One judgment in the verdict log."""
 
     at: datetime

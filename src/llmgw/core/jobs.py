@@ -7,7 +7,7 @@ from enum import StrEnum
 
 from pydantic import Field
 
-from llmgw.core.types import HubSource, LocalSource, Profile, Scaling, _Frozen
+from llmgw.core.types import Frozen, HubSource, LocalSource, Profile, Scaling
 
 # Used when a request names no profile: small enough for a laptop, big enough to be useful.
 DEFAULT_CORES = 2
@@ -28,7 +28,7 @@ class JobState(StrEnum):
         return self in (JobState.RUNNING, JobState.FAILED, JobState.CANCELLED, JobState.GAVE_WAY)
 
 
-class ServeRequest(_Frozen):
+class ServeRequest(Frozen):
     """What to serve and how; `profiles` empty means one CPU profile built from the rest."""
 
     name: str
@@ -44,7 +44,7 @@ class ServeRequest(_Frozen):
     by: str = ""
 
 
-class ServeJob(_Frozen):
+class ServeJob(Frozen):
     """A serve job as stored and shown."""
 
     id: str

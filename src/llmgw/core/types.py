@@ -24,18 +24,20 @@ class Engine(StrEnum):
     REMOTE = "remote"
 
 
-class _Frozen(BaseModel):
+class Frozen(BaseModel):
+    """Immutable, and strict about unknown fields: the base of domain and wire types."""
+
     model_config = ConfigDict(frozen=True, extra="forbid")
 
 
-class LocalSource(_Frozen):
+class LocalSource(Frozen):
     """A GGUF file already on the node's disk."""
 
     kind: Literal["local"] = "local"
     path: str
 
 
-class HubSource(_Frozen):
+class HubSource(Frozen):
     """A file in a Hugging Face repo, fetched into the node's model-file cache."""
 
     kind: Literal["hf"] = "hf"
@@ -66,7 +68,7 @@ class HubSource(_Frozen):
         return v
 
 
-class RemoteSource(_Frozen):
+class RemoteSource(Frozen):
     """A remote OpenAI-compatible provider; its API key is read from an env var on the server."""
 
     kind: Literal["remote"] = "remote"
@@ -88,7 +90,7 @@ class RemoteSource(_Frozen):
 Source = Annotated[LocalSource | HubSource | RemoteSource, Field(discriminator="kind")]
 
 
-class Profile(_Frozen):
+class Profile(Frozen):
     """One way to run a model; the keeper places by profile, in order."""
 
     name: str = "default"
@@ -101,7 +103,7 @@ class Profile(_Frozen):
     node_selector: dict[str, str] = Field(default_factory=dict)
 
 
-class Scaling(_Frozen):
+class Scaling(Frozen):
     """How many replicas the keeper keeps ready."""
 
     min: int = Field(default=1, ge=0, le=64)
@@ -114,7 +116,7 @@ class Scaling(_Frozen):
         return self
 
 
-class Model(_Frozen):
+class Model(Frozen):
     """A catalog entry."""
 
     name: str
@@ -162,7 +164,7 @@ class ReplicaState(StrEnum):
     STOPPING = "stopping"
 
 
-class Replica(_Frozen):
+class Replica(Frozen):
     """One engine process for a model on a node (or waiting for one)."""
 
     id: str
@@ -182,7 +184,7 @@ class Replica(_Frozen):
     updated_at: datetime | None = None
 
 
-class Node(_Frozen):
+class Node(Frozen):
     """A machine that runs replicas."""
 
     id: str
@@ -202,7 +204,7 @@ class KeyScope(StrEnum):
     USER = "user"
 
 
-class Limits(_Frozen):
+class Limits(Frozen):
     """Per-key limits; None means no limit of that kind."""
 
     rpm: int | None = Field(default=None, ge=1)  # requests per minute
@@ -226,7 +228,7 @@ class Limits(_Frozen):
                          for n in Limits.model_fields})
 
 
-class ApiKey(_Frozen):
+class ApiKey(Frozen):
     """A stored key: never the key itself, only its hash and a visible prefix."""
 
     id: str
