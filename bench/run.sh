@@ -7,6 +7,8 @@
 # Env knobs: BENCH_DURATION (s per measured run, default 10), BENCH_WARMUP (s, default 2),
 # BENCH_CONCS (default "1 32"), BENCH_KEEP_TMP=1 (keep the temp dir with the logs).
 set -euo pipefail
+# shellcheck source=bench/lib.sh
+source "$(dirname "$0")/lib.sh"
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 DURATION=${BENCH_DURATION:-10}
@@ -150,7 +152,7 @@ export LLMGW_DATA_DIR=$TMP/llmgw
 COLUMNS=200 "$LLMGW" server init --no-guard --port "$GW_PORT" >"$TMP/init.log" 2>&1 || die "llmgw server init failed"
 KEY=$(grep -o '^ *sk-llmgw-[A-Za-z0-9_-]*$' "$TMP/init.log" | tail -n 1 | tr -d ' ')
 [[ -n $KEY ]] || die "no admin key in the output of llmgw server init"
-"$LLMGW" server run --port "$GW_PORT" --log-level warning >"$TMP/llmgw.log" 2>&1 &
+"$LLMGW" server run --port "$GW_PORT" --log-level warning --log-format text >"$TMP/llmgw.log" 2>&1 &
 PIDS+=($!)
 GW_PID=$!
 wait_for "llmgw /health" 30 "$GW_PID" curl -fsS "http://127.0.0.1:$GW_PORT/health"
@@ -261,16 +263,5 @@ echo
     --header "" \
     --header "commit $commit; ${DURATION}s per run; $(nproc) cores${cpu:+ ($cpu)}; load average $load; wrk -t1 -c1 and -t2 -cN; fake upstream: nginx $(nginx -v 2>&1 | sed 's|.*/||')"
 
-# llmgw logs 5xx answers and failures at WARNING and above; group them by message.
-problems=$(grep -E '^[0-9-]+ [0-9:,]+ (WARNING|ERROR|CRITICAL) ' "$TMP/llmgw.log" \
-    | sed -E 's/^[0-9-]+ [0-9:,]+ //' | sort | uniq -c | sort -rn | sed -E 's/^ +//' || true)
-if [[ -n $problems ]]; then
-    {
-        echo
-        echo "llmgw logged warnings during the run (count, message):"
-        echo
-        # shellcheck disable=SC2001 # indent every line
-        sed 's/^/    /' <<<"$problems"
-    } | tee -a bench/results/latest.md
-fi
+append_warnings "$TMP/llmgw.log" bench/results/latest.md
 log "written bench/results/latest.md"
