@@ -11,6 +11,9 @@ import openai
 import pytest
 
 from tests.e2e.server_process import LlmgwServer
+from tests.pg import postgres_url
+
+__all__ = ["postgres_url"]  # a real PostgreSQL for the store and cluster tests (tests/pg.py)
 
 
 @pytest.hookimpl(hookwrapper=True)

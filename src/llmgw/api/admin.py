@@ -8,7 +8,7 @@ from typing import Any
 from aiohttp import web
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from llmgw.api.appkeys import CATALOG, GATEWAY
+from llmgw.api.appkeys import CATALOG, CLUSTER, GATEWAY
 from llmgw.api.body import json_response, read_json
 from llmgw.core.errors import InvalidRequest
 from llmgw.core.types import ApiKey, Model
@@ -115,6 +115,11 @@ async def list_nodes(request: web.Request) -> web.Response:
     return json_response({"data": [n.model_dump(mode="json") for n in nodes]})
 
 
+async def cluster(request: web.Request) -> web.Response:
+    admin_key(request)
+    return json_response(await request.app[CLUSTER]())
+
+
 def routes() -> list[web.RouteDef]:
     """The admin routes. Model names may contain '/', so the name pattern is greedy and the
     routes with a suffix come first."""
@@ -128,4 +133,5 @@ def routes() -> list[web.RouteDef]:
         web.delete(f"/admin/v1/models/{name}", remove_model),
         web.get("/admin/v1/replicas", list_replicas),
         web.get("/admin/v1/nodes", list_nodes),
+        web.get("/admin/v1/cluster", cluster),
     ]

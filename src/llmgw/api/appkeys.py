@@ -25,3 +25,6 @@ JudgeStatus = Callable[[], Awaitable[list[dict[str, Any]]]]
 JUDGE_STATUS: web.AppKey[JudgeStatus] = web.AppKey("judge_status")
 KEYS = web.AppKey("keys", KeyAdmin)
 METRICS = web.AppKey("metrics", Metrics)
+# This server's view of the cluster (leader, epoch, lease), composed in the server layer.
+ClusterStatus = Callable[[], Awaitable[dict[str, Any]]]
+CLUSTER: web.AppKey[ClusterStatus] = web.AppKey("cluster")

@@ -207,6 +207,7 @@ def _paths() -> dict[str, dict[str, Schema]]:
         "/admin/v1/replicas": {"get": _op("List replicas", adm, returns=_list_of(_OPEN),
                                           query={"model": _STR})},
         "/admin/v1/nodes": {"get": _op("List nodes", adm, returns=_list_of(_OPEN))},
+        "/admin/v1/cluster": {"get": _op("This server, the leader and its lease", adm)},
         "/admin/v1/jobs": {
             "get": _op("List serve jobs", adm, returns=_list_of(_OPEN)),
             "post": _op("Start a serve job", adm, body=_ref("ServeRequest"), status=201,

@@ -222,3 +222,27 @@ def node_list() -> None:
               (n["heartbeat_at"] or "")[:19]] for n in d["data"]],
         ),
     )
+
+
+cluster_app = typer.Typer(help="Servers and the leader.", no_args_is_help=True)
+app.add_typer(cluster_app, name="cluster")
+
+
+@cluster_app.command("status")
+def cluster_status() -> None:
+    """This server, the leader, its epoch and when its lease expires."""
+    def text(d: dict[str, Any]) -> None:
+        lease = d["lease"]
+        render.console.print(
+            f"server {d['server']} ({d['database']}): "
+            f"{'leader at epoch ' + str(d['epoch']) if d['leading'] else 'not the leader'}",
+            highlight=False,
+        )
+        if lease:
+            render.console.print(f"lease: {lease['holder']}, epoch {lease['epoch']}, expires "
+                                 f"{lease['expires_at'][:23]}", highlight=False)
+        elif d["database"] == "sqlite":
+            render.console.print("lease: none (on SQLite the one server is always the leader)",
+                                 highlight=False)
+
+    show(call("GET", "/admin/v1/cluster"), text)

@@ -43,6 +43,10 @@ class ServerSettings(BaseModel):
     # The judge keeper serves no judge itself this long after it starts: `server init` adds its
     # own judge just after the control plane starts, sized and placed as the install says.
     judge_grace_s: float = Field(default=600.0, ge=0)
+    # Leader election on PostgreSQL (ttl > renew deadline > 1.2 × retry; checked at start).
+    leader_ttl_s: float = Field(default=15.0, gt=0)
+    leader_renew_deadline_s: float = Field(default=10.0, gt=0)
+    leader_retry_s: float = Field(default=2.0, gt=0)
 
     def database_url(self, data_dir: Path) -> str:
         """The configured database, else the SQLite file in the data directory."""

@@ -6,6 +6,7 @@ import asyncio
 import logging
 from collections.abc import AsyncIterator, Coroutine
 from dataclasses import dataclass, field
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +18,7 @@ from llmgw.api import jobs as job_routes
 from llmgw.api import keys as key_routes
 from llmgw.api.appkeys import (
     CATALOG,
+    CLUSTER,
     GATEWAY,
     GUARD,
     GUARD_ADMIN,
@@ -27,6 +29,7 @@ from llmgw.api.appkeys import (
 )
 from llmgw.api.errors import openai_errors
 from llmgw.control.catalog import CatalogService
+from llmgw.control.leader import Elector, Timing
 from llmgw.control.replica_keeper import ReplicaKeeper
 from llmgw.control.serve_jobs import ServeJobs
 from llmgw.core.clock import Clock, SystemClock
@@ -48,6 +51,7 @@ from llmgw.node import hardware
 from llmgw.node.agent import AgentConfig, NodeAgent
 from llmgw.node.files import ModelFiles
 from llmgw.server import judges, wiring
+from llmgw.server.cluster import Leadership
 from llmgw.store.store import Store
 
 logger = logging.getLogger(__name__)
@@ -161,6 +165,42 @@ class Server:
         app.add_routes(guard_routes.routes())
         app.add_routes(key_routes.routes())
 
+        leader_tasks: list[asyncio.Task[None]] = []
+
+        async def elected(epoch: int) -> None:
+            """The control loops only the leader runs, and the serve jobs it owns."""
+            leader_tasks.append(asyncio.create_task(keeper.run(self.loops.keeper_s), name="replica-keeper"))
+            leader_tasks.append(
+                asyncio.create_task(judge_keeper.run(self.loops.keeper_s), name="judge-keeper")
+            )
+            await jobs.resume()
+
+        async def deposed() -> None:
+            await jobs.close()
+            for task in leader_tasks:
+                task.cancel()
+            if leader_tasks:
+                await asyncio.wait(leader_tasks)
+            leader_tasks.clear()
+
+        leadership = Leadership(elected, deposed)
+
+        async def cluster_status() -> dict[str, Any]:
+            lease = await asyncio.to_thread(self.store.leases.get)
+            return {
+                "server": leadership.server_id,
+                "database": self.store.engine.dialect.name,
+                "leading": leadership.leading,
+                "epoch": leadership.epoch,
+                "lease": None if lease is None else {
+                    "holder": lease.holder, "epoch": lease.epoch,
+                    "renewed_at": lease.renewed_at.isoformat(),
+                    "expires_at": lease.expires_at.isoformat(),
+                },
+            }
+
+        app[CLUSTER] = cluster_status
+
         async def lifecycle(_app: web.Application) -> AsyncIterator[None]:
             await client.start()
             await judge_client.start()
@@ -171,12 +211,9 @@ class Server:
             self._spawn(verdict_log.run(VERDICT_FLUSH_S), "verdict-log")
             self._spawn(limiter.run(ACCOUNTING_S, meter.flush), "limits-and-usage")
             self._spawn(self._heartbeats(), "heartbeat")
-            self._spawn(keeper.run(self.loops.keeper_s), "replica-keeper")
             self._spawn(agent.run(self.loops.agent_s), "node-agent")
-            self._spawn(judge_keeper.run(self.loops.keeper_s), "judge-keeper")
-            await jobs.resume()
+            self._spawn(self._lead(leadership), "leadership")
             yield
-            await jobs.close()
             await self._cancel_all()
             await meter.flush()  # a clean shutdown loses no usage
             await client.close()
@@ -185,6 +222,24 @@ class Server:
 
         app.cleanup_ctx.append(lifecycle)
         return app
+
+    async def _lead(self, leadership: Leadership) -> None:
+        """On SQLite this one server is always the leader; on PostgreSQL it is elected."""
+        if self.store.engine.dialect.name == "sqlite":
+            leadership.epoch = 0
+            await leadership.elected(0)
+            try:
+                await asyncio.Event().wait()
+            finally:
+                await asyncio.shield(leadership.deposed())
+        s = self.settings
+        timing = Timing(ttl=timedelta(seconds=s.leader_ttl_s),
+                        renew_deadline=timedelta(seconds=s.leader_renew_deadline_s),
+                        retry=timedelta(seconds=s.leader_retry_s))
+        elector = Elector(leadership.server_id, self.store.leases, self.clock, timing,
+                          leadership.elected, leadership.deposed)
+        leadership.elector = elector
+        await elector.run()
 
     def _spawn(self, coro: Coroutine[Any, Any, None], name: str) -> None:
         self._tasks.append(asyncio.create_task(coro, name=name))

@@ -1,0 +1,67 @@
+"""Two servers on one PostgreSQL: one leader runs the control loops; when it goes, the other
+takes over (real store, real clock with short lease timings)."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+from aiohttp.test_utils import TestClient, TestServer
+
+from llmgw.core.settings import load
+from llmgw.server.app import Server
+from llmgw.server.init import init
+from llmgw.store.store import Store
+from tests.pg import fresh_database
+
+
+async def wait_until(what: str, check: Any, timeout_s: float = 10.0) -> None:
+    deadline = asyncio.get_running_loop().time() + timeout_s
+    while not await check():
+        assert asyncio.get_running_loop().time() < deadline, f"timed out waiting for {what}"
+        await asyncio.sleep(0.05)
+
+
+async def test_one_leader_and_a_handover_when_it_stops(postgres_url: str, tmp_path: Path) -> None:
+    url = fresh_database(postgres_url)
+    result = init(tmp_path / "a", database=url, guard=False)
+    headers = {"Authorization": f"Bearer {result.admin_key}"}
+    clients: list[TestClient[Any, Any]] = []
+    for name in ("a", "b"):
+        data = tmp_path / name
+        if name == "b":  # the second server shares the first one's install secret and database
+            data.mkdir()
+            (data / "config.toml").write_text((tmp_path / "a" / "config.toml").read_text())
+        settings = load(data).model_copy(update={
+            "node_id": f"node-{name}", "leader_ttl_s": 1.5, "leader_renew_deadline_s": 1.0,
+            "leader_retry_s": 0.2,
+        })
+        app = Server(data, settings, Store.open(url)).build_app()
+        client = TestClient(TestServer(app))
+        await client.start_server()
+        clients.append(client)
+
+    async def statuses() -> list[dict[str, Any]]:
+        return [await (await c.get("/admin/v1/cluster", headers=headers)).json() for c in clients]
+
+    async def one_leader() -> bool:
+        return sum(s["leading"] for s in await statuses()) == 1
+
+    try:
+        await wait_until("one leader", one_leader)
+        first = await statuses()
+        leader = next(i for i, s in enumerate(first) if s["leading"])
+        assert first[0]["lease"]["holder"] == first[leader]["server"]
+        # The leader stops cleanly: it releases the lease, and the other takes over at once.
+        await clients[leader].close()
+        other = clients[1 - leader]
+
+        async def took_over() -> bool:
+            s = await (await other.get("/admin/v1/cluster", headers=headers)).json()
+            return bool(s["leading"] and s["epoch"] == first[leader]["epoch"] + 1)
+
+        await wait_until("the other server to take over", took_over, 5)
+    finally:
+        for c in clients:
+            await c.close()
