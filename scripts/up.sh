@@ -17,7 +17,7 @@ if [ -z "$key" ] && [ -f "$ctl_config" ]; then
 fi
 url="http://127.0.0.1:$(sed -n 's/^port = //p' "$LLMGW_DATA_DIR/config.toml")"
 
-.venv/bin/llmgw server run &
+.venv/bin/llmgw server run --log-format text &
 server=$!
 trap 'kill -TERM $server 2>/dev/null; wait $server' INT TERM
 for _ in $(seq 1 100); do
@@ -25,15 +25,16 @@ for _ in $(seq 1 100); do
   kill -0 $server 2>/dev/null || { echo "llmgw server exited; see the messages above" >&2; exit 1; }
   sleep 0.2
 done
-echo "waiting for the demo model's replica to be ready…"
+echo "waiting for the demo model and the demo judge to be ready…"
+ready_count() {
+  .venv/bin/llmgw ctl --url "$url" ${key:+--key "$key"} --json replica list 2>/dev/null \
+    | grep -c '"state": "ready"' || true
+}
 for _ in $(seq 1 600); do
-  if .venv/bin/llmgw ctl --url "$url" ${key:+--key "$key"} --json replica list --model gemma3-270m \
-      2>/dev/null | grep -q '"state": "ready"'; then
-    ready=1; break
-  fi
+  if [ "$(ready_count)" -ge 2 ]; then ready=1; break; fi
   sleep 0.5
 done
-[ -n "${ready:-}" ] || echo "the demo replica is not ready yet: llmgw ctl model resources gemma3-270m" >&2
+[ -n "${ready:-}" ] || echo "the demo replicas are not ready yet: llmgw ctl replica list" >&2
 
 cat <<TXT
 
