@@ -18,7 +18,6 @@ out. `judge_status` says, just as purely, what the keeper is doing about each ju
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import math
 from collections.abc import Awaitable, Callable, Mapping
@@ -31,6 +30,7 @@ from llmgw.core.errors import LlmgwError
 from llmgw.core.guard import JudgeSpec, Policy
 from llmgw.core.jobs import JobState, ServeJob, ServeRequest
 from llmgw.core.judges import DEFAULT_JUDGE, DEMO_JUDGE
+from llmgw.core.loops import every
 from llmgw.core.types import Engine, HubSource, Model, Profile, Scaling
 
 logger = logging.getLogger(__name__)
@@ -405,16 +405,7 @@ class JudgeKeeper:
         return judge_status(self._state, await self._read(), self._clock.now())
 
     async def run(self, interval_s: float) -> None:
-        while True:
-            try:
-                await self.tick()
-            except LlmgwError as exc:
-                self._log.warning("judge keeper: %s", exc.message)
-            except Exception as exc:
-                self._log.error("judge keeper: look failed: %s", _why(exc))
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self.wake.wait(), interval_s)
-            self.wake.clear()
+        await every(interval_s, self.wake, self.tick, "judge keeper", logger)
 
     async def _apply(self, action: KeeperAction) -> None:
         match action:
