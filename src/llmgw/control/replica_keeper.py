@@ -55,7 +55,17 @@ class Stop:
     reason: str
 
 
-Action = Place | Pend | Stop
+@dataclass(frozen=True)
+class Forget:
+    """A replica on a node that is lost: its row goes (nothing there can stop it), so traffic
+    stops going to it and a new replica is placed elsewhere. Should the node come back, its
+    agent stops the engine, which is no longer assigned to it."""
+
+    replica_id: str
+    reason: str
+
+
+Action = Place | Pend | Stop | Forget
 
 
 def plan(
@@ -172,6 +182,8 @@ def _describe(action: Action) -> str:
             return f"{action.model} pending: {action.reason}"
         case Stop():
             return f"stop {action.replica_id}: {action.reason}"
+        case Forget():
+            return f"forget {action.replica_id}: {action.reason}"
 
 
 def new_replica(action: Place | Pend) -> Replica:

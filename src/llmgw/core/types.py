@@ -194,7 +194,9 @@ class Node(Frozen):
     memory_gb: float
     gpus: dict[str, int] = Field(default_factory=dict)
     heartbeat_at: datetime | None = None
+    # Cordoned: no new replicas. Draining: cordoned, and its replicas move to other nodes.
     cordoned: bool = False
+    draining: bool = False
 
 
 class KeyScope(StrEnum):
@@ -202,6 +204,8 @@ class KeyScope(StrEnum):
 
     ADMIN = "admin"
     USER = "user"
+    # A node agent's join token: the agent API only, never the data plane or the admin API.
+    NODE = "node"
 
 
 class Limits(Frozen):

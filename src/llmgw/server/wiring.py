@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable
 
-from llmgw.control.replica_keeper import Action, Pend, Place, Stop, new_replica
+from llmgw.control.replica_keeper import Action, Forget, Pend, Place, Stop, new_replica
 from llmgw.core.clock import Clock
 from llmgw.core.guard import VerdictRecord
 from llmgw.core.types import Model, Node, Replica, ReplicaState
@@ -51,6 +51,8 @@ def keeper_applier(store: Store, clock: Clock) -> Callable[[Action], Awaitable[N
                 store.replicas.update(action.replica_id, now, last_error=action.reason)
             case Stop():
                 store.replicas.update(action.replica_id, now, state=ReplicaState.STOPPING)
+            case Forget():
+                store.replicas.delete(action.replica_id)
 
     async def run(action: Action) -> None:
         await asyncio.to_thread(apply, action)

@@ -90,13 +90,14 @@ class NodeRepo:
                 gpus=r.gpus,
                 heartbeat_at=utc(r.heartbeat_at),
                 cordoned=r.cordoned,
+                draining=r.draining,
             )
             for r in rows
         ]
 
     def upsert(self, node: Node, now: datetime) -> None:
         """Register a node or refresh its hardware and heartbeat."""
-        values = node.model_dump(exclude={"id", "heartbeat_at", "cordoned"})
+        values = node.model_dump(exclude={"id", "heartbeat_at", "cordoned", "draining"})
         with self._engine.begin() as conn:
             exists = conn.execute(select(nodes.c.id).where(nodes.c.id == node.id)).first()
             if exists:

@@ -67,6 +67,7 @@ nodes = Table(
     Column("gpus", JSON, nullable=False),
     Column("heartbeat_at", DateTime(timezone=True), nullable=True),
     Column("cordoned", Boolean, nullable=False, default=False),
+    Column("draining", Boolean, nullable=False, default=False),
 )
 
 api_keys = Table(
@@ -182,4 +183,14 @@ leases = Table(
     Column("epoch", BigInteger, nullable=False),
     Column("renewed_at", DateTime(timezone=True), nullable=False),
     Column("expires_at", DateTime(timezone=True), nullable=False),
+)
+
+# Every running server says it is alive here, so `cluster status` can list them all.
+servers = Table(
+    "servers",
+    metadata,
+    Column("id", String(128), primary_key=True),
+    Column("url", String(256), nullable=False),
+    Column("started_at", DateTime(timezone=True), nullable=False),
+    Column("heartbeat_at", DateTime(timezone=True), nullable=False),
 )

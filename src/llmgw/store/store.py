@@ -11,6 +11,7 @@ from llmgw.store.job_repo import JobRepo
 from llmgw.store.key_repo import KeyRepo
 from llmgw.store.lease_repo import LeaseRepo
 from llmgw.store.replica_repo import NodeRepo, ReplicaRepo
+from llmgw.store.server_repo import ServerRepo
 from llmgw.store.usage_repo import UsageRepo
 
 
@@ -27,6 +28,7 @@ class Store:
         self.guard = GuardRepo(engine)
         self.usage = UsageRepo(engine)
         self.leases = LeaseRepo(engine)
+        self.servers = ServerRepo(engine)
 
     @classmethod
     def open(cls, url: str, *, migrate_schema: bool = True) -> Store:
