@@ -43,6 +43,8 @@ class ServerSettings(BaseModel):
     # The judge keeper serves no judge itself this long after it starts: `server init` adds its
     # own judge just after the control plane starts, sized and placed as the install says.
     judge_grace_s: float = Field(default=600.0, ge=0)
+    # A node whose agent has not reported for this long is lost: its replicas go elsewhere.
+    node_timeout_s: float = Field(default=30.0, gt=0)
     # Leader election on PostgreSQL (ttl > renew deadline > 1.2 × retry; checked at start).
     leader_ttl_s: float = Field(default=15.0, gt=0)
     leader_renew_deadline_s: float = Field(default=10.0, gt=0)

@@ -1,4 +1,4 @@
-"""Replicas and nodes in the database."""
+"""Replicas in the database."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ from typing import Any
 
 from sqlalchemy import Engine, delete, insert, select, update
 
-from llmgw.core.types import Node, Replica, ReplicaState
+from llmgw.core.types import Replica, ReplicaState
 from llmgw.store.db import bump_revision, utc
-from llmgw.store.schema import nodes, replicas
+from llmgw.store.schema import replicas
 
 
 def _to_replica(row: Any) -> Replica:
@@ -68,44 +68,4 @@ class ReplicaRepo:
     def delete(self, replica_id: str) -> None:
         with self._engine.begin() as conn:
             if conn.execute(delete(replicas).where(replicas.c.id == replica_id)).rowcount:
-                bump_revision(conn)
-
-
-class NodeRepo:
-    """Nodes as their agents registered them."""
-
-    def __init__(self, engine: Engine) -> None:
-        self._engine = engine
-
-    def list(self) -> list[Node]:
-        with self._engine.connect() as conn:
-            rows = conn.execute(select(nodes).order_by(nodes.c.id)).all()
-        return [
-            Node(
-                id=r.id,
-                address=r.address,
-                labels=r.labels,
-                cores=r.cores,
-                memory_gb=r.memory_gb,
-                gpus=r.gpus,
-                heartbeat_at=utc(r.heartbeat_at),
-                cordoned=r.cordoned,
-                draining=r.draining,
-            )
-            for r in rows
-        ]
-
-    def upsert(self, node: Node, now: datetime) -> None:
-        """Register a node or refresh its hardware and heartbeat."""
-        values = node.model_dump(exclude={"id", "heartbeat_at", "cordoned", "draining"})
-        with self._engine.begin() as conn:
-            exists = conn.execute(select(nodes.c.id).where(nodes.c.id == node.id)).first()
-            if exists:
-                conn.execute(
-                    update(nodes).where(nodes.c.id == node.id).values(**values, heartbeat_at=now)
-                )
-            else:
-                conn.execute(
-                    insert(nodes).values(id=node.id, **values, heartbeat_at=now, cordoned=False)
-                )
                 bump_revision(conn)

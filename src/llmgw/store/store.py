@@ -10,7 +10,8 @@ from llmgw.store.guard_repo import GuardRepo
 from llmgw.store.job_repo import JobRepo
 from llmgw.store.key_repo import KeyRepo
 from llmgw.store.lease_repo import LeaseRepo
-from llmgw.store.replica_repo import NodeRepo, ReplicaRepo
+from llmgw.store.node_repo import NodeRepo
+from llmgw.store.replica_repo import ReplicaRepo
 from llmgw.store.server_repo import ServerRepo
 from llmgw.store.usage_repo import UsageRepo
 
