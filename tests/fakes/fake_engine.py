@@ -11,11 +11,16 @@ Modes:
 
 --worker starts a child process of its own (like an engine's helper), to check it is stopped too.
 Unknown arguments are ignored, so any engine-style argv can be passed.
+
+It also answers `POST /v1/chat/completions` with a fixed reply naming --alias and its port (so a
+test sees which replica answered), and, like llama-server, refuses any request but /health
+without `Authorization: Bearer $LLAMA_API_KEY` when that variable is set.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import signal
 import subprocess
@@ -36,6 +41,7 @@ def main() -> None:
     parser.add_argument("--ready-after", type=float, default=1.0)
     parser.add_argument("--crash-at", choices=["before", "after"], default="before")
     parser.add_argument("--worker", action="store_true")
+    parser.add_argument("--alias", default="fake")
     args, _ignored = parser.parse_known_args()
 
     if args.mode == "hang-on-term":
@@ -70,6 +76,33 @@ def main() -> None:
             self.wfile.flush()
             if not loading:
                 answered_healthy.set()
+
+        def do_POST(self) -> None:
+            length = int(self.headers.get("Content-Length") or 0)
+            self.rfile.read(length)
+            key = os.environ.get("LLAMA_API_KEY")
+            if key and self.headers.get("Authorization") != f"Bearer {key}":
+                self._send(401, {"error": {"message": "Invalid API Key", "type": "authentication_error"}})
+                return
+            if self.path != "/v1/chat/completions":
+                self.send_error(404)
+                return
+            self._send(200, {
+                "id": "chatcmpl-fake", "object": "chat.completion", "created": int(time.time()),
+                "model": args.alias,
+                "choices": [{"index": 0, "finish_reason": "stop", "message": {
+                    "role": "assistant", "content": f"fake reply from port {args.port}"}}],
+                "usage": {"prompt_tokens": 3, "completion_tokens": 4, "total_tokens": 7},
+            })
+
+        def _send(self, status: int, obj: object) -> None:
+            body = json.dumps(obj).encode()
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+            self.wfile.flush()
 
         def log_message(self, format: str, *a: object) -> None:
             pass  # keep the log to what a test looks for

@@ -7,7 +7,9 @@ from typing import Any
 
 from aiohttp import web
 
+from llmgw.control.agents import AgentService
 from llmgw.control.catalog import CatalogService
+from llmgw.control.node_admin import NodeAdmin
 from llmgw.control.serve_jobs import ServeJobs
 from llmgw.gateway.keys_admin import KeyAdmin
 from llmgw.gateway.metrics import Metrics
@@ -24,7 +26,9 @@ GUARD_ADMIN = web.AppKey("guard_admin", GuardAdmin)
 JudgeStatus = Callable[[], Awaitable[list[dict[str, Any]]]]
 JUDGE_STATUS: web.AppKey[JudgeStatus] = web.AppKey("judge_status")
 KEYS = web.AppKey("keys", KeyAdmin)
+NODES = web.AppKey("nodes", NodeAdmin)
 METRICS = web.AppKey("metrics", Metrics)
 # This server's view of the cluster (leader, epoch, lease), composed in the server layer.
 ClusterStatus = Callable[[], Awaitable[dict[str, Any]]]
 CLUSTER: web.AppKey[ClusterStatus] = web.AppKey("cluster")
+AGENTS = web.AppKey("agents", AgentService)

@@ -19,6 +19,9 @@ from pydantic.json_schema import models_json_schema
 from llmgw import __version__
 from llmgw.api.admin import ScaleRequest
 from llmgw.api.guard import EnableJudge, JudgmentRequest, SwitchRequest
+from llmgw.api.nodes import LabelRequest
+from llmgw.control.node_admin import LABEL_KEY_PATTERN, LABEL_VALUE_PATTERN, MAX_LABELS
+from llmgw.core.agent_wire import SyncRequest
 from llmgw.core.guard import JudgeSpec, Outcome, Policy
 from llmgw.core.jobs import ServeRequest
 from llmgw.core.types import _REPO_RE, NAME_PATTERN, Limits, Model
@@ -27,7 +30,7 @@ from llmgw.gateway.keys_admin import KeyRequest
 JSON = "application/json"
 _MODELS: tuple[type[BaseModel], ...] = (
     Model, Policy, ServeRequest, KeyRequest, Limits, ScaleRequest, SwitchRequest, EnableJudge,
-    JudgmentRequest, JudgeSpec,
+    JudgmentRequest, JudgeSpec, LabelRequest, SyncRequest,
 )
 _PARAM = re.compile(r"{(\w+)}")
 
@@ -93,6 +96,13 @@ _EXAMPLES: dict[str, Schema] = {
     "job": {"name": "gemma3-270m", "source": _HUB, "cores": 2, "ctx_size": 4096},
 }
 _REMOVED = _obj(("name", "removed"), name=_STR, removed={"type": "boolean"})
+_NODE = _obj(("id", "status", "labels", "cordoned", "draining", "replica_count"), id=_STR,
+             status={"type": "string", "enum": ["ready", "cordoned", "draining", "lost"]},
+             labels={"type": "object", "additionalProperties": _STR},
+             cordoned={"type": "boolean"}, draining={"type": "boolean"},
+             heartbeat_age_s={"type": ["number", "null"]}, replica_count={"type": "integer"})
+_NODE_DETAIL = {**_NODE, "required": [*_NODE["required"], "replicas"],
+                "properties": {**_NODE["properties"], "replicas": {"type": "array"}}}
 
 
 def _generation(required: tuple[str, ...], **props: Schema) -> Schema:
@@ -123,6 +133,11 @@ def _components() -> Schema:
     body["properties"] = {**body["properties"], "judges": {
         **body["properties"]["judges"], "examples": [["qwen3guard-0.6b"]]}}
     schemas["PolicyBody"] = body
+    # NodeAdmin checks the label rules; the document shows them.
+    labels = schemas["LabelRequest"]["properties"]
+    labels["set"] |= {"propertyNames": {"pattern": LABEL_KEY_PATTERN}, "maxProperties": MAX_LABELS,
+                      "additionalProperties": {"type": "string", "pattern": LABEL_VALUE_PATTERN}}
+    labels["remove"] |= {"maxItems": MAX_LABELS}
     schemas["Error"] = _ERROR
     return {
         "schemas": schemas,
@@ -206,8 +221,25 @@ def _paths() -> dict[str, dict[str, Schema]]:
             "post": _op("Scale a model", adm, body=_ref("ScaleRequest"), returns=model)},
         "/admin/v1/replicas": {"get": _op("List replicas", adm, returns=_list_of(_OPEN),
                                           query={"model": _STR})},
-        "/admin/v1/nodes": {"get": _op("List nodes", adm, returns=_list_of(_OPEN))},
+        "/admin/v1/nodes": {"get": _op("List nodes with their status", adm, returns=_list_of(_NODE))},
+        "/admin/v1/nodes/{id}": {
+            "get": _op("Show a node and its replicas", adm, returns=_NODE_DETAIL),
+            "delete": _op("Remove a node (refused while it runs replicas, unless force)", adm,
+                          query={"force": {"type": "boolean"}},
+                          returns=_obj(("id", "removed"), id=_STR, removed={"type": "boolean"})),
+        },
+        "/admin/v1/nodes/{id}/labels": {
+            "post": _op("Set and remove node labels", adm, body=_ref("LabelRequest"), returns=_NODE,
+                        example={"set": {"zone": "eu-1"}, "remove": ["old"]})},
+        "/admin/v1/nodes/{id}/cordon": {"post": _op("Cordon a node: no new replicas", adm,
+                                                    returns=_NODE)},
+        "/admin/v1/nodes/{id}/uncordon": {"post": _op("Uncordon a node (ends a drain)", adm,
+                                                      returns=_NODE)},
+        "/admin/v1/nodes/{id}/drain": {"post": _op("Drain a node: its replicas move elsewhere",
+                                                   adm, returns=_NODE)},
         "/admin/v1/cluster": {"get": _op("This server, the leader and its lease", adm)},
+        "/agent/v1/sync": {"post": _op("A node agent's heartbeat, reports and assignments",
+                                       "agent", body=_ref("SyncRequest"))},
         "/admin/v1/jobs": {
             "get": _op("List serve jobs", adm, returns=_list_of(_OPEN)),
             "post": _op("Start a serve job", adm, body=_ref("ServeRequest"), status=201,

@@ -16,6 +16,8 @@ from llmgw.core.settings import default_data_dir
 app = typer.Typer(help="llmgw: a self-hosted LLM gateway.", no_args_is_help=True)
 server_app = typer.Typer(help="Set up and run the server.", no_args_is_help=True)
 app.add_typer(server_app, name="server")
+node_app = typer.Typer(help="Run a node agent on this machine.", no_args_is_help=True)
+app.add_typer(node_app, name="node")
 app.add_typer(ctl.app, name="ctl")
 assert ctl_jobs.job_app and ctl_guard.guard_app and ctl_keys.key_app  # imports registered them
 
@@ -102,6 +104,81 @@ def server_run(
         raise typer.Exit(1) from None
     except OSError as exc:
         render.error(f"cannot start: {exc}")
+        raise typer.Exit(1) from None
+
+
+def _pairs(values: list[str], flag: str) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for v in values:
+        key, sep, value = v.partition("=")
+        if not sep or not key:
+            render.error(f"{flag} takes KEY=VALUE, got {v!r}")
+            raise typer.Exit(2)
+        out[key] = value
+    return out
+
+
+@node_app.command("run")
+def node_run(
+    server: Annotated[str, typer.Option(
+        help="Server URL(s), comma-separated; tried in turn.",
+        envvar="LLMGW_SERVER")],
+    token: Annotated[str, typer.Option(
+        help="Join token from `llmgw ctl node token create`.",
+        envvar="LLMGW_NODE_TOKEN")],
+    node_id: Annotated[str | None, typer.Option(help="This node's id; default: the hostname.")]
+    = None,
+    address: Annotated[str | None, typer.Option(
+        help="Address engines listen on and servers reach; default: the one that routes to "
+             "the first server.")] = None,
+    label: Annotated[list[str] | None, typer.Option(
+        help="KEY=VALUE label for node selectors (repeatable).")] = None,
+    cores: Annotated[int | None, typer.Option(help="Cores to offer; default: probed.")] = None,
+    memory_gb: Annotated[float | None, typer.Option(help="Memory to offer; default: probed.")]
+    = None,
+    gpu: Annotated[list[str] | None, typer.Option(
+        help="CLASS=COUNT GPUs to offer (repeatable).")] = None,
+    data_dir: Annotated[Path | None, typer.Option(
+        help="Model files and engine logs; default: node/ in the data dir.")] = None,
+    interval: Annotated[float, typer.Option(
+        help="Seconds between reports to the servers (the heartbeat).")] = 5.0,
+    log_level: Annotated[str, typer.Option(help="debug, info, warning or error.")] = "info",
+    log_format: Annotated[str, typer.Option(help="json (one object per line) or text.")] = "json",
+) -> None:
+    """Join this machine to the servers and run the replicas they place on it.
+
+    It keeps running its replicas while no server is reachable, and catches up when one is."""
+    import asyncio
+
+    from llmgw.server import logs
+    from llmgw.server.node_run import NodeOptions, run_node
+
+    if log_format not in ("json", "text"):
+        render.error("--log-format is json or text")
+        raise typer.Exit(2)
+    gpus: dict[str, int] = {}
+    for cls, count in _pairs(gpu or [], "--gpu").items():
+        if not count.isdigit():
+            render.error(f"--gpu takes CLASS=COUNT, got {cls}={count}")
+            raise typer.Exit(2)
+        gpus[cls] = int(count)
+    servers = [s.strip() for s in server.split(",") if s.strip()]
+    if not servers or interval <= 0:
+        render.error("give at least one --server URL and a positive --interval")
+        raise typer.Exit(2)
+    opts = NodeOptions(
+        servers=servers, token=token.strip(),
+        data_dir=data_dir or default_data_dir() / "node",
+        labels=_pairs(label or [], "--label"), cores=cores, memory_gb=memory_gb, gpus=gpus,
+        address=address, interval_s=interval,
+    )
+    if node_id:
+        opts.node_id = node_id
+    logs.setup(log_level, log_format)
+    try:
+        asyncio.run(run_node(opts))
+    except LlmgwError as exc:
+        render.error(exc.message)
         raise typer.Exit(1) from None
 
 

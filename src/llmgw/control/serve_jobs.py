@@ -21,6 +21,7 @@ from llmgw.core.jobs import JobState, ServeJob, ServeRequest
 from llmgw.core.types import Engine, HubSource, LocalSource, Model, Profile
 from llmgw.node.files import ModelFiles
 from llmgw.node.gguf_info import read_info
+from llmgw.store.lease_repo import Fence
 from llmgw.store.store import Store
 
 logger = logging.getLogger(__name__)
@@ -51,12 +52,12 @@ class ServeJobs:
         self._live: dict[str, ServeJob] = {}
         self._cancelled: set[str] = set()
 
-    async def start(self, request: ServeRequest) -> ServeJob:
-        """Store a queued job and start running it."""
+    async def start(self, request: ServeRequest, fence: Fence | None = None) -> ServeJob:
+        """Store a queued job and start running it (`fence`: only while this server leads)."""
         if isinstance(request.source, LocalSource) and not Path(request.source.path).is_file():
             raise InvalidRequest(f"{request.source.path} is not a file", param="source.path")
         job = ServeJob(id=new_id("job"), request=request, created_at=self._clock.now())
-        await asyncio.to_thread(self._store.jobs.create, job, self._clock.now())
+        await asyncio.to_thread(self._store.jobs.create, job, self._clock.now(), fence)
         self._spawn(job)
         logger.info("serve job %s: %s for %s", job.id, _what(request), request.by)
         return job

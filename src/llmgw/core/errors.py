@@ -190,3 +190,19 @@ class ConfigError(Permanent):
     status = 500
     type = "server_error"
     code = "config_error"
+
+
+class ServerUnreachable(Retryable):
+    """A node agent reached none of its servers; it keeps its replicas running meanwhile."""
+
+    status = 503
+    type = "server_error"
+    code = "server_unreachable"
+
+
+class JoinRefused(Permanent):
+    """A server refused a node agent (bad or revoked join token, or a malformed report)."""
+
+    status = 401
+    type = "authentication_error"
+    code = "join_refused"

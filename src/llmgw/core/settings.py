@@ -32,6 +32,9 @@ class ServerSettings(BaseModel):
     # Hex secret keying the API-key hashes; a leaked database alone does not reveal usable keys.
     key_secret: str
     node_id: str = "local"
+    # Run a node agent inside the server (one machine). HA servers usually leave replicas to
+    # `llmgw node run` agents on other machines.
+    embedded_node: bool = True
     # How often caches check the store's revision; also the bound on how long a change takes
     # to reach the request path.
     refresh_interval_s: float = Field(default=1.0, gt=0, le=60)

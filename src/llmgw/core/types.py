@@ -187,11 +187,11 @@ class Replica(Frozen):
 class Node(Frozen):
     """A machine that runs replicas."""
 
-    id: str
-    address: str = "127.0.0.1"
+    id: str = Field(min_length=1, max_length=128)
+    address: str = Field(default="127.0.0.1", min_length=1, max_length=253)
     labels: dict[str, str] = Field(default_factory=dict)
-    cores: int
-    memory_gb: float
+    cores: int = Field(ge=0, le=1_000_000)
+    memory_gb: float = Field(ge=0, le=1e9)
     gpus: dict[str, int] = Field(default_factory=dict)
     heartbeat_at: datetime | None = None
     # Cordoned: no new replicas. Draining: cordoned, and its replicas move to other nodes.

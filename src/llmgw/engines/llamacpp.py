@@ -10,6 +10,8 @@ from llmgw.core.errors import ConfigError
 from llmgw.core.types import Profile
 
 HEALTH_PATH = "/health"
+# llama-server reads its API key from here; an env var keeps it out of `ps` (argv is public).
+API_KEY_ENV = "LLAMA_API_KEY"
 # A context window the small demo models handle; a profile's own --ctx-size wins.
 DEFAULT_CTX_SIZE = 4096
 

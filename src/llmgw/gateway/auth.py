@@ -43,7 +43,10 @@ def require_admin(key: ApiKey) -> None:
 
 
 def may_use(key: ApiKey, model: str) -> bool:
-    """Whether `key` may call `model`; admin keys and keys without a model list may use any."""
+    """Whether `key` may call `model`; admin keys and keys without a model list may use any,
+    node join tokens none."""
+    if key.scope == KeyScope.NODE:
+        return False
     if key.scope == KeyScope.ADMIN or not key.models:
         return True
     return any(fnmatch.fnmatchcase(model, pattern) for pattern in key.models)

@@ -30,9 +30,11 @@ class Snapshot:
 
 
 def build_routes(
-    models: list[Model], replicas: list[Replica], previous: dict[str, Upstream]
+    models: list[Model], replicas: list[Replica], previous: dict[str, Upstream],
+    engine_headers: dict[str, str] | None = None,
 ) -> dict[str, Route]:
-    """Routes for every catalog model; Upstream objects are reused by id to keep their counters."""
+    """Routes for every catalog model; Upstream objects are reused by id to keep their counters.
+    `engine_headers` authenticate this server to its own engines."""
 
     def upstream(uid: str, base_url: str, headers: dict[str, str]) -> Upstream:
         up = previous.get(uid)
@@ -53,7 +55,7 @@ def build_routes(
             continue
         mine = [r for r in replicas if r.model == m.name and r.state != ReplicaState.STOPPING]
         ready = tuple(
-            upstream(r.id, r.endpoint, {})
+            upstream(r.id, r.endpoint, engine_headers or {})
             for r in mine
             if r.state == ReplicaState.READY and r.endpoint
         )
@@ -64,9 +66,10 @@ def build_routes(
 class Refresher:
     """Holds the current Snapshot and swaps in a new one when the revision moves."""
 
-    def __init__(self, store: Store, secret: bytes) -> None:
+    def __init__(self, store: Store, secret: bytes, engine_key: str | None = None) -> None:
         self._store = store
         self._secret = secret
+        self._engine_headers = {"Authorization": f"Bearer {engine_key}"} if engine_key else {}
         self.current = Snapshot(-1, KeyCache(secret, []), RoutingTable({}))
         self.wake = asyncio.Event()
         # The loop and admin writes both refresh; one at a time, so an older read can never
@@ -104,7 +107,7 @@ class Refresher:
             return False
         revision, keys, models, replicas, guard, limits = await asyncio.to_thread(self._load)
         previous = {u.id: u for r in self.current.table.routes.values() for u in r.upstreams}
-        routes = build_routes(models, replicas, previous)
+        routes = build_routes(models, replicas, previous, self._engine_headers)
         self.current = Snapshot(revision, KeyCache(self._secret, keys), RoutingTable(routes), guard,
                                 limits)
         return True
@@ -118,7 +121,7 @@ class Refresher:
                                 "judge enable --repo`", param="judges")
         route = snap.table.resolve(name)
         up = snap.table.choose(route)
-        return JudgeTarget(spec=spec, base_url=up.base_url.removesuffix("/v1"))
+        return JudgeTarget(spec=spec, base_url=up.base_url.removesuffix("/v1"), headers=up.headers)
 
     async def run(self, interval_s: float) -> None:
         """Poll the revision; a store outage keeps serving from the last snapshot."""

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import aiohttp
@@ -22,6 +22,7 @@ class JudgeTarget:
 
     spec: JudgeSpec
     base_url: str
+    headers: dict[str, str] = field(default_factory=dict)
 
 
 # Finds a ready replica of a judge; raises (NoReadyReplica, ModelNotFound) when there is none.
@@ -87,7 +88,7 @@ class JudgeClient:
                 async with self._session.post(
                     target.base_url + "/completion",
                     data=body,
-                    headers={"Content-Type": "application/json"},
+                    headers={"Content-Type": "application/json", **target.headers},
                 ) as resp:
                     raw = await resp.read()
                     if resp.status != 200:

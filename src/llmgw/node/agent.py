@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from llmgw.core.clock import Clock
-from llmgw.core.errors import LlmgwError
+from llmgw.core.errors import LlmgwError, ServerUnreachable
 from llmgw.core.loops import every
 from llmgw.core.types import Engine, HubSource, LocalSource, Model, Replica, ReplicaState
 from llmgw.engines import llamacpp
@@ -62,6 +62,8 @@ class AgentConfig:
     llama_server: Callable[[], str] = llamacpp.find_binary
     backoff_base_s: float = 1.0
     files: ModelFiles | None = None
+    # The engine key the servers send; engines refuse requests without it. None: no key.
+    engine_key: Callable[[], str | None] = lambda: None
 
 
 class NodeAgent:
@@ -101,7 +103,11 @@ class NodeAgent:
                 del self._tasks[rid]
                 if not task.cancelled() and task.exception() is not None:
                     logger.error("supervisor of %s died: %r", rid, task.exception())
-        actions = plan(await self._assignments(), self.running)
+        try:
+            assigned = await self._assignments()
+        except ServerUnreachable:
+            return  # said once by the link; the replicas keep running as they are
+        actions = plan(assigned, self.running)
         for rid in actions.stop:
             await self._stop(rid)
         for rid in actions.forget:
@@ -154,6 +160,7 @@ class NodeAgent:
         except LlmgwError as exc:
             return exc.message
         host, alias = self._cfg.host, a.model.name
+        key = self._cfg.engine_key()
         return Launch(
             replica_id=a.replica.id,
             command=lambda port: llamacpp.argv(binary, path, profile, host, port, alias),
@@ -162,6 +169,7 @@ class NodeAgent:
             health_path=llamacpp.HEALTH_PATH,
             start_timeout_s=self._cfg.start_timeout_s,
             backoff_base_s=self._cfg.backoff_base_s,
+            env={llamacpp.API_KEY_ENV: key} if key else {},
         )
 
     async def _stop(self, rid: str) -> None:

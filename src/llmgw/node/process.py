@@ -27,12 +27,16 @@ def _die_with_parent() -> None:
         _LIBC.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
 
 
-async def spawn(argv: list[str], log_path: Path) -> asyncio.subprocess.Process:
-    """Start `argv` in its own process group with output appended to `log_path`."""
+async def spawn(
+    argv: list[str], log_path: Path, env: dict[str, str] | None = None
+) -> asyncio.subprocess.Process:
+    """Start `argv` in its own process group with output appended to `log_path`; `env` adds to
+    this process's environment (secrets go there, not in argv, which every user can read)."""
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with open(log_path, "ab") as log:
         return await asyncio.create_subprocess_exec(
             *argv,
+            env={**os.environ, **env} if env else None,
             stdin=asyncio.subprocess.DEVNULL,
             stdout=log,
             stderr=log,

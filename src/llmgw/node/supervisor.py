@@ -34,6 +34,7 @@ class Launch:
     stop_grace_s: float = 10.0
     backoff_base_s: float = 1.0
     backoff_cap_s: float = 30.0
+    env: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -96,7 +97,7 @@ class Supervisor:
         argv = launch.command(port)
         logger.info("starting replica %s: %s", launch.replica_id, " ".join(argv))
         try:
-            proc = await spawn(argv, launch.log_path)
+            proc = await spawn(argv, launch.log_path, launch.env)
         except OSError as exc:
             return None, f"cannot start engine {argv[0]}: {exc}"
         self._proc = proc

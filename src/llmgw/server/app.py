@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Coroutine
+from collections.abc import AsyncIterator, Callable, Coroutine
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
@@ -13,10 +13,13 @@ from typing import Any
 from aiohttp import web
 
 from llmgw.api import admin, data_plane
+from llmgw.api import agent as agent_routes
 from llmgw.api import guard as guard_routes
 from llmgw.api import jobs as job_routes
 from llmgw.api import keys as key_routes
+from llmgw.api import nodes as node_routes
 from llmgw.api.appkeys import (
+    AGENTS,
     CATALOG,
     CLUSTER,
     GATEWAY,
@@ -26,10 +29,13 @@ from llmgw.api.appkeys import (
     JUDGE_STATUS,
     KEYS,
     METRICS,
+    NODES,
 )
 from llmgw.api.errors import openai_errors
+from llmgw.control.agents import AgentService
 from llmgw.control.catalog import CatalogService
 from llmgw.control.leader import Elector, Timing
+from llmgw.control.node_admin import NodeAdmin
 from llmgw.control.replica_keeper import ReplicaKeeper
 from llmgw.control.serve_jobs import ServeJobs
 from llmgw.core.clock import Clock, SystemClock
@@ -87,7 +93,8 @@ class Server:
 
     def build_app(self) -> web.Application:
         s = self.settings
-        refresher = Refresher(self.store, bytes.fromhex(s.key_secret))
+        engine_key = self.store.install.engine_key()
+        refresher = Refresher(self.store, bytes.fromhex(s.key_secret), engine_key)
         files = ModelFiles(self.data_dir / "models")
         client = UpstreamClient(timeout_s=s.upstream_timeout_s)
         judge_client = JudgeClient(refresher.locate_judge)
@@ -110,6 +117,7 @@ class Server:
                 start_timeout_s=s.engine_start_timeout_s,
                 backoff_base_s=self.loops.backoff_base_s,
                 files=files,
+                engine_key=lambda: engine_key,
             ),
             assignments=wiring.agent_assignments(self.store, s.node_id),
             report=wiring.agent_reporter(self.store, self.clock, refresher.wake.set),
@@ -121,9 +129,28 @@ class Server:
             refresher.wake.set()
             agent.wake.set()
 
+        leader_tasks: list[asyncio.Task[None]] = []
+
+        async def elected(epoch: int) -> None:
+            """The control loops only the leader runs, and the serve jobs it owns."""
+            leader_tasks.append(asyncio.create_task(keeper.run(self.loops.keeper_s), name="replica-keeper"))
+            leader_tasks.append(
+                asyncio.create_task(judge_keeper.run(self.loops.keeper_s), name="judge-keeper")
+            )
+            await jobs.resume()
+
+        async def deposed() -> None:
+            await jobs.close()
+            for task in leader_tasks:
+                task.cancel()
+            if leader_tasks:
+                await asyncio.wait(leader_tasks)
+            leader_tasks.clear()
+
+        leadership = Leadership(elected, deposed, self.clock)
         keeper = ReplicaKeeper(
             wiring.keeper_reader(self.store),
-            wiring.keeper_applier(self.store, self.clock),
+            wiring.keeper_applier(self.store, self.clock, leadership.fence),
             self.clock,
             on_change=changed,
         )
@@ -147,7 +174,7 @@ class Server:
         key_admin = KeyAdmin(self.store, self.clock, bytes.fromhex(s.key_secret),
                              lambda: refresher.current.default_limits, on_change=keys_changed)
         judge_keeper = judges.keeper(self.store, jobs, catalog, self.clock, s.judge_grace_s,
-                                     catalog_changed)
+                                     catalog_changed, leadership.fence)
 
         app = web.Application(middlewares=[openai_errors],
                               client_max_size=s.max_body_bytes)
@@ -159,35 +186,30 @@ class Server:
         app[GUARD_ADMIN] = guard_admin
         app[KEYS] = key_admin
         app[JUDGE_STATUS] = judges.status(self.store, judge_keeper, self.clock)
+        app[AGENTS] = AgentService(self.store, self.clock, engine_key, self.loops.agent_s,
+                                   on_change=catalog_changed)
         app.add_routes(data_plane.routes())
         app.add_routes(admin.routes())
         app.add_routes(job_routes.routes())
         app.add_routes(guard_routes.routes())
         app.add_routes(key_routes.routes())
-
-        leader_tasks: list[asyncio.Task[None]] = []
-
-        async def elected(epoch: int) -> None:
-            """The control loops only the leader runs, and the serve jobs it owns."""
-            leader_tasks.append(asyncio.create_task(keeper.run(self.loops.keeper_s), name="replica-keeper"))
-            leader_tasks.append(
-                asyncio.create_task(judge_keeper.run(self.loops.keeper_s), name="judge-keeper")
-            )
-            await jobs.resume()
-
-        async def deposed() -> None:
-            await jobs.close()
-            for task in leader_tasks:
-                task.cancel()
-            if leader_tasks:
-                await asyncio.wait(leader_tasks)
-            leader_tasks.clear()
-
-        leadership = Leadership(elected, deposed)
+        app.add_routes(agent_routes.routes())
+        app[NODES] = NodeAdmin(self.store, self.clock, s.node_timeout_s, on_change=catalog_changed)
+        app.add_routes(node_routes.routes())
 
         async def cluster_status() -> dict[str, Any]:
             lease = await asyncio.to_thread(self.store.leases.get)
+            servers = await asyncio.to_thread(self.store.servers.list)
+            now = self.clock.now()
+            holder = lease.holder if lease is not None and lease.expires_at > now else None
+            if self.store.engine.dialect.name == "sqlite":
+                holder = leadership.server_id
             return {
+                "servers": [{
+                    "id": row.id, "url": row.url, "started_at": row.started_at.isoformat(),
+                    "seen_s_ago": round((now - row.heartbeat_at).total_seconds(), 1),
+                    "leader": row.id == holder,
+                } for row in servers],
                 "server": leadership.server_id,
                 "database": self.store.engine.dialect.name,
                 "leading": leadership.leading,
@@ -204,18 +226,22 @@ class Server:
         async def lifecycle(_app: web.Application) -> AsyncIterator[None]:
             await client.start()
             await judge_client.start()
-            await asyncio.to_thread(self._reset_own_replicas)
-            await self._heartbeat_once()
+            if s.embedded_node:
+                await asyncio.to_thread(self._reset_own_replicas)
+                await self._heartbeat_once()
+            await self._server_heartbeat(leadership.server_id)
             await refresher.refresh()
             self._spawn(refresher.run(s.refresh_interval_s), "refresher")
             self._spawn(verdict_log.run(VERDICT_FLUSH_S), "verdict-log")
             self._spawn(limiter.run(ACCOUNTING_S, meter.flush), "limits-and-usage")
-            self._spawn(self._heartbeats(), "heartbeat")
-            self._spawn(agent.run(self.loops.agent_s), "node-agent")
+            self._spawn(self._heartbeats(leadership.server_id), "heartbeat")
+            if s.embedded_node:
+                self._spawn(agent.run(self.loops.agent_s), "node-agent")
             self._spawn(self._lead(leadership), "leadership")
             yield
             await self._cancel_all()
             await meter.flush()  # a clean shutdown loses no usage
+            await self._quietly(self.store.servers.remove, leadership.server_id)
             await client.close()
             await judge_client.close()
             self.store.close()
@@ -267,10 +293,26 @@ class Server:
         node = hardware.probe(self.settings.node_id)
         await asyncio.to_thread(self.store.nodes.upsert, node, self.clock.now())
 
-    async def _heartbeats(self) -> None:
+    async def _server_heartbeat(self, server_id: str) -> None:
+        s, now = self.settings, self.clock.now()
+        await asyncio.to_thread(self.store.servers.heartbeat, server_id,
+                                f"http://{s.host}:{s.port}", now)
+        # A server gone for a day is not coming back under that id (ids carry the pid).
+        await asyncio.to_thread(self.store.servers.prune, now - timedelta(days=1))
+
+    async def _heartbeats(self, server_id: str) -> None:
         while True:
             await asyncio.sleep(self.loops.heartbeat_s)
-            try:
-                await self._heartbeat_once()
-            except Exception:
-                logger.exception("heartbeat failed")
+            if self.settings.embedded_node:
+                await self._quietly(self._heartbeat_once)
+            await self._quietly(self._server_heartbeat, server_id)
+
+    async def _quietly(self, step: Callable[..., Any], *args: Any) -> None:
+        """A heartbeat that fails (the store is down) is logged; the next one tries again."""
+        try:
+            if asyncio.iscoroutinefunction(step):
+                await step(*args)
+            else:
+                await asyncio.to_thread(step, *args)
+        except Exception:
+            logger.exception("%s failed", getattr(step, "__name__", "heartbeat"))

@@ -7,7 +7,17 @@ import socket
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
+from sqlalchemy import Connection
+
 from llmgw.control.leader import Elector
+from llmgw.core.clock import Clock, SystemClock
+from llmgw.core.errors import StaleEpoch
+from llmgw.store import lease_repo
+from llmgw.store.lease_repo import Fence
+
+
+def _not_leading(_conn: Connection) -> None:
+    raise StaleEpoch("leader-only write refused: this server is not the leader")
 
 
 @dataclass
@@ -16,6 +26,7 @@ class Leadership:
 
     on_elected: Callable[[int], Awaitable[None]]
     on_deposed: Callable[[], Awaitable[None]]
+    clock: Clock = field(default_factory=SystemClock)
     server_id: str = field(default_factory=lambda: f"{socket.gethostname()}-{os.getpid()}")
     elector: Elector | None = None
     epoch: int | None = None
@@ -31,3 +42,12 @@ class Leadership:
     @property
     def leading(self) -> bool:
         return self.epoch is not None
+
+    def fence(self) -> Fence | None:
+        """What a leader-only write checks in its transaction: the lease is still ours at the
+        epoch we were elected with. None on SQLite, where the one server always leads."""
+        if self.elector is None:
+            return None
+        if self.epoch is None:
+            return _not_leading
+        return lease_repo.fence(self.server_id, self.epoch, self.clock.now)

@@ -16,14 +16,16 @@ from llmgw.core.clock import Clock
 from llmgw.core.jobs import ServeRequest
 from llmgw.core.judges import KNOWN
 from llmgw.core.types import Profile, ReplicaState
+from llmgw.store.lease_repo import Fence
 from llmgw.store.store import Store
 
 
 def keeper(
     store: Store, jobs: ServeJobs, catalog: CatalogService, clock: Clock, grace_s: float,
-    on_change: Callable[[], Awaitable[None]],
+    on_change: Callable[[], Awaitable[None]], fence: Callable[[], Fence | None],
 ) -> JudgeKeeper:
-    """A judge keeper reading this install's store and acting through its services."""
+    """A judge keeper reading this install's store and acting through its services; its
+    writes are fenced, so a deposed leader cannot serve or refit a judge."""
 
     def read_store() -> KeeperView:
         nodes = store.nodes.list()
@@ -54,13 +56,14 @@ def keeper(
         return replace(view, jobs=await jobs.jobs())
 
     async def serve(request: ServeRequest) -> object:
-        return await jobs.start(request)
+        return await jobs.start(request, fence())
 
     async def refit(model: str, profiles: list[Profile], by: str, restart: list[str]) -> object:
         def write() -> None:
-            store.catalog.set_profiles(model, profiles, by, clock.now())
+            f = fence()
+            store.catalog.set_profiles(model, profiles, by, clock.now(), f)
             for rid in restart:  # the replica keeper places new ones on the new profile
-                store.replicas.update(rid, clock.now(), state=ReplicaState.STOPPING)
+                store.replicas.update(rid, clock.now(), f, state=ReplicaState.STOPPING)
 
         await asyncio.to_thread(write)
         await on_change()

@@ -26,6 +26,8 @@ async def serve(
 ) -> None:
     """Open the store, start the app and loops, and wait for a stop signal."""
     settings = load(data_dir)
+    overrides = {k: v for k, v in (("host", host), ("port", port)) if v is not None}
+    settings = settings.model_copy(update=overrides)
     store = await asyncio.to_thread(Store.open, settings.database_url(data_dir))
     server = Server(data_dir, settings, store)
     runner = web.AppRunner(server.build_app(), access_log=None, handle_signals=False)
@@ -35,7 +37,7 @@ async def serve(
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
     try:
-        site = web.TCPSite(runner, host or settings.host, port if port is not None else settings.port)
+        site = web.TCPSite(runner, settings.host, settings.port)
         await site.start()
         bound = runner.addresses[0]
         # Everything loaded so far (SQLAlchemy, pydantic, the app) lives as long as the process:

@@ -11,6 +11,7 @@ from llmgw.core.guard import VerdictRecord
 from llmgw.core.types import Model, Node, Replica, ReplicaState
 from llmgw.node.agent import Assignment
 from llmgw.node.supervisor import Status
+from llmgw.store.lease_repo import Fence
 from llmgw.store.store import Store
 
 
@@ -26,17 +27,22 @@ def keeper_reader(
     return run
 
 
-def keeper_applier(store: Store, clock: Clock) -> Callable[[Action], Awaitable[None]]:
+def keeper_applier(
+    store: Store, clock: Clock, fence: Callable[[], Fence | None]
+) -> Callable[[Action], Awaitable[None]]:
+    """Writes the keeper's actions, each fenced: a deposed leader's writes are refused."""
+
     def apply(action: Action) -> None:
-        now = clock.now()
+        now, f = clock.now(), fence()
         match action:
             case Place(replica_id=None) | Pend(replica_id=None):
-                store.replicas.create(new_replica(action), now)
+                store.replicas.create(new_replica(action), now, f)
             case Place():
                 assert action.replica_id is not None
                 store.replicas.update(
                     action.replica_id,
                     now,
+                    f,
                     node_id=action.node_id,
                     profile=action.profile,
                     state=ReplicaState.STARTING,
@@ -48,11 +54,11 @@ def keeper_applier(store: Store, clock: Clock) -> Callable[[Action], Awaitable[N
                 )
             case Pend():
                 assert action.replica_id is not None
-                store.replicas.update(action.replica_id, now, last_error=action.reason)
+                store.replicas.update(action.replica_id, now, f, last_error=action.reason)
             case Stop():
-                store.replicas.update(action.replica_id, now, state=ReplicaState.STOPPING)
+                store.replicas.update(action.replica_id, now, f, state=ReplicaState.STOPPING)
             case Forget():
-                store.replicas.delete(action.replica_id)
+                store.replicas.delete(action.replica_id, f)
 
     async def run(action: Action) -> None:
         await asyncio.to_thread(apply, action)

@@ -14,6 +14,7 @@ from sqlalchemy.exc import IntegrityError
 from llmgw.core.errors import Conflict, ModelNotFound
 from llmgw.core.types import Model, Profile, Scaling
 from llmgw.store.db import bump_revision, utc
+from llmgw.store.lease_repo import Fence
 from llmgw.store.schema import models, replicas
 
 logger = logging.getLogger(__name__)
@@ -88,8 +89,13 @@ class CatalogRepo:
             bump_revision(conn)
         return self.get(name)
 
-    def set_profiles(self, name: str, profiles: Sequence[Profile], by: str, now: datetime) -> Model:
+    def set_profiles(
+        self, name: str, profiles: Sequence[Profile], by: str, now: datetime,
+        fence: Fence | None = None,
+    ) -> Model:
         with self._engine.begin() as conn:
+            if fence is not None:
+                fence(conn)
             row = conn.execute(select(models.c.spec).where(models.c.name == name)).one_or_none()
             if row is None:
                 raise ModelNotFound(f"model {name!r} is not in the catalog", param="name")

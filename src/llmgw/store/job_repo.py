@@ -10,6 +10,7 @@ from sqlalchemy import Engine, insert, select, update
 from llmgw.core.errors import NotFound
 from llmgw.core.jobs import JobState, ServeJob, ServeRequest
 from llmgw.store.db import utc
+from llmgw.store.lease_repo import Fence
 from llmgw.store.schema import serve_jobs
 
 
@@ -46,8 +47,10 @@ class JobRepo:
             raise NotFound(f"job {job_id!r} does not exist", param="id")
         return _to_job(row)
 
-    def create(self, job: ServeJob, now: datetime) -> None:
+    def create(self, job: ServeJob, now: datetime, fence: Fence | None = None) -> None:
         with self._engine.begin() as conn:
+            if fence is not None:
+                fence(conn)
             conn.execute(
                 insert(serve_jobs).values(
                     id=job.id,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -13,6 +14,9 @@ from llmgw.store.db import utc
 from llmgw.store.schema import leases
 
 LEADER = "leader"
+
+# Run first inside a leader-only write's transaction; raises StaleEpoch to roll it back.
+Fence = Callable[[Connection], None]
 
 
 @dataclass(frozen=True)
@@ -86,3 +90,8 @@ def check_epoch(conn: Connection, me: str, epoch: int, now: datetime, name: str 
     if row is None or row.holder != me or row.epoch != epoch or (utc(row.expires_at) or now) < now:
         current = f"epoch {row.epoch} held by {row.holder}" if row is not None else "no lease"
         raise StaleEpoch(f"leader-only write refused: epoch {epoch} is stale ({current})")
+
+
+def fence(me: str, epoch: int, now: Callable[[], datetime]) -> Fence:
+    """The fence of leader `me` at `epoch`, for repository writes only a leader may make."""
+    return lambda conn: check_epoch(conn, me, epoch, now())

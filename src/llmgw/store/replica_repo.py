@@ -9,6 +9,7 @@ from sqlalchemy import Engine, delete, insert, select, update
 
 from llmgw.core.types import Replica, ReplicaState
 from llmgw.store.db import bump_revision, utc
+from llmgw.store.lease_repo import Fence
 from llmgw.store.schema import replicas
 
 
@@ -46,18 +47,24 @@ class ReplicaRepo:
         with self._engine.connect() as conn:
             return [_to_replica(r) for r in conn.execute(query).all()]
 
-    def create(self, replica: Replica, now: datetime) -> None:
+    def create(self, replica: Replica, now: datetime, fence: Fence | None = None) -> None:
         values = replica.model_dump(exclude={"updated_at"})
         values["state"] = replica.state.value
         with self._engine.begin() as conn:
+            if fence is not None:
+                fence(conn)
             conn.execute(insert(replicas).values(**values, updated_at=now))
             bump_revision(conn)
 
-    def update(self, replica_id: str, now: datetime, **fields: Any) -> bool:
+    def update(
+        self, replica_id: str, now: datetime, fence: Fence | None = None, **fields: Any
+    ) -> bool:
         """Change some fields of one replica; False when it no longer exists."""
         if "state" in fields and isinstance(fields["state"], ReplicaState):
             fields["state"] = fields["state"].value
         with self._engine.begin() as conn:
+            if fence is not None:
+                fence(conn)
             changed = conn.execute(
                 update(replicas).where(replicas.c.id == replica_id).values(**fields, updated_at=now)
             ).rowcount
@@ -65,7 +72,9 @@ class ReplicaRepo:
                 bump_revision(conn)
         return bool(changed)
 
-    def delete(self, replica_id: str) -> None:
+    def delete(self, replica_id: str, fence: Fence | None = None) -> None:
         with self._engine.begin() as conn:
+            if fence is not None:
+                fence(conn)
             if conn.execute(delete(replicas).where(replicas.c.id == replica_id)).rowcount:
                 bump_revision(conn)

@@ -7,6 +7,7 @@ from sqlalchemy import Engine
 from llmgw.store.catalog_repo import CatalogRepo
 from llmgw.store.db import migrate, open_engine, read_revision
 from llmgw.store.guard_repo import GuardRepo
+from llmgw.store.install_repo import InstallRepo
 from llmgw.store.job_repo import JobRepo
 from llmgw.store.key_repo import KeyRepo
 from llmgw.store.lease_repo import LeaseRepo
@@ -30,6 +31,7 @@ class Store:
         self.usage = UsageRepo(engine)
         self.leases = LeaseRepo(engine)
         self.servers = ServerRepo(engine)
+        self.install = InstallRepo(engine)
 
     @classmethod
     def open(cls, url: str, *, migrate_schema: bool = True) -> Store:

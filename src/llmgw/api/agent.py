@@ -1,0 +1,30 @@
+"""The agent API: `/agent/v1/*`, for node agents holding a join token."""
+
+from __future__ import annotations
+
+from aiohttp import web
+from pydantic import ValidationError
+
+from llmgw.api.admin import invalid
+from llmgw.api.appkeys import AGENTS, GATEWAY
+from llmgw.api.body import json_response, read_json
+from llmgw.core.agent_wire import SyncRequest
+from llmgw.core.errors import Forbidden
+from llmgw.core.types import KeyScope
+
+
+async def sync(request: web.Request) -> web.Response:
+    key = request.app[GATEWAY].authenticate(request.headers.get("Authorization"))
+    if key.scope not in (KeyScope.NODE, KeyScope.ADMIN):
+        raise Forbidden("the agent API needs a node join token (`llmgw ctl node token create`)")
+    _, payload = await read_json(request)
+    try:
+        req = SyncRequest.model_validate(payload)
+    except ValidationError as exc:
+        raise invalid(exc) from exc
+    answer = await request.app[AGENTS].sync(req)
+    return json_response(answer.model_dump(mode="json"))
+
+
+def routes() -> list[web.RouteDef]:
+    return [web.post("/agent/v1/sync", sync)]

@@ -1,0 +1,42 @@
+"""What node agents and servers say to each other on `/agent/v1/sync`."""
+
+from __future__ import annotations
+
+from pydantic import Field
+
+from llmgw.core.types import Frozen, Model, Node, Replica, ReplicaState
+
+
+class ReplicaReport(Frozen):
+    """The latest a node's supervisor said about one replica."""
+
+    id: str
+    state: ReplicaState
+    endpoint: str | None = None
+    pid: int | None = None
+    restarts: int = 0
+    last_error: str | None = None
+
+
+class SyncRequest(Frozen):
+    """One agent round: the node (its heartbeat), what changed, and what it stopped."""
+
+    node: Node
+    replicas: list[ReplicaReport] = Field(default_factory=list, max_length=10_000)
+    # Replicas the server told it to stop, whose engines are gone: their rows can go.
+    stopped: list[str] = Field(default_factory=list, max_length=10_000)
+
+
+class Assigned(Frozen):
+    """A replica placed on the node, with its catalog entry (None: only there to be stopped)."""
+
+    replica: Replica
+    model: Model | None
+
+
+class SyncResponse(Frozen):
+    """The node's replicas, the key its engines require, and how often to come back."""
+
+    assignments: list[Assigned]
+    engine_key: str
+    interval_s: float

@@ -1,0 +1,127 @@
+"""A node agent's link to its servers: one `/agent/v1/sync` call per round.
+
+The round is the heartbeat, carries the supervisors' latest reports (kept until a server has
+them, so nothing said while the servers were away is lost) and brings the assignments back.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+
+import aiohttp
+import orjson
+from pydantic import ValidationError
+
+from llmgw.core.agent_wire import ReplicaReport, SyncRequest, SyncResponse
+from llmgw.core.errors import JoinRefused, ServerUnreachable
+from llmgw.core.types import Node
+from llmgw.node.agent import Assignment
+from llmgw.node.supervisor import Status
+
+logger = logging.getLogger(__name__)
+
+SYNC_PATH = "/agent/v1/sync"
+
+
+class ServerLink:
+    """Tries each server in turn, starting with the last one that answered."""
+
+    def __init__(
+        self, servers: list[str], token: str, node: Callable[[], Node], timeout_s: float = 10.0
+    ) -> None:
+        if not servers:
+            raise ValueError("a node agent needs at least one server URL")
+        self._servers = [s.rstrip("/") for s in servers]
+        self._token = token
+        self._node = node
+        self._timeout = aiohttp.ClientTimeout(total=timeout_s)
+        self._session: aiohttp.ClientSession | None = None
+        self._pending: dict[str, Status] = {}
+        self._stopped: set[str] = set()
+        self._good = 0
+        self._cut_off = False
+        self.engine_key: str | None = None
+        self.interval_s: float | None = None
+
+    async def start(self) -> None:
+        self._session = aiohttp.ClientSession(timeout=self._timeout)
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+
+    async def report(self, replica_id: str, status: Status) -> None:
+        """Keep the latest status of a replica for the next round (the agent wakes one)."""
+        self._pending[replica_id] = status
+
+    async def forget(self, replica_id: str) -> None:
+        """A replica the servers told this node to stop is gone: say so next round."""
+        self._stopped.add(replica_id)
+        self._pending.pop(replica_id, None)
+
+    async def assignments(self) -> list[Assignment]:
+        """One round with the first server that answers; ServerUnreachable when none does."""
+        sent = dict(self._pending)
+        stopped = set(self._stopped)
+        body = orjson.dumps(SyncRequest(
+            node=self._node(),
+            replicas=[_report(rid, s) for rid, s in sent.items()],
+            stopped=sorted(stopped),
+        ).model_dump(mode="json"))
+        answer = await self._round(body)
+        # Only what this round carried is done: a report that came in meanwhile goes next time.
+        for rid, status in sent.items():
+            if self._pending.get(rid) is status:
+                del self._pending[rid]
+        self._stopped -= stopped
+        self.engine_key, self.interval_s = answer.engine_key, answer.interval_s
+        return [Assignment(a.replica, a.model) for a in answer.assignments]
+
+    async def _round(self, body: bytes) -> SyncResponse:
+        assert self._session is not None, "ServerLink.start() was not called"
+        errors: list[str] = []
+        n = len(self._servers)
+        for i in range(n):
+            index = (self._good + i) % n
+            url = self._servers[index]
+            try:
+                async with self._session.post(
+                    url + SYNC_PATH, data=body,
+                    headers={"Authorization": f"Bearer {self._token}",
+                             "Content-Type": "application/json"},
+                ) as resp:
+                    raw = await resp.read()
+                    if resp.status in (401, 403):
+                        raise JoinRefused(f"{url} refused this node: {_message(raw)}")
+                    if resp.status != 200:
+                        errors.append(f"{url}: HTTP {resp.status} {_message(raw)}")
+                        continue
+            except (aiohttp.ClientError, TimeoutError) as exc:
+                errors.append(f"{url}: {type(exc).__name__}: {exc}")
+                continue
+            try:
+                answer = SyncResponse.model_validate_json(raw)
+            except ValidationError as exc:
+                errors.append(f"{url}: unexpected answer ({exc.error_count()} errors)")
+                continue
+            if self._cut_off or index != self._good:
+                logger.info("connected to server %s", url)
+            self._good, self._cut_off = index, False
+            return answer
+        if not self._cut_off:
+            logger.warning("no server reachable (%s); replicas keep running", "; ".join(errors))
+        self._cut_off = True
+        raise ServerUnreachable("no server reachable: " + "; ".join(errors))
+
+
+def _report(replica_id: str, s: Status) -> ReplicaReport:
+    return ReplicaReport(id=replica_id, state=s.state, endpoint=s.endpoint, pid=s.pid,
+                         restarts=s.restarts, last_error=s.last_error)
+
+
+def _message(raw: bytes) -> str:
+    try:
+        return str(orjson.loads(raw)["error"]["message"])
+    except (orjson.JSONDecodeError, KeyError, TypeError):
+        return raw[:200].decode("utf-8", "replace")

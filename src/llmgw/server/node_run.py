@@ -1,0 +1,106 @@
+"""`llmgw node run`: a node agent on its own machine, joined to the servers with a token."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+import socket
+from dataclasses import dataclass, field
+from pathlib import Path
+from urllib.parse import urlsplit
+
+from llmgw.core.clock import SystemClock
+from llmgw.core.types import Node
+from llmgw.node import hardware
+from llmgw.node.agent import AgentConfig, NodeAgent
+from llmgw.node.files import ModelFiles
+from llmgw.node.remote import ServerLink
+from llmgw.node.supervisor import Status
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class NodeOptions:
+    """What `llmgw node run` was told; hardware left None is probed."""
+
+    servers: list[str]
+    token: str
+    data_dir: Path
+    node_id: str = field(default_factory=socket.gethostname)
+    address: str | None = None
+    labels: dict[str, str] = field(default_factory=dict)
+    cores: int | None = None
+    memory_gb: float | None = None
+    gpus: dict[str, int] = field(default_factory=dict)
+    interval_s: float = 5.0
+    start_timeout_s: float = 120.0
+
+
+def reaching_address(server_url: str) -> str:
+    """The local address this machine uses to reach `server_url`: the one servers can reach
+    back, so engines listen there (a UDP connect sends nothing; it only picks the route)."""
+    parts = urlsplit(server_url)
+    host = parts.hostname or "127.0.0.1"
+    port = parts.port or 80
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+            s.connect((host, port))
+            return str(s.getsockname()[0])
+    except OSError:
+        return "127.0.0.1"
+
+
+def describe(opts: NodeOptions) -> Node:
+    """This node as it registers: probed hardware, with what the flags declare on top."""
+    address = opts.address or reaching_address(opts.servers[0])
+    probed = hardware.probe(opts.node_id, address)
+    return probed.model_copy(update={
+        "labels": {**probed.labels, **opts.labels},
+        "cores": opts.cores if opts.cores is not None else probed.cores,
+        "memory_gb": opts.memory_gb if opts.memory_gb is not None else probed.memory_gb,
+        "gpus": opts.gpus or probed.gpus,
+    })
+
+
+async def run_node(opts: NodeOptions) -> None:
+    """Run the agent until SIGINT or SIGTERM; then stop every engine it started."""
+    node = describe(opts)
+    link = ServerLink(opts.servers, opts.token, lambda: node)
+    agent: NodeAgent
+
+    async def report(replica_id: str, status: Status) -> None:
+        await link.report(replica_id, status)
+        agent.wake.set()  # a new state reaches the servers now, not at the next heartbeat
+
+    agent = NodeAgent(
+        AgentConfig(
+            node_id=node.id,
+            host=node.address,
+            log_dir=opts.data_dir / "logs",
+            start_timeout_s=opts.start_timeout_s,
+            files=ModelFiles(opts.data_dir / "models"),
+            engine_key=lambda: link.engine_key,
+        ),
+        assignments=link.assignments,
+        report=report,
+        forget=link.forget,
+        clock=SystemClock(),
+    )
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    await link.start()
+    logger.info("node %s (%s, %d cores, %.1f GB, GPUs %s, labels %s) joining %s", node.id,
+                node.address, node.cores, node.memory_gb, node.gpus or "none", node.labels,
+                ", ".join(opts.servers))
+    task = asyncio.create_task(agent.run(opts.interval_s), name="node-agent")
+    try:
+        await stop.wait()
+        logger.info("stopping: engines get SIGTERM, then SIGKILL")
+    finally:
+        task.cancel()
+        await asyncio.wait({task})
+        await link.close()
