@@ -618,3 +618,14 @@ async def test_run_looks_until_cancelled() -> None:
         await task
 
     assert [r.name for r in world.served] == [QWEN_4B]
+
+
+def test_the_keepers_judge_goes_to_the_judge_machine_like_inits() -> None:
+    # Whichever entry lands (init's or the keeper's), the judge runs on the judge machine: the
+    # change note's second judge off the judge machine cannot happen.
+    actions, _ = plan(KeeperState(), view(QWEN_4B, grace=timedelta(0),
+                                          judge_node_selector={"role": "judge"}), NOW)
+
+    [serve] = [a for a in actions if isinstance(a, ServeJudge)]
+    assert [p.node_selector for p in serve.request.profiles] == [{"role": "judge"}]
+    assert serve.request.if_absent

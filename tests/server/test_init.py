@@ -5,7 +5,10 @@ from __future__ import annotations
 import stat
 from pathlib import Path
 
+import pytest
+
 from llmgw.core.settings import load
+from llmgw.server import init as init_module
 from llmgw.server.init import init
 from llmgw.store.store import Store
 
@@ -36,3 +39,42 @@ def test_second_init_reports_what_exists_and_shows_no_key(tmp_path: Path) -> Non
     again = init(tmp_path / "data")
     assert again.admin_key is None and again.created == []
     assert any(line.startswith("admin key sk-llmgw-") for line in again.existed)
+
+
+def test_init_asks_for_its_judge_on_the_judge_machine_once(tmp_path: Path) -> None:
+    result = init(tmp_path / "data", judge_node={"role": "judge"})
+    assert "judge machine: the node labelled role=judge" in result.created
+    store = Store.open(load(tmp_path / "data").database_url(tmp_path / "data"))
+    try:
+        [job] = store.jobs.list()
+        assert job.model == "qwen3guard-0.6b" and job.state.value == "queued"
+        # If the keeper (or an operator) adds the judge first, init's entry gives way.
+        assert job.request.if_absent and job.request.guard
+        assert [p.node_selector for p in job.request.profiles] == [{"role": "judge"}]
+        assert store.install.judge_node_selector() == {"role": "judge"}
+    finally:
+        store.close()
+    again = init(tmp_path / "data", judge_node={"role": "judge"})
+    assert "serve job for judge qwen3guard-0.6b" in again.existed
+    assert again.created == []
+
+
+def test_the_demo_judge_goes_to_the_judge_machine(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def small_demo_file(models_dir: Path) -> Path:
+        models_dir.mkdir(parents=True, exist_ok=True)
+        (models_dir / "demo.gguf").write_bytes(b"GGUF")
+        return models_dir / "demo.gguf"
+
+    # The demo GGUF is 240 MB to assemble; its placement is what this test is about.
+    monkeypatch.setattr(init_module, "demo_model_path", small_demo_file)
+    init(tmp_path / "data", demo=True, judge_node={"role": "judge"}, embedded_node=False)
+    assert load(tmp_path / "data").embedded_node is False
+    store = Store.open(load(tmp_path / "data").database_url(tmp_path / "data"))
+    try:
+        models = {m.name: m for m in store.catalog.list()}
+    finally:
+        store.close()
+    assert models["demo-judge"].profiles[0].node_selector == {"role": "judge"}
+    assert models["gemma3-270m"].profiles[0].node_selector == {}

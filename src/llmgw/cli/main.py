@@ -50,13 +50,21 @@ def server_init(
     save_ctl_config: Annotated[
         bool, typer.Option(help="Save the URL and new admin key for `llmgw ctl` (mode 0600).")
     ] = False,
+    judge_node: Annotated[list[str] | None, typer.Option(
+        help="LABEL=VALUE of the judge machine: the guard's judge runs only on nodes with "
+             "this label (repeatable).")] = None,
+    embedded_node: Annotated[bool, typer.Option(
+        help="Run replicas inside the server too (one machine); HA servers usually leave them "
+             "to `llmgw node run` agents.")] = True,
 ) -> None:
     """Create the data dir, config, database and first admin key. Safe to run twice."""
     from llmgw.server.init import init
 
     directory = data_dir or default_data_dir()
     try:
-        result = init(directory, host=host, port=port, database=database, demo=demo, guard=guard)
+        result = init(directory, host=host, port=port, database=database, demo=demo, guard=guard,
+                      judge_node=_pairs(judge_node or [], "--judge-node") or None,
+                      embedded_node=embedded_node)
     except LlmgwError as exc:
         render.error(exc.message)
         raise typer.Exit(1) from None

@@ -102,6 +102,9 @@ class KeeperView:
     # Free GPUs by class; list every class the cluster has, even one with none free.
     gpu_free_by_class: Mapping[str, int] = field(default_factory=dict)
     replica_ids: Mapping[str, list[str]] = field(default_factory=dict)  # model -> its replicas
+    # `server init --judge-node`: the labels of the judge machine. The keeper's judges go there
+    # too, so whichever of init's entry and the keeper's lands, the judge runs on that machine.
+    judge_node_selector: Mapping[str, str] = field(default_factory=dict)
     grace: timedelta = JUDGE_GRACE
     retry: timedelta = JUDGE_RETRY
 
@@ -182,7 +185,8 @@ def plan(state: KeeperState, view: KeeperView, now: datetime) -> tuple[list[Keep
             if gpu_class is None:
                 actions.append(Warn(name, _no_gpu(name)))
                 continue
-        actions.append(ServeJudge(judge_request(spec, view.node_cores, gpu_class)))
+        actions.append(ServeJudge(judge_request(spec, view.node_cores, gpu_class,
+                                                view.judge_node_selector)))
     return actions, KeeperState(first=first, tried=tried, looked=frozenset(looked), said=frozenset(said))
 
 
@@ -231,16 +235,23 @@ def wanted_judges(policies: list[Policy]) -> list[str]:
     return sorted({j for p in policies if p.enabled for j in p.judges})
 
 
-def judge_request(spec: JudgeSpec, node_cores: list[int], gpu_class: str | None = None) -> ServeRequest:
-    """The serve request for a judge: on `gpu_class` when given, else on CPUs as init sizes it."""
+def judge_request(
+    spec: JudgeSpec, node_cores: list[int], gpu_class: str | None = None,
+    node_selector: Mapping[str, str] | None = None, by: str = SERVED_BY,
+) -> ServeRequest:
+    """The serve request for a judge: on `gpu_class` when given, else on CPUs as init sizes it;
+    on the judge machine (`node_selector`) when the install has one."""
     memory = judge_memory_gb(spec.size_gb)
+    selector = dict(node_selector or {})
     if gpu_class is not None:
         profile = Profile(name="gpu", engine=Engine.LLAMACPP, args=[*JUDGE_ARGS, *GPU_ARGS],
-                          cpu_cores=JUDGE_CORES, min_memory_gb=memory, gpu_class=gpu_class, gpu=1)
+                          cpu_cores=JUDGE_CORES, min_memory_gb=memory, gpu_class=gpu_class, gpu=1,
+                          node_selector=selector)
         replicas = GPU_JUDGE_REPLICAS
     else:
         profile = Profile(name="cpu", engine=Engine.LLAMACPP, args=list(JUDGE_ARGS),
-                          cpu_cores=refit_cores(JUDGE_REPLICAS, node_cores), min_memory_gb=memory)
+                          cpu_cores=refit_cores(JUDGE_REPLICAS, node_cores), min_memory_gb=memory,
+                          node_selector=selector)
         replicas = JUDGE_REPLICAS
     return ServeRequest(
         name=spec.name,
@@ -250,7 +261,7 @@ def judge_request(spec: JudgeSpec, node_cores: list[int], gpu_class: str | None 
         guard=True,
         # init, or an operator, may add it while this fetches: theirs stays.
         if_absent=True,
-        by=SERVED_BY,
+        by=by,
     )
 
 

@@ -48,6 +48,8 @@ class ServerSettings(BaseModel):
     judge_grace_s: float = Field(default=600.0, ge=0)
     # A node whose agent has not reported for this long is lost: its replicas go elsewhere.
     node_timeout_s: float = Field(default=30.0, gt=0)
+    # How often the leader's keepers look even when nothing woke them (changes wake them).
+    keeper_interval_s: float = Field(default=5.0, gt=0, le=300)
     # Leader election on PostgreSQL (ttl > renew deadline > 1.2 × retry; checked at start).
     leader_ttl_s: float = Field(default=15.0, gt=0)
     leader_renew_deadline_s: float = Field(default=10.0, gt=0)

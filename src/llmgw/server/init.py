@@ -4,20 +4,24 @@ from __future__ import annotations
 
 import os
 import secrets
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from llmgw.control.judge_keeper import judge_request
 from llmgw.core.clock import Clock, SystemClock
 from llmgw.core.errors import ConfigError
 from llmgw.core.guard import Policy
 from llmgw.core.ids import hash_key, key_prefix, new_api_key, new_id
-from llmgw.core.judges import DEFAULT_JUDGE, DEMO_JUDGE, DEMO_NOTE
+from llmgw.core.jobs import ServeJob
+from llmgw.core.judges import DEFAULT_JUDGE, DEMO_JUDGE, DEMO_NOTE, KNOWN
 from llmgw.core.settings import CONFIG_FILE, ServerSettings, dump, load
 from llmgw.core.types import ApiKey, Engine, KeyScope, LocalSource, Model, Profile, Scaling
 from llmgw.store.db import redact, schema_exists
 from llmgw.store.store import Store
 
 DEMO_MODEL = "gemma3-270m"
+INIT_BY = "llmgw server init"
 ADMIN_KEY_NAME = "admin"
 
 
@@ -67,7 +71,7 @@ def demo_model(path: Path) -> Model:
     )
 
 
-def demo_judge(path: Path) -> Model:
+def demo_judge(path: Path, node_selector: dict[str, str] | None = None) -> Model:
     """The demo judge: the demo GGUF speaking the Qwen3Guard format. Not a safety model."""
     return Model(
         name=DEMO_JUDGE,
@@ -78,7 +82,7 @@ def demo_judge(path: Path) -> Model:
                     # cache llama-server cannot reuse the judge prompt's fixed head (measured:
                     # prompt time 950 ms -> 370 ms per judgment).
                     args=["--ctx-size", "4096", "--cache-ram", "0", "--parallel", "2", "--swa-full"],
-                    cpu_cores=1, min_memory_gb=1.0)
+                    cpu_cores=1, min_memory_gb=1.0, node_selector=node_selector or {})
         ],
         scaling=Scaling(min=1, max=1),
         guard=True,
@@ -98,9 +102,16 @@ def init(
     database: str = "",
     demo: bool = False,
     guard: bool = True,
+    judge_node: dict[str, str] | None = None,
+    embedded_node: bool = True,
     clock: Clock | None = None,
 ) -> InitResult:
-    """Create what is missing; report what already exists and leave it unchanged."""
+    """Create what is missing; report what already exists and leave it unchanged.
+
+    With the guard on, init asks for its judge: the demo judge's entry (`demo`), or a serve
+    job for the default judge that the leader runs as soon as a server starts. `judge_node`
+    (labels) makes the machine carrying them the judge machine: init's judge and any judge
+    the keeper serves later are placed there only."""
     clock = clock or SystemClock()
     data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
     config_path = data_dir / CONFIG_FILE
@@ -109,7 +120,8 @@ def init(
         result = InitResult(data_dir, settings, existed=[f"config {config_path}"])
     else:
         settings = ServerSettings(
-            host=host, port=port, database=database, key_secret=secrets.token_hex(32)
+            host=host, port=port, database=database, key_secret=secrets.token_hex(32),
+            embedded_node=embedded_node,
         )
         # The config holds the key-hashing secret: readable by its owner only.
         fd = os.open(config_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
@@ -141,9 +153,18 @@ def init(
             )
             result.admin_key = key
             result.created.append(f"admin key {key_prefix(key)}…{key[-4:]}")
+        if judge_node:
+            if store.install.judge_node_selector() == judge_node:
+                result.existed.append(f"judge machine {_labels(judge_node)}")
+            else:
+                store.install.set_judge_node_selector(judge_node)
+                result.created.append(f"judge machine: the node labelled {_labels(judge_node)}")
+        selector = store.install.judge_node_selector()
         if demo:
             names = {m.name for m in store.catalog.list()}
-            wanted = [(DEMO_MODEL, demo_model), *([(DEMO_JUDGE, demo_judge)] if guard else [])]
+            wanted: list[tuple[str, Callable[[Path], Model]]] = [(DEMO_MODEL, demo_model)]
+            if guard:
+                wanted.append((DEMO_JUDGE, lambda p: demo_judge(p, selector)))
             path: Path | None = None
             for name, build in wanted:
                 if name in names:
@@ -160,6 +181,29 @@ def init(
                 judge = DEMO_JUDGE if demo else DEFAULT_JUDGE
                 store.guard.set_policy(default_policy(judge), "llmgw server init", clock.now())
                 result.created.append(f"guard policy default (input of every model, judge {judge})")
+            if not demo:
+                _ask_for_judge(store, selector, clock, result)
     finally:
         store.close()
     return result
+
+
+def _ask_for_judge(store: Store, selector: dict[str, str], clock: Clock, result: InitResult) -> None:
+    """Queue a serve job for the default judge unless it is served or on its way. The leader runs
+    it when a server starts; `if_absent`, so an entry added meanwhile is the one that stays."""
+    if DEFAULT_JUDGE in {m.name for m in store.catalog.list()}:
+        result.existed.append(f"judge {DEFAULT_JUDGE} in the catalog")
+        return
+    if any(j.model == DEFAULT_JUDGE and not j.state.finished for j in store.jobs.list()):
+        result.existed.append(f"serve job for judge {DEFAULT_JUDGE}")
+        return
+    request = judge_request(KNOWN[DEFAULT_JUDGE], [], node_selector=selector, by=INIT_BY)
+    job = ServeJob(id=new_id("job"), request=request, created_at=clock.now())
+    store.jobs.create(job, clock.now())
+    where = f" on the node labelled {_labels(selector)}" if selector else ""
+    result.created.append(f"serve job {job.id} for judge {DEFAULT_JUDGE}{where} "
+                          "(fetched when the server starts)")
+
+
+def _labels(selector: dict[str, str]) -> str:
+    return ",".join(f"{k}={v}" for k, v in sorted(selector.items()))

@@ -28,7 +28,10 @@ def keeper(
     writes are fenced, so a deposed leader cannot serve or refit a judge."""
 
     def read_store() -> KeeperView:
-        nodes = store.nodes.list()
+        selector = store.install.judge_node_selector()
+        # Judges are sized for the machines they may run on.
+        nodes = [n for n in store.nodes.list()
+                 if all(n.labels.get(k) == v for k, v in selector.items())]
         replicas = store.replicas.list()
         gpus: dict[str, int] = {}
         for n in nodes:
@@ -48,6 +51,7 @@ def keeper(
             node_cores=[n.cores for n in nodes],
             gpu_free_by_class=gpus,
             replica_ids=ids,
+            judge_node_selector=selector,
             grace=timedelta(seconds=grace_s),
         )
 

@@ -12,7 +12,7 @@ from pathlib import Path
 from aiohttp import web
 
 from llmgw.core.settings import load
-from llmgw.server.app import Server
+from llmgw.server.app import Loops, Server
 from llmgw.store.store import Store
 
 logger = logging.getLogger(__name__)
@@ -29,7 +29,7 @@ async def serve(
     overrides = {k: v for k, v in (("host", host), ("port", port)) if v is not None}
     settings = settings.model_copy(update=overrides)
     store = await asyncio.to_thread(Store.open, settings.database_url(data_dir))
-    server = Server(data_dir, settings, store)
+    server = Server(data_dir, settings, store, loops=Loops(keeper_s=settings.keeper_interval_s))
     runner = web.AppRunner(server.build_app(), access_log=None, handle_signals=False)
     await runner.setup()
     stop = asyncio.Event()

@@ -1,15 +1,16 @@
-"""Install-wide values every server shares: the engine key."""
+"""Install-wide values every server shares: the engine key and the judge machine."""
 
 from __future__ import annotations
 
 import secrets
 
-from sqlalchemy import Engine, insert, select
+from sqlalchemy import Engine, delete, insert, select
 from sqlalchemy.exc import IntegrityError
 
 from llmgw.store.schema import settings
 
 ENGINE_KEY = "engine_key"
+JUDGE_NODE = "judge_node_selector"
 
 
 class InstallRepo:
@@ -35,3 +36,14 @@ class InstallRepo:
                 ).one()
                 return str(row.value)
             return key
+
+    def judge_node_selector(self) -> dict[str, str]:
+        """The labels of the judge machine (`server init --judge-node`); empty when none."""
+        with self._engine.connect() as conn:
+            row = conn.execute(select(settings.c.value).where(settings.c.name == JUDGE_NODE)).first()
+        return dict(row.value) if row is not None else {}
+
+    def set_judge_node_selector(self, selector: dict[str, str]) -> None:
+        with self._engine.begin() as conn:
+            conn.execute(delete(settings).where(settings.c.name == JUDGE_NODE))
+            conn.execute(insert(settings).values(name=JUDGE_NODE, value=selector))
