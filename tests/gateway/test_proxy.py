@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import socket
+import time
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -97,6 +98,8 @@ async def test_a_refused_replica_is_skipped_and_the_other_answers(
         status, body = await through(client, route, b'{"model": "m"}')
         assert status == 200 and b"chat.completion" in body
     assert dead.outstanding == 0 and live.outstanding == 0
+    # Until the routing table learns the replica is gone, it goes last: no request waits on it.
+    assert dead.down_until > time.monotonic()
 
 
 async def test_two_refusals_are_a_502(gateway_client: Any) -> None:

@@ -157,3 +157,13 @@ def test_starting_replicas_are_named_by_state_and_duplicates_collapse() -> None:
         replica_failed("r3", error="engine killed by signal 9"),
     ]
     assert unavailable_reason(replicas) == "failed: engine killed by signal 9; starting"
+
+
+def test_a_refused_upstream_goes_last_until_its_time_is_up() -> None:
+    a, b = Upstream("a", "http://a"), Upstream("b", "http://b", outstanding=3)
+    a.down_until = 100.0
+    # b is busier, but a just refused a connection (its node may be gone).
+    assert pick((a, b), frozenset(), 0, now=50.0) is b
+    # When a is the only one left it is still tried: better than refusing the request.
+    assert pick((a, b), frozenset({"b"}), 0, now=50.0) is a
+    assert pick((a, b), frozenset(), 0, now=100.5) is a

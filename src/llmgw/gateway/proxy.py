@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import time
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -21,6 +22,10 @@ from llmgw.gateway.routing import Route, RoutingTable, Upstream
 from llmgw.gateway.usage import UsageTap
 
 logger = logging.getLogger(__name__)
+
+# How long an upstream that could not be reached goes last in line: long enough to cover the
+# routing table's next refresh, which drops a replica whose node is gone.
+DOWN_FOR_S = 5.0
 
 SSE_HEADERS = {
     "Content-Type": "text/event-stream",
@@ -95,9 +100,11 @@ class UpstreamClient:
             try:
                 resp = await self._session.post(up.base_url + path, data=body, headers=headers)
                 break
-            except aiohttp.ClientConnectorError as exc:
+            except (aiohttp.ClientConnectorError, aiohttp.ConnectionTimeoutError) as exc:
+                # Nothing was sent: trying another upstream cannot run the request twice.
                 up.outstanding -= 1
-                logger.warning("upstream %s refused the connection: %s", up.id, exc)
+                up.down_until = time.monotonic() + DOWN_FOR_S
+                logger.warning("upstream %s could not be reached: %s", up.id, exc)
                 tried = tried | {up.id}
                 if len(tried) >= 2 or len(tried) >= len(route.upstreams):
                     raise UpstreamError(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 
 from llmgw.core.errors import ModelNotFound, NoReadyReplica
@@ -20,6 +21,9 @@ class Upstream:
     base_url: str
     headers: dict[str, str] = field(default_factory=dict)
     outstanding: int = 0
+    # Monotonic time until which a refused connection keeps this upstream last in line: its
+    # node may have just died, and the routing table only learns that on the next refresh.
+    down_until: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -34,16 +38,23 @@ class Route:
     unavailable: str = ""
 
 
-def pick(upstreams: tuple[Upstream, ...], exclude: frozenset[str], turn: int) -> Upstream | None:
-    """The upstream with the fewest requests in flight; ties rotate with `turn`."""
+def pick(
+    upstreams: tuple[Upstream, ...], exclude: frozenset[str], turn: int, now: float = 0.0
+) -> Upstream | None:
+    """The upstream with the fewest requests in flight, one recently refused only when no other
+    is left; ties rotate with `turn`."""
     best: Upstream | None = None
+    best_down = True
     n = len(upstreams)
     for i in range(n):
         up = upstreams[(turn + i) % n]
         if up.id in exclude:
             continue
-        if best is None or up.outstanding < best.outstanding:
-            best = up
+        down = up.down_until > now
+        if best is None or (best_down and not down) or (
+            down == best_down and up.outstanding < best.outstanding
+        ):
+            best, best_down = up, down
     return best
 
 
@@ -63,7 +74,7 @@ class RoutingTable:
     def choose(self, route: Route, exclude: frozenset[str] = frozenset()) -> Upstream:
         """An upstream for one attempt; NoReadyReplica with the reason when there is none."""
         self._turn += 1
-        up = pick(route.upstreams, exclude, self._turn)
+        up = pick(route.upstreams, exclude, self._turn, time.monotonic())
         if up is None:
             if exclude:
                 raise NoReadyReplica(
