@@ -93,8 +93,9 @@ async def test_a_refused_replica_is_skipped_and_the_other_answers(
     client, _ = gateway_client
     dead = Upstream("dead", f"http://127.0.0.1:{dead_port()}/v1")
     live = Upstream("live", str(upstream.make_url("/v1")))
-    route = Route(local_model(), (dead, live))
-    for _ in range(4):  # whichever the balancer tries first, the request succeeds
+    # Each call builds a fresh table whose first pick is the second upstream: the dead one.
+    route = Route(local_model(), (live, dead))
+    for _ in range(4):
         status, body = await through(client, route, b'{"model": "m"}')
         assert status == 200 and b"chat.completion" in body
     assert dead.outstanding == 0 and live.outstanding == 0
