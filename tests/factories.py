@@ -5,7 +5,7 @@ Plain functions with keyword overrides, so any test module can `from tests.facto
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from llmgw.core.ids import hash_key, key_prefix, new_api_key
@@ -55,6 +55,24 @@ def gpu_node(id: str = "gpu", *, gpus: dict[str, int] | None = None, **over: Any
     return node(id, cores=8, memory_gb=32.0, gpus=gpus if gpus is not None else {"l4": 1}, **over)
 
 
+def judge_machine(
+    id: str = "judge-box", *, cores: int = 4, memory_gb: float = 16.0, **over: Any
+) -> Node:
+    """A 4-core, 16 GB node set aside for judges: labelled role=judge."""
+    over.setdefault("labels", {"role": "judge"})
+    return node(id, cores=cores, memory_gb=memory_gb, **over)
+
+
+def tiny_node(id: str = "tiny", **over: Any) -> Node:
+    """Plenty of cores, little memory: 16 cores, 2 GB."""
+    return node(id, cores=16, memory_gb=2.0, **over)
+
+
+def silent_node(id: str = "silent", *, silent_s: float = 47, **over: Any) -> Node:
+    """An 8-core node whose last heartbeat was `silent_s` seconds before NOW."""
+    return node_8_cores(id, heartbeat_at=NOW - timedelta(seconds=silent_s), **over)
+
+
 # --- catalog -----------------------------------------------------------------------------------
 
 
@@ -66,6 +84,12 @@ def cpu_profile(name: str = "default", *, cores: int = 1, memory_gb: float = 1.0
 def gpu_profile(name: str = "gpu", *, gpu: int = 1, gpu_class: str | None = "l4", **over: Any) -> Profile:
     """A llama.cpp profile that needs a GPU."""
     return Profile(name=name, engine=Engine.LLAMACPP, gpu=gpu, gpu_class=gpu_class, **over)
+
+
+def judge_profile(name: str = "judge", *, cores: int = 1, memory_gb: float = 1.0, **over: Any) -> Profile:
+    """A CPU profile that only goes on nodes labelled role=judge."""
+    over.setdefault("node_selector", {"role": "judge"})
+    return cpu_profile(name, cores=cores, memory_gb=memory_gb, **over)
 
 
 def local_model(

@@ -1,10 +1,13 @@
-"""Whether a profile fits on a node: `free_on` and `misfit`."""
+"""Whether a profile fits on a node: `free_on`, `misfit`, and the reasons the scheduler uses."""
 
 from __future__ import annotations
 
-from llmgw.control.placement import Free, free_on, misfit
+from datetime import timedelta
+
+from llmgw.control.placement import NODE_TIMEOUT, Free, Why, free_on, lacks, lost, misfit, short
 from llmgw.core.types import Node, ReplicaState
 from tests.factories import (
+    NOW,
     cpu_profile,
     gpu_node,
     gpu_profile,
@@ -12,6 +15,7 @@ from tests.factories import (
     node_2_cores,
     node_8_cores,
     replica_placed,
+    silent_node,
 )
 
 
@@ -68,6 +72,43 @@ def test_a_small_profile_fits_an_empty_node() -> None:
 def test_a_cordoned_node_takes_nothing() -> None:
     n = node_8_cores("maint", cordoned=True)
     assert misfit(cpu_profile(), n, all_free(n)) == "node maint is cordoned"
+
+
+def test_a_draining_node_takes_nothing() -> None:
+    n = node_8_cores("old", draining=True, cordoned=True)
+    assert misfit(cpu_profile(), n, all_free(n)) == "node old is draining"
+
+
+# --- lost --------------------------------------------------------------------------------------
+
+
+def test_a_node_is_lost_once_its_heartbeat_is_older_than_the_timeout() -> None:
+    assert lost(silent_node("n2", silent_s=NODE_TIMEOUT.total_seconds()), NOW) is None
+    assert lost(silent_node("n2", silent_s=47), NOW) == Why(
+        "node n2 is lost (no heartbeat for 47s)", "are lost", "node n2 is lost"
+    )
+    assert lost(silent_node("n2", silent_s=47), NOW, timedelta(minutes=1)) is None
+
+
+def test_a_node_that_never_reported_is_lost() -> None:
+    why = lost(node_8_cores("new", heartbeat_at=None), NOW)
+    assert why is not None and why.reason == "node new is lost (it has never reported)"
+
+
+# --- reasons come with a phrase to count nodes by ----------------------------------------------
+
+
+def test_reasons_carry_a_node_less_phrase() -> None:
+    eu = node_8_cores("eu-1", labels={"zone": "eu"})
+    assert lacks(cpu_profile(node_selector={"zone": "us"}), eu) == Why(
+        "node eu-1 lacks label zone=us", "lack label zone=us", "node eu-1 lacks label zone=us"
+    )
+    why = short(cpu_profile(memory_gb=4.0), eu, 8, 1.5, {})
+    assert why is not None
+    assert (why.reason, why.group) == (
+        "needs 4 GB memory; node eu-1 has 1.5 of 32 GB free",
+        "have less than 4 GB memory free",
+    )
 
 
 def test_node_selector_needs_every_label_with_the_same_value() -> None:

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import asyncio
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from llmgw.control.replica_keeper import (
     NODE_TIMEOUT,
     Action,
+    Forget,
     Pend,
     Place,
     ReplicaKeeper,
@@ -24,6 +25,8 @@ from tests.factories import (
     gemma_model,
     gpu_node,
     gpu_profile,
+    judge_machine,
+    judge_profile,
     local_model,
     node_2_cores,
     node_8_cores,
@@ -33,6 +36,8 @@ from tests.factories import (
     replica_pending,
     replica_placed,
     replica_ready,
+    silent_node,
+    tiny_node,
 )
 
 
@@ -59,13 +64,17 @@ def apply(replicas: list[Replica], actions: list[Action]) -> list[Replica]:
                 rows[rid] = rows[rid].model_copy(update={"last_error": action.reason})
             case Stop(replica_id=rid):
                 rows[rid] = rows[rid].model_copy(update={"state": ReplicaState.STOPPING})
+            case Forget(replica_id=rid):
+                del rows[rid]
     return list(rows.values())
 
 
-def converge(models: list[Model], nodes: list[Node], replicas: list[Replica]) -> list[Replica]:
+def converge(
+    models: list[Model], nodes: list[Node], replicas: list[Replica], now: datetime = NOW
+) -> list[Replica]:
     """Plan and apply once, then check the keeper has nothing more to say."""
-    after = apply(replicas, plan(models, nodes, replicas, NOW))
-    assert plan(models, nodes, after, NOW) == []
+    after = apply(replicas, plan(models, nodes, replicas, now))
+    assert plan(models, nodes, after, now) == []
     return after
 
 
@@ -262,6 +271,138 @@ def test_a_node_that_never_reported_is_not_used() -> None:
     never = node_8_cores("new", heartbeat_at=None)
     [pend] = plan([gemma_model()], [never], [], NOW)
     assert isinstance(pend, Pend)
+
+
+def test_the_node_timeout_can_be_set() -> None:
+    quiet = silent_node("quiet", silent_s=47)
+    assert [type(a) for a in plan([gemma_model()], [quiet], [], NOW)] == [Pend]
+    assert [type(a) for a in plan([gemma_model()], [quiet], [], NOW, timedelta(minutes=1))] == [Place]
+
+
+# --- lost, draining and cordoned nodes ---------------------------------------------------------
+
+
+def test_a_replica_on_a_lost_node_is_forgotten_and_replaced_elsewhere_in_the_same_plan() -> None:
+    on_lost = replica_ready("r-lost", node_id="silent")
+
+    actions = plan([gemma_model()], [silent_node("silent", silent_s=47), node_2_cores()], [on_lost], NOW)
+
+    assert actions == [
+        Forget("r-lost", "node silent is lost (no heartbeat for 47s)"),
+        Place("gemma3-270m", "small", "default", cpu_cores=1, memory_gb=1.0),
+    ]
+
+
+def test_a_replica_whose_node_row_is_gone_is_forgotten_and_replaced() -> None:
+    orphaned = replica_ready("r-x", node_id="decommissioned")
+
+    actions = plan([gemma_model()], [node_2_cores()], [orphaned], NOW)
+
+    assert actions == [
+        Forget("r-x", "node decommissioned is gone"),
+        Place("gemma3-270m", "small", "default", cpu_cores=1, memory_gb=1.0),
+    ]
+
+
+def test_only_the_replicas_on_the_lost_node_are_replaced() -> None:
+    model = gemma_model(replicas=3)
+    replicas = [replica_ready("r1", node_id="a"), replica_ready("r2", node_id="b"),
+                replica_failed("r3", node_id="b")]
+    nodes = [node_8_cores("a"), silent_node("b"), node_8_cores("c")]
+
+    actions = plan([model], nodes, replicas, NOW)
+
+    assert sorted(a.replica_id for a in actions if isinstance(a, Forget)) == ["r2", "r3"]
+    # Spread: one replica is on a already, so c first, then a or c.
+    assert [a.node_id for a in actions if isinstance(a, Place)][0] == "c"
+    assert len([a for a in actions if isinstance(a, Place)]) == 2
+
+
+def test_a_stopping_replica_on_a_lost_node_is_forgotten_too() -> None:
+    # Nothing on a lost node will ever finish stopping it; its row would stay for good.
+    leaving = replica_placed("r-old", node_id="silent", state=ReplicaState.STOPPING)
+    assert plan([], [silent_node()], [leaving], NOW) == [
+        Forget("r-old", "node silent is lost (no heartbeat for 47s)")
+    ]
+
+
+def test_replicas_of_a_lost_node_that_has_nowhere_else_to_go_wait_with_a_stable_reason() -> None:
+    clock = FakeClock(NOW)
+    models = [gemma_model()]
+    nodes = [node_8_cores("only", heartbeat_at=NOW)]
+    [running] = converge(models, nodes, [], clock.now())
+    clock.advance(47)
+
+    [pending] = converge(models, nodes, [running], clock.now())
+    clock.advance(60)
+
+    assert pending.node_id is None
+    assert pending.last_error == "no node is available (none has reported in the last 30s)"
+    assert plan(models, nodes, [pending], clock.now()) == []
+
+
+def test_a_replica_on_a_draining_node_is_stopped_and_replaced_elsewhere_in_the_same_plan() -> None:
+    on_old = replica_ready("r-old", node_id="old")
+    nodes = [node_8_cores("old", draining=True), node_2_cores()]
+
+    actions = plan([gemma_model()], nodes, [on_old], NOW)
+
+    assert actions == [
+        Stop("r-old", "node old is draining"),
+        Place("gemma3-270m", "small", "default", cpu_cores=1, memory_gb=1.0),
+    ]
+
+
+def test_draining_then_scaling_down_stops_each_replica_once() -> None:
+    model = gemma_model(replicas=1)
+    replicas = [replica_ready("r-old", node_id="old"), replica_ready("r-new", node_id="small")]
+    nodes = [node_8_cores("old", draining=True), node_2_cores()]
+
+    assert plan([model], nodes, replicas, NOW) == [Stop("r-old", "node old is draining")]
+
+
+def test_a_draining_node_converges_to_empty() -> None:
+    models = [gemma_model(replicas=2), qwen_guard_model()]
+    nodes = [node_8_cores("old"), node_8_cores("new")]
+    running = converge(models, nodes, [])
+    assert {r.node_id for r in running} == {"old", "new"}
+
+    drained = converge(models, [nodes[0].model_copy(update={"draining": True}), nodes[1]], running)
+
+    live = [r for r in drained if r.state != ReplicaState.STOPPING]
+    assert sorted(r.model for r in live) == ["gemma3-270m", "gemma3-270m", "qwen3guard-0.6b"]
+    assert {r.node_id for r in live} == {"new"}
+
+
+def test_a_cordoned_node_keeps_its_replicas_but_gets_no_new_ones() -> None:
+    model = gemma_model(replicas=2)
+    running = replica_ready("r1", node_id="big")
+
+    actions = plan([model], [node_8_cores(cordoned=True), node_2_cores()], [running], NOW)
+
+    assert actions == [Place("gemma3-270m", "small", "default", cpu_cores=1, memory_gb=1.0)]
+
+
+# --- the scheduler's choices -------------------------------------------------------------------
+
+
+def test_a_node_with_too_little_memory_is_never_chosen() -> None:
+    model = gemma_model(replicas=3, profiles=[cpu_profile(cores=1, memory_gb=4.0)])
+    actions = plan([model], [tiny_node(), node_8_cores()], [], NOW)
+    assert [a.node_id for a in actions if isinstance(a, Place)] == ["big", "big", "big"]
+
+
+def test_a_judge_goes_only_to_a_node_with_its_label() -> None:
+    guard = qwen_guard_model(replicas=2, profiles=[judge_profile()])
+    nodes = [node_8_cores(), judge_machine("j1"), judge_machine("j2")]
+    actions = plan([guard], nodes, [], NOW)
+    assert sorted(a.node_id for a in actions if isinstance(a, Place)) == ["j1", "j2"]
+
+
+def test_a_gpu_placement_records_the_gpu_class_it_takes() -> None:
+    model = gemma_model(profiles=[gpu_profile(gpu=1, gpu_class=None)])
+    [place] = plan([model], [gpu_node(gpus={"a100": 1})], [], NOW)
+    assert place == Place("gemma3-270m", "gpu", "gpu", cpu_cores=1, memory_gb=1.0, gpu_class="a100", gpus=1)
 
 
 # --- resources already held --------------------------------------------------------------------

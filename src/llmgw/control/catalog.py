@@ -7,8 +7,8 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from llmgw.control.placement import free_on, misfit
-from llmgw.control.replica_keeper import NODE_TIMEOUT
+from llmgw.control.placement import NODE_TIMEOUT, free_on
+from llmgw.control.scheduler import explain
 from llmgw.control.sizing import MemoryEstimate, estimate, fits
 from llmgw.core.clock import Clock
 from llmgw.core.errors import LlmgwError
@@ -91,24 +91,23 @@ class CatalogService:
         return await asyncio.to_thread(self._store.nodes.list)
 
     async def resources(self, name: str) -> Resources:
+        """The model, where one more replica of it would fit (the scheduler's own reasons, for
+        every profile and node), its replicas, the nodes and the memory estimates."""
         model = await self.get(name)
         nodes = await self.nodes()
         everything = await self.replicas()
         estimates = await asyncio.to_thread(self._estimates, model)
-        now = self._clock.now()
+        by_id = {n.id: n for n in nodes}
         placement: list[Fit] = []
-        for profile in model.profiles:
-            for node in nodes:
-                if node.heartbeat_at is None or now - node.heartbeat_at > NODE_TIMEOUT:
-                    placement.append(Fit(profile.name, node.id, False, "node is not reporting"))
-                    continue
-                free = free_on(node, everything)
-                why = misfit(profile, node, free)
-                est = estimates.get(profile.name)
-                if why and "memory" in why and est is not None:
-                    # Say which part of the estimate is too big, not just the total.
-                    why = fits(est, max(free.memory_gb, 0)) or why
-                placement.append(Fit(profile.name, node.id, why is None, why))
+        for v in explain(model, nodes, everything, self._clock.now(), NODE_TIMEOUT):
+            why = v.reason
+            est = estimates.get(v.profile)
+            if why is not None and "GB memory" in why and est is not None:
+                # Add which part of the estimate is too big, not just the total.
+                free = free_on(by_id[v.node_id], everything).memory_gb
+                detail = fits(est, max(free, 0))
+                why = f"{why}; estimate {detail}" if detail else why
+            placement.append(Fit(v.profile, v.node_id, why is None, why))
         mine = [r for r in everything if r.model == name]
         return Resources(model, placement, mine, nodes, estimates)
 

@@ -12,17 +12,16 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from llmgw.control.placement import Free, free_on, misfit
+# NODE_TIMEOUT is re-exported: callers have always found it here.
+from llmgw.control.placement import NODE_TIMEOUT as NODE_TIMEOUT
+from llmgw.control.placement import lost
+from llmgw.control.scheduler import Cluster, Unschedulable
 from llmgw.core.clock import Clock
 from llmgw.core.ids import new_id
 from llmgw.core.loops import every
-from llmgw.core.types import Model, Node, Profile, Replica, ReplicaState
+from llmgw.core.types import Model, Node, Replica, ReplicaState
 
 logger = logging.getLogger(__name__)
-
-# A node whose agent has not reported for this long gets no new replicas.
-NODE_TIMEOUT = timedelta(seconds=30)
-
 
 @dataclass(frozen=True)
 class Place:
@@ -69,31 +68,55 @@ Action = Place | Pend | Stop | Forget
 
 
 def plan(
-    models: list[Model], nodes: list[Node], replicas: list[Replica], now: datetime
+    models: list[Model],
+    nodes: list[Node],
+    replicas: list[Replica],
+    now: datetime,
+    node_timeout: timedelta = NODE_TIMEOUT,
 ) -> list[Action]:
-    """What to change so each local model has `scaling.min` replicas placed where they fit."""
+    """What to change so each local model has `scaling.min` replicas placed where they fit.
+
+    Replicas on a lost node (no heartbeat within `node_timeout`, or no node row) are forgotten
+    and those on a draining node stopped; either way a replacement is placed elsewhere."""
     catalog = {m.name: m for m in models}
+    by_id = {n.id: n for n in nodes}
+    gone: dict[str, str | None] = {}
     actions: list[Action] = []
-    live = [r for r in replicas if r.state != ReplicaState.STOPPING]
-    for r in live:
+    mine: dict[str, list[Replica]] = {}
+    for r in replicas:
+        if r.node_id is not None:
+            if r.node_id not in gone:
+                gone[r.node_id] = _gone(by_id.get(r.node_id), r.node_id, now, node_timeout)
+            why = gone[r.node_id]
+            if why is not None:
+                # Even a stopping replica: nothing on a lost node will ever finish stopping it.
+                actions.append(Forget(r.id, why))
+                continue
+        if r.state == ReplicaState.STOPPING:
+            continue
         model = catalog.get(r.model)
         if model is None or model.is_remote:
             actions.append(Stop(r.id, f"model {r.model} is no longer in the catalog"))
-    usable = [n for n in nodes if _alive(n, now)]
-    free = {n.id: free_on(n, replicas) for n in usable}
+        elif r.node_id is not None and by_id[r.node_id].draining:
+            actions.append(Stop(r.id, f"node {r.node_id} is draining"))
+        else:
+            mine.setdefault(r.model, []).append(r)
+    cluster = Cluster(nodes, replicas, now, node_timeout)
     for model in sorted(catalog.values(), key=lambda m: m.name):
-        if model.is_remote:
-            continue
-        mine = [r for r in live if r.model == model.name]
-        actions += _keep(model, mine, usable, free)
+        if not model.is_remote:
+            actions += _keep(model, mine.get(model.name, []), cluster)
     return actions
 
 
-def _alive(node: Node, now: datetime) -> bool:
-    return node.heartbeat_at is not None and now - node.heartbeat_at <= NODE_TIMEOUT
+def _gone(node: Node | None, node_id: str, now: datetime, node_timeout: timedelta) -> str | None:
+    """Why the replicas on `node_id` are beyond reach, or None while its agent reports."""
+    if node is None:
+        return f"node {node_id} is gone"
+    why = lost(node, now, node_timeout)
+    return why.reason if why else None
 
 
-def _keep(model: Model, mine: list[Replica], nodes: list[Node], free: dict[str, Free]) -> list[Action]:
+def _keep(model: Model, mine: list[Replica], cluster: Cluster) -> list[Action]:
     placed = [r for r in mine if r.node_id is not None]
     pending = [r for r in mine if r.node_id is None]
     target = model.scaling.min
@@ -108,39 +131,22 @@ def _keep(model: Model, mine: list[Replica], nodes: list[Node], free: dict[str, 
     # Pending replicas that survive the scale-down are tried again before new ones are made.
     kept = pending[stopped:]
     slots: list[Replica | None] = [*kept, *([None] * (target - len(placed) - len(kept)))]
-    spread = {n.id: sum(1 for r in placed if r.node_id == n.id) for n in nodes}
+    nowhere: Unschedulable | None = None
     for slot in slots:
-        where = _choose(model, nodes, free, spread)
-        if isinstance(where, str):
-            if slot is None or slot.last_error != where:
-                actions.append(Pend(model.name, where, slot.id if slot else None))
+        # Nothing is freed between this model's replicas: once one fits nowhere, the rest don't.
+        where = nowhere or cluster.schedule(model)
+        if isinstance(where, Unschedulable):
+            nowhere = where
+            if slot is None or slot.last_error != where.summary:
+                actions.append(Pend(model.name, where.summary, slot.id if slot else None))
             continue
-        node, profile = where
-        gpu_class = free[node].gpu_class_for(profile.gpu_class, profile.gpu) if profile.gpu else None
-        free[node] = free[node].minus(profile.cpu_cores, profile.min_memory_gb, gpu_class, profile.gpu)
-        spread[node] += 1
+        cluster.take(model.name, where)
+        p = where.profile
         actions.append(
-            Place(model.name, node, profile.name, profile.cpu_cores, profile.min_memory_gb,
-                  slot.id if slot else None, gpu_class, profile.gpu)
+            Place(model.name, where.node_id, p.name, p.cpu_cores, p.min_memory_gb,
+                  slot.id if slot else None, where.gpu_class, p.gpu)
         )
     return actions
-
-
-def _choose(
-    model: Model, nodes: list[Node], free: dict[str, Free], spread: dict[str, int]
-) -> tuple[str, Profile] | str:
-    """The first profile that fits somewhere, on the node with fewest of this model's replicas."""
-    if not nodes:
-        return "no node is available (none has reported in the last 30s)"
-    reasons: list[str] = []
-    for profile in model.profiles:
-        fits = [n for n in nodes if misfit(profile, n, free[n.id]) is None]
-        if fits:
-            best = min(fits, key=lambda n: (spread[n.id], -free[n.id].memory_gb, n.id))
-            return best.id, profile
-        why = "; ".join(m for n in nodes if (m := misfit(profile, n, free[n.id])))
-        reasons.append(f"profile {profile.name}: {why}")
-    return "does not fit: " + " | ".join(reasons)
 
 
 class ReplicaKeeper:
@@ -152,8 +158,10 @@ class ReplicaKeeper:
         apply: Callable[[Action], Awaitable[None]],
         clock: Clock,
         on_change: Callable[[], None] = lambda: None,
+        node_timeout: timedelta = NODE_TIMEOUT,
     ) -> None:
         self._read = read
+        self._node_timeout = node_timeout
         self._apply = apply
         self._clock = clock
         self._on_change = on_change
@@ -162,7 +170,7 @@ class ReplicaKeeper:
     async def tick(self) -> list[Action]:
         """One pass: read, plan, apply; returns what it did."""
         models, nodes, replicas = await self._read()
-        actions = plan(models, nodes, replicas, self._clock.now())
+        actions = plan(models, nodes, replicas, self._clock.now(), self._node_timeout)
         for action in actions:
             logger.info("replica keeper: %s", _describe(action))
             await self._apply(action)
