@@ -109,12 +109,6 @@ async def list_replicas(request: web.Request) -> web.Response:
     return json_response({"data": [r.model_dump(mode="json") for r in replicas]})
 
 
-async def list_nodes(request: web.Request) -> web.Response:
-    admin_key(request)
-    nodes = await request.app[CATALOG].nodes()
-    return json_response({"data": [n.model_dump(mode="json") for n in nodes]})
-
-
 async def cluster(request: web.Request) -> web.Response:
     admin_key(request)
     return json_response(await request.app[CLUSTER]())
@@ -132,6 +126,5 @@ def routes() -> list[web.RouteDef]:
         web.get(f"/admin/v1/models/{name}", get_model),
         web.delete(f"/admin/v1/models/{name}", remove_model),
         web.get("/admin/v1/replicas", list_replicas),
-        web.get("/admin/v1/nodes", list_nodes),
         web.get("/admin/v1/cluster", cluster),
     ]

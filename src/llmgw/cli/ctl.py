@@ -14,10 +14,8 @@ from llmgw.cli.client import AdminClient, CtlError, quote
 app = typer.Typer(help="Operate a running llmgw through its admin API.", no_args_is_help=True)
 model_app = typer.Typer(help="The model catalog.", no_args_is_help=True)
 replica_app = typer.Typer(help="Running engine processes.", no_args_is_help=True)
-node_app = typer.Typer(help="Machines that run replicas.", no_args_is_help=True)
 app.add_typer(model_app, name="model")
 app.add_typer(replica_app, name="replica")
-app.add_typer(node_app, name="node")
 
 
 class _Opts:
@@ -41,6 +39,15 @@ def _global(
 def json_wanted() -> bool:
     """Whether `--json` was given."""
     return _opts.json
+
+
+def server_url() -> str:
+    """The server URL ctl talks to (flag, env or config file), for commands that print it."""
+    try:
+        return AdminClient.resolve(_opts.url, _opts.key).url
+    except CtlError as exc:
+        render.error(str(exc))
+        raise typer.Exit(1) from None
 
 
 def call(method: str, path: str, body: Any = None, quiet_404: bool = False) -> Any:
@@ -210,20 +217,6 @@ def replica_list(model: Annotated[str | None, typer.Option(help="Only this model
     show(call("GET", path), lambda d: _replicas_table(d["data"]))
 
 
-@node_app.command("list")
-def node_list() -> None:
-    """List nodes and their hardware."""
-    show(
-        call("GET", "/admin/v1/nodes"),
-        lambda d: render.table(
-            "nodes",
-            ["id", "address", "cores", "memory GB", "cordoned", "heartbeat"],
-            [[n["id"], n["address"], n["cores"], n["memory_gb"], n["cordoned"],
-              (n["heartbeat_at"] or "")[:19]] for n in d["data"]],
-        ),
-    )
-
-
 cluster_app = typer.Typer(help="Servers and the leader.", no_args_is_help=True)
 app.add_typer(cluster_app, name="cluster")
 
@@ -246,3 +239,7 @@ def cluster_status() -> None:
                                  highlight=False)
 
     show(call("GET", "/admin/v1/cluster"), text)
+
+# `ctl node …` lives in its own module, which attaches itself to `app` like ctl_keys does; it is
+# imported here, after everything it uses exists, so every entry point into ctl gets it.
+from llmgw.cli import ctl_nodes  # noqa: E402, F401

@@ -62,7 +62,15 @@ class KeyAdmin:
         return hits[0]
 
     async def create(self, req: KeyRequest, minter: ApiKey) -> tuple[ApiKey, str]:
-        """A new key within the minter's scope and limits; returns it and its secret."""
+        """A new key within the minter's scope and limits; returns it and its secret.
+
+        An admin key mints any scope, including `node` (a node agent's join token); a user key
+        mints only user keys within its own grants; a node join token mints nothing."""
+        if minter.scope == KeyScope.NODE:
+            raise Forbidden("a node join token cannot mint keys")
+        if req.scope == KeyScope.NODE and req.models:
+            # A join token reaches the agent API only: a model list would promise access it lacks.
+            raise InvalidRequest("a node join token takes no models", param="models")
         now = self._clock.now()
         expires = req.expires_at or (now + timedelta(days=req.expires_in_days)
                                      if req.expires_in_days else None)
@@ -87,7 +95,8 @@ class KeyAdmin:
     ) -> tuple[list[str], Limits, datetime | None]:
         """A user key mints only user keys, for its own models, within its limits and expiry."""
         if req.scope != KeyScope.USER:
-            raise Forbidden("a user key can mint only user keys", param="scope")
+            raise Forbidden(f"a user key can mint only user keys; {req.scope.value} keys "
+                            "(admin keys and node join tokens) need an admin key", param="scope")
         models = req.models or minter.models
         if minter.models:
             outside = [m for m in models if not _granted(m, minter.models)]

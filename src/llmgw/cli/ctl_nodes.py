@@ -1,0 +1,255 @@
+"""`llmgw ctl node …`: nodes' status, labels, cordon, drain, removal, and join tokens."""
+
+from __future__ import annotations
+
+import re
+import time
+import urllib.parse
+from datetime import UTC, datetime
+from typing import Annotated, Any
+
+import typer
+
+from llmgw.cli import render
+from llmgw.cli.ctl import app, call, json_wanted, server_url, show
+
+node_app = typer.Typer(help="Machines that run replicas: status, labels, cordon, drain, remove.",
+                       no_args_is_help=True)
+token_app = typer.Typer(help="Join tokens: the key a new machine's `llmgw node run` presents.",
+                        no_args_is_help=True)
+app.add_typer(node_app, name="node")
+node_app.add_typer(token_app, name="token")
+
+NodeId = Annotated[str, typer.Argument(help="The node's id, as `ctl node list` shows it.")]
+POLL_S = 1.0
+_DURATION = re.compile(r"^(\d+(?:\.\d+)?)([mhdw])$")
+_DAYS_PER_UNIT = {"m": 1 / 1440, "h": 1 / 24, "d": 1.0, "w": 7.0}
+AGENT_COMES_BACK = ("if its agent is still running, the node registers again on its next "
+                    "report: stop `llmgw node run` on that machine to retire it")
+
+
+def _path(node_id: str, suffix: str = "") -> str:
+    return f"/admin/v1/nodes/{urllib.parse.quote(node_id, safe='')}{suffix}"
+
+
+def ago(seconds: float | None) -> str:
+    """A heartbeat age as people say it: `3s ago`, `5m ago`, `never`."""
+    if seconds is None:
+        return "never"
+    s = max(int(seconds), 0)
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if s >= size:
+            return f"{s // size}{unit} ago"
+    return f"{s}s ago"
+
+
+def _gpus(n: dict[str, Any]) -> str:
+    return ", ".join(f"{cls}×{count}" for cls, count in sorted(n["gpus"].items())) or "-"
+
+
+def _labels(n: dict[str, Any]) -> str:
+    return ", ".join(f"{k}={v}" for k, v in sorted(n["labels"].items())) or "-"
+
+
+def _nodes_table(nodes: list[dict[str, Any]]) -> None:
+    render.table(
+        "nodes",
+        ["id", "status", "address", "cores", "memory GB", "GPUs", "labels", "replicas",
+         "last heartbeat"],
+        [[n["id"], n["status"], n["address"], n["cores"], n["memory_gb"], _gpus(n), _labels(n),
+          n["replica_count"], ago(n["heartbeat_age_s"])] for n in nodes],
+    )
+
+
+def _say(text: str) -> None:
+    render.console.print(text, highlight=False)
+
+
+@node_app.command("list")
+def node_list() -> None:
+    """Every node: status (ready, cordoned, draining, lost), hardware, labels, replicas."""
+    show(call("GET", "/admin/v1/nodes"), lambda d: _nodes_table(d["data"]))
+
+
+@node_app.command("show")
+def node_show(node_id: NodeId) -> None:
+    """One node in full, with the replicas placed on it."""
+    def detail(n: dict[str, Any]) -> None:
+        _nodes_table([n])
+        render.table(
+            f"replicas on {n['id']}",
+            ["id", "model", "profile", "state", "endpoint", "restarts", "last error"],
+            [[r["id"], r["model"], r["profile"] or "-", r["state"], r["endpoint"] or "",
+              r["restarts"], (r["last_error"] or "").split("\n", 1)[0]] for r in n["replicas"]],
+        )
+
+    show(call("GET", _path(node_id)), detail)
+
+
+def _label_changes(changes: list[str]) -> dict[str, Any]:
+    """`key=value` sets (the value may be empty), `key-` removes."""
+    body: dict[str, Any] = {"set": {}, "remove": []}
+    for change in changes:
+        key, sep, value = change.partition("=")
+        if sep and key:
+            body["set"][key] = value
+        elif not sep and len(change) > 1 and change.endswith("-"):
+            body["remove"].append(change[:-1])
+        else:
+            render.error(f"{change!r}: write key=value to set a label, key- to remove one")
+            raise typer.Exit(2)
+    return body
+
+
+@node_app.command("label")
+def node_label(
+    node_id: NodeId,
+    changes: Annotated[list[str], typer.Argument(
+        help="key=value to set (value may be empty), key- to remove.", show_default=False)],
+) -> None:
+    """Set or remove a node's labels, which profiles' node selectors match.
+
+    Keys are 1-63 letters, digits and . _ / - (starting and ending with a letter or digit);
+    values up to 63 of the same, or empty. A label the node's agent declares (`llmgw node run
+    --label`) is applied again on its next report, so remove it there."""
+    data = call("POST", _path(node_id, "/labels"), _label_changes(changes))
+    show(data, lambda n: _say(f"node {n['id']}: labels {_labels(n)}"))
+
+
+@node_app.command("cordon")
+def node_cordon(node_id: NodeId) -> None:
+    """No new replicas on this node; those it runs keep running."""
+    show(call("POST", _path(node_id, "/cordon")), lambda n: _say(
+        f"node {n['id']}: {n['status']}; no new replicas, {n['replica_count']} keep running"))
+
+
+@node_app.command("uncordon")
+def node_uncordon(node_id: NodeId) -> None:
+    """Let the node take new replicas again (this also ends a drain)."""
+    show(call("POST", _path(node_id, "/uncordon")),
+         lambda n: _say(f"node {n['id']}: {n['status']}; takes new replicas"))
+
+
+@node_app.command("drain")
+def node_drain(
+    node_id: NodeId,
+    wait: Annotated[bool, typer.Option(help="Wait until the node has no replicas left.")] = False,
+    timeout: Annotated[float, typer.Option(help="With --wait: give up after this many seconds.")]
+    = 600.0,
+) -> None:
+    """Cordon the node and move its replicas to other nodes (the keeper stops them here and
+    places them elsewhere). Remove the node once it is empty."""
+    node = call("POST", _path(node_id, "/drain"))
+    if not wait:
+        show(node, lambda n: _say(f"node {n['id']}: draining, {n['replica_count']} replica(s) to "
+                                  f"move; follow it with `llmgw ctl node drain {n['id']} --wait`"))
+        return
+    node = _wait_drained(node, timeout)
+    show(node, lambda n: _say(f"node {n['id']}: drained, no replicas left; remove it with "
+                              f"`llmgw ctl node remove {n['id']}`"))
+
+
+def _wait_drained(node: dict[str, Any], timeout_s: float) -> dict[str, Any]:
+    """Poll until `node` has no replicas, printing a line each time the count changes; exit 1 on
+    timeout or when the drain is called off."""
+    deadline = time.monotonic() + timeout_s
+    shown: int | None = None
+    while node["replica_count"]:
+        if node["status"] not in ("draining", "lost"):
+            render.error(f"node {node['id']} is {node['status']} now: the drain was called off")
+            raise typer.Exit(1)
+        if node["replica_count"] != shown and not json_wanted():
+            shown = node["replica_count"]
+            _say(f"draining {node['id']}: {shown} replica(s) left")
+        if time.monotonic() >= deadline:
+            render.error(f"node {node['id']} still has {node['replica_count']} replica(s) "
+                         f"after {timeout_s:g}s")
+            raise typer.Exit(1)
+        time.sleep(POLL_S)
+        node = call("GET", _path(node["id"]))
+    return node
+
+
+@node_app.command("remove")
+def node_remove(
+    node_id: NodeId,
+    force: Annotated[bool, typer.Option(
+        help="Remove it even though it reports and still runs replicas.")] = False,
+) -> None:
+    """Forget a node and its replicas, which the keeper places elsewhere.
+
+    Refused while the node reports and still has replicas: drain it first, or pass --force. A
+    lost node goes at once. If its agent is still running, the node registers again on its next
+    report: stop `llmgw node run` on that machine to retire it."""
+    path = _path(node_id) + ("?force=true" if force else "")
+    show(call("DELETE", path), lambda d: _say(f"removed node {d['id']}; {AGENT_COMES_BACK}"))
+
+
+def _expiry(expires: str | None) -> dict[str, Any]:
+    """`30d`, `12h`, `90m`, `2w`, or an ISO date or time (UTC unless it says otherwise)."""
+    if not expires:
+        return {}
+    m = _DURATION.match(expires.strip())
+    if m:
+        return {"expires_in_days": float(m.group(1)) * _DAYS_PER_UNIT[m.group(2)]}
+    try:
+        at = datetime.fromisoformat(expires.strip())
+    except ValueError:
+        render.error(f"--expires {expires!r}: give a duration (90m, 12h, 30d, 2w) or an ISO date")
+        raise typer.Exit(2) from None
+    return {"expires_at": (at if at.tzinfo else at.replace(tzinfo=UTC)).isoformat()}
+
+
+def _tokens_table(keys: list[dict[str, Any]]) -> None:
+    render.table(
+        "node tokens",
+        ["id", "name", "token", "expires", "revoked", "by", "created"],
+        [[k["id"], k["name"], k["label"], (k["expires_at"] or "never")[:19],
+          "yes" if k["revoked"] else "", k["by"], (k["created_at"] or "")[:19]] for k in keys],
+    )
+
+
+@token_app.command("create")
+def token_create(
+    name: Annotated[str | None, typer.Option(help="A name for the token; default: node-DATE.")]
+    = None,
+    expires: Annotated[str | None, typer.Option(
+        help="When it stops working: a duration (90m, 12h, 30d, 2w) or an ISO date; "
+             "default: never.")] = None,
+) -> None:
+    """Create a join token (shown once) and print the command to run on the new machine.
+
+    The token reaches the agent API only: it cannot call models or the admin API."""
+    body = {"name": name or f"node-{datetime.now(UTC):%Y%m%d-%H%M%S}", "scope": "node",
+            **_expiry(expires)}
+    key = call("POST", "/admin/v1/keys", body)
+    command = f"llmgw node run --server {server_url()} --token {key['key']}"
+
+    def text(k: dict[str, Any]) -> None:
+        until = f"expires {k['expires_at'][:19]}" if k["expires_at"] else "does not expire"
+        _say(f"node token {k['name']} ({k['id']}), {until}\n\n  {k['key']}\n\n"
+             f"shown once: store it now. On the new machine run:\n\n  {k['command']}\n")
+
+    show({**key, "command": command}, text)
+
+
+@token_app.command("list")
+def token_list() -> None:
+    """Join tokens (prefix and last four characters only); other keys are in `ctl key list`."""
+    keys = call("GET", "/admin/v1/keys")["data"]
+    show({"data": [k for k in keys if k["scope"] == "node"]}, lambda d: _tokens_table(d["data"]))
+
+
+@token_app.command("revoke")
+def token_revoke(
+    token: Annotated[str, typer.Argument(help="The token's id, name or visible prefix.")],
+) -> None:
+    """Revoke a join token: agents presenting it are refused from then on."""
+    ref = urllib.parse.quote(token, safe="")
+    key = call("GET", f"/admin/v1/keys/{ref}")
+    if key["scope"] != "node":
+        render.error(f"{key['name']} ({key['label']}) is a {key['scope']} key, not a node token: "
+                     "revoke it with `llmgw ctl key revoke`")
+        raise typer.Exit(1)
+    show(call("POST", f"/admin/v1/keys/{urllib.parse.quote(key['id'], safe='')}/revoke"),
+         lambda k: _say(f"revoked node token {k['name']} ({k['label']})"))

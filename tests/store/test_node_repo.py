@@ -1,0 +1,106 @@
+"""NodeRepo's operator writes (labels, cordon and drain flags, removal) on SQLite and PostgreSQL."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+
+from llmgw.core.types import Replica, ReplicaState
+from llmgw.store.store import Store
+from tests.factories import NOW, node
+from tests.pg import fresh_database
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
+    """A migrated store on each backend; on PostgreSQL a new empty database per test."""
+    if request.param == "postgresql":
+        url = fresh_database(request.getfixturevalue("postgres_url"))
+    else:
+        url = f"sqlite:///{tmp_path / 'llmgw.db'}"
+    s = Store.open(url)
+    yield s
+    s.close()
+
+
+def replica(id: str, node_id: str) -> Replica:
+    return Replica(id=id, model="m1", node_id=node_id, state=ReplicaState.READY)
+
+
+def test_get_returns_the_node_or_none(store: Store) -> None:
+    store.nodes.upsert(node("a", labels={"zone": "eu"}), NOW)
+    got = store.nodes.get("a")
+    assert got is not None and got.labels == {"zone": "eu"} and got.heartbeat_at == NOW
+    assert store.nodes.get("ghost") is None
+
+
+def test_set_labels_adds_changes_and_removes_and_bumps_the_revision(store: Store) -> None:
+    store.nodes.upsert(node("a", labels={"zone": "eu", "old": "x"}), NOW)
+    before = store.revision()
+    got = store.nodes.set_labels("a", {"zone": "us", "tier": ""}, ["old", "never-there"])
+    assert got is not None and got.labels == {"zone": "us", "tier": ""}
+    assert store.nodes.list()[0].labels == {"zone": "us", "tier": ""}
+    assert store.revision() > before
+
+
+def test_set_labels_on_an_unknown_node_is_none_and_changes_nothing(store: Store) -> None:
+    before = store.revision()
+    assert store.nodes.set_labels("ghost", {"a": "b"}, []) is None
+    assert store.revision() == before
+
+
+def test_operator_labels_survive_the_agents_next_report(store: Store) -> None:
+    store.nodes.upsert(node("a", labels={"agent": "yes"}), NOW)
+    store.nodes.set_labels("a", {"rack": "r1"}, [])
+    store.nodes.upsert(node("a", labels={"agent": "yes"}), NOW + timedelta(seconds=5))
+    got = store.nodes.get("a")
+    assert got is not None and got.labels == {"agent": "yes", "rack": "r1"}
+
+
+def test_draining_implies_cordoned_and_uncordon_ends_a_drain(store: Store) -> None:
+    store.nodes.upsert(node("a"), NOW)
+    before = store.revision()
+    drained = store.nodes.set_flags("a", draining=True)
+    assert drained is not None and drained.draining and drained.cordoned
+    assert store.revision() > before
+    back = store.nodes.set_flags("a", cordoned=False)
+    assert back is not None and not back.cordoned and not back.draining
+    cordoned = store.nodes.set_flags("a", cordoned=True)
+    assert cordoned is not None and cordoned.cordoned and not cordoned.draining
+    with pytest.raises(ValueError):
+        store.nodes.set_flags("a", cordoned=False, draining=True)
+
+
+def test_flags_survive_the_agents_next_report(store: Store) -> None:
+    store.nodes.upsert(node("a"), NOW)
+    store.nodes.set_flags("a", draining=True)
+    store.nodes.upsert(node("a"), NOW + timedelta(seconds=5))
+    got = store.nodes.get("a")
+    assert got is not None and got.cordoned and got.draining
+
+
+def test_set_flags_on_an_unknown_node_is_none(store: Store) -> None:
+    assert store.nodes.set_flags("ghost", cordoned=True) is None
+
+
+def test_remove_deletes_the_node_and_only_its_replicas_in_one_write(store: Store) -> None:
+    store.nodes.upsert(node("a"), NOW)
+    store.nodes.upsert(node("b"), NOW)
+    store.replicas.create(replica("r-a", "a"), NOW)
+    store.replicas.create(replica("r-b", "b"), NOW)
+    before = store.revision()
+    assert store.nodes.remove("a") is True
+    assert [n.id for n in store.nodes.list()] == ["b"]
+    assert [r.id for r in store.replicas.list()] == ["r-b"]
+    assert store.revision() == before + 1
+
+
+def test_removing_an_unknown_node_is_false_and_touches_no_replica(store: Store) -> None:
+    store.replicas.create(replica("r-x", "ghost"), NOW)  # a row whose node is already gone
+    before = store.revision()
+    assert store.nodes.remove("ghost") is False
+    assert [r.id for r in store.replicas.list()] == ["r-x"]
+    assert store.revision() == before
