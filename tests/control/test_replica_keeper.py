@@ -341,15 +341,20 @@ def test_replicas_of_a_lost_node_that_has_nowhere_else_to_go_wait_with_a_stable_
     assert plan(models, nodes, [pending], clock.now()) == []
 
 
-def test_a_replica_on_a_draining_node_is_stopped_and_replaced_elsewhere_in_the_same_plan() -> None:
+def test_a_draining_node_keeps_its_replica_until_the_replacement_is_ready() -> None:
     on_old = replica_ready("r-old", node_id="old")
     nodes = [node_8_cores("old", draining=True), node_2_cores()]
 
-    actions = plan([gemma_model()], nodes, [on_old], NOW)
-
-    assert actions == [
-        Stop("r-old", "node old is draining"),
+    # Make before break: the replacement is placed first; the old one keeps serving meanwhile.
+    assert plan([gemma_model()], nodes, [on_old], NOW) == [
         Place("gemma3-270m", "small", "default", cpu_cores=1, memory_gb=1.0),
+    ]
+    starting = replica_placed("r-new", node_id="small")
+    assert plan([gemma_model()], nodes, [on_old, starting], NOW) == []
+
+    ready = replica_ready("r-new", node_id="small")
+    assert plan([gemma_model()], nodes, [on_old, ready], NOW) == [
+        Stop("r-old", "node old is draining (1 ready elsewhere)"),
     ]
 
 
@@ -358,7 +363,9 @@ def test_draining_then_scaling_down_stops_each_replica_once() -> None:
     replicas = [replica_ready("r-old", node_id="old"), replica_ready("r-new", node_id="small")]
     nodes = [node_8_cores("old", draining=True), node_2_cores()]
 
-    assert plan([model], nodes, replicas, NOW) == [Stop("r-old", "node old is draining")]
+    assert plan([model], nodes, replicas, NOW) == [
+        Stop("r-old", "node old is draining (1 ready elsewhere)")
+    ]
 
 
 def test_a_draining_node_converges_to_empty() -> None:
@@ -367,7 +374,11 @@ def test_a_draining_node_converges_to_empty() -> None:
     running = converge(models, nodes, [])
     assert {r.node_id for r in running} == {"old", "new"}
 
-    drained = converge(models, [nodes[0].model_copy(update={"draining": True}), nodes[1]], running)
+    draining = [nodes[0].model_copy(update={"draining": True}), nodes[1]]
+    placed = apply(running, plan(models, draining, running, NOW))
+    # The agents start the replacements; only then do the old replicas stop.
+    started = [r.model_copy(update={"state": ReplicaState.READY}) for r in placed]
+    drained = converge(models, draining, apply(started, plan(models, draining, started, NOW)))
 
     live = [r for r in drained if r.state != ReplicaState.STOPPING]
     assert sorted(r.model for r in live) == ["gemma3-270m", "gemma3-270m", "qwen3guard-0.6b"]

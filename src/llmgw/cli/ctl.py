@@ -223,9 +223,16 @@ app.add_typer(cluster_app, name="cluster")
 
 @cluster_app.command("status")
 def cluster_status() -> None:
-    """This server, the leader, its epoch and when its lease expires."""
+    """The servers, which one leads at which epoch, and when its lease expires."""
     def text(d: dict[str, Any]) -> None:
         lease = d["lease"]
+        render.table(
+            "servers",
+            ["id", "url", "leader", "started", "last seen"],
+            [[s["id"] + (" (this one)" if s["id"] == d["server"] else ""), s["url"],
+              "yes" if s["leader"] else "", s["started_at"][:19], f"{s['seen_s_ago']:g}s ago"]
+             for s in d.get("servers", [])],
+        )
         render.console.print(
             f"server {d['server']} ({d['database']}): "
             f"{'leader at epoch ' + str(d['epoch']) if d['leading'] else 'not the leader'}",
@@ -237,8 +244,12 @@ def cluster_status() -> None:
         elif d["database"] == "sqlite":
             render.console.print("lease: none (on SQLite the one server is always the leader)",
                                  highlight=False)
+        if d.get("last_reconcile_at"):
+            render.console.print(f"replica keeper: last pass {d['last_reconcile_at'][:23]}",
+                                 highlight=False)
 
     show(call("GET", "/admin/v1/cluster"), text)
+
 
 # `ctl node …` lives in its own module, which attaches itself to `app` like ctl_keys does; it is
 # imported here, after everything it uses exists, so every entry point into ctl gets it.

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from datetime import timedelta
 from pathlib import Path
 
 from llmgw.control.placement import NODE_TIMEOUT, free_on
@@ -48,10 +49,12 @@ class CatalogService:
         clock: Clock,
         on_change: Callable[[], Awaitable[None]] | None = None,
         locate: Callable[[Model], Path | None] = lambda _m: None,
+        node_timeout: timedelta = NODE_TIMEOUT,
     ) -> None:
         self._store = store
         self._clock = clock
         self._locate = locate
+        self._node_timeout = node_timeout
         # Awaited after every change, so this server's routing table has it before we answer.
         self._on_change = on_change
 
@@ -99,7 +102,7 @@ class CatalogService:
         estimates = await asyncio.to_thread(self._estimates, model)
         by_id = {n.id: n for n in nodes}
         placement: list[Fit] = []
-        for v in explain(model, nodes, everything, self._clock.now(), NODE_TIMEOUT):
+        for v in explain(model, nodes, everything, self._clock.now(), self._node_timeout):
             why = v.reason
             est = estimates.get(v.profile)
             if why is not None and "GB memory" in why and est is not None:

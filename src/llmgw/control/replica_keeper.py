@@ -77,12 +77,15 @@ def plan(
     """What to change so each local model has `scaling.min` replicas placed where they fit.
 
     Replicas on a lost node (no heartbeat within `node_timeout`, or no node row) are forgotten
-    and those on a draining node stopped; either way a replacement is placed elsewhere."""
+    and a replacement is placed elsewhere. Replicas on a draining node make way the other way
+    round: their replacements are placed first, and they stop once enough of the model's
+    replicas are ready elsewhere, so a drain never leaves a model without a ready replica."""
     catalog = {m.name: m for m in models}
     by_id = {n.id: n for n in nodes}
     gone: dict[str, str | None] = {}
     actions: list[Action] = []
     mine: dict[str, list[Replica]] = {}
+    leaving: dict[str, list[Replica]] = {}
     for r in replicas:
         if r.node_id is not None:
             if r.node_id not in gone:
@@ -98,14 +101,23 @@ def plan(
         if model is None or model.is_remote:
             actions.append(Stop(r.id, f"model {r.model} is no longer in the catalog"))
         elif r.node_id is not None and by_id[r.node_id].draining:
-            actions.append(Stop(r.id, f"node {r.node_id} is draining"))
+            leaving.setdefault(r.model, []).append(r)
         else:
             mine.setdefault(r.model, []).append(r)
     cluster = Cluster(nodes, replicas, now, node_timeout)
     for model in sorted(catalog.values(), key=lambda m: m.name):
         if not model.is_remote:
             actions += _keep(model, mine.get(model.name, []), cluster)
+            actions += _make_way(model, mine.get(model.name, []), leaving.get(model.name, []))
     return actions
+
+
+def _make_way(model: Model, mine: list[Replica], leaving: list[Replica]) -> list[Action]:
+    """Stop the replicas on draining nodes once the others ready cover `scaling.min`."""
+    ready = sum(1 for r in mine if r.node_id is not None and r.state == ReplicaState.READY)
+    if not leaving or ready < model.scaling.min:
+        return []
+    return [Stop(r.id, f"node {r.node_id} is draining ({ready} ready elsewhere)") for r in leaving]
 
 
 def _gone(node: Node | None, node_id: str, now: datetime, node_timeout: timedelta) -> str | None:

@@ -6,7 +6,7 @@ import asyncio
 import logging
 from collections.abc import AsyncIterator, Callable, Coroutine
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +40,7 @@ from llmgw.control.replica_keeper import ReplicaKeeper
 from llmgw.control.serve_jobs import ServeJobs
 from llmgw.core.clock import Clock, SystemClock
 from llmgw.core.guard import VerdictRecord
+from llmgw.core.loops import every
 from llmgw.core.settings import ServerSettings
 from llmgw.core.types import HubSource, LocalSource, Model, ReplicaState
 from llmgw.gateway.keys_admin import KeyAdmin
@@ -130,10 +131,20 @@ class Server:
             agent.wake.set()
 
         leader_tasks: list[asyncio.Task[None]] = []
+        # When this server's replica keeper last finished a pass (shown by `cluster status`;
+        # the failover benchmark measures to the new leader's first one).
+        reconciled: list[datetime] = []
+
+        async def reconcile() -> None:
+            await keeper.tick()
+            reconciled[:] = [self.clock.now()]
 
         async def elected(epoch: int) -> None:
             """The control loops only the leader runs, and the serve jobs it owns."""
-            leader_tasks.append(asyncio.create_task(keeper.run(self.loops.keeper_s), name="replica-keeper"))
+            reconciled.clear()
+            leader_tasks.append(asyncio.create_task(
+                every(self.loops.keeper_s, keeper.wake, reconcile, "replica keeper", logger),
+                name="replica-keeper"))
             leader_tasks.append(
                 asyncio.create_task(judge_keeper.run(self.loops.keeper_s), name="judge-keeper")
             )
@@ -153,6 +164,7 @@ class Server:
             wiring.keeper_applier(self.store, self.clock, leadership.fence),
             self.clock,
             on_change=changed,
+            node_timeout=timedelta(seconds=s.node_timeout_s),
         )
 
         async def catalog_changed() -> None:
@@ -165,7 +177,8 @@ class Server:
                 return Path(src.path) if Path(src.path).is_file() else None
             return files.cached(src) if isinstance(src, HubSource) else None
 
-        catalog = CatalogService(self.store, self.clock, on_change=catalog_changed, locate=locate)
+        catalog = CatalogService(self.store, self.clock, on_change=catalog_changed, locate=locate,
+                                 node_timeout=timedelta(seconds=s.node_timeout_s))
         jobs = ServeJobs(self.store, files, catalog, self.clock)
         async def keys_changed() -> None:
             await refresher.refresh()
@@ -214,6 +227,7 @@ class Server:
                 "database": self.store.engine.dialect.name,
                 "leading": leadership.leading,
                 "epoch": leadership.epoch,
+                "last_reconcile_at": reconciled[0].isoformat() if reconciled else None,
                 "lease": None if lease is None else {
                     "holder": lease.holder, "epoch": lease.epoch,
                     "renewed_at": lease.renewed_at.isoformat(),
