@@ -119,11 +119,23 @@ def model_add(
     memory_gb: Annotated[float, typer.Option(help="Memory each replica holds, GB.")] = 1.0,
     min_replicas: Annotated[int, typer.Option("--min", help="Replicas kept ready.")] = 1,
     max_replicas: Annotated[int | None, typer.Option("--max", help="Upper bound.")] = None,
+    node_selector: Annotated[list[str] | None, typer.Option(
+        help="KEY=VALUE: place replicas only on nodes with this label (repeatable).")] = None,
+    gpus: Annotated[int, typer.Option(help="GPUs each replica holds.")] = 0,
+    gpu_class: Annotated[str | None, typer.Option(
+        help="GPU class the replicas need (as nodes declare it, e.g. l4).")] = None,
 ) -> None:
     """Add a model: a local GGUF (--path) or a remote provider (--base-url)."""
     if (path is None) == (base_url is None):
         render.error("give exactly one source: --path FILE or --base-url URL")
         raise typer.Exit(2)
+    selector: dict[str, str] = {}
+    for pair in node_selector or []:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            render.error(f"--node-selector takes KEY=VALUE, got {pair!r}")
+            raise typer.Exit(2)
+        selector[key] = value
     if path is not None:
         source: dict[str, Any] = {"kind": "local", "path": path}
         engine = "llamacpp"
@@ -136,7 +148,8 @@ def model_add(
         "source": source,
         "profiles": [
             {"name": profile, "engine": engine, "args": shlex.split(args), "cpu_cores": cores,
-             "min_memory_gb": memory_gb}
+             "min_memory_gb": memory_gb, "node_selector": selector, "gpu": gpus,
+             "gpu_class": gpu_class}
         ] if engine == "llamacpp" else [],
         "scaling": {"min": min_replicas if engine == "llamacpp" else 0,
                     "max": max(max_replicas or min_replicas, min_replicas)},
