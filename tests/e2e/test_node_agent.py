@@ -1,0 +1,52 @@
+"""A node agent on its own: it keeps serving while no server is reachable, and catches up after."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import openai
+import pytest
+
+from tests.e2e.cluster import Cluster, hold
+from tests.e2e.server_process import pid_alive
+from tests.pg import fresh_database
+
+
+def chat(url: str, key: str) -> str:
+    client = openai.OpenAI(base_url=url + "/v1", api_key=key, max_retries=0, timeout=10)
+    reply = client.chat.completions.create(model="m", messages=[{"role": "user", "content": "hi"}])
+    return str(reply.choices[0].message.content)
+
+
+@pytest.mark.timeout(180)
+def test_replicas_keep_running_while_every_server_is_down(postgres_url: str, tmp_path: Path) -> None:
+    model_file = tmp_path / "m.gguf"
+    model_file.write_bytes(b"GGUF")
+    with Cluster.up(tmp_path, fresh_database(postgres_url), servers=2) as cluster:
+        node = cluster.add_node("node-a", cores=2, memory_gb=4)
+        cluster.wait_nodes_ready()
+        first = cluster.servers[0]
+        first.ctl("model", "add", "m", "--path", str(model_file), "--min", "1")
+        [before] = cluster.wait_ready_replicas("m", 1)
+        answer = chat(first.url, first.admin_key)
+        assert answer.startswith("fake reply from port")
+
+        for server in cluster.servers:
+            server.stop()
+        cluster.wait("the agent to notice", lambda: "no server reachable" in node.log(), 10)
+        # Its engine keeps running: nothing told it to stop, and servers may only be restarting.
+        hold("the engine to keep running", lambda: pid_alive(before["pid"]) and node.running, 3)
+
+        for server in cluster.servers:
+            server.launch()
+        for server in cluster.servers:
+            server.wait_up()
+        cluster.wait("the agent to reconnect", lambda: "connected to server" in node.log(), 15)
+
+        [after] = cluster.wait_ready_replicas("m", 1)
+        # The same replica, the same process: servers coming back restart nothing.
+        assert (after["id"], after["pid"], after["endpoint"]) == \
+               (before["id"], before["pid"], before["endpoint"])
+        assert after["restarts"] == 0
+        for server in cluster.servers:
+            assert chat(server.url, server.admin_key) == answer
