@@ -5,19 +5,12 @@ set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 # shellcheck source=scripts/common.sh
 source scripts/common.sh
+# shellcheck source=bench/lib.sh
+source bench/lib.sh
 export PATH="$PATH:/usr/sbin:/sbin"
 export no_proxy=127.0.0.1,localhost NO_PROXY=127.0.0.1,localhost
 
-missing=()
-command -v nginx >/dev/null 2>&1 || missing+=(nginx-light)
-command -v wrk >/dev/null 2>&1 || missing+=(wrk)
-if ((${#missing[@]})); then
-    sudo=""
-    [[ $(id -u) -eq 0 ]] || sudo=sudo
-    echo "[bench] installing ${missing[*]} with apt-get" >&2
-    $sudo apt-get update -q >&2
-    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -q "${missing[@]}" >&2
-fi
+ensure_load_tools
 ensure_venv dev
 ensure_postgres
 exec .venv/bin/python bench/ha.py "$@"

@@ -17,3 +17,16 @@ append_warnings() {
         } | tee -a "$2"
     fi
 }
+
+# ensure_load_tools: nginx (the fake upstream) and wrk (the load), installed with apt-get when
+# they are missing.
+ensure_load_tools() {
+    local missing=() sudo=""
+    command -v nginx >/dev/null 2>&1 || missing+=(nginx-light)
+    command -v wrk >/dev/null 2>&1 || missing+=(wrk)
+    ((${#missing[@]})) || return 0
+    [[ $(id -u) -eq 0 ]] || sudo=sudo
+    printf '[bench] installing %s with apt-get\n' "${missing[*]}" >&2
+    $sudo apt-get update -q >&2
+    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -q "${missing[@]}" >&2
+}

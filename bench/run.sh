@@ -22,16 +22,7 @@ die() { log "error: $*"; exit 1; }
 
 # --- 1. tools -------------------------------------------------------------------------------
 
-missing=()
-command -v nginx >/dev/null 2>&1 || missing+=(nginx-light)
-command -v wrk >/dev/null 2>&1 || missing+=(wrk)
-if ((${#missing[@]})); then
-    sudo=""
-    [[ $(id -u) -eq 0 ]] || sudo=sudo
-    log "installing ${missing[*]} with apt-get"
-    $sudo apt-get update -q >&2
-    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -q "${missing[@]}" >&2
-fi
+ensure_load_tools
 if [[ ! -x .venv/bin/python ]]; then
     log "creating .venv and installing llmgw"
     python3 -m venv .venv

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from datetime import timedelta
-from pathlib import Path
 
 import pytest
 
@@ -14,20 +12,9 @@ from llmgw.core.types import LocalSource, Replica
 from llmgw.store.lease_repo import fence
 from llmgw.store.store import Store
 from tests.factories import NOW, local_model
-from tests.pg import fresh_database
 
 TTL = timedelta(seconds=15)
 
-
-@pytest.fixture(params=["sqlite", "postgresql"])
-def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
-    if request.param == "postgresql":
-        url = fresh_database(request.getfixturevalue("postgres_url"))
-    else:
-        url = f"sqlite:///{tmp_path / 'llmgw.db'}"
-    s = Store.open(url)
-    yield s
-    s.close()
 
 
 def test_a_deposed_leaders_writes_are_refused_and_leave_nothing(store: Store) -> None:

@@ -2,28 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from datetime import timedelta
-from pathlib import Path
 
 import pytest
 
 from llmgw.core.types import Replica, ReplicaState
 from llmgw.store.store import Store
 from tests.factories import NOW, node
-from tests.pg import fresh_database
-
-
-@pytest.fixture(params=["sqlite", "postgresql"])
-def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
-    """A migrated store on each backend; on PostgreSQL a new empty database per test."""
-    if request.param == "postgresql":
-        url = fresh_database(request.getfixturevalue("postgres_url"))
-    else:
-        url = f"sqlite:///{tmp_path / 'llmgw.db'}"
-    s = Store.open(url)
-    yield s
-    s.close()
 
 
 def replica(id: str, node_id: str) -> Replica:

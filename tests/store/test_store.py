@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -12,7 +11,6 @@ from llmgw.core.errors import Conflict, ModelNotFound
 from llmgw.core.types import LocalSource, Model, Profile, ReplicaState, Scaling
 from llmgw.store.db import schema_exists
 from llmgw.store.store import Store
-from tests.pg import fresh_database
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
 
@@ -20,17 +18,6 @@ NOW = datetime(2026, 1, 1, tzinfo=UTC)
 def small_model(name: str = "m1") -> Model:
     return Model(name=name, source=LocalSource(path="/models/m1.gguf"), profiles=[Profile(name="cpu")])
 
-
-@pytest.fixture(params=["sqlite", "postgresql"])
-def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
-    """A migrated store on each backend; on PostgreSQL a new empty database per test."""
-    if request.param == "postgresql":
-        url = fresh_database(request.getfixturevalue("postgres_url"))
-    else:
-        url = f"sqlite:///{tmp_path / 'llmgw.db'}"
-    s = Store.open(url)
-    yield s
-    s.close()
 
 
 def test_migrations_create_the_schema_once(tmp_path: Path) -> None:
