@@ -128,12 +128,14 @@ def _pairs(values: list[str], flag: str) -> dict[str, str]:
 
 @node_app.command("run")
 def node_run(
-    server: Annotated[str, typer.Option(
+    server: Annotated[str | None, typer.Option(
         help="Server URL(s), comma-separated; tried in turn.",
-        envvar="LLMGW_SERVER")],
-    token: Annotated[str, typer.Option(
+        envvar="LLMGW_SERVER")] = None,
+    token: Annotated[str | None, typer.Option(
         help="Join token from `llmgw ctl node token create`.",
-        envvar="LLMGW_NODE_TOKEN")],
+        envvar="LLMGW_NODE_TOKEN")] = None,
+    config: Annotated[Path | None, typer.Option(
+        help="TOML file with a [node] table of these options; flags win.")] = None,
     node_id: Annotated[str | None, typer.Option(help="This node's id; default: the hostname.")]
     = None,
     address: Annotated[str | None, typer.Option(
@@ -148,8 +150,8 @@ def node_run(
         help="CLASS=COUNT GPUs to offer (repeatable).")] = None,
     data_dir: Annotated[Path | None, typer.Option(
         help="Model files and engine logs; default: node/ in the data dir.")] = None,
-    interval: Annotated[float, typer.Option(
-        help="Seconds between reports to the servers (the heartbeat).")] = 5.0,
+    interval: Annotated[float | None, typer.Option(
+        help="Seconds between reports to the servers (the heartbeat); default 5.")] = None,
     log_level: Annotated[str, typer.Option(help="debug, info, warning or error.")] = "info",
     log_format: Annotated[str, typer.Option(help="json (one object per line) or text.")] = "json",
 ) -> None:
@@ -159,29 +161,39 @@ def node_run(
     import asyncio
 
     from llmgw.server import logs
-    from llmgw.server.node_run import NodeOptions, run_node
+    from llmgw.server.node_run import NodeConfig, NodeOptions, load_config, run_node
 
     if log_format not in ("json", "text"):
         render.error("--log-format is json or text")
         raise typer.Exit(2)
-    gpus: dict[str, int] = {}
+    try:
+        file = load_config(config) if config else NodeConfig()
+    except LlmgwError as exc:
+        render.error(exc.message)
+        raise typer.Exit(2) from None
+    gpus = dict(file.gpus)
     for cls, count in _pairs(gpu or [], "--gpu").items():
         if not count.isdigit():
             render.error(f"--gpu takes CLASS=COUNT, got {cls}={count}")
             raise typer.Exit(2)
         gpus[cls] = int(count)
-    servers = [s.strip() for s in server.split(",") if s.strip()]
-    if not servers or interval <= 0:
-        render.error("give at least one --server URL and a positive --interval")
+    servers = [s.strip() for s in server.split(",") if s.strip()] if server else file.server
+    secret = (token or file.token or "").strip()
+    interval_s = interval if interval is not None else file.interval_s or 5.0
+    if not servers or not secret or interval_s <= 0:
+        render.error("give at least one --server URL, a --token and a positive --interval "
+                     "(as flags, env LLMGW_SERVER and LLMGW_NODE_TOKEN, or in --config)")
         raise typer.Exit(2)
     opts = NodeOptions(
-        servers=servers, token=token.strip(),
-        data_dir=data_dir or default_data_dir() / "node",
-        labels=_pairs(label or [], "--label"), cores=cores, memory_gb=memory_gb, gpus=gpus,
-        address=address, interval_s=interval,
+        servers=servers, token=secret,
+        data_dir=data_dir or file.data_dir or default_data_dir() / "node",
+        labels={**file.labels, **_pairs(label or [], "--label")},
+        cores=cores if cores is not None else file.cores,
+        memory_gb=memory_gb if memory_gb is not None else file.memory_gb,
+        gpus=gpus, address=address or file.address, interval_s=interval_s,
     )
-    if node_id:
-        opts.node_id = node_id
+    if node_id or file.node_id:
+        opts.node_id = node_id or file.node_id or opts.node_id
     logs.setup(log_level, log_format)
     try:
         asyncio.run(run_node(opts))

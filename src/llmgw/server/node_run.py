@@ -6,11 +6,15 @@ import asyncio
 import logging
 import signal
 import socket
+import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit
 
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
 from llmgw.core.clock import SystemClock
+from llmgw.core.errors import ConfigError
 from llmgw.core.types import Node
 from llmgw.node import hardware
 from llmgw.node.agent import AgentConfig, NodeAgent
@@ -19,6 +23,38 @@ from llmgw.node.remote import ServerLink
 from llmgw.node.supervisor import Status
 
 logger = logging.getLogger(__name__)
+
+
+class NodeConfig(BaseModel):
+    """`llmgw node run --config FILE`: a TOML file with a `[node]` table of the same options
+    (flags given on the command line win; labels and GPUs are merged, flags on top)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    server: list[str] = Field(default_factory=list)
+    token: str | None = None
+    node_id: str | None = None
+    address: str | None = None
+    labels: dict[str, str] = Field(default_factory=dict)
+    gpus: dict[str, int] = Field(default_factory=dict)
+    cores: int | None = Field(default=None, ge=0)
+    memory_gb: float | None = Field(default=None, ge=0)
+    data_dir: Path | None = None
+    interval_s: float | None = Field(default=None, gt=0)
+
+
+def load_config(path: Path) -> NodeConfig:
+    """Read a node config file; ConfigError saying what is wrong with it."""
+    try:
+        raw = tomllib.loads(path.read_text(encoding="utf-8"))
+    except (OSError, tomllib.TOMLDecodeError) as exc:
+        raise ConfigError(f"cannot read {path}: {exc}") from exc
+    try:
+        return NodeConfig.model_validate(raw.get("node", {}))
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"])
+        raise ConfigError(f"{path}: [node] {where}: {first['msg']}") from exc
 
 
 @dataclass
