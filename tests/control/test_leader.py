@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import threading
 from datetime import timedelta
 from pathlib import Path
 
@@ -129,6 +131,30 @@ async def test_a_store_outage_keeps_the_leader_until_the_renew_deadline(store: S
     clock.advance(2)
     assert await a.step() == Act.STEP_DOWN and a.epoch is None
     # Stepped down at 10 s, while the lease still had 5 s to run: never two leaders.
+    assert la.events == ["start@1", "stop"]
+
+
+async def test_a_renew_that_hangs_gives_up_at_the_renew_deadline(store: Store) -> None:
+    clock = FakeClock()
+    a, la, _, _ = two_servers(store, clock)
+    await a.step()
+    released = threading.Event()
+
+    def hangs(*_args: object) -> bool:
+        released.wait(10)  # a database host that stopped answering
+        return True
+
+    store.leases.renew = hangs  # type: ignore[method-assign]
+    # 9.9 s after the last renewal, 0.1 s of the renew deadline is left: the step returns then,
+    # not when the call would have.
+    clock.advance(9.9)
+    try:
+        async with asyncio.timeout(5):
+            assert await a.step() == Act.RENEW
+        clock.advance(0.1)
+        assert await a.step() == Act.STEP_DOWN
+    finally:
+        released.set()
     assert la.events == ["start@1", "stop"]
 
 

@@ -99,10 +99,13 @@ class Elector:
                 await self._on_elected(got.epoch)
         elif act == Act.RENEW:
             assert self.leading is not None
+            # A renew that hangs (the database host gone quiet) must not outlast the deadline:
+            # past it this server steps down, whatever the call would have said.
+            left = self.leading.renewed_at + self.timing.renew_deadline - now
             try:
-                kept = await asyncio.to_thread(
+                kept = await asyncio.wait_for(asyncio.to_thread(
                     self._leases.renew, self.me, self.leading.epoch, now, self.timing.ttl
-                )
+                ), timeout=max(left.total_seconds(), 0.05))
             except Exception:
                 # The store is out of reach: keep leading until the renew deadline, no longer.
                 logger.warning("could not renew the leader lease; stepping down by %s",

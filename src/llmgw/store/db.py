@@ -10,7 +10,7 @@ from typing import Any
 from alembic import command
 from alembic.config import Config
 from sqlalchemy import Connection, Engine, create_engine, event, inspect, select, update
-from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.exc import DBAPIError, OperationalError, SQLAlchemyError
 
 from llmgw.core.errors import ConfigError, StoreUnavailable
 from llmgw.store.schema import meta
@@ -20,8 +20,11 @@ logger = logging.getLogger(__name__)
 
 def open_engine(url: str) -> Engine:
     """An engine for `url`; SQLite gets WAL and a busy timeout so the loops and API can share it."""
+    # A database host that does not answer fails a connection in 5 s rather than the OS's
+    # minutes: the leader must be able to give up on renewing its lease before it expires.
+    connect_args = {"connect_timeout": 5} if url.startswith("postgresql") else {}
     try:
-        engine = create_engine(url, future=True, pool_pre_ping=True)
+        engine = create_engine(url, future=True, pool_pre_ping=True, connect_args=connect_args)
     except (SQLAlchemyError, ValueError, ImportError) as exc:
         raise ConfigError(f"cannot open database {redact(url)}: {exc}") from exc
     if engine.dialect.name == "sqlite":
@@ -83,6 +86,14 @@ def read_revision(engine: Engine) -> int:
     except SQLAlchemyError as exc:
         raise StoreUnavailable("the database is unavailable") from exc
     return int(value)
+
+
+def unavailable(exc: BaseException) -> bool:
+    """True when `exc` says the database cannot be reached (down, restarting, connection
+    lost), as opposed to a fault in the statement or the data."""
+    return isinstance(exc, OperationalError) or (
+        isinstance(exc, DBAPIError) and exc.connection_invalidated
+    )
 
 
 def utc(value: datetime | None) -> datetime | None:
