@@ -178,10 +178,20 @@ class ReplicaKeeper:
         self._clock = clock
         self._on_change = on_change
         self.wake = asyncio.Event()
+        # When this server began leading (set on election). A heartbeat older than that counts
+        # as made then: after a database outage or a leader change every heartbeat is old
+        # though no node is gone, and forgetting their replicas would restart every engine.
+        # A node that really is gone is still lost `node_timeout` after the election.
+        self.since: datetime | None = None
 
     async def tick(self) -> list[Action]:
         """One pass: read, plan, apply; returns what it did."""
         models, nodes, replicas = await self._read()
+        if self.since is not None:
+            since = self.since
+            nodes = [n.model_copy(update={"heartbeat_at": since})
+                     if n.heartbeat_at is not None and n.heartbeat_at < since else n
+                     for n in nodes]
         actions = plan(models, nodes, replicas, self._clock.now(), self._node_timeout)
         for action in actions:
             logger.info("replica keeper: %s", _describe(action))

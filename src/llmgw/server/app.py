@@ -142,6 +142,7 @@ class Server:
         async def elected(epoch: int) -> None:
             """The control loops only the leader runs, and the serve jobs it owns."""
             reconciled.clear()
+            keeper.since = self.clock.now()
             leader_tasks.append(asyncio.create_task(
                 every(self.loops.keeper_s, keeper.wake, reconcile, "replica keeper", logger),
                 name="replica-keeper"))
