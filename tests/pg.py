@@ -3,7 +3,8 @@
 `postgres_url` is a session fixture (a conftest re-exports it) yielding the SQLAlchemy URL of a
 database owned by a password-protected `llmgw` role; `fresh_database(url)` makes an empty
 database per test so tests never share schema state. The server is stopped (`pg_ctl stop -m
-fast`) and its files removed at the end of the session.
+fast`) and its files removed at the end of the session. Outage tests start a cluster of their
+own (`start_cluster`), `stop()` it and `start_again()` it on the same port.
 
 The server binaries come from `$LLMGW_PG_BIN`, PATH, or `/usr/lib/postgresql/*/bin`;
 `scripts/test.sh` installs them when they are missing.
@@ -157,17 +158,31 @@ class PostgresCluster:
         self._run("initdb", "-D", self.data, "-U", PG_USER, "--auth-local=trust",
                   "--auth-host=scram-sha-256", "--encoding=UTF8", "--no-locale", "--no-sync")
 
+    def _pg_ctl_start(self, check: bool) -> subprocess.CompletedProcess[str]:
+        # A throwaway cluster: durability off for speed; what the tests see is unchanged.
+        options = (f"-p {self.port} -k {self.sockets} -c listen_addresses=127.0.0.1 "
+                   "-c fsync=off -c synchronous_commit=off -c full_page_writes=off")
+        return self._run("pg_ctl", "-D", self.data, "-l", self.log, "-o", options, "-w", "-t", "60",
+                         "start", check=check)
+
     def start(self, attempts: int = 3) -> None:
         for attempt in range(attempts):
             self.port = free_port()
-            # A throwaway cluster: durability off for speed; what the tests see is unchanged.
-            options = (f"-p {self.port} -k {self.sockets} -c listen_addresses=127.0.0.1 "
-                       "-c fsync=off -c synchronous_commit=off -c full_page_writes=off")
-            proc = self._run("pg_ctl", "-D", self.data, "-l", self.log, "-o", options, "-w", "-t", "60",
-                             "start", check=attempt == attempts - 1)
+            proc = self._pg_ctl_start(check=attempt == attempts - 1)
             if proc.returncode == 0:
                 return
             self.stop()  # the port was taken in the meantime: leave nothing behind and retry
+
+    def start_again(self) -> None:
+        """Start a stopped cluster on the port it had, so the URLs handed out work again
+        (outage tests: `stop()`, then this)."""
+        assert self.port, "start_again() restarts a cluster that was started before"
+        self._pg_ctl_start(check=True)
+
+    @property
+    def running(self) -> bool:
+        pid = self.postmaster_pid()
+        return pid is not None and _alive(pid)
 
     def superuser(self, dbname: str = "postgres") -> psycopg.Connection[tuple[object, ...]]:
         """A connection as the superuser over the cluster's own socket."""
