@@ -581,3 +581,16 @@ async def test_the_loop_survives_a_store_outage() -> None:
 
     assert store.reads == 2
     assert [type(a) for a in store.applied] == [Place]
+
+
+def test_a_new_leader_gives_nodes_a_full_timeout_from_its_election() -> None:
+    # The database was down for 47 s: no node could report, yet none is gone.
+    replicas = [replica_ready("r1", node_id="silent")]
+    nodes = [silent_node()]
+    elected = NOW - timedelta(seconds=1)
+
+    assert plan([gemma_model()], nodes, replicas, NOW, leading_since=elected) == []
+    # A node that really is gone is lost a timeout after the election.
+    later = elected + timedelta(seconds=31)
+    assert plan([gemma_model()], nodes, replicas, later, leading_since=elected)[0] == \
+        Forget("r1", "node silent is lost (no heartbeat for 31s)")

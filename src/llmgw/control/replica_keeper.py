@@ -73,6 +73,7 @@ def plan(
     replicas: list[Replica],
     now: datetime,
     node_timeout: timedelta = NODE_TIMEOUT,
+    leading_since: datetime | None = None,
 ) -> list[Action]:
     """What to change so each local model has `scaling.min` replicas placed where they fit.
 
@@ -80,6 +81,14 @@ def plan(
     and a replacement is placed elsewhere. Replicas on a draining node make way the other way
     round: their replacements are placed first, and they stop once enough of the model's
     replicas are ready elsewhere, so a drain never leaves a model without a ready replica."""
+    if leading_since is not None:
+        # A heartbeat older than this leader's election counts as made then: after a database
+        # outage or a leader change every heartbeat is old though no node is gone, and
+        # forgetting their replicas would restart every engine. A node that really is gone is
+        # still lost `node_timeout` after the election.
+        nodes = [n.model_copy(update={"heartbeat_at": leading_since})
+                 if n.heartbeat_at is not None and n.heartbeat_at < leading_since else n
+                 for n in nodes]
     catalog = {m.name: m for m in models}
     by_id = {n.id: n for n in nodes}
     gone: dict[str, str | None] = {}
@@ -178,21 +187,13 @@ class ReplicaKeeper:
         self._clock = clock
         self._on_change = on_change
         self.wake = asyncio.Event()
-        # When this server began leading (set on election). A heartbeat older than that counts
-        # as made then: after a database outage or a leader change every heartbeat is old
-        # though no node is gone, and forgetting their replicas would restart every engine.
-        # A node that really is gone is still lost `node_timeout` after the election.
+        # When this server began leading (set on election): see `plan`'s `leading_since`.
         self.since: datetime | None = None
 
     async def tick(self) -> list[Action]:
         """One pass: read, plan, apply; returns what it did."""
         models, nodes, replicas = await self._read()
-        if self.since is not None:
-            since = self.since
-            nodes = [n.model_copy(update={"heartbeat_at": since})
-                     if n.heartbeat_at is not None and n.heartbeat_at < since else n
-                     for n in nodes]
-        actions = plan(models, nodes, replicas, self._clock.now(), self._node_timeout)
+        actions = plan(models, nodes, replicas, self._clock.now(), self._node_timeout, self.since)
         for action in actions:
             logger.info("replica keeper: %s", _describe(action))
             await self._apply(action)
