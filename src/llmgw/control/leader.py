@@ -16,6 +16,7 @@ from datetime import datetime, timedelta
 from enum import StrEnum
 
 from llmgw.core.clock import Clock
+from llmgw.core.errors import LlmgwError
 from llmgw.store.lease_repo import Lease, LeaseRepo
 
 logger = logging.getLogger(__name__)
@@ -130,6 +131,8 @@ class Elector:
             while True:
                 try:
                     await self.step()
+                except LlmgwError as exc:
+                    logger.warning("leader election step failed: %s", exc.message)
                 except Exception:
                     logger.exception("leader election step failed")
                 await asyncio.sleep(self.timing.retry.total_seconds())

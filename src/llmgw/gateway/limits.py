@@ -19,7 +19,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from llmgw.core.errors import RateLimited
+from llmgw.core.errors import LlmgwError, RateLimited
 from llmgw.core.types import ApiKey, Limits
 from llmgw.store.store import Store
 
@@ -180,6 +180,9 @@ class Limiter:
             await asyncio.sleep(interval_s)
             try:
                 await self.sync(flush_usage)
+            except LlmgwError as exc:  # the database is down: said in one line, every time
+                logger.warning("limit sync failed (%s); each server admits from memory until it "
+                               "works", exc.message)
             except Exception:
                 logger.exception("limit sync failed; each server admits from memory until it works")
 

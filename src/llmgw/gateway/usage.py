@@ -11,6 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import date, datetime
 
+from llmgw.core.errors import LlmgwError
 from llmgw.store.store import Store
 from llmgw.store.usage_repo import COUNTERS, UsageRow
 
@@ -129,8 +130,10 @@ class UsageMeter:
             rows = [UsageRow(k, m, d, **c) for (k, m, d), c in batch.items()]
             try:
                 await asyncio.to_thread(self._store.usage.add_usage, rows)
-            except Exception:
-                logger.exception("could not write usage; keeping it for the next try")
+            except Exception as exc:
+                # The caller logs an outage; anything else is a fault worth its traceback here.
+                if not isinstance(exc, LlmgwError):
+                    logger.exception("could not write usage; keeping it for the next try")
                 for (k, m, d), c in batch.items():
                     for name, v in c.items():
                         self._buf[(k, m, d)][name] += v

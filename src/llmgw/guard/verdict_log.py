@@ -7,6 +7,7 @@ import contextlib
 import logging
 from collections.abc import Awaitable, Callable
 
+from llmgw.core.errors import LlmgwError
 from llmgw.core.guard import VerdictRecord
 
 logger = logging.getLogger(__name__)
@@ -38,6 +39,10 @@ class VerdictBuffer:
             return
         try:
             await self._write(batch)
+        except LlmgwError as exc:
+            logger.warning("could not write %d verdicts (%s); keeping them for the next try",
+                           len(batch), exc.message)
+            self._buf = batch + self._buf
         except Exception:
             logger.exception("could not write %d verdicts; keeping them for the next try", len(batch))
             self._buf = batch + self._buf

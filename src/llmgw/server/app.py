@@ -39,6 +39,7 @@ from llmgw.control.node_admin import NodeAdmin
 from llmgw.control.replica_keeper import ReplicaKeeper
 from llmgw.control.serve_jobs import ServeJobs
 from llmgw.core.clock import Clock, SystemClock
+from llmgw.core.errors import LlmgwError
 from llmgw.core.guard import VerdictRecord
 from llmgw.core.loops import every
 from llmgw.core.settings import ServerSettings
@@ -329,5 +330,7 @@ class Server:
                 await step(*args)
             else:
                 await asyncio.to_thread(step, *args)
+        except LlmgwError as exc:
+            logger.warning("%s failed: %s", getattr(step, "__name__", "heartbeat"), exc.message)
         except Exception:
             logger.exception("%s failed", getattr(step, "__name__", "heartbeat"))

@@ -10,6 +10,7 @@ from typing import Any
 from alembic import command
 from alembic.config import Config
 from sqlalchemy import Connection, Engine, create_engine, event, inspect, select, update
+from sqlalchemy.engine import ExceptionContext
 from sqlalchemy.exc import DBAPIError, OperationalError, SQLAlchemyError
 
 from llmgw.core.errors import ConfigError, StoreUnavailable
@@ -27,6 +28,22 @@ def open_engine(url: str) -> Engine:
         engine = create_engine(url, future=True, pool_pre_ping=True, connect_args=connect_args)
     except (SQLAlchemyError, ValueError, ImportError) as exc:
         raise ConfigError(f"cannot open database {redact(url)}: {exc}") from exc
+    where = redact(url)
+    sqlite = engine.dialect.name == "sqlite"
+
+    @event.listens_for(engine, "handle_error")
+    def _unavailable(ctx: ExceptionContext) -> BaseException | None:
+        # Translated here, at the boundary: every caller sees one retryable error, and loops
+        # log it as one line instead of a driver traceback each retry. Pre-ping failures stay
+        # SQLAlchemy's own: the pool handles them by reconnecting. SQLite reports faults in a
+        # statement as OperationalError too, so there only a lock held too long counts.
+        if ctx.is_pre_ping or not (ctx.is_disconnect or unavailable(ctx.sqlalchemy_exception)):
+            return None
+        if sqlite and "database is locked" not in str(ctx.original_exception):
+            return None
+        first = str(ctx.original_exception).strip().splitlines()[0][:200]
+        return StoreUnavailable(f"the database {where} is unavailable: {first}")
+
     if engine.dialect.name == "sqlite":
 
         @event.listens_for(engine, "connect")
@@ -58,6 +75,8 @@ def migrate(engine: Engine) -> None:
         with engine.begin() as conn:
             cfg.attributes["connection"] = conn
             command.upgrade(cfg, "head")
+    except StoreUnavailable as exc:
+        raise ConfigError(f"database migration failed: {exc.message}") from exc
     except SQLAlchemyError as exc:
         raise ConfigError(f"database migration failed on {engine.url}: {reason(exc)}") from exc
 
@@ -67,6 +86,8 @@ def schema_exists(url: str) -> bool:
     engine = open_engine(url)
     try:
         return inspect(engine).has_table("meta")
+    except StoreUnavailable as exc:
+        raise ConfigError(f"cannot open database: {exc.message}") from exc
     except SQLAlchemyError as exc:
         raise ConfigError(f"cannot open database {redact(url)}: {reason(exc)}") from exc
     finally:
@@ -88,7 +109,7 @@ def read_revision(engine: Engine) -> int:
     return int(value)
 
 
-def unavailable(exc: BaseException) -> bool:
+def unavailable(exc: BaseException | None) -> bool:
     """True when `exc` says the database cannot be reached (down, restarting, connection
     lost), as opposed to a fault in the statement or the data."""
     return isinstance(exc, OperationalError) or (

@@ -4,8 +4,11 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Any
 
-from sqlalchemy import Engine, and_, delete, func, insert, select, update
+from sqlalchemy import Connection, Engine, Table, delete, func, select
+from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
 from llmgw.store.schema import rate_windows, usage
 
@@ -33,13 +36,8 @@ class UsageRepo:
     def add_usage(self, rows: Iterable[UsageRow]) -> None:
         with self._engine.begin() as conn:
             for r in rows:
-                key = and_(usage.c.key_id == r.key_id, usage.c.model == r.model, usage.c.day == r.day)
-                deltas = {c: getattr(r, c) for c in COUNTERS}
-                changed = conn.execute(
-                    update(usage).where(key).values({c: usage.c[c] + v for c, v in deltas.items()})
-                ).rowcount
-                if not changed:
-                    conn.execute(insert(usage).values(key_id=r.key_id, model=r.model, day=r.day, **deltas))
+                _add(conn, usage, {"key_id": r.key_id, "model": r.model, "day": r.day},
+                     {c: getattr(r, c) for c in COUNTERS})
 
     def usage(
         self, key_id: str | None = None, model: str | None = None, since: str | None = None
@@ -68,12 +66,8 @@ class UsageRepo:
         """Add (requests, tokens) per (key id, minute)."""
         with self._engine.begin() as conn:
             for (key_id, minute), (reqs, toks) in deltas.items():
-                where = and_(rate_windows.c.key_id == key_id, rate_windows.c.minute == minute)
-                changed = conn.execute(update(rate_windows).where(where).values(
-                    requests=rate_windows.c.requests + reqs, tokens=rate_windows.c.tokens + toks)).rowcount
-                if not changed:
-                    conn.execute(insert(rate_windows).values(key_id=key_id, minute=minute,
-                                                             requests=reqs, tokens=toks))
+                _add(conn, rate_windows, {"key_id": key_id, "minute": minute},
+                     {"requests": reqs, "tokens": toks})
 
     def rates(self, minutes: list[int]) -> dict[tuple[str, int], tuple[int, int]]:
         """Every key's (requests, tokens) in these minutes, as all servers wrote them."""
@@ -84,3 +78,12 @@ class UsageRepo:
     def prune_rates(self, before_minute: int) -> None:
         with self._engine.begin() as conn:
             conn.execute(delete(rate_windows).where(rate_windows.c.minute < before_minute))
+
+
+def _add(conn: Connection, table: Table, key: dict[str, Any], deltas: dict[str, int]) -> None:
+    """Add `deltas` to the row at `key`, creating it: one statement, so two servers adding to
+    a row neither has yet cannot both insert it (an update-then-insert can)."""
+    dialect_insert = pg_insert if conn.dialect.name == "postgresql" else sqlite_insert
+    stmt = dialect_insert(table).values(**key, **deltas)
+    conn.execute(stmt.on_conflict_do_update(
+        index_elements=list(key), set_={c: table.c[c] + stmt.excluded[c] for c in deltas}))
