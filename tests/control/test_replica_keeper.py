@@ -176,13 +176,21 @@ def test_a_pending_replica_whose_reason_has_not_changed_needs_nothing() -> None:
 # --- scaling down and stopping -----------------------------------------------------------------
 
 
-def test_scale_down_stops_pending_replicas_first() -> None:
+def test_scale_down_drops_pending_replicas_first() -> None:
     model = gemma_model(replicas=2)
     replicas = [replica_ready("r-ready"), replica_failed("r-failed"), replica_pending("r-pending")]
 
     actions = plan([model], [node_8_cores()], replicas, NOW)
 
-    assert actions == [Stop("r-pending", "gemma3-270m is scaled to 2")]
+    # A pending replica has no engine and no agent: its row goes at once, not "stopping" forever.
+    assert actions == [Forget("r-pending", "gemma3-270m is scaled to 2")]
+
+
+def test_a_never_placed_replica_left_stopping_is_cleaned_up() -> None:
+    left = replica_pending("r-old").model_copy(update={"state": ReplicaState.STOPPING})
+    assert plan([gemma_model(replicas=0)], [node_8_cores()], [left], NOW) == [
+        Forget("r-old", "it was never placed")
+    ]
 
 
 def test_scale_down_stops_failed_replicas_before_working_ones() -> None:
@@ -191,17 +199,18 @@ def test_scale_down_stops_failed_replicas_before_working_ones() -> None:
 
     actions = plan([model], [node_8_cores()], replicas, NOW)
 
+    assert actions[0] == Forget("r-d", "gemma3-270m is scaled to 1")
     stopped = [a.replica_id for a in actions if isinstance(a, Stop)]
-    assert len(actions) == len(stopped) == 3
-    assert stopped[:2] == ["r-d", "r-b"]
-    assert stopped[2] in {"r-a", "r-c"}
+    assert len(actions) == 3 and len(stopped) == 2
+    assert stopped[0] == "r-b"
+    assert stopped[1] in {"r-a", "r-c"}
 
 
 def test_scaling_to_zero_stops_every_replica() -> None:
     model = gemma_model(replicas=0)
     actions = plan([model], [node_8_cores()], [replica_ready("r1"), replica_pending("r2")], NOW)
-    assert {a.replica_id for a in actions if isinstance(a, Stop)} == {"r1", "r2"}
-    assert len(actions) == 2
+    assert sorted(actions, key=lambda a: a.replica_id) == [
+        Stop("r1", "gemma3-270m is scaled to 0"), Forget("r2", "gemma3-270m is scaled to 0")]
 
 
 def test_replicas_of_a_model_no_longer_in_the_catalog_are_stopped() -> None:

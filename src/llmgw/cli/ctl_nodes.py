@@ -163,11 +163,21 @@ def _wait_drained(node: dict[str, Any], timeout_s: float) -> dict[str, Any]:
             _say(f"draining {node['id']}: {shown} replica(s) left")
         if time.monotonic() >= deadline:
             render.error(f"node {node['id']} still has {node['replica_count']} replica(s) "
-                         f"after {timeout_s:g}s")
+                         f"after {timeout_s:g}s{_held_by(node['id'])}")
             raise typer.Exit(1)
         time.sleep(POLL_S)
         node = call("GET", _path(node["id"]))
     return node
+
+
+def _held_by(node_id: str) -> str:
+    """Why a drain is stuck: a replica here stays until its replacement is ready elsewhere."""
+    here = call("GET", _path(node_id))["replicas"]
+    models = {r["model"] for r in here if r["state"] != "stopping"}
+    waiting = [r for r in call("GET", "/admin/v1/replicas")["data"]
+               if r["model"] in models and r["state"] == "pending"]
+    return "".join(f"\n  {r['model']}: its replacement is pending: {r['last_error']}"
+                   for r in waiting)
 
 
 @node_app.command("remove")

@@ -105,10 +105,12 @@ def plan(
                 actions.append(Forget(r.id, why))
                 continue
         if r.state == ReplicaState.STOPPING:
+            if r.node_id is None:  # no agent will ever report it stopped (earlier versions)
+                actions.append(Forget(r.id, "it was never placed"))
             continue
         model = catalog.get(r.model)
         if model is None or model.is_remote:
-            actions.append(Stop(r.id, f"model {r.model} is no longer in the catalog"))
+            actions.append(_drop(r, f"model {r.model} is no longer in the catalog"))
         elif r.node_id is not None and by_id[r.node_id].draining:
             leaving.setdefault(r.model, []).append(r)
         else:
@@ -119,6 +121,12 @@ def plan(
             actions += _keep(model, mine.get(model.name, []), cluster)
             actions += _make_way(model, mine.get(model.name, []), leaving.get(model.name, []))
     return actions
+
+
+def _drop(r: Replica, reason: str) -> Action:
+    """Stop a placed replica (its agent stops the engine, then the row goes); a pending one has
+    no engine and no agent to report it stopped, so its row goes at once."""
+    return Stop(r.id, reason) if r.node_id is not None else Forget(r.id, reason)
 
 
 def _make_way(model: Model, mine: list[Replica], leaving: list[Replica]) -> list[Action]:
@@ -146,7 +154,7 @@ def _keep(model: Model, mine: list[Replica], cluster: Cluster) -> list[Action]:
     order = pending + sorted(placed, key=lambda r: (r.state != ReplicaState.FAILED, r.id))
     stopped = max(len(mine) - target, 0)
     for r in order[:stopped]:
-        actions.append(Stop(r.id, f"{model.name} is scaled to {target}"))
+        actions.append(_drop(r, f"{model.name} is scaled to {target}"))
     if len(placed) >= target:
         return actions
     # Pending replicas that survive the scale-down are tried again before new ones are made.
