@@ -66,3 +66,15 @@ async def test_a_malformed_report_is_a_400_naming_the_field(api: Any) -> None:
     body = await resp.json()
     assert_openai_error(body)
     assert body["error"]["param"] == "node.cores"
+
+
+async def test_a_second_agent_with_a_taken_node_id_gets_a_409(api: Any) -> None:
+    client, keys = api
+    auth = {"Authorization": f"Bearer {keys['node']}"}
+    first = await client.post("/agent/v1/sync", json={"node": NODE, "agent": "agent-a"}, headers=auth)
+    assert first.status == 200
+    second = await client.post("/agent/v1/sync", json={"node": NODE, "agent": "agent-b"}, headers=auth)
+    assert second.status == 409
+    body = await second.json()
+    assert_openai_error(body, "node_id_taken")
+    assert "--node-id" in body["error"]["message"]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
@@ -10,6 +11,7 @@ import pytest
 from llmgw.control.agents import AgentService
 from llmgw.core.agent_wire import ReplicaReport, SyncRequest
 from llmgw.core.clock import FakeClock
+from llmgw.core.errors import NodeIdTaken
 from llmgw.core.types import Replica, ReplicaState
 from llmgw.store.store import Store
 from tests.factories import NOW, local_model, node
@@ -87,3 +89,20 @@ async def test_stopped_replicas_marked_stopping_are_forgotten(store: Store) -> N
     # Only a replica the servers asked to stop goes; a live one is not deleted by a confused agent.
     assert [r.id for r in store.replicas.list()] == ["live"]
     assert [a.replica.id for a in answer.assignments] == ["live"]
+
+
+async def test_a_second_machine_claiming_a_live_nodes_id_is_refused(store: Store) -> None:
+    clock = FakeClock(NOW)
+    svc = AgentService(store, clock, "k", 5.0, Changes(), node_timeout=timedelta(seconds=30))
+    await svc.sync(SyncRequest(node=node("gpu-1"), agent="agent-first"))
+
+    with pytest.raises(NodeIdTaken, match="node gpu-1 is already reported by another agent"):
+        await svc.sync(SyncRequest(node=node("gpu-1", address="10.0.0.9"), agent="agent-clone"))
+    assert store.nodes.get("gpu-1").address == "127.0.0.1"  # the first one's registration stands
+
+    # The same agent, restarted, keeps its id and is welcome; a node silent past the timeout
+    # may be taken over (the machine was replaced).
+    await svc.sync(SyncRequest(node=node("gpu-1"), agent="agent-first"))
+    clock.advance(31)
+    await svc.sync(SyncRequest(node=node("gpu-1", address="10.0.0.9"), agent="agent-clone"))
+    assert store.nodes.get("gpu-1").address == "10.0.0.9"

@@ -9,7 +9,7 @@ from typer.testing import CliRunner
 
 from llmgw.cli.main import app
 from llmgw.core.errors import ConfigError
-from llmgw.server.node_run import NodeOptions, describe, load_config, reaching_address
+from llmgw.server.node_run import NodeOptions, agent_id, describe, load_config, reaching_address
 
 
 def test_a_config_file_gives_the_options(tmp_path: Path) -> None:
@@ -51,3 +51,9 @@ def test_without_a_server_or_token_it_says_what_is_missing(monkeypatch: pytest.M
     result = CliRunner().invoke(app, ["node", "run", "--server", "http://127.0.0.1:1"])
     assert result.exit_code == 2
     assert "a --token" in result.output
+
+
+def test_the_agent_id_survives_a_restart(tmp_path: Path) -> None:
+    first = agent_id(tmp_path / "node")
+    assert first.startswith("agent-") and agent_id(tmp_path / "node") == first
+    assert agent_id(tmp_path / "other") != first

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
+from datetime import timedelta
 from typing import Any
 
 from llmgw.core.agent_wire import Assigned, ReplicaReport, SyncRequest, SyncResponse
@@ -20,8 +21,9 @@ class AgentService:
 
     def __init__(
         self, store: Store, clock: Clock, engine_key: str, interval_s: float,
-        on_change: Callable[[], Awaitable[None]],
+        on_change: Callable[[], Awaitable[None]], node_timeout: timedelta = timedelta(seconds=30),
     ) -> None:
+        self._node_timeout = node_timeout
         self._store = store
         self._clock = clock
         self._engine_key = engine_key
@@ -38,7 +40,7 @@ class AgentService:
 
     def _sync(self, req: SyncRequest) -> tuple[bool, list[Assigned]]:
         store, now, node = self._store, self._clock.now(), req.node.id
-        store.nodes.upsert(req.node, now)
+        store.nodes.upsert(req.node, now, req.agent or None, self._node_timeout)
         mine = {r.id: r for r in store.replicas.list(node_id=node)}
         changed = False
         for report in req.replicas:

@@ -22,6 +22,9 @@ class SyncRequest(Frozen):
     """One agent round: the node (its heartbeat), what changed, and what it stopped."""
 
     node: Node
+    # The agent's own id, kept in its data dir: servers refuse a second agent reporting as the
+    # same node while the first one is alive.
+    agent: str = Field(default="", max_length=64)
     replicas: list[ReplicaReport] = Field(default_factory=list, max_length=10_000)
     # Replicas the server told it to stop, whose engines are gone: their rows can go.
     stopped: list[str] = Field(default_factory=list, max_length=10_000)

@@ -206,3 +206,9 @@ class JoinRefused(Permanent):
     status = 401
     type = "authentication_error"
     code = "join_refused"
+
+
+class NodeIdTaken(Conflict):
+    """Another agent reports as this node id (two machines with one hostname, say)."""
+
+    code = "node_id_taken"

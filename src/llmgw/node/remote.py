@@ -28,13 +28,15 @@ class ServerLink:
     """Tries each server in turn, starting with the last one that answered."""
 
     def __init__(
-        self, servers: list[str], token: str, node: Callable[[], Node], timeout_s: float = 10.0
+        self, servers: list[str], token: str, node: Callable[[], Node], timeout_s: float = 10.0,
+        agent: str = "",
     ) -> None:
         if not servers:
             raise ValueError("a node agent needs at least one server URL")
         self._servers = [s.rstrip("/") for s in servers]
         self._token = token
         self._node = node
+        self._agent = agent
         self._timeout = aiohttp.ClientTimeout(total=timeout_s)
         self._session: aiohttp.ClientSession | None = None
         self._pending: dict[str, Status] = {}
@@ -66,6 +68,7 @@ class ServerLink:
         stopped = set(self._stopped)
         body = orjson.dumps(SyncRequest(
             node=self._node(),
+            agent=self._agent,
             replicas=[_report(rid, s) for rid, s in sent.items()],
             stopped=sorted(stopped),
         ).model_dump(mode="json"))
@@ -92,7 +95,9 @@ class ServerLink:
                              "Content-Type": "application/json"},
                 ) as resp:
                     raw = await resp.read()
-                    if resp.status in (401, 403):
+                    # A bad token, or another agent holding this node id: no other server
+                    # will say otherwise, and retrying as is cannot help.
+                    if resp.status in (401, 403, 409):
                         raise JoinRefused(f"{url} refused this node: {_message(raw)}")
                     if resp.status != 200:
                         errors.append(f"{url}: HTTP {resp.status} {_message(raw)}")

@@ -7,6 +7,7 @@ import logging
 import signal
 import socket
 import tomllib
+import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -100,10 +101,23 @@ def describe(opts: NodeOptions) -> Node:
     })
 
 
+def agent_id(data_dir: Path) -> str:
+    """This agent's id, made once and kept in its data dir: the same across restarts, so a
+    restarted agent is not taken for a second machine claiming its node id."""
+    path = data_dir / "agent-id"
+    try:
+        return path.read_text(encoding="utf-8").strip()
+    except FileNotFoundError:
+        data_dir.mkdir(parents=True, exist_ok=True)
+        made = "agent-" + uuid.uuid4().hex
+        path.write_text(made + "\n", encoding="utf-8")
+        return made
+
+
 async def run_node(opts: NodeOptions) -> None:
     """Run the agent until SIGINT or SIGTERM; then stop every engine it started."""
     node = describe(opts)
-    link = ServerLink(opts.servers, opts.token, lambda: node)
+    link = ServerLink(opts.servers, opts.token, lambda: node, agent=agent_id(opts.data_dir))
     agent: NodeAgent
 
     async def report(replica_id: str, status: Status) -> None:

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import builtins
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy import Connection, Engine, delete, insert, select, update
 
+from llmgw.core.errors import NodeIdTaken
 from llmgw.core.types import Node
 from llmgw.store.db import bump_revision, utc
 from llmgw.store.schema import nodes, replicas
@@ -38,15 +39,32 @@ class NodeRepo:
             rows = conn.execute(select(nodes).order_by(nodes.c.id)).all()
         return [_to_node(r) for r in rows]
 
-    def upsert(self, node: Node, now: datetime) -> None:
+    def upsert(
+        self, node: Node, now: datetime, agent: str | None = None,
+        taken_for: timedelta | None = None,
+    ) -> None:
         """Register a node or refresh its hardware and heartbeat.
 
         The agent's labels are merged over the stored ones: labels set with `ctl node label`
-        stay, and a label the agent declares is applied again each time it reports."""
+        stay, and a label the agent declares is applied again each time it reports. A node
+        another `agent` reported as within `taken_for` is refused with NodeIdTaken."""
         values = node.model_dump(exclude={"id", "heartbeat_at", "cordoned", "draining"})
         with self._engine.begin() as conn:
-            stored = conn.execute(select(nodes.c.labels).where(nodes.c.id == node.id)).first()
+            query = select(nodes.c.labels, nodes.c.agent, nodes.c.heartbeat_at).where(
+                nodes.c.id == node.id)
+            if conn.dialect.name == "postgresql":
+                query = query.with_for_update()  # two agents racing: one check at a time
+            stored = conn.execute(query).first()
+            if agent:
+                values["agent"] = agent
             if stored is not None:
+                last = utc(stored.heartbeat_at)
+                if (agent and stored.agent and stored.agent != agent and taken_for is not None
+                        and last is not None and now - last < taken_for):
+                    raise NodeIdTaken(
+                        f"node {node.id} is already reported by another agent (last report "
+                        f"{(now - last).total_seconds():.0f}s ago): give this machine its own "
+                        "--node-id, or stop the other agent", param="node.id")
                 values["labels"] = {**(stored.labels or {}), **node.labels}
                 conn.execute(
                     update(nodes).where(nodes.c.id == node.id).values(**values, heartbeat_at=now)

@@ -68,6 +68,8 @@ nodes = Table(
     Column("heartbeat_at", DateTime(timezone=True), nullable=True),
     Column("cordoned", Boolean, nullable=False, default=False),
     Column("draining", Boolean, nullable=False, default=False),
+    # The agent (an id it keeps in its data dir) that reports as this node.
+    Column("agent", String(64), nullable=True),
 )
 
 api_keys = Table(
