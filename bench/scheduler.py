@@ -21,6 +21,8 @@ from llmgw.core.types import Engine, LocalSource, Model, Node, Profile, Replica,
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
 RUNS = 3
+# The nodes labelled role=judge are the judge machine: other models go there last.
+JUDGE_MACHINE = {"role": "judge"}
 
 
 def cluster(count: int, rng: random.Random) -> list[Node]:
@@ -58,7 +60,8 @@ def catalog(count: int, replicas: int, rng: random.Random) -> list[Model]:
         else:
             profiles = [cpu]
         models.append(Model(name=f"m{i:04d}", source=LocalSource(path=f"/models/m{i}.gguf"),
-                            profiles=profiles, scaling=Scaling(min=replicas, max=replicas)))
+                            profiles=profiles, scaling=Scaling(min=replicas, max=replicas),
+                            guard=kind == 0))
     return models
 
 
@@ -86,7 +89,7 @@ def main() -> None:
     full: list[float] = []
     actions: list[Action] = []
     for _ in range(RUNS):
-        seconds, actions = timed(lambda: plan(models, nodes, [], NOW))
+        seconds, actions = timed(lambda: plan(models, nodes, [], NOW, judge_machine=JUDGE_MACHINE))
         full.append(seconds)
     places = sum(isinstance(a, Place) for a in actions)
     pends = [a for a in actions if isinstance(a, Pend)]
@@ -98,7 +101,7 @@ def main() -> None:
     steady: list[float] = []
     again: list[Action] = []
     for _ in range(RUNS):
-        seconds, again = timed(lambda: plan(grown, nodes, rows, NOW))
+        seconds, again = timed(lambda: plan(grown, nodes, rows, NOW, judge_machine=JUDGE_MACHINE))
         steady.append(seconds)
 
     wanted = args.models * args.replicas

@@ -444,3 +444,19 @@ def test_a_placement_is_made_exactly_when_some_node_fits_and_it_is_the_best_one(
         return mine, free.memory_gb, free.cores, node_id
 
     assert decision.node_id == min(candidates, key=score)
+
+
+def test_other_models_keep_off_the_judge_machine_while_they_fit_elsewhere() -> None:
+    box, other = judge_machine("judge-box"), node("other", cores=4, memory_gb=16.0)
+    judge = local_model("qwen3guard-0.6b", guard=True, profiles=[judge_profile()], replicas=2)
+    chat = local_model("chat")
+    # The judge already runs on its machine: packing alone would put `chat` there too.
+    running = [replica_placed("j1", "qwen3guard-0.6b", node_id="judge-box")]
+    cluster = Cluster([box, other], running, NOW, judge_machine={"role": "judge"})
+
+    assert placed_on(cluster.schedule(chat)) == "other"
+    assert placed_on(cluster.schedule(judge)) == "judge-box"
+    # When nothing else fits, the judge machine still takes it rather than nothing.
+    full = [*running, replica_placed("c1", "big", node_id="other", cores=4, memory_gb=16.0)]
+    assert placed_on(Cluster([box, other], full, NOW, judge_machine={"role": "judge"})
+                     .schedule(chat)) == "judge-box"

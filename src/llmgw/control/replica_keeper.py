@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -74,8 +74,10 @@ def plan(
     now: datetime,
     node_timeout: timedelta = NODE_TIMEOUT,
     leading_since: datetime | None = None,
+    judge_machine: Mapping[str, str] | None = None,
 ) -> list[Action]:
-    """What to change so each local model has `scaling.min` replicas placed where they fit.
+    """What to change so each local model has `scaling.min` replicas placed where they fit
+    (other than judges, on the `judge_machine` only when nothing else fits).
 
     Replicas on a lost node (no heartbeat within `node_timeout`, or no node row) are forgotten
     and a replacement is placed elsewhere. Replicas on a draining node make way the other way
@@ -115,7 +117,7 @@ def plan(
             leaving.setdefault(r.model, []).append(r)
         else:
             mine.setdefault(r.model, []).append(r)
-    cluster = Cluster(nodes, replicas, now, node_timeout)
+    cluster = Cluster(nodes, replicas, now, node_timeout, judge_machine)
     for model in sorted(catalog.values(), key=lambda m: m.name):
         if not model.is_remote:
             actions += _keep(model, mine.get(model.name, []), cluster)
@@ -188,8 +190,10 @@ class ReplicaKeeper:
         clock: Clock,
         on_change: Callable[[], None] = lambda: None,
         node_timeout: timedelta = NODE_TIMEOUT,
+        judge_machine: Callable[[], Awaitable[Mapping[str, str]]] | None = None,
     ) -> None:
         self._read = read
+        self._judge_machine = judge_machine
         self._node_timeout = node_timeout
         self._apply = apply
         self._clock = clock
@@ -201,7 +205,9 @@ class ReplicaKeeper:
     async def tick(self) -> list[Action]:
         """One pass: read, plan, apply; returns what it did."""
         models, nodes, replicas = await self._read()
-        actions = plan(models, nodes, replicas, self._clock.now(), self._node_timeout, self.since)
+        machine = await self._judge_machine() if self._judge_machine else None
+        actions = plan(models, nodes, replicas, self._clock.now(), self._node_timeout, self.since,
+                       machine)
         for action in actions:
             logger.info("replica keeper: %s", _describe(action))
             await self._apply(action)

@@ -160,9 +160,13 @@ class Cluster:
         replicas: Iterable[Replica],
         now: datetime,
         node_timeout: timedelta = NODE_TIMEOUT,
+        judge_machine: Mapping[str, str] | None = None,
     ) -> None:
         self.node_timeout = node_timeout
         self._slots: list[_Slot] = []
+        # Nodes carrying the judge machine's labels: other models go there only when they fit
+        # nowhere else, so packing does not crowd the judge every judgment waits on.
+        self._reserved: frozenset[int] = frozenset()
         self._index: dict[str, int] = {}
         # How many nodes report, cordoned or not: with none, that is all a summary needs say.
         self.reporting = 0
@@ -174,6 +178,10 @@ class Cluster:
             gone = lost(node, now, node_timeout)
             self.reporting += gone is None
             self._slots.append(_Slot(node, i, gone or closed(node)))
+        if judge_machine:
+            self._reserved = frozenset(
+                i for i, s in enumerate(self._slots)
+                if all(s.node.labels.get(k) == v for k, v in judge_machine.items()))
         self._counts: dict[str, dict[int, int]] = {}
         for r in replicas:
             if r.node_id is None or r.state == ReplicaState.STOPPING:
@@ -193,8 +201,12 @@ class Cluster:
     def schedule(self, model: Model) -> Decision:
         """Where the next replica of `model` goes, or why it goes nowhere. Changes nothing."""
         counts = self._counts.get(model.name, {})
+        avoid = frozenset() if model.guard else self._reserved
         for profile in model.profiles:
-            i = self._best(profile, self._pool(profile), counts)
+            pool = self._pool(profile)
+            i = self._best(profile, pool, counts, avoid)
+            if i is None and avoid:
+                i = self._best(profile, pool, counts)
             if i is not None:
                 slot = self._slots[i]
                 cls = gpu_class_for(slot.gpus, profile.gpu_class, profile.gpu) if profile.gpu else None
@@ -243,8 +255,12 @@ class Cluster:
             self._pools[key] = pool
         return pool
 
-    def _best(self, profile: Profile, pool: list[_Entry], counts: dict[int, int]) -> int | None:
-        """The index of the best node of `pool` for `profile`, or None when none fits."""
+    def _best(
+        self, profile: Profile, pool: list[_Entry], counts: dict[int, int],
+        avoid: frozenset[int] = frozenset(),
+    ) -> int | None:
+        """The index of the best node of `pool` (but those in `avoid`) for `profile`, or None
+        when none fits."""
         need_cores = profile.cpu_cores
         need_gpus = profile.gpu
         best: int | None = None
@@ -253,6 +269,8 @@ class Cluster:
         # so the first fitting node without a replica of this model is the answer.
         start = bisect_left(pool, (profile.min_memory_gb,))
         for _, cores, _, i in islice(pool, start, None):
+            if i in avoid:
+                continue
             if need_cores and cores < need_cores:
                 continue
             if need_gpus and gpus_free(profile, self._slots[i].gpus) < need_gpus:

@@ -167,6 +167,7 @@ class Server:
             self.clock,
             on_change=changed,
             node_timeout=timedelta(seconds=s.node_timeout_s),
+            judge_machine=wiring.judge_machine_reader(self.store),
         )
 
         async def catalog_changed() -> None:

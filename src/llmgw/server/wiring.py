@@ -27,6 +27,15 @@ def keeper_reader(
     return run
 
 
+def judge_machine_reader(store: Store) -> Callable[[], Awaitable[dict[str, str]]]:
+    """The judge machine's labels (`server init --judge-node`), read on every keeper pass."""
+
+    async def run() -> dict[str, str]:
+        return await asyncio.to_thread(store.install.judge_node_selector)
+
+    return run
+
+
 def keeper_applier(
     store: Store, clock: Clock, fence: Callable[[], Fence | None]
 ) -> Callable[[Action], Awaitable[None]]:
