@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import re
 import stat
 from pathlib import Path
 
 import pytest
 
+from llmgw.core.errors import ConfigError
 from llmgw.core.settings import load
 from llmgw.server import init as init_module
 from llmgw.server.init import init
+from llmgw.server.run import serve
 from llmgw.store.store import Store
 
 
@@ -78,3 +81,24 @@ def test_the_demo_judge_goes_to_the_judge_machine(
         store.close()
     assert models["demo-judge"].profiles[0].node_selector == {"role": "judge"}
     assert models["gemma3-270m"].profiles[0].node_selector == {}
+
+
+def test_a_second_install_on_the_same_database_is_refused(tmp_path: Path) -> None:
+    shared = f"sqlite:///{tmp_path / 'shared.db'}"
+    init(tmp_path / "first", database=shared)
+    # A new config would get a key secret of its own and no key of the install would work.
+    with pytest.raises(ConfigError, match="already holds an llmgw install: to add a server to "
+                                          "it, copy config.toml from a server of this install"):
+        init(tmp_path / "second", database=shared)
+    assert not (tmp_path / "second" / "config.toml").exists()
+
+
+async def test_a_server_whose_key_secret_is_not_the_installs_does_not_start(tmp_path: Path) -> None:
+    shared = f"sqlite:///{tmp_path / 'shared.db'}"
+    init(tmp_path / "first", database=shared)
+    (tmp_path / "stray").mkdir()
+    config = (tmp_path / "first" / "config.toml").read_text()
+    stray = re.sub(r'key_secret = "[0-9a-f]+"', f'key_secret = "{"ab" * 32}"', config)
+    (tmp_path / "stray" / "config.toml").write_text(stray)
+    with pytest.raises(ConfigError, match="does not belong to the install in database"):
+        await serve(tmp_path / "stray", port=0)

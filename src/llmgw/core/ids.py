@@ -27,3 +27,9 @@ def key_prefix(key: str) -> str:
 def hash_key(secret: bytes, key: str) -> str:
     """Keyed hash of an API key with the install's server-side secret."""
     return hmac.new(secret, key.encode("utf-8", "surrogatepass"), hashlib.sha256).hexdigest()
+
+
+def secret_check(secret: bytes) -> str:
+    """What the database keeps to tell whether a server's key secret is the install's one
+    (without revealing it): a server with another secret could verify none of the keys."""
+    return hash_key(secret, "llmgw install key secret check")

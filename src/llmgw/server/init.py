@@ -12,12 +12,13 @@ from llmgw.control.judge_keeper import judge_request
 from llmgw.core.clock import Clock, SystemClock
 from llmgw.core.errors import ConfigError
 from llmgw.core.guard import Policy
-from llmgw.core.ids import hash_key, key_prefix, new_api_key, new_id
+from llmgw.core.ids import hash_key, key_prefix, new_api_key, new_id, secret_check
 from llmgw.core.jobs import ServeJob
 from llmgw.core.judges import DEFAULT_JUDGE, DEMO_JUDGE, DEMO_NOTE, KNOWN
 from llmgw.core.settings import CONFIG_FILE, ServerSettings, dump, load
 from llmgw.core.types import ApiKey, Engine, KeyScope, LocalSource, Model, Profile, Scaling
 from llmgw.store.db import redact, schema_exists
+from llmgw.store.install_repo import JOIN_HINT
 from llmgw.store.store import Store
 
 DEMO_MODEL = "gemma3-270m"
@@ -119,6 +120,7 @@ def init(
         settings = load(data_dir)
         result = InitResult(data_dir, settings, existed=[f"config {config_path}"])
     else:
+        _refuse_a_second_install(database)
         settings = ServerSettings(
             host=host, port=port, database=database, key_secret=secrets.token_hex(32),
             embedded_node=embedded_node,
@@ -133,6 +135,9 @@ def init(
     existed = schema_exists(url)
     store = Store.open(url)
     try:
+        if not store.install.claim_secret(secret_check(bytes.fromhex(settings.key_secret))):
+            raise ConfigError(f"{config_path} does not belong to the install in database "
+                              f"{redact(url)}: {JOIN_HINT}")
         (result.existed if existed else result.created).append(f"database {redact(url)}")
         admins = [k for k in store.keys.list() if k.scope == KeyScope.ADMIN and not k.revoked]
         if admins:
@@ -207,3 +212,17 @@ def _ask_for_judge(store: Store, selector: dict[str, str], clock: Clock, result:
 
 def _labels(selector: dict[str, str]) -> str:
     return ",".join(f"{k}={v}" for k, v in sorted(selector.items()))
+
+
+def _refuse_a_second_install(database: str) -> None:
+    """A new config against a database that already holds an install would get a key secret of
+    its own, and none of the install's keys would work through it."""
+    if not database or not schema_exists(database):
+        return
+    store = Store.open(database)
+    try:
+        if store.keys.list():
+            raise ConfigError(f"database {redact(database)} already holds an llmgw install: to "
+                              f"add a server to it, {JOIN_HINT}")
+    finally:
+        store.close()

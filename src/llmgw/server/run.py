@@ -11,8 +11,12 @@ from pathlib import Path
 
 from aiohttp import web
 
+from llmgw.core.errors import ConfigError
+from llmgw.core.ids import secret_check
 from llmgw.core.settings import load
 from llmgw.server.app import Loops, Server
+from llmgw.store.db import redact
+from llmgw.store.install_repo import JOIN_HINT
 from llmgw.store.store import Store
 
 logger = logging.getLogger(__name__)
@@ -28,7 +32,13 @@ async def serve(
     settings = load(data_dir)
     overrides = {k: v for k, v in (("host", host), ("port", port)) if v is not None}
     settings = settings.model_copy(update=overrides)
-    store = await asyncio.to_thread(Store.open, settings.database_url(data_dir))
+    url = settings.database_url(data_dir)
+    store = await asyncio.to_thread(Store.open, url)
+    check = secret_check(bytes.fromhex(settings.key_secret))
+    if not await asyncio.to_thread(store.install.claim_secret, check):
+        store.close()
+        raise ConfigError(f"{data_dir / 'config.toml'} does not belong to the install in "
+                          f"database {redact(url)}: {JOIN_HINT}")
     server = Server(data_dir, settings, store, loops=Loops(keeper_s=settings.keeper_interval_s))
     runner = web.AppRunner(server.build_app(), access_log=None, handle_signals=False)
     await runner.setup()

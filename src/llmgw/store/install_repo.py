@@ -11,6 +11,9 @@ from llmgw.store.schema import settings
 
 ENGINE_KEY = "engine_key"
 JUDGE_NODE = "judge_node_selector"
+SECRET_CHECK = "key_secret_check"
+JOIN_HINT = ("copy config.toml from a server of this install (it holds the key secret every "
+             "server shares) instead")
 
 
 class InstallRepo:
@@ -47,3 +50,19 @@ class InstallRepo:
         with self._engine.begin() as conn:
             conn.execute(delete(settings).where(settings.c.name == JUDGE_NODE))
             conn.execute(insert(settings).values(name=JUDGE_NODE, value=selector))
+
+    def claim_secret(self, check: str) -> bool:
+        """Record the install's key-secret check, or compare with the one recorded; False
+        when this server's secret is not the install's."""
+        with self._engine.begin() as conn:
+            row = conn.execute(select(settings.c.value)
+                               .where(settings.c.name == SECRET_CHECK)).first()
+            if row is None:
+                try:
+                    with conn.begin_nested():
+                        conn.execute(insert(settings).values(name=SECRET_CHECK, value=check))
+                    return True
+                except IntegrityError:
+                    row = conn.execute(select(settings.c.value)
+                                       .where(settings.c.name == SECRET_CHECK)).one()
+            return str(row.value) == check
