@@ -1,0 +1,63 @@
+"""The keeper's writes through this server's wiring: fenced by the epoch this server leads at."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+
+from llmgw.control.leader import Elector, Timing
+from llmgw.control.replica_keeper import Place
+from llmgw.core.clock import FakeClock
+from llmgw.core.errors import StaleEpoch
+from llmgw.server import wiring
+from llmgw.server.cluster import Leadership
+from llmgw.store.store import Store
+from tests.factories import NOW
+from tests.pg import fresh_database
+
+TTL = timedelta(seconds=15)
+
+
+async def nothing(*_args: object) -> None:
+    pass
+
+
+async def test_a_paused_leaders_keeper_writes_nothing_once_another_leads(
+    postgres_url: str, tmp_path: Path
+) -> None:
+    store = Store.open(fresh_database(postgres_url))
+    clock = FakeClock(NOW)
+    try:
+        a = Leadership(nothing, nothing, clock, server_id="server-a")
+        a.elector = Elector("server-a", store.leases, clock, Timing(), nothing, nothing)
+        lease = store.leases.acquire("server-a", clock.now(), TTL)
+        assert lease is not None
+        await a.elected(lease.epoch)
+        apply = wiring.keeper_applier(store, clock, a.fence)
+        await apply(Place("m1", "node-a", "cpu", 1, 1.0))
+
+        # server-a is paused past its TTL (it still believes it leads); server-b takes over.
+        clock.advance(16)
+        assert store.leases.acquire("server-b", clock.now(), TTL) is not None
+        with pytest.raises(StaleEpoch, match="epoch 1 is stale \\(epoch 2 held by server-b\\)"):
+            await apply(Place("m1", "node-a", "cpu", 1, 1.0))
+
+        assert len(store.replicas.list(model="m1")) == 1  # nothing written twice
+    finally:
+        store.close()
+
+
+async def test_a_server_that_is_not_leading_writes_nothing(tmp_path: Path) -> None:
+    store = Store.open(f"sqlite:///{tmp_path / 'llmgw.db'}")
+    clock = FakeClock(NOW)
+    try:
+        follower = Leadership(nothing, nothing, clock, server_id="server-b")
+        follower.elector = Elector("server-b", store.leases, clock, Timing(), nothing, nothing)
+        apply = wiring.keeper_applier(store, clock, follower.fence)
+        with pytest.raises(StaleEpoch, match="not the leader"):
+            await apply(Place("m1", "node-a", "cpu", 1, 1.0))
+        assert store.replicas.list() == []
+    finally:
+        store.close()
