@@ -215,6 +215,11 @@ class Server:
         app.add_routes(node_routes.routes())
 
         async def cluster_status() -> dict[str, Any]:
+            # This server's state first, the lease after: a server that says it leads took the
+            # lease before saying so, so the lease read next shows it (an election landing
+            # between two reads cannot pair "leading" with its predecessor's lease).
+            leading, epoch = leadership.leading, leadership.epoch
+            last_pass = reconciled[0].isoformat() if reconciled else None
             lease = await asyncio.to_thread(self.store.leases.get)
             servers = await asyncio.to_thread(self.store.servers.list)
             now = self.clock.now()
@@ -229,9 +234,9 @@ class Server:
                 } for row in servers],
                 "server": leadership.server_id,
                 "database": self.store.engine.dialect.name,
-                "leading": leadership.leading,
-                "epoch": leadership.epoch,
-                "last_reconcile_at": reconciled[0].isoformat() if reconciled else None,
+                "leading": leading,
+                "epoch": epoch,
+                "last_reconcile_at": last_pass,
                 "lease": None if lease is None else {
                     "holder": lease.holder, "epoch": lease.epoch,
                     "renewed_at": lease.renewed_at.isoformat(),
