@@ -93,14 +93,7 @@ class Server(LlmgwServer):
     def stop(self) -> None:
         if self.paused and self.running:
             self.resume()
-        if self.running:
-            assert self.proc is not None
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(timeout=10)
+        _terminate(self.proc)
 
     def cluster(self, timeout_s: float = 5) -> dict[str, Any]:
         """`GET /admin/v1/cluster` on this server."""
@@ -158,17 +151,22 @@ class Node:
         self.proc.wait(timeout=10)
 
     def stop(self) -> None:
-        if self.running:
-            assert self.proc is not None
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(timeout=10)
+        _terminate(self.proc)
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+
+def _terminate(proc: subprocess.Popen[str] | None) -> None:
+    """SIGTERM (a clean stop takes the engines along), SIGKILL if it lingers past 30 s."""
+    if proc is None or proc.poll() is not None:
+        return
+    proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(timeout=10)
 
 
 def engine_wrapper(directory: Path) -> Path:
