@@ -37,7 +37,7 @@ class Changes:
 
 
 def service(store: Store, changes: Changes) -> AgentService:
-    return AgentService(store, FakeClock(NOW), "engine-secret", 5.0, changes)
+    return AgentService(store, FakeClock(NOW), "engine-secret", changes)
 
 
 async def test_a_first_sync_registers_the_node_and_hands_out_its_replicas(store: Store) -> None:
@@ -93,7 +93,7 @@ async def test_stopped_replicas_marked_stopping_are_forgotten(store: Store) -> N
 
 async def test_a_second_machine_claiming_a_live_nodes_id_is_refused(store: Store) -> None:
     clock = FakeClock(NOW)
-    svc = AgentService(store, clock, "k", 5.0, Changes(), node_timeout=timedelta(seconds=30))
+    svc = AgentService(store, clock, "k", Changes(), node_timeout=timedelta(seconds=30))
     await svc.sync(SyncRequest(node=node("gpu-1"), agent="agent-first"))
 
     with pytest.raises(NodeIdTaken, match="node gpu-1 is already reported by another agent"):

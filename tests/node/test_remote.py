@@ -37,7 +37,7 @@ class FakeServer:
         rep = replica_placed("r1", "m1", node_id=body["node"]["id"])
         return web.json_response({"assignments": [{"replica": rep.model_dump(mode="json"),
                                                    "model": None}],
-                                  "engine_key": "k-1", "interval_s": 5.0})
+                                  "engine_key": "k-1"})
 
     @property
     def url(self) -> str:

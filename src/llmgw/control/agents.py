@@ -20,14 +20,13 @@ class AgentService:
     agent writes only its own node's row and the state of replicas already placed on it."""
 
     def __init__(
-        self, store: Store, clock: Clock, engine_key: str, interval_s: float,
+        self, store: Store, clock: Clock, engine_key: str,
         on_change: Callable[[], Awaitable[None]], node_timeout: timedelta = timedelta(seconds=30),
     ) -> None:
         self._node_timeout = node_timeout
         self._store = store
         self._clock = clock
         self._engine_key = engine_key
-        self._interval_s = interval_s
         self._on_change = on_change
 
     async def sync(self, req: SyncRequest) -> SyncResponse:
@@ -35,8 +34,7 @@ class AgentService:
         changed, assigned = await asyncio.to_thread(self._sync, req)
         if changed:
             await self._on_change()
-        return SyncResponse(assignments=assigned, engine_key=self._engine_key,
-                            interval_s=self._interval_s)
+        return SyncResponse(assignments=assigned, engine_key=self._engine_key)
 
     def _sync(self, req: SyncRequest) -> tuple[bool, list[Assigned]]:
         store, now, node = self._store, self._clock.now(), req.node.id

@@ -38,8 +38,7 @@ class Assigned(Frozen):
 
 
 class SyncResponse(Frozen):
-    """The node's replicas, the key its engines require, and how often to come back."""
+    """The node's replicas and the key its engines require."""
 
     assignments: list[Assigned]
     engine_key: str
-    interval_s: float

@@ -44,7 +44,6 @@ class ServerLink:
         self._good = 0
         self._cut_off = False
         self.engine_key: str | None = None
-        self.interval_s: float | None = None
 
     async def start(self) -> None:
         self._session = aiohttp.ClientSession(timeout=self._timeout)
@@ -78,7 +77,7 @@ class ServerLink:
             if self._pending.get(rid) is status:
                 del self._pending[rid]
         self._stopped -= stopped
-        self.engine_key, self.interval_s = answer.engine_key, answer.interval_s
+        self.engine_key = answer.engine_key
         return [Assignment(a.replica, a.model) for a in answer.assignments]
 
     async def _round(self, body: bytes) -> SyncResponse:

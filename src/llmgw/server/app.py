@@ -202,8 +202,7 @@ class Server:
         app[GUARD_ADMIN] = guard_admin
         app[KEYS] = key_admin
         app[JUDGE_STATUS] = judges.status(self.store, judge_keeper, self.clock)
-        app[AGENTS] = AgentService(self.store, self.clock, engine_key, self.loops.agent_s,
-                                   on_change=catalog_changed,
+        app[AGENTS] = AgentService(self.store, self.clock, engine_key, on_change=catalog_changed,
                                    node_timeout=timedelta(seconds=s.node_timeout_s))
         app.add_routes(data_plane.routes())
         app.add_routes(admin.routes())
