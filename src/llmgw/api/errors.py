@@ -9,8 +9,7 @@ import orjson
 from aiohttp import web
 
 from llmgw.api import request_ids
-from llmgw.core.errors import LlmgwError, RateLimited, StoreUnavailable
-from llmgw.store.db import unavailable
+from llmgw.core.errors import LlmgwError, RateLimited
 
 logger = logging.getLogger(__name__)
 
@@ -69,11 +68,7 @@ async def _answer(request: web.Request, handler: Handler) -> web.StreamResponse:
         )
     except ConnectionError:
         raise  # the client went away; nobody to answer
-    except Exception as exc:
-        if unavailable(exc):
-            # The database is down or restarting: the client can retry; no trace for this.
-            logger.warning("%s %s -> 503: the database is unavailable (%s)", request.method,
-                           request.path, type(exc).__name__)
-            return from_error(StoreUnavailable("the database is unavailable; try again shortly"))
+    except Exception:
+        # A database that is down arrives above as StoreUnavailable: the store translates it.
         logger.exception("unhandled error on %s %s", request.method, request.path)
         return error_response(500, "Internal server error", "server_error")
