@@ -25,20 +25,7 @@ class InstallRepo:
     def engine_key(self) -> str:
         """The key engines require on every request; made on first use. Servers send it and
         node agents hand it to their engines; clients never see it."""
-        with self._engine.begin() as conn:
-            row = conn.execute(select(settings.c.value).where(settings.c.name == ENGINE_KEY)).first()
-            if row is not None:
-                return str(row.value)
-            key = "llmgw-engine-" + secrets.token_urlsafe(32)
-            try:
-                with conn.begin_nested():
-                    conn.execute(insert(settings).values(name=ENGINE_KEY, value=key))
-            except IntegrityError:  # another server made it first: theirs is the key
-                row = conn.execute(
-                    select(settings.c.value).where(settings.c.name == ENGINE_KEY)
-                ).one()
-                return str(row.value)
-            return key
+        return self._first(ENGINE_KEY, "llmgw-engine-" + secrets.token_urlsafe(32))
 
     def judge_node_selector(self) -> dict[str, str]:
         """The labels of the judge machine (`server init --judge-node`); empty when none."""
@@ -54,15 +41,19 @@ class InstallRepo:
     def claim_secret(self, check: str) -> bool:
         """Record the install's key-secret check, or compare with the one recorded; False
         when this server's secret is not the install's."""
+        return self._first(SECRET_CHECK, check) == check
+
+    def _first(self, name: str, value: str) -> str:
+        """The value stored under `name`, storing `value` there if none is: the first server
+        to ask sets it, and one racing it gets the winner's."""
         with self._engine.begin() as conn:
-            row = conn.execute(select(settings.c.value)
-                               .where(settings.c.name == SECRET_CHECK)).first()
-            if row is None:
-                try:
-                    with conn.begin_nested():
-                        conn.execute(insert(settings).values(name=SECRET_CHECK, value=check))
-                    return True
-                except IntegrityError:
-                    row = conn.execute(select(settings.c.value)
-                                       .where(settings.c.name == SECRET_CHECK)).one()
-            return str(row.value) == check
+            query = select(settings.c.value).where(settings.c.name == name)
+            row = conn.execute(query).first()
+            if row is not None:
+                return str(row.value)
+            try:
+                with conn.begin_nested():
+                    conn.execute(insert(settings).values(name=name, value=value))
+            except IntegrityError:
+                return str(conn.execute(query).one().value)
+            return value
