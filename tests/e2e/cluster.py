@@ -44,7 +44,22 @@ NODE_INTERVAL_S = 0.5
 LOG_TAIL_LINES = 40
 
 
-class Server(LlmgwServer):
+class Process:
+    """What the harness does to any process it started: look, kill -9, stop."""
+
+    proc: subprocess.Popen[str] | None
+
+    @property
+    def running(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def kill9(self) -> None:
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait(timeout=10)
+
+
+class Server(Process, LlmgwServer):
     """One `llmgw server run` of the cluster, logging as text, that can be killed and paused."""
 
     name: str = ""
@@ -72,15 +87,6 @@ class Server(LlmgwServer):
     def pid(self) -> int:
         assert self.proc is not None
         return self.proc.pid
-
-    @property
-    def running(self) -> bool:
-        return self.proc is not None and self.proc.poll() is None
-
-    def kill9(self) -> None:
-        assert self.proc is not None
-        self.proc.send_signal(signal.SIGKILL)
-        self.proc.wait(timeout=10)
 
     def pause(self) -> None:
         os.kill(self.pid, signal.SIGSTOP)
@@ -112,7 +118,7 @@ class Server(LlmgwServer):
 
 
 @dataclass
-class Node:
+class Node(Process):
     """One `llmgw node run` agent with declared hardware."""
 
     node_id: str
@@ -140,15 +146,6 @@ class Node:
         log = open(self.log_path, "a")  # noqa: SIM115 - handed to the child
         self.proc = subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT, text=True)
         log.close()
-
-    @property
-    def running(self) -> bool:
-        return self.proc is not None and self.proc.poll() is None
-
-    def kill9(self) -> None:
-        assert self.proc is not None
-        self.proc.send_signal(signal.SIGKILL)
-        self.proc.wait(timeout=10)
 
     def stop(self) -> None:
         _terminate(self.proc)
