@@ -26,6 +26,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import openai
+
 from llmgw.core.settings import dump, load
 from tests.e2e.server_process import LLMGW, LlmgwServer, free_port, pid_alive, wait_for
 
@@ -326,6 +328,19 @@ class Cluster:
         found: list[dict[str, Any]] = self.wait(f"{count} ready replicas of {model}{where}",
                                                 settled, timeout_s)
         return found
+
+    def wait_routed(self, model: str, key: str, timeout_s: float = 10) -> None:
+        """Until every live server answers a chat for `model`: a replica ready in the store
+        reaches each server's routing table only at its next refresh."""
+        def answers(server: Server) -> bool:
+            with openai.OpenAI(base_url=server.url + "/v1", api_key=key, max_retries=0,
+                               timeout=10) as client:
+                client.chat.completions.create(
+                    model=model, messages=[{"role": "user", "content": "hi"}], max_tokens=4)
+            return True
+
+        for server in self.alive():
+            self.wait(f"{server.name} to route {model}", lambda s=server: answers(s), timeout_s)
 
     def nodes_by_id(self) -> dict[str, dict[str, Any]]:
         return {n["id"]: n for n in self.any_server().get("/admin/v1/nodes")["data"]}

@@ -389,6 +389,7 @@ def test_traffic_through_a_leader_failover(tmp_path: Path, postgres_url: str) ->
         c.wait_ready_replicas(MODEL, 2)
         leader = c.wait_leader()
         survivor = next(s for s in c.servers if s is not leader)
+        c.wait_routed(MODEL, leader.admin_key)
         # One request at a time, round-robin over both URLs; after a refused connection the
         # client moves on to the other URL, as a client with a list of servers does.
         traffic = Traffic(c.servers, leader.admin_key, move_on=True)
@@ -431,6 +432,7 @@ def test_the_real_engine_serves_through_both_servers(tmp_path: Path, postgres_ur
         c.wait_nodes_ready()
         ready = c.wait_ready_replicas(DEMO, 1, timeout_s=180)
         assert ready[0]["node_id"] == "node-a" and ready[0]["endpoint"].startswith("http://127.0.0.11:")
+        c.wait_routed(DEMO, c.servers[0].admin_key, timeout_s=60)
         for server in c.servers:
             client = openai.OpenAI(base_url=server.url + "/v1", api_key=server.admin_key,
                                    max_retries=0, timeout=120)

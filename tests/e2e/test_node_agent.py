@@ -28,6 +28,7 @@ def test_replicas_keep_running_while_every_server_is_down(postgres_url: str, tmp
         first = cluster.servers[0]
         first.ctl("model", "add", "m", "--path", str(model_file), "--min", "1")
         [before] = cluster.wait_ready_replicas("m", 1)
+        cluster.wait_routed("m", first.admin_key)
         answer = chat(first.url, first.admin_key)
         assert answer.startswith("fake reply from port")
 
@@ -44,6 +45,7 @@ def test_replicas_keep_running_while_every_server_is_down(postgres_url: str, tmp
         cluster.wait("the agent to reconnect", lambda: "connected to server" in node.log(), 15)
 
         [after] = cluster.wait_ready_replicas("m", 1)
+        cluster.wait_routed("m", first.admin_key)
         # The same replica, the same process: servers coming back restart nothing.
         assert (after["id"], after["pid"], after["endpoint"]) == \
                (before["id"], before["pid"], before["endpoint"])
