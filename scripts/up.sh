@@ -26,8 +26,9 @@ for _ in $(seq 1 100); do
   sleep 0.2
 done
 echo "waiting for the demo model and the demo judge to be ready…"
+# The key goes through the environment: a command line is visible to every user (ps).
 ready_count() {
-  .venv/bin/llmgw ctl --url "$url" ${key:+--key "$key"} --json replica list 2>/dev/null \
+  LLMGW_ADMIN_KEY=${key:-${LLMGW_ADMIN_KEY:-}} .venv/bin/llmgw ctl --url "$url" --json replica list 2>/dev/null \
     | grep -c '"state": "ready"' || true
 }
 for _ in $(seq 1 600); do

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+from tests.cli.test_ctl_guard import row
 from tests.conftest import DEMO
 from tests.e2e.server_process import LlmgwServer, run_cli, wait_for
 
@@ -40,6 +41,21 @@ def test_a_model_that_fits_nowhere_says_why(demo_server: LlmgwServer) -> None:
         assert "needs 512 cores" in table
     finally:
         demo_server.ctl("model", "remove", "too-big")
+
+
+def test_the_running_demo_model_fits_the_node_it_runs_on(demo_server: LlmgwServer) -> None:
+    # Its own replica is not counted against it; whether one more fits is a column of its own.
+    demo_server.wait_ready(DEMO)
+    res = json.loads(demo_server.ctl("--json", "model", "resources", DEMO).stdout)
+    [here] = [f for f in res["placement"] if f["node_id"] == "local"]
+    assert (here["fits"], here["reason"]) == (True, None)
+    assert here["running"] == 1
+    assert here["one_more"] is (here["one_more_reason"] is None)
+    table = demo_server.ctl("model", "resources", DEMO).stdout
+    start = table.index("placement")
+    placement = table[start:table.index("replicas", start)]
+    assert row(placement, "cpu")[1:5] == ["local", "yes", "", "1"]
+    assert row(placement, "cpu")[5] in {"yes", f"no: {here['one_more_reason']}"}
 
 
 def test_scale_records_who_changed_it(demo_server: LlmgwServer) -> None:

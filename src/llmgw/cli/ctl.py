@@ -197,11 +197,20 @@ def _resources_table(d: dict[str, Any]) -> None:
     )
     render.table(
         "placement",
-        ["profile", "node", "fits", "why not"],
-        [[f["profile"], f["node_id"], "yes" if f["fits"] else "no", f["reason"] or ""]
-         for f in d["placement"]],
+        ["profile", "node", "fits", "why not", "running", "one more"],
+        [[f["profile"], f["node_id"], "yes" if f["fits"] else "no", f["reason"] or "",
+          f["running"], _one_more(f)] for f in d["placement"]],
     )
     _replicas_table(d["replicas"])
+
+
+def _one_more(fit: dict[str, Any]) -> str:
+    """Whether one more replica fits now; its reason only when "why not" does not say it."""
+    if fit["one_more"]:
+        return "yes"
+    if fit["one_more_reason"] == fit["reason"]:
+        return "no"
+    return f"no: {fit['one_more_reason']}"
 
 
 def _replicas_table(replicas: list[dict[str, Any]]) -> None:

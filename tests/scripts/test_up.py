@@ -1,0 +1,72 @@
+"""`scripts/up.sh`: the examples it prints work in the virtualenv it installs."""
+
+from __future__ import annotations
+
+import ast
+import re
+import sys
+import textwrap
+import tomllib
+from importlib.metadata import packages_distributions
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+UP = ROOT / "scripts" / "up.sh"
+
+
+def canonical(name: str) -> str:
+    """A distribution name as pip compares them (PEP 503)."""
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def installed_by_up() -> set[str]:
+    """The distributions up.sh asks pip for: llmgw, its dependencies and the extras it names.
+
+    The engine extra it may add is left out: it is skipped when llama-server is already there."""
+    extras = re.findall(r"^ensure_venv\s+(\S+)\s*$", UP.read_text(), re.MULTILINE)
+    assert len(extras) == 1, "up.sh installs its extras with one `ensure_venv EXTRAS` line"
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    reqs = list(project["dependencies"])
+    for extra in extras[0].split(","):
+        reqs += project["optional-dependencies"][extra]
+    names = {canonical(project["name"])}
+    for req in reqs:
+        found = re.match(r"[A-Za-z0-9][A-Za-z0-9._-]*", req)
+        assert found, req
+        names.add(canonical(found.group()))
+    return names
+
+
+def printed_python() -> str:
+    """The program up.sh tells the user to feed to `.venv/bin/python`."""
+    found = re.search(r"\.venv/bin/python - <<'PY'\n(.*?)\n\s*PY\n", UP.read_text(), re.DOTALL)
+    assert found, "up.sh prints a python example"
+    # As `cat <<TXT` prints it: a shell-escaped dollar reaches the user as a dollar.
+    return textwrap.dedent(found.group(1)).replace("\\$", "$")
+
+
+def imported_modules(source: str) -> set[str]:
+    modules: set[str] = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            modules |= {alias.name.split(".")[0] for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            modules.add(node.module.split(".")[0])
+    return modules
+
+
+def test_every_module_the_printed_example_imports_is_installed_by_up() -> None:
+    modules = imported_modules(printed_python()) - set(sys.stdlib_module_names)
+    assert modules, "the example imports the openai client"
+    providers = packages_distributions()
+    installed = installed_by_up()
+    missing = {
+        m for m in modules
+        if not {canonical(d) for d in providers.get(m, [])} & installed
+    }
+    assert not missing, f"up.sh prints an example importing {sorted(missing)}, which it does not install"
+
+
+def test_up_never_puts_the_admin_key_on_a_command_line() -> None:
+    # Every user of the machine can read a process's argv; ctl takes the key from LLMGW_ADMIN_KEY.
+    assert "--key" not in UP.read_text()
