@@ -125,6 +125,15 @@ class StoreUnavailable(Retryable):
     code = "store_unavailable"
 
 
+class StoreRefused(Permanent):
+    """The database refused a write for the data in it (a number out of range, say): writing the
+    same again cannot succeed, unlike when the database is unavailable."""
+
+    status = 500
+    type = "server_error"
+    code = "store_refused"
+
+
 class EngineError(Retryable):
     """An engine process failed to start, answer health checks, or stay up."""
 
