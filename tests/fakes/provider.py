@@ -56,6 +56,7 @@ class FakeProvider:
     error_body: bytes = b""
     error_headers: dict[str, str] = field(default_factory=dict)
     stall: bool = False  # start (headers for a stream), then never finish
+    body: bytes | None = None  # a whole answer to send instead of the usual one
     accept_encodings: list[str | None] = field(default_factory=list)
     arrived: asyncio.Queue[None] = field(default_factory=asyncio.Queue)  # one per request
     left: asyncio.Queue[None] = field(default_factory=asyncio.Queue)  # closed before it finished
@@ -112,7 +113,7 @@ class FakeProvider:
                 if self.stall:
                     await asyncio.Event().wait()  # still "generating"; only a cancel ends it
                 finished = True
-                data = self.whole()
+                data = self.whole() if self.body is None else self.body
                 if self.compress in ("gzip", "deflate"):
                     pack = compressor(self.compress)
                     data = pack.compress(data) + pack.flush()

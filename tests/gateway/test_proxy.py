@@ -19,6 +19,7 @@ from aiohttp.test_utils import TestClient, TestServer
 
 from llmgw.core.errors import LlmgwError
 from llmgw.core.types import LocalSource, Model, Profile
+from llmgw.gateway import proxy
 from llmgw.gateway.proxy import UpstreamClient
 from llmgw.gateway.routing import Route, RoutingTable, Upstream
 from llmgw.store.store import Store
@@ -192,6 +193,17 @@ async def test_a_provider_that_compresses_anyway_is_decoded_for_the_client_and_c
     assert await chat(rig, stream) == (ANSWER, 14)
     assert provider.accept_encodings == ["identity"]
     assert await usage_rows(rig) == [(1, 9, 5, 0)]
+
+
+async def test_an_answer_that_inflates_beyond_the_bound_is_a_502_not_held_in_memory(
+    provider: FakeProvider, rig: GatewayRig, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(proxy, "MAX_ANSWER_BYTES", 1_000_000)
+    provider.compress = "gzip"
+    provider.body = b'{"pad": "' + b"0" * 20_000_000 + b'"}'  # gzip makes it about 20 KB
+    with pytest.raises(openai.InternalServerError) as err:
+        await chat(rig)
+    assert err.value.status_code == 502 and "MiB" in error_of(err.value)["message"]
 
 
 @pytest.mark.parametrize("encoding", ["br", "zstd", "x-compress"])

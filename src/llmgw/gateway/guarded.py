@@ -19,7 +19,15 @@ from aiohttp import web
 from llmgw.core.errors import LlmgwError, UpstreamError, UpstreamTimeout
 from llmgw.core.guard import Direction, InputMode, Policy
 from llmgw.gateway.context import response_headers
-from llmgw.gateway.proxy import SSE_HEADERS, STREAM_BROKE, UpstreamClient, failure, read_error, relay
+from llmgw.gateway.proxy import (
+    SSE_HEADERS,
+    STREAM_BROKE,
+    UpstreamClient,
+    failure,
+    read_answer,
+    read_error,
+    relay,
+)
 from llmgw.gateway.routing import Route, RoutingTable
 from llmgw.gateway.usage import UsageTap
 from llmgw.guard.enforcement import Guard, RequestInfo
@@ -107,7 +115,7 @@ async def forward_guarded(
             if not 200 <= resp.status < 300:
                 raise failure(up, resp, await _read_unless_blocked(resp, verdict, read_error(resp)))
             if not stream or resp.status != 200:
-                raw = await _read_unless_blocked(resp, verdict, resp.read())
+                raw = await _read_unless_blocked(resp, verdict, read_answer(up, resp))
                 if tap is not None:
                     tap.whole(raw)
                 if outputs:

@@ -40,6 +40,9 @@ SSE_HEADERS = {
 # What aiohttp decodes without an optional library; anything else is refused with a 502 rather
 # than relayed as bytes the client cannot read and the usage tap cannot count.
 DECODED = frozenset({"identity", "gzip", "deflate"})
+# A whole answer is held in memory to be relayed: far above any honest answer (a batch of
+# embeddings included), low enough that a small compressed body cannot inflate without bound.
+MAX_ANSWER_BYTES = 256 * 1024 * 1024
 
 
 class UpstreamClient:
@@ -79,7 +82,7 @@ class UpstreamClient:
                 if not 200 <= resp.status < 300:
                     raise failure(up, resp, await read_error(resp))
                 if not stream or resp.status != 200:
-                    raw = await resp.read()
+                    raw = await read_answer(up, resp)
                     if tap is not None:
                         tap.whole(raw)
                     return web.Response(
@@ -190,6 +193,18 @@ async def _write_quietly(out: web.StreamResponse, data: bytes) -> None:
         await out.write_eof()
     except ConnectionError:
         pass
+
+
+async def read_answer(up: Upstream, resp: aiohttp.ClientResponse) -> bytes:
+    """A whole answer, decoded; UpstreamError beyond MAX_ANSWER_BYTES."""
+    blocks, size = [], 0
+    while block := await resp.content.readany():
+        size += len(block)
+        if size > MAX_ANSWER_BYTES:
+            raise UpstreamError(f"upstream {upstream_name(up)} answered more than "
+                                f"{MAX_ANSWER_BYTES // 2**20} MiB")
+        blocks.append(block)
+    return b"".join(blocks)
 
 
 async def read_error(resp: aiohttp.ClientResponse) -> bytes:
