@@ -23,9 +23,9 @@ logger = logging.getLogger(__name__)
 # The value as written, whatever it is: only a plain non-negative integer is believed.
 _PROMPT = re.compile(rb'"prompt_tokens"\s*:\s*([^,}\s]*)')
 _COMPLETION = re.compile(rb'"completion_tokens"\s*:\s*([^,}\s]*)')
-# The most one request may count of each kind: 100x the largest context window served today,
-# so no honest answer is cut, and far from what the store's 64-bit counters can add up. A
-# larger number from an upstream is counted as this many (it still hits the key's budget).
+# The most one request may count of each kind: ten times the largest context window offered
+# today, so no honest answer is cut, and far from what the store's 64-bit counters can add up.
+# A larger number from an upstream is counted as this many (it still hits the key's budget).
 MAX_COUNT = 100_000_000
 # Longer than the markers below.
 _CARRY = 16
