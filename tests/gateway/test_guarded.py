@@ -61,6 +61,7 @@ class FakeUpstream:
     chunk_delay_s: float = 0.0  # before each stream event
     hang_after: bool = False  # after the content chunks, keep the stream open (still generating)
     break_after: int | None = None  # drop the connection after this many content events
+    fail: tuple[int, bytes] | None = None  # answer this status and body instead
     requests: list[bytes] = field(default_factory=list)
     started: asyncio.Event = field(default_factory=asyncio.Event)
     started_at: float = 0.0
@@ -89,6 +90,10 @@ class FakeUpstream:
         try:
             if self.delay_s:
                 await asyncio.sleep(self.delay_s)  # the fault being injected: a slow upstream
+            if self.fail is not None:
+                self.finished = True
+                return web.Response(status=self.fail[0], body=self.fail[1],
+                                    headers={"Retry-After": "7", "Content-Type": "text/html"})
             if orjson.loads(body).get("stream") is not True:
                 self.finished = True
                 return web.Response(body=self.json_body(), content_type="application/json")
@@ -431,3 +436,22 @@ async def test_an_upstream_dying_mid_stream_ends_the_guarded_stream_with_an_erro
     assert events[:3] == rig.upstream.content_events()[:3]
     error = orjson.loads(events[-1].removeprefix(b"data: "))["error"]
     assert error["code"] == "upstream_error"
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "stream"])
+async def test_an_upstream_error_under_a_policy_is_answered_in_openais_shape_without_its_body(
+    rig: Rig, stream: bool
+) -> None:
+    rig.guard(Policy(name="both", judges=["j"], input=True, output=True,
+                     input_mode=InputMode.PARALLEL))
+    rig.upstream.fail = (500, b"<html>Traceback (most recent call last): /srv/app.py</html>")
+    reply = await rig.call(stream=stream)
+    assert reply.status == 502 and reply.error()["code"] == "upstream_error"
+    assert b"Traceback" not in reply.body and b"/srv/app.py" not in reply.body
+
+    rig.upstream.fail = (429, b"<html>slow down</html>")
+    reply = await rig.call(stream=stream)
+    assert reply.status == 429 and reply.error()["code"] == "upstream_rate_limited"
+    assert b"slow down" not in reply.body
+    # Only the inputs were judged: there was no answer to judge.
+    assert [r.direction for r in rig.records] == [Direction.INPUT, Direction.INPUT]

@@ -1,20 +1,29 @@
-"""Forwarding to upstreams: retry on a refused connection, byte-exact streams, clear failures."""
+"""Forwarding to upstreams: retry on a refused connection, byte-exact streams, clear failures,
+compressed answers decoded, upstream errors in OpenAI's shape."""
 
 from __future__ import annotations
 
 import socket
 import time
 from collections.abc import AsyncIterator
+from datetime import UTC, datetime, timedelta
+from email.utils import format_datetime
+from pathlib import Path
 from typing import Any
 
+import openai
+import orjson
 import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
 from llmgw.core.errors import LlmgwError
 from llmgw.core.types import LocalSource, Model, Profile
+from llmgw.gateway import proxy
 from llmgw.gateway.proxy import UpstreamClient
 from llmgw.gateway.routing import Route, RoutingTable, Upstream
+from llmgw.store.store import Store
+from tests.fakes.provider import ANSWER, FakeProvider, GatewayRig
 
 SEEN = web.AppKey("seen", list[bytes])
 SSE = b"".join(b'data: {"i": %d}\n\n' % i for i in range(20)) + b"data: [DONE]\n\n"
@@ -129,3 +138,188 @@ async def test_the_body_is_forwarded_untouched(upstream: TestServer, gateway_cli
     raw = b'{"model": "m", "tools": [{"type": "function"}], "x_custom": 1}'
     await through(client, route, raw)
     assert upstream.app[SEEN] == [raw]
+
+
+# --- what providers really send: compressed answers, errors of their own ------------------------
+
+
+@pytest.fixture
+async def provider() -> AsyncIterator[FakeProvider]:
+    p = await FakeProvider().start()
+    yield p
+    await p.close()
+
+
+@pytest.fixture
+async def rig(provider: FakeProvider, tmp_path: Path) -> AsyncIterator[GatewayRig]:
+    store = Store.open(f"sqlite:///{tmp_path / 'llmgw.db'}")
+    r = await GatewayRig(provider, store).start()
+    yield r
+    await r.close()
+    store.close()
+
+
+async def usage_rows(rig: GatewayRig) -> list[tuple[int, int, int, int]]:
+    """(requests, prompt, completion, errors) per row, once the meter wrote them."""
+    assert rig.meter is not None
+    await rig.meter.flush()
+    return [(r.requests, r.prompt_tokens, r.completion_tokens, r.errors)
+            for r in rig.store.usage.usage()]
+
+
+async def chat(rig: GatewayRig, stream: bool = False) -> tuple[str, int | None]:
+    """The answer's text and total tokens, as the official client reads them."""
+    async with rig.openai() as client:
+        if not stream:
+            answer = await client.chat.completions.create(model="m", messages=[QUESTION])
+            return answer.choices[0].message.content or "", answer.usage and answer.usage.total_tokens
+        parts, total = [], None
+        events = await client.chat.completions.create(model="m", messages=[QUESTION], stream=True)
+        async for event in events:
+            parts += [c.delta.content or "" for c in event.choices]
+            total = event.usage.total_tokens if event.usage else total
+        return "".join(parts), total
+
+
+QUESTION: Any = {"role": "user", "content": "how wide is the sea?"}
+
+
+@pytest.mark.parametrize("encoding", ["gzip", "deflate"])
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "stream"])
+async def test_a_provider_that_compresses_anyway_is_decoded_for_the_client_and_counted(
+    provider: FakeProvider, rig: GatewayRig, encoding: str, stream: bool
+) -> None:
+    provider.compress = encoding  # whatever llmgw asks for, as some providers do
+    assert await chat(rig, stream) == (ANSWER, 14)
+    assert provider.accept_encodings == ["identity"]
+    assert await usage_rows(rig) == [(1, 9, 5, 0)]
+
+
+async def test_an_answer_that_inflates_beyond_the_bound_is_a_502_not_held_in_memory(
+    provider: FakeProvider, rig: GatewayRig, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(proxy, "MAX_ANSWER_BYTES", 1_000_000)
+    provider.compress = "gzip"
+    provider.body = b'{"pad": "' + b"0" * 20_000_000 + b'"}'  # gzip makes it about 20 KB
+    with pytest.raises(openai.InternalServerError) as err:
+        await chat(rig)
+    assert err.value.status_code == 502 and "MiB" in error_of(err.value)["message"]
+
+
+@pytest.mark.parametrize("encoding", ["br", "zstd", "x-compress"])
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "stream"])
+async def test_an_encoding_llmgw_cannot_decode_is_a_502_not_bytes_labelled_json(
+    provider: FakeProvider, rig: GatewayRig, encoding: str, stream: bool
+) -> None:
+    provider.compress = encoding
+    with pytest.raises(openai.InternalServerError) as err:
+        await chat(rig, stream)
+    assert err.value.status_code == 502
+    assert error_of(err.value)["code"] == "upstream_error"
+    assert await usage_rows(rig) == [(1, 0, 0, 1)]
+
+
+def error_of(exc: openai.APIStatusError) -> dict[str, Any]:
+    """The `error` object of the answer, which must be exactly OpenAI's four fields."""
+    body = exc.response.json()
+    assert set(body) == {"error"} and set(body["error"]) == {"message", "type", "param", "code"}
+    return dict(body["error"])
+
+
+TRACE = b"<html><body><pre>Traceback (most recent call last):\n  File \"/srv/app.py\"</pre></html>"
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "stream"])
+@pytest.mark.parametrize(("status", "body", "content_type"), [
+    (500, TRACE, "text/html"),
+    (503, b'{"error": {"message": "overloaded: /srv/models/secret.gguf", "type": "server_error"}}',
+     "application/json"),
+    (404, b"404 page not found", "text/plain"),
+    (400, b"not json at all", "application/json"),
+    # The provider refused llmgw's own credentials: the client's request is not at fault, and
+    # OpenAI's message shows part of the provider key.
+    (401, b'{"error": {"message": "Incorrect API key provided: sk-proj-****wxyz", '
+          b'"type": "invalid_request_error", "code": "invalid_api_key"}}', "application/json"),
+    (302, b"", "text/html"),
+])
+async def test_an_upstream_error_that_is_not_the_clients_is_a_502_without_its_body(
+    provider: FakeProvider, rig: GatewayRig, stream: bool, status: int, body: bytes,
+    content_type: str
+) -> None:
+    provider.status, provider.error_body = status, body
+    provider.error_headers = {"Content-Type": content_type, "Location": "http://127.0.0.1:9/steal"}
+    with pytest.raises(openai.APIStatusError) as err:
+        await chat(rig, stream)
+    assert err.value.status_code == 502
+    error = error_of(err.value)
+    assert error["code"] == "upstream_error" and error["type"] == "server_error"
+    text = err.value.response.text
+    for leaked in ("Traceback", "secret.gguf", "page not found", "sk-proj", "wxyz", "steal"):
+        assert leaked not in text
+    assert len(provider.accept_encodings) == 1  # a redirect is not followed
+    assert await usage_rows(rig) == [(1, 0, 0, 1)]
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "stream"])
+@pytest.mark.parametrize(("sent", "passed_on"), [
+    ("30", "30"), ("999999999", "3600"), ("0", "1"), (None, "1"), ("soon", "1"),
+])
+async def test_an_upstream_429_keeps_its_retry_after_within_bounds(
+    provider: FakeProvider, rig: GatewayRig, stream: bool, sent: str | None, passed_on: str
+) -> None:
+    provider.status = 429
+    provider.error_body = b"<html>slow down</html>"
+    provider.error_headers = {"Retry-After": sent} if sent is not None else {}
+    with pytest.raises(openai.RateLimitError) as err:
+        await chat(rig, stream)
+    assert err.value.response.headers["Retry-After"] == passed_on
+    error = error_of(err.value)
+    assert error["type"] == "rate_limit_error" and error["code"] == "upstream_rate_limited"
+    assert "slow down" not in err.value.response.text
+
+
+async def test_an_http_date_retry_after_becomes_seconds(
+    provider: FakeProvider, rig: GatewayRig
+) -> None:
+    provider.status = 429
+    provider.error_headers = {"Retry-After": format_datetime(datetime.now(UTC) + timedelta(seconds=90),
+                                                             usegmt=True)}
+    with pytest.raises(openai.RateLimitError) as err:
+        await chat(rig)
+    assert 85 <= int(err.value.response.headers["Retry-After"]) <= 91
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "stream"])
+async def test_an_openai_shaped_client_error_keeps_its_fields_but_not_its_words(
+    provider: FakeProvider, rig: GatewayRig, stream: bool
+) -> None:
+    provider.status = 400
+    provider.error_body = orjson.dumps({"error": {
+        "message": "Invalid value for 'messages[0].content': how wide is the sea? is too long",
+        "type": "invalid_request_error", "param": "messages[0].content",
+        "code": "context_length_exceeded", "internal_trace": "/srv/app.py line 3",
+    }})
+    with pytest.raises(openai.BadRequestError) as err:
+        await chat(rig, stream)
+    error = error_of(err.value)
+    assert error["type"] == "invalid_request_error"
+    assert error["param"] == "messages[0].content"
+    assert error["code"] == "context_length_exceeded"
+    assert "sea" not in error["message"] and "context_length_exceeded" in error["message"]
+    assert "/srv/app.py" not in err.value.response.text
+
+
+async def test_odd_fields_of_an_openai_shaped_error_are_dropped(
+    provider: FakeProvider, rig: GatewayRig
+) -> None:
+    # llama-server's own shape: an integer code, a type of its own.
+    provider.status = 400
+    provider.error_body = orjson.dumps({"error": {
+        "code": 400, "message": "the request exceeds the available context size",
+        "type": "exceed_context_size_error", "param": "<script>alert(1)</script>",
+    }})
+    with pytest.raises(openai.BadRequestError) as err:
+        await chat(rig)
+    error = error_of(err.value)
+    assert (error["type"], error["param"], error["code"]) == ("exceed_context_size_error", None,
+                                                              "upstream_refused")

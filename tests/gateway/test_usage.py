@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -10,10 +11,15 @@ from typing import Any
 import pytest
 
 from llmgw.core.clock import FakeClock
-from llmgw.gateway.usage import Tokens, UsageMeter, UsageTap
+from llmgw.gateway.limits import Limiter
+from llmgw.gateway.usage import MAX_COUNT, Tokens, UsageMeter, UsageTap
 from llmgw.store.store import Store
 from llmgw.store.usage_repo import UsageRow
 from tests.factories import NOW
+from tests.fakes.provider import ANSWER, USAGE, FakeProvider, GatewayRig
+from tests.pg import fresh_database
+
+QUESTION = {"role": "user", "content": "how wide is the sea?"}
 
 MODEL = "gemma3-270m"
 
@@ -221,3 +227,111 @@ async def test_a_failed_flush_keeps_the_counts_for_the_next(
     await meter.flush()
     assert rows(store) == {("key-a", MODEL, "2026-01-01"): (2, 11, 6, 1, 0)}
     assert len(calls) == 2
+
+
+# --- upstreams that lie about usage --------------------------------------------------------------
+
+
+def whole_answer(usage: bytes | None, content: str = "The sea is wide.") -> bytes:
+    head = json.dumps({"id": "chatcmpl-1", "object": "chat.completion", "model": MODEL,
+                       "choices": [{"index": 0, "finish_reason": "stop",
+                                    "message": {"role": "assistant", "content": content}}]},
+                      separators=(",", ":")).encode()
+    return head if usage is None else head[:-1] + b',"usage":' + usage + b"}"
+
+
+PROMPT_ESTIMATE = 40
+# "The sea is wide." is 16 bytes: about 4 tokens.
+TEXT_ESTIMATE = 4
+
+
+@pytest.mark.parametrize(("usage", "expected"), [
+    (b'{"prompt_tokens":12,"completion_tokens":5}', Tokens(12, 5)),
+    (b'{"prompt_tokens":100000000000000000000,"completion_tokens":5}', Tokens(MAX_COUNT, 5)),
+    (b'{"prompt_tokens":7,"completion_tokens":' + b"9" * 400 + b"}", Tokens(7, MAX_COUNT)),
+    (b'{"prompt_tokens":-5,"completion_tokens":-1}', Tokens(PROMPT_ESTIMATE, TEXT_ESTIMATE)),
+    (b'{"prompt_tokens":12.5,"completion_tokens":1e3}', Tokens(PROMPT_ESTIMATE, TEXT_ESTIMATE)),
+    (b'{"prompt_tokens":"12","completion_tokens":null}', Tokens(PROMPT_ESTIMATE, TEXT_ESTIMATE)),
+    (b'{"prompt_tokens":12,"completion_tokens":true}', Tokens(12, TEXT_ESTIMATE)),
+    (None, Tokens(PROMPT_ESTIMATE, TEXT_ESTIMATE)),  # no usage at all: not free
+])
+def test_a_whole_answers_usage_is_clamped_and_what_cannot_be_believed_estimated(
+    usage: bytes | None, expected: Tokens
+) -> None:
+    tap = UsageTap()
+    tap.whole(whole_answer(usage))
+    assert tap.result(prompt_estimate=PROMPT_ESTIMATE) == expected
+
+
+@pytest.mark.parametrize(("usage", "expected"), [
+    ({"prompt_tokens": 10**20, "completion_tokens": 3}, Tokens(MAX_COUNT, 3)),
+    ({"prompt_tokens": -9, "completion_tokens": -3}, Tokens(PROMPT_ESTIMATE, len(WORDS))),
+    ({"prompt_tokens": 9.5, "completion_tokens": "3"}, Tokens(PROMPT_ESTIMATE, len(WORDS))),
+])
+def test_a_streams_usage_is_clamped_and_what_cannot_be_believed_estimated(
+    usage: dict[str, Any], expected: Tokens
+) -> None:
+    tap = UsageTap()
+    for c in stream(usage):  # type: ignore[arg-type]
+        tap.chunk(c)
+    assert tap.result(prompt_estimate=PROMPT_ESTIMATE) == expected
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def any_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
+    """A store on each backend (a fresh PostgreSQL database per test)."""
+    if request.param == "postgresql":
+        url = fresh_database(request.getfixturevalue("postgres_url"))
+    else:
+        url = f"sqlite:///{tmp_path / 'llmgw.db'}"
+    s = Store.open(url)
+    yield s
+    s.close()
+
+
+async def test_a_row_the_database_refuses_blocks_neither_the_others_nor_the_limit_sync(
+    any_store: Store, caplog: pytest.LogCaptureFixture
+) -> None:
+    clock = FakeClock(NOW)
+    meter = UsageMeter(any_store, clock.now)
+    limiter = Limiter(any_store, clock.now)
+    meter.record("key-a", MODEL, Tokens(10, 5), error=False, blocked=False)
+    # More than a 64-bit counter holds: only a caller that skipped the tap's clamp can do this.
+    meter.record("key-bad", MODEL, Tokens(10**20, 1), error=False, blocked=False)
+    meter.record("key-b", MODEL, Tokens(3, 3), error=False, blocked=False)
+    await limiter.sync(meter.flush)  # neither raises nor keeps the bad row for ever
+    assert rows(any_store) == {("key-a", MODEL, "2026-01-01"): (1, 10, 5, 0, 0),
+                               ("key-b", MODEL, "2026-01-01"): (1, 3, 3, 0, 0)}
+    assert "usage row refused by the database, dropped: key key-bad" in caplog.text
+
+    meter.record("key-a", MODEL, Tokens(1, 1), error=False, blocked=False)
+    await limiter.sync(meter.flush)  # later usage is recorded as before
+    assert rows(any_store)[("key-a", MODEL, "2026-01-01")] == (2, 11, 6, 0, 0)
+
+
+async def test_an_upstream_lying_about_usage_is_recorded_clamped_with_everything_else(
+    any_store: Store,
+) -> None:
+    provider = await FakeProvider(usage=b'{"prompt_tokens":100000000000000000000,'
+                                        b'"completion_tokens":-4}').start()
+    rig = await GatewayRig(provider, any_store).start()
+    try:
+        async with rig.openai() as client:
+            lied = await client.chat.completions.create(model="m", messages=[QUESTION])
+            assert lied.choices[0].message.content == ANSWER
+            provider.usage = None  # says nothing: not free either
+            await client.chat.completions.create(model="m", messages=[QUESTION])
+            provider.usage = json.dumps(USAGE).encode()
+            await client.chat.completions.create(model="m", messages=[QUESTION])
+        assert rig.limiter is not None and rig.meter is not None
+        await rig.limiter.sync(rig.meter.flush)
+    finally:
+        await rig.close()
+        await provider.close()
+    [row] = any_store.usage.usage()
+    # The lie counts as MAX_COUNT prompt tokens and an estimated completion; the silent answer
+    # as estimates; the honest one as it said.
+    text = math.ceil(len(ANSWER) / 4)
+    assert row.requests == 3
+    assert row.completion_tokens == text + text + USAGE["completion_tokens"]
+    assert MAX_COUNT < row.prompt_tokens < MAX_COUNT + 100

@@ -94,6 +94,25 @@ class UpstreamError(Retryable):
     code = "upstream_error"
 
 
+class UpstreamRateLimited(RateLimited):
+    """An upstream answered 429; its Retry-After (bounded) is passed on."""
+
+    code = "upstream_rate_limited"
+
+
+class UpstreamRefused(Permanent):
+    """An upstream refused the request as the client's fault (a 4xx in OpenAI's shape): its status,
+    type, param and code are passed on, its message is not (it may quote the request back)."""
+
+    code = "upstream_refused"
+
+    def __init__(self, message: str, status: int, type_: str, *, param: str | None = None,
+                 code: str | None = None) -> None:
+        super().__init__(message, param=param, code=code)
+        self.status = status
+        self.type = type_
+
+
 class UpstreamTimeout(Retryable):
     status = 504
     type = "server_error"
@@ -104,6 +123,15 @@ class StoreUnavailable(Retryable):
     status = 503
     type = "server_error"
     code = "store_unavailable"
+
+
+class StoreRefused(Permanent):
+    """The database refused a write for the data in it (a number out of range, say): writing the
+    same again cannot succeed, unlike when the database is unavailable."""
+
+    status = 500
+    type = "server_error"
+    code = "store_refused"
 
 
 class EngineError(Retryable):

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import Coroutine
 from typing import Any
 
 import aiohttp
@@ -18,7 +19,15 @@ from aiohttp import web
 from llmgw.core.errors import LlmgwError, UpstreamError, UpstreamTimeout
 from llmgw.core.guard import Direction, InputMode, Policy
 from llmgw.gateway.context import response_headers
-from llmgw.gateway.proxy import SSE_HEADERS, STREAM_BROKE, UpstreamClient, relay
+from llmgw.gateway.proxy import (
+    SSE_HEADERS,
+    STREAM_BROKE,
+    UpstreamClient,
+    failure,
+    read_answer,
+    read_error,
+    relay,
+)
 from llmgw.gateway.routing import Route, RoutingTable
 from llmgw.gateway.usage import UsageTap
 from llmgw.guard.enforcement import Guard, RequestInfo
@@ -98,16 +107,18 @@ async def forward_guarded(
                 await asyncio.wait({opening, verdict}, return_when=asyncio.FIRST_COMPLETED)
                 if verdict.done() and verdict.exception() is not None:
                     raise verdict.exception()  # type: ignore[misc]
-                _up, resp = await opening
+                up, resp = await opening
             finally:
                 if not opening.done():
                     opening.cancel()
                     await asyncio.wait({opening})
+            if not 200 <= resp.status < 300:
+                raise failure(up, resp, await _read_unless_blocked(resp, verdict, read_error(resp)))
             if not stream or resp.status != 200:
-                raw = await _read_unless_blocked(resp, verdict)
+                raw = await _read_unless_blocked(resp, verdict, read_answer(up, resp))
                 if tap is not None:
                     tap.whole(raw)
-                if outputs and resp.status == 200:
+                if outputs:
                     answer = Turn("assistant", answer_text(raw))
                     await guard.check(outputs, Direction.OUTPUT, [*turns, answer], info)
                 return web.Response(
@@ -130,9 +141,11 @@ async def forward_guarded(
             await verdict
 
 
-async def _read_unless_blocked(resp: aiohttp.ClientResponse, verdict: asyncio.Task[None]) -> bytes:
-    """The whole body, unless the input verdict blocks first (then the upstream is dropped)."""
-    reading = asyncio.ensure_future(resp.read())
+async def _read_unless_blocked(
+    resp: aiohttp.ClientResponse, verdict: asyncio.Task[None], read: Coroutine[Any, Any, bytes]
+) -> bytes:
+    """What `read` reads, unless the input verdict blocks first (then the upstream is dropped)."""
+    reading = asyncio.ensure_future(read)
     try:
         await asyncio.wait({reading, verdict}, return_when=asyncio.FIRST_EXCEPTION)
         if verdict.done():

@@ -1,7 +1,10 @@
 """Forwarding a request to an upstream and relaying its answer, streamed or whole.
 
 Bytes pass through: the request body goes out as the client sent it (unless a remote model's
-name must be rewritten) and a stream is relayed chunk by chunk without being decoded.
+name must be rewritten) and a stream is relayed chunk by chunk without being parsed. Upstreams are
+asked not to compress (`Accept-Encoding: identity`); one that compresses anyway is decoded (gzip,
+deflate) before its answer reaches the client or the usage tap, and any other encoding is a 502.
+An upstream's error answer never reaches the client as it came (see `upstream_errors`).
 """
 
 from __future__ import annotations
@@ -16,9 +19,10 @@ import aiohttp
 import orjson
 from aiohttp import web
 
-from llmgw.core.errors import UpstreamError, UpstreamTimeout
+from llmgw.core.errors import LlmgwError, UpstreamError, UpstreamTimeout
 from llmgw.gateway.context import response_headers
 from llmgw.gateway.routing import Route, RoutingTable, Upstream
+from llmgw.gateway.upstream_errors import MAX_ERROR_BODY, upstream_failure
 from llmgw.gateway.usage import UsageTap
 
 logger = logging.getLogger(__name__)
@@ -33,6 +37,13 @@ SSE_HEADERS = {
     "X-Accel-Buffering": "no",
 }
 
+# What aiohttp decodes without an optional library; anything else is refused with a 502 rather
+# than relayed as bytes the client cannot read and the usage tap cannot count.
+DECODED = frozenset({"identity", "gzip", "deflate"})
+# A whole answer is held in memory to be relayed: far above any honest answer (a batch of
+# embeddings included), low enough that a small compressed body cannot inflate without bound.
+MAX_ANSWER_BYTES = 256 * 1024 * 1024
+
 
 class UpstreamClient:
     """One pooled HTTP client for all upstreams (aiohttp pools connections per host)."""
@@ -46,7 +57,7 @@ class UpstreamClient:
         self._session = aiohttp.ClientSession(
             connector=connector,
             timeout=self._timeout,
-            auto_decompress=False,
+            auto_decompress=True,
             skip_auto_headers=("User-Agent",),
         )
 
@@ -68,8 +79,10 @@ class UpstreamClient:
         """Relay the upstream's answer to the client as it comes: whole, or chunk by chunk."""
         async with self.open(table, route, path, body, payload) as (up, resp):
             try:
+                if not 200 <= resp.status < 300:
+                    raise failure(up, resp, await read_error(resp))
                 if not stream or resp.status != 200:
-                    raw = await resp.read()
+                    raw = await read_answer(up, resp)
                     if tap is not None:
                         tap.whole(raw)
                     return web.Response(
@@ -79,9 +92,9 @@ class UpstreamClient:
                     )
                 return await relay(request, resp, tap)
             except TimeoutError as exc:
-                raise UpstreamTimeout(f"upstream {_name(up)} did not answer in time") from exc
+                raise UpstreamTimeout(f"upstream {upstream_name(up)} did not answer in time") from exc
             except aiohttp.ClientError as exc:
-                raise UpstreamError(f"upstream {_name(up)} failed: {type(exc).__name__}") from exc
+                raise UpstreamError(f"upstream {upstream_name(up)} failed: {type(exc).__name__}") from exc
 
     @contextlib.asynccontextmanager
     async def open(
@@ -95,10 +108,14 @@ class UpstreamClient:
         tried: frozenset[str] = frozenset()
         while True:
             up = table.choose(route, tried)
-            headers = {"Content-Type": "application/json", **up.headers}
+            headers = {"Content-Type": "application/json", "Accept-Encoding": "identity",
+                       **up.headers}
             up.outstanding += 1
             try:
-                resp = await self._session.post(up.base_url + path, data=body, headers=headers)
+                # A redirect is an upstream fault (502), never followed: it would carry the
+                # request, and the upstream's credentials, somewhere the catalog did not name.
+                resp = await self._session.post(up.base_url + path, data=body, headers=headers,
+                                                allow_redirects=False)
                 break
             except (aiohttp.ClientConnectorError, aiohttp.ConnectionTimeoutError) as exc:
                 # Nothing was sent: trying another upstream cannot run the request twice.
@@ -112,14 +129,18 @@ class UpstreamClient:
                     ) from exc
             except TimeoutError as exc:
                 up.outstanding -= 1
-                raise UpstreamTimeout(f"upstream {_name(up)} did not answer in time") from exc
+                raise UpstreamTimeout(f"upstream {upstream_name(up)} did not answer in time") from exc
             except aiohttp.ClientError as exc:
                 up.outstanding -= 1
-                raise UpstreamError(f"upstream {_name(up)} failed: {type(exc).__name__}") from exc
+                raise UpstreamError(f"upstream {upstream_name(up)} failed: {type(exc).__name__}") from exc
             except BaseException:  # cancelled while connecting
                 up.outstanding -= 1
                 raise
         try:
+            encoding = resp.headers.get("Content-Encoding", "").strip().lower() or "identity"
+            if encoding not in DECODED:
+                raise UpstreamError(f"upstream {upstream_name(up)} answered in a content encoding "
+                                    "llmgw does not decode")
             yield up, resp
         finally:
             # An unread body closes the connection rather than returning it to the pool.
@@ -174,5 +195,33 @@ async def _write_quietly(out: web.StreamResponse, data: bytes) -> None:
         pass
 
 
-def _name(up: Upstream) -> str:
+async def read_answer(up: Upstream, resp: aiohttp.ClientResponse) -> bytes:
+    """A whole answer, decoded; UpstreamError beyond MAX_ANSWER_BYTES."""
+    blocks, size = [], 0
+    while block := await resp.content.readany():
+        size += len(block)
+        if size > MAX_ANSWER_BYTES:
+            raise UpstreamError(f"upstream {upstream_name(up)} answered more than "
+                                f"{MAX_ANSWER_BYTES // 2**20} MiB")
+        blocks.append(block)
+    return b"".join(blocks)
+
+
+async def read_error(resp: aiohttp.ClientResponse) -> bytes:
+    """The start of an error answer's body: enough for an error in OpenAI's shape."""
+    data = bytearray()
+    while len(data) < MAX_ERROR_BODY:
+        part = await resp.content.read(MAX_ERROR_BODY - len(data))
+        if not part:
+            break
+        data += part
+    return bytes(data)
+
+
+def failure(up: Upstream, resp: aiohttp.ClientResponse, body: bytes) -> LlmgwError:
+    """The client's error for an upstream's non-2xx answer whose body starts with `body`."""
+    return upstream_failure(upstream_name(up), resp.status, resp.headers, body)
+
+
+def upstream_name(up: Upstream) -> str:
     return up.id if not up.id.startswith("remote:") else up.id.removeprefix("remote:")

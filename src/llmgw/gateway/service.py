@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import math
 import time
 from typing import Any
@@ -22,6 +23,9 @@ from llmgw.gateway.routing import Route, RoutingTable
 from llmgw.gateway.snapshot import Refresher
 from llmgw.gateway.usage import UsageMeter, UsageTap
 from llmgw.guard.enforcement import Guard, RequestInfo
+
+# The status metrics show for a request whose client went away (nginx's): not an upstream error.
+CLIENT_CLOSED = 499
 
 
 class Gateway:
@@ -78,13 +82,17 @@ class Gateway:
         except LlmgwError as exc:
             status, blocked, code = exc.status, isinstance(exc, GuardBlocked), exc.code or ""
             raise
+        except asyncio.CancelledError:  # the client left: the upstream call was dropped with it
+            status = CLIENT_CLOSED
+            raise
         finally:
             # Also when the client went away mid-stream: what was used is settled and counted.
             tokens = tap.result(prompt_estimate=math.ceil(len(body) / 4))
             if ticket is not None:
                 ticket.settle(tokens.total)
             if self.meter is not None:
-                self.meter.record(key.id, name, tokens, error=status >= 400 and not blocked,
+                self.meter.record(key.id, name, tokens,
+                                  error=status >= 400 and status != CLIENT_CLOSED and not blocked,
                                   blocked=blocked)
             if self.metrics is not None:
                 self._observe(request, key, name, status, code, sent, tap)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import re
 import time
 from collections import defaultdict, deque
@@ -11,14 +12,21 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import date, datetime
 
-from llmgw.core.errors import LlmgwError
+import orjson
+
+from llmgw.core.errors import LlmgwError, StoreRefused
 from llmgw.store.store import Store
 from llmgw.store.usage_repo import COUNTERS, UsageRow
 
 logger = logging.getLogger(__name__)
 
-_PROMPT = re.compile(rb'"prompt_tokens"\s*:\s*(\d+)')
-_COMPLETION = re.compile(rb'"completion_tokens"\s*:\s*(\d+)')
+# The value as written, whatever it is: only a plain non-negative integer is believed.
+_PROMPT = re.compile(rb'"prompt_tokens"\s*:\s*([^,}\s]*)')
+_COMPLETION = re.compile(rb'"completion_tokens"\s*:\s*([^,}\s]*)')
+# The most one request may count of each kind: ten times the largest context window offered
+# today, so no honest answer is cut, and far from what the store's 64-bit counters can add up.
+# A larger number from an upstream is counted as this many (it still hits the key's budget).
+MAX_COUNT = 100_000_000
 # Longer than the markers below.
 _CARRY = 16
 
@@ -48,6 +56,11 @@ class UsageTap:
     counts one completion token per event that carries text (llama.cpp sends one per token) and
     the caller's estimate of the prompt (llama-server puts usage in a stream only when the
     client asks for it with `stream_options.include_usage`).
+
+    Upstream numbers are not trusted: a count above MAX_COUNT is counted as MAX_COUNT, and a
+    count that is not a non-negative integer (negative, fractional, a string) is replaced by the
+    estimate, as is the whole `usage` of an answer that has none (a whole answer's completion is
+    then about one token per 4 bytes of its text).
     """
 
     def __init__(self) -> None:
@@ -56,11 +69,15 @@ class UsageTap:
         # The end of the previous chunk, so a text marker cut by the network is still seen once.
         self._carry = b""
         self.events_with_text = 0
-        self.tokens: Tokens | None = None
+        self._whole: _Reported | None = None
+        self._whole_estimate = 0  # completion tokens of a whole answer, when it must be estimated
         self.first_chunk_at: float | None = None  # monotonic time of a stream's first chunk
 
     def whole(self, body: bytes) -> None:
-        self.tokens = _usage(body)
+        reported = _usage(body)
+        if reported is None or reported.completion is None:
+            self._whole_estimate = _text_tokens(body)
+        self._whole = reported or _Reported(None, None)
 
     def chunk(self, data: bytes) -> None:
         if self.first_chunk_at is None:
@@ -75,16 +92,29 @@ class UsageTap:
         self._last.append(data)
 
     def result(self, prompt_estimate: int = 0) -> Tokens:
-        """The usage seen; a stream without a usage event gets `prompt_estimate` prompt tokens."""
-        if self.tokens is not None:
-            return self.tokens
-        found = _usage(b"".join(self._last))
-        if found is not None:
-            return found
-        return Tokens(prompt_estimate if self.events_with_text else 0, self.events_with_text)
+        """The usage seen; what the upstream did not say (or said wrong) is estimated, with
+        `prompt_estimate` prompt tokens."""
+        if self._whole is not None:
+            reported, completion = self._whole, self._whole_estimate
+        else:
+            found = _usage(b"".join(self._last))
+            completion = self.events_with_text
+            if found is None:
+                return Tokens(prompt_estimate if self.events_with_text else 0, completion)
+            reported = found
+        return Tokens(prompt_estimate if reported.prompt is None else reported.prompt,
+                      completion if reported.completion is None else reported.completion)
 
 
-def _usage(data: bytes) -> Tokens | None:
+@dataclass(frozen=True)
+class _Reported:
+    """An upstream's usage counts, each clamped, or None where it is not a count to believe."""
+
+    prompt: int | None
+    completion: int | None
+
+
+def _usage(data: bytes) -> _Reported | None:
     """The last `usage` object's token counts; only its neighbourhood is searched (a regex over
     a whole answer would cost more than relaying it)."""
     at = data.rfind(b'"usage"')
@@ -95,7 +125,40 @@ def _usage(data: bytes) -> Tokens | None:
     completion = _COMPLETION.search(part)
     if prompt is None and completion is None:
         return None
-    return Tokens(int(prompt.group(1)) if prompt else 0, int(completion.group(1)) if completion else 0)
+    return _Reported(_count(prompt), _count(completion))
+
+
+def _count(found: re.Match[bytes] | None) -> int | None:
+    if found is None:
+        return 0  # not in the usage object: none of that kind (embeddings have no completion)
+    raw = found.group(1)
+    if not raw.isdigit():
+        return None
+    return min(int(raw), MAX_COUNT)
+
+
+def _text_tokens(body: bytes) -> int:
+    """About one token per 4 bytes of the text a whole chat or completion answer generated."""
+    try:
+        obj = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return min(math.ceil(len(body) / 4), MAX_COUNT)
+    choices = obj.get("choices") if isinstance(obj, dict) else None
+    size = 0
+    for choice in choices if isinstance(choices, list) else []:
+        if not isinstance(choice, dict):
+            continue
+        message = choice.get("message")
+        text = message.get("content") if isinstance(message, dict) else choice.get("text")
+        if isinstance(text, str):
+            size += len(text.encode())
+        calls = message.get("tool_calls") if isinstance(message, dict) else None
+        for call in calls if isinstance(calls, list) else []:
+            function = call.get("function") if isinstance(call, dict) else None
+            arguments = function.get("arguments") if isinstance(function, dict) else None
+            if isinstance(arguments, str):
+                size += len(arguments.encode())
+    return min(math.ceil(size / 4), MAX_COUNT)
 
 
 class UsageMeter:
@@ -130,11 +193,32 @@ class UsageMeter:
             rows = [UsageRow(k, m, d, **c) for (k, m, d), c in batch.items()]
             try:
                 await asyncio.to_thread(self._store.usage.add_usage, rows)
+            except StoreRefused:
+                await self._one_by_one(rows)
             except Exception as exc:
                 # The caller logs an outage; anything else is a fault worth its traceback here.
                 if not isinstance(exc, LlmgwError):
                     logger.exception("could not write usage; keeping it for the next try")
-                for (k, m, d), c in batch.items():
-                    for name, v in c.items():
-                        self._buf[(k, m, d)][name] += v
+                self._keep(rows)
                 raise
+
+    async def _one_by_one(self, rows: list[UsageRow]) -> None:
+        """Write each row on its own, so a row the database refuses cannot hold back the others
+        (nor, retried with them forever, every later flush and the limit sync)."""
+        for i, row in enumerate(rows):
+            try:
+                await asyncio.to_thread(self._store.usage.add_usage, [row])
+            except StoreRefused as exc:
+                logger.error("usage row refused by the database, dropped: key %s, model %s, day %s, "
+                             "%s: %s", row.key_id, row.model, row.day,
+                             {c: getattr(row, c) for c in COUNTERS}, exc.message)
+            except Exception:
+                self._keep(rows[i:])
+                raise
+
+    def _keep(self, rows: list[UsageRow]) -> None:
+        """Put unwritten rows back for the next flush."""
+        for r in rows:
+            counts = self._buf[(r.key_id, r.model, r.day)]
+            for name in COUNTERS:
+                counts[name] += getattr(r, name)

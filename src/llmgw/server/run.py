@@ -40,7 +40,7 @@ async def serve(
         raise ConfigError(f"{data_dir / 'config.toml'} does not belong to the install in "
                           f"database {redact(url)}: {JOIN_HINT}")
     server = Server(data_dir, settings, store, loops=Loops(keeper_s=settings.keeper_interval_s))
-    runner = web.AppRunner(server.build_app(), access_log=None, handle_signals=False)
+    runner = app_runner(server.build_app())
     await runner.setup()
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -60,6 +60,13 @@ async def serve(
         logger.info("stopping: engines get SIGTERM, then SIGKILL")
     finally:
         await runner.cleanup()
+
+
+def app_runner(app: web.Application) -> web.AppRunner:
+    """How `server run` serves its app. A client that goes away cancels its request's handler
+    (aiohttp leaves it running by default): the upstream call stops at once and the key's
+    in-flight slot is freed, rather than both waiting for the upstream to finish or time out."""
+    return web.AppRunner(app, access_log=None, handle_signals=False, handler_cancellation=True)
 
 
 def run(data_dir: Path, host: str | None, port: int | None, on_ready: Callable[[str], None]) -> None:

@@ -9,7 +9,9 @@ from typing import Any
 from sqlalchemy import Connection, Engine, Table, delete, func, select
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+from sqlalchemy.exc import DataError, IntegrityError
 
+from llmgw.core.errors import StoreRefused
 from llmgw.store.schema import rate_windows, usage
 
 COUNTERS = ("requests", "prompt_tokens", "completion_tokens", "errors", "blocked")
@@ -34,10 +36,15 @@ class UsageRepo:
         self._engine = engine
 
     def add_usage(self, rows: Iterable[UsageRow]) -> None:
-        with self._engine.begin() as conn:
-            for r in rows:
-                _add(conn, usage, {"key_id": r.key_id, "model": r.model, "day": r.day},
-                     {c: getattr(r, c) for c in COUNTERS})
+        """Add the rows' counts in one transaction; StoreRefused when the database refuses the
+        data (a count out of range), so the caller can write the other rows without it."""
+        try:
+            with self._engine.begin() as conn:
+                for r in rows:
+                    _add(conn, usage, {"key_id": r.key_id, "model": r.model, "day": r.day},
+                         {c: getattr(r, c) for c in COUNTERS})
+        except (DataError, IntegrityError, OverflowError) as exc:
+            raise StoreRefused(f"usage not written: {type(exc).__name__}") from exc
 
     def usage(
         self, key_id: str | None = None, model: str | None = None, since: str | None = None
