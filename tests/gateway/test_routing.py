@@ -167,3 +167,9 @@ def test_a_refused_upstream_goes_last_until_its_time_is_up() -> None:
     # When a is the only one left it is still tried: better than refusing the request.
     assert pick((a, b), frozenset({"b"}), 0, now=50.0) is a
     assert pick((a, b), frozenset(), 0, now=100.5) is a
+
+
+def test_an_upstream_never_shows_its_credentials_in_a_repr() -> None:
+    up = Upstream("remote:openai", "https://api.example/v1",
+                  headers={"Authorization": "Bearer sk-provider-s3cret"})
+    assert "s3cret" not in repr(up)

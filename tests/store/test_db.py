@@ -20,3 +20,15 @@ def test_an_unreachable_database_is_store_unavailable_without_its_password() -> 
             migrate(engine)
     finally:
         engine.dispose()
+
+
+def test_a_password_given_as_a_query_parameter_is_hidden_too() -> None:
+    engine = open_engine(
+        f"postgresql+psycopg://llmgw@127.0.0.1:{free_port()}/llmgw?sslmode=disable&password=s3cret")
+    try:
+        with pytest.raises(StoreUnavailable) as caught:
+            read_revision(engine)
+        assert "s3cret" not in caught.value.message
+        assert "password=***" in caught.value.message
+    finally:
+        engine.dispose()

@@ -8,7 +8,7 @@ import tomllib
 import urllib.error
 import urllib.parse
 import urllib.request
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -38,7 +38,7 @@ def write_config(url: str, key: str, path: Path | None = None) -> Path:
 @dataclass(frozen=True)
 class AdminClient:
     url: str
-    key: str
+    key: str = field(repr=False)
     timeout_s: float = 30.0
 
     @classmethod
@@ -57,6 +57,11 @@ class AdminClient:
             raise CtlError(
                 "no admin key: pass --key, set LLMGW_ADMIN_KEY, or write it to " + str(path)
             )
+        key = key.strip()
+        if not key.isprintable():
+            # http.client would refuse the header with a traceback that quotes the key.
+            raise CtlError("the admin key holds a control character (a stray newline?): check "
+                           "--key, LLMGW_ADMIN_KEY or " + str(path))
         return cls(url.rstrip("/"), key)
 
     def call(self, method: str, path: str, body: Any = None) -> Any:

@@ -13,7 +13,10 @@ from llmgw.cli.client import write_config
 from llmgw.core.errors import LlmgwError
 from llmgw.core.settings import default_data_dir
 
-app = typer.Typer(help="llmgw: a self-hosted LLM gateway.", no_args_is_help=True)
+# A traceback's local variables may hold keys and secrets: never print them, whatever typer's
+# version defaults to.
+app = typer.Typer(help="llmgw: a self-hosted LLM gateway.", no_args_is_help=True,
+                  pretty_exceptions_show_locals=False)
 server_app = typer.Typer(help="Set up and run the server.", no_args_is_help=True)
 app.add_typer(server_app, name="server")
 node_app = typer.Typer(help="Run a node agent on this machine.", no_args_is_help=True)

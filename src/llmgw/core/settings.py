@@ -72,7 +72,13 @@ def load(data_dir: Path) -> ServerSettings:
     try:
         return ServerSettings.model_validate(raw.get("server", {}))
     except ValidationError as exc:
-        raise ConfigError(f"{path} is not valid: {exc}") from exc
+        # Each error's field and message only: pydantic's full text quotes the input value, which
+        # may be a database password or the key secret.
+        problems = "; ".join(
+            f"{'.'.join(str(part) for part in err['loc']) or 'server'}: {err['msg']}"
+            for err in exc.errors()
+        )
+        raise ConfigError(f"{path} is not valid: {problems}") from None
 
 
 def dump(settings: ServerSettings) -> str:

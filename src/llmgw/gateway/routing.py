@@ -19,7 +19,8 @@ class Upstream:
 
     id: str
     base_url: str
-    headers: dict[str, str] = field(default_factory=dict)
+    # Carries the provider's or the install's engine key: never in a repr, so never in a log.
+    headers: dict[str, str] = field(default_factory=dict, repr=False)
     outstanding: int = 0
     # Monotonic time until which a refused connection keeps this upstream last in line: its
     # node may have just died, and the routing table only learns that on the next refresh.

@@ -34,7 +34,8 @@ class Launch:
     stop_grace_s: float = 10.0
     backoff_base_s: float = 1.0
     backoff_cap_s: float = 30.0
-    env: dict[str, str] = field(default_factory=dict)
+    # Holds the engine key: never in a repr, so never in a log.
+    env: dict[str, str] = field(default_factory=dict, repr=False)
 
 
 @dataclass(frozen=True)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import re
 from datetime import UTC, datetime
 from importlib import resources
 from typing import Any
@@ -57,8 +58,13 @@ def open_engine(url: str) -> Engine:
     return engine
 
 
+# libpq also takes the password as a query parameter (`?password=…`).
+_QUERY_PASSWORD = re.compile(r"([?&]password=)[^&]*", re.IGNORECASE)
+
+
 def redact(url: str) -> str:
     """The URL without its password, for messages and logs."""
+    url = _QUERY_PASSWORD.sub(r"\1***", url)
     if "@" not in url or "://" not in url:
         return url
     scheme, rest = url.split("://", 1)
