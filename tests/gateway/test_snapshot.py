@@ -179,3 +179,9 @@ def test_a_ready_replica_off_its_nodes_address_is_no_upstream() -> None:
                          addresses={"gpu-1": "10.0.0.7", "other": "10.6.6.6"})["gemma3-270m"]
 
     assert [(u.id, u.headers) for u in route.upstreams] == [("r-placed", engine)]
+
+
+def test_a_model_whose_only_ready_replica_is_off_its_node_says_so() -> None:
+    replicas = [replica_ready("r1", node_id="gpu-1", endpoint="http://10.6.6.6:9000/v1")]
+    route = build_routes([gemma_model()], replicas, {}, addresses={"gpu-1": "10.0.0.7"})["gemma3-270m"]
+    assert route.upstreams == () and "off its node's address" in route.unavailable

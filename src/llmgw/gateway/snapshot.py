@@ -61,7 +61,10 @@ def build_routes(
             for r in mine
             if r.state == ReplicaState.READY and r.endpoint and _placed(r, r.endpoint, addresses)
         )
-        routes[m.name] = Route(m, ready, unavailable="" if ready else unavailable_reason(mine))
+        why = "" if ready else unavailable_reason(mine)
+        if not ready and any(r.state == ReplicaState.READY and r.endpoint for r in mine):
+            why = "a replica reported ready off its node's address, where nothing is sent"
+        routes[m.name] = Route(m, ready, unavailable=why)
     return routes
 
 
