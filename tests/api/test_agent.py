@@ -2,44 +2,70 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+import asyncio
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
+from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
-from llmgw.core.settings import load
-from llmgw.core.types import KeyScope
+from llmgw.core.settings import ServerSettings, load
+from llmgw.core.types import KeyScope, Node, Replica, ReplicaState
 from llmgw.server.app import Server
 from llmgw.server.init import init
 from llmgw.store.store import Store
 from tests.api.test_errors import assert_openai_error
-from tests.factories import KEY_SECRET, NOW, api_key
+from tests.factories import KEY_SECRET, NOW, api_key, local_model
+
+
+@dataclass
+class Install:
+    """A fresh install (no embedded node), its store, and keys of each kind by name."""
+
+    settings: ServerSettings
+    store: Store
+    keys: dict[str, str]
 
 
 @pytest.fixture
-async def api(tmp_path: Path) -> AsyncIterator[tuple[TestClient[Any, Any], dict[str, str]]]:
-    """The real app (no embedded node) with a node token and a user key in its store."""
+def install(tmp_path: Path) -> Iterator[Install]:
     init(tmp_path / "data", guard=False, embedded_node=False)
     settings = load(tmp_path / "data").model_copy(update={"key_secret": KEY_SECRET.hex()})
     store = Store.open(settings.database_url(tmp_path / "data"))
     keys: dict[str, str] = {}
-    for scope in (KeyScope.NODE, KeyScope.USER):
-        secret, key = api_key(scope=scope, name=scope.value)
+    # "node", "thief" and "other" are join tokens (the last two for the attacks below).
+    for name, scope in (("node", KeyScope.NODE), ("user", KeyScope.USER),
+                        ("admin", KeyScope.ADMIN), ("thief", KeyScope.NODE),
+                        ("other", KeyScope.NODE)):
+        secret, key = api_key(scope=scope, name=name)
         store.keys.create(key.model_copy(update={"created_at": NOW}))
-        keys[scope.value] = secret
-    app = Server(tmp_path / "data", settings, store).build_app()
+        keys[name] = secret
+    yield Install(settings, store, keys)
+
+
+@pytest.fixture
+async def api(
+    tmp_path: Path, install: Install,
+) -> AsyncIterator[tuple[TestClient[Any, Any], dict[str, str]]]:
+    """The real app (no embedded node) with join tokens, a user and an admin key in its store."""
+    app = Server(tmp_path / "data", install.settings, install.store).build_app()
     async with TestClient(TestServer(app)) as client:
-        yield client, keys
+        yield client, install.keys
 
 
 NODE = {"id": "node-a", "address": "127.0.0.11", "cores": 4, "memory_gb": 8, "labels": {"role": "judge"}}
 
 
+def bearer(secret: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {secret}"}
+
+
 async def test_a_node_token_joins_and_gets_the_engine_key(api: Any) -> None:
     client, keys = api
-    resp = await client.post("/agent/v1/sync", json={"node": NODE},
+    resp = await client.post("/agent/v1/sync", json={"node": NODE, "agent": "agent-a"},
                              headers={"Authorization": f"Bearer {keys['node']}"})
     assert resp.status == 200
     body = await resp.json()
@@ -51,7 +77,7 @@ async def test_a_node_token_joins_and_gets_the_engine_key(api: Any) -> None:
 
 async def test_a_user_key_cannot_pose_as_a_node(api: Any) -> None:
     client, keys = api
-    resp = await client.post("/agent/v1/sync", json={"node": NODE},
+    resp = await client.post("/agent/v1/sync", json={"node": NODE, "agent": "agent-a"},
                              headers={"Authorization": f"Bearer {keys['user']}"})
     assert resp.status == 403
     assert_openai_error(await resp.json(), "forbidden")
@@ -59,7 +85,7 @@ async def test_a_user_key_cannot_pose_as_a_node(api: Any) -> None:
 
 async def test_a_malformed_report_is_a_400_naming_the_field(api: Any) -> None:
     client, keys = api
-    bad = {"node": {**NODE, "cores": -1}}
+    bad = {"node": {**NODE, "cores": -1}, "agent": "agent-a"}
     resp = await client.post("/agent/v1/sync", json=bad,
                              headers={"Authorization": f"Bearer {keys['node']}"})
     assert resp.status == 400
@@ -78,3 +104,121 @@ async def test_a_second_agent_with_a_taken_node_id_gets_a_409(api: Any) -> None:
     body = await second.json()
     assert_openai_error(body, "node_id_taken")
     assert "--node-id" in body["error"]["message"]
+
+
+# --- a join token speaks for its own node only -------------------------------------------------
+
+
+async def sync(client: TestClient[Any, Any], secret: str, node: dict[str, Any],
+               agent: str | None = "agent-a", **more: Any) -> tuple[int, Any]:
+    body = {"node": node, **({"agent": agent} if agent is not None else {}), **more}
+    resp = await client.post("/agent/v1/sync", json=body, headers=bearer(secret))
+    return resp.status, await resp.json()
+
+
+async def test_a_token_bound_to_one_node_cannot_report_as_another(api: Any, install: Install) -> None:
+    client, keys = api
+    assert (await sync(client, keys["node"], NODE))[0] == 200
+
+    status, body = await sync(client, keys["node"], {**NODE, "id": "node-b"})
+    assert status == 403
+    assert_openai_error(body, "forbidden")
+    assert body["error"]["param"] == "node.id" and "bound to node node-a" in body["error"]["message"]
+    assert install.store.nodes.get("node-b") is None
+
+
+async def test_another_token_cannot_take_over_a_node_and_its_traffic(api: Any, install: Install) -> None:
+    client, keys = api
+    assert (await sync(client, keys["node"], NODE, agent="agent-a"))[0] == 200
+    # Another token, even with the victim's agent id (no secret) or none at all, and with the
+    # node id left out: refused, and the node keeps its hardware.
+    for agent in ("agent-a", "", None):
+        status, body = await sync(client, keys["thief"], {**NODE, "cores": 64}, agent=agent)
+        assert status in (400, 403), agent
+        assert_openai_error(body)
+    status, body = await sync(client, keys["thief"], {**NODE, "cores": 64}, agent="agent-a")
+    assert status == 403 and "bound to another join token" in body["error"]["message"]
+    node = install.store.nodes.get("node-a")
+    assert node is not None and node.cores == 4
+
+
+async def test_an_empty_or_missing_agent_id_is_a_400(api: Any) -> None:
+    client, keys = api
+    for agent in ("", None):
+        status, body = await sync(client, keys["node"], NODE, agent=agent)
+        assert status == 400, agent
+        assert_openai_error(body)
+        assert body["error"]["param"] == "agent"
+
+
+async def test_no_token_reports_as_the_servers_embedded_node(api: Any, install: Install) -> None:
+    client, keys = api
+    status, body = await sync(client, keys["node"], {**NODE, "id": "local"})
+    assert status == 403
+    assert_openai_error(body, "forbidden")
+    assert install.store.nodes.get("local") is None
+    # Nor as any server's own node already registered.
+    install.store.nodes.upsert(Node(id="box-1", cores=2, memory_gb=4), NOW)
+    status, _ = await sync(client, keys["other"], {**NODE, "id": "box-1", "cores": 64})
+    assert status == 403
+    node = install.store.nodes.get("box-1")
+    assert node is not None and node.cores == 2
+
+
+async def test_an_admin_key_is_no_join_token(api: Any) -> None:
+    client, keys = api
+    status, body = await sync(client, keys["admin"], NODE)
+    assert status == 403
+    assert_openai_error(body, "forbidden")
+
+
+async def test_tokens_racing_to_claim_one_node_bind_only_one(api: Any, install: Install) -> None:
+    client, keys = api
+    answers = await asyncio.gather(*(sync(client, keys[name], NODE)
+                                      for name in ("node", "thief", "other")))
+    assert sorted(status for status, _ in answers) == [200, 403, 403]
+    bound = [k.node_id for k in install.store.keys.list() if k.scope == KeyScope.NODE]
+    assert bound.count("node-a") == 1
+
+
+class Recorder:
+    """An OpenAI-speaking server that records the Authorization header of every request."""
+
+    def __init__(self) -> None:
+        self.seen: list[str | None] = []
+        app = web.Application()
+        app.router.add_post("/v1/chat/completions", self.chat)
+        self.server = TestServer(app, host="127.0.0.1")
+
+    async def chat(self, request: web.Request) -> web.Response:
+        self.seen.append(request.headers.get("Authorization"))
+        return web.json_response({"id": "x", "object": "chat.completion", "choices": [],
+                                  "usage": {"prompt_tokens": 1, "completion_tokens": 1,
+                                            "total_tokens": 2}})
+
+
+async def test_traffic_and_the_engine_key_never_go_off_the_nodes_address(
+    api: Any, install: Install,
+) -> None:
+    client, keys = api
+    install.store.catalog.add(local_model("m1"), "test", NOW)
+    install.store.replicas.create(
+        Replica(id="r1", model="m1", node_id="node-a", profile="cpu",
+                state=ReplicaState.STARTING), NOW)
+    recorder = Recorder()
+    await recorder.server.start_server()
+    try:
+        # node-a says it is at 127.0.0.11, and that its replica listens on another host.
+        endpoint = str(recorder.server.make_url("/v1"))
+        status, _ = await sync(client, keys["node"], NODE, replicas=[
+            {"id": "r1", "state": "ready", "endpoint": endpoint}])
+        assert status == 200
+        resp = await client.post("/v1/chat/completions", headers=bearer(keys["user"]), json={
+            "model": "m1", "messages": [{"role": "user", "content": "hi"}]})
+        assert resp.status == 503
+        assert_openai_error(await resp.json())
+    finally:
+        await recorder.server.close()
+    assert recorder.seen == []
+    row = {r.id: r for r in install.store.replicas.list()}["r1"]
+    assert row.endpoint is None and "off its own address 127.0.0.11" in (row.last_error or "")

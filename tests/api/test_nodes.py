@@ -166,12 +166,19 @@ async def test_a_node_token_reaches_neither_models_nor_the_admin_api(api: Api) -
         "name": "far", "source": {"kind": "remote", "base_url": "http://127.0.0.1:9/v1"}})
     assert status == 201
     token = await node_token(api)
-    status, body = await api.call("POST", "/v1/chat/completions", {
-        "model": "far", "messages": [{"role": "user", "content": "hi"}]}, key=token)
-    assert status in (401, 403)
-    assert_openai_error(body)
-    _, listed = await api.call("GET", "/v1/models", key=token)
-    assert listed.get("data", []) == []
+    # The whole data plane refuses it up front, before it can learn what the catalog holds
+    # or have a judge read its text.
+    for method, path, body in (
+        ("POST", "/v1/chat/completions", {"model": "far", "messages": [{"role": "user", "content": "hi"}]}),
+        ("POST", "/v1/completions", {"model": "far", "prompt": "hi"}),
+        ("POST", "/v1/embeddings", {"model": "far", "input": "hi"}),
+        ("POST", "/v1/moderations", {"input": "hi"}),
+        ("GET", "/v1/models", None),
+    ):
+        status, answer = await api.call(method, path, body, key=token)
+        assert status == 403, path
+        assert_openai_error(answer, "forbidden")
+        assert "agent API only" in answer["error"]["message"]
     for method, path in (("GET", "/admin/v1/models"), ("GET", "/admin/v1/nodes")):
         status, body = await api.call(method, path, key=token)
         assert status in (401, 403), path
@@ -197,3 +204,11 @@ async def test_a_node_token_takes_no_models(api: Api) -> None:
     status, body = await api.call("POST", "/admin/v1/keys",
                                   {"name": "join", "scope": "node", "models": ["*"]})
     assert status == 400 and body["error"]["param"] == "models"
+
+
+async def test_a_node_token_may_be_made_for_one_node(api: Api) -> None:
+    status, body = await api.call("POST", "/admin/v1/keys",
+                                  {"name": "join", "scope": "node", "node_id": "gpu-1"})
+    assert status == 201 and body["node_id"] == "gpu-1"
+    status, body = await api.call("POST", "/admin/v1/keys", {"name": "u", "node_id": "gpu-1"})
+    assert status == 400 and body["error"]["param"] == "node_id"

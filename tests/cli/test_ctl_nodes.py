@@ -152,11 +152,16 @@ def test_a_lost_node_is_removed_without_force(demo_server: LlmgwServer, machines
 
 def test_join_tokens(demo_server: LlmgwServer) -> None:
     name = f"join-{uuid.uuid4().hex[:6]}"
-    out = demo_server.ctl("node", "token", "create", "--name", name, "--expires", "7d").stdout
-    token = re.search(r"--token (sk-llmgw-\S+)", out)
+    out = demo_server.ctl("node", "token", "create", "--name", name, "--expires", "7d",
+                          "--node", "gpu-7").stdout
+    token = re.search(r"^\s+(sk-llmgw-\S+)$", out, re.MULTILINE)
     assert token, out
-    assert f"llmgw node run --server {demo_server.url} --token {token[1]}" in out
-    assert "shown once" in out
+    # The secret never appears on a command line to copy (shell history, `ps`): the agent
+    # reads it from its environment.
+    assert "--token" not in out and out.count(token[1]) == 1
+    assert "read -rs LLMGW_NODE_TOKEN && export LLMGW_NODE_TOKEN" in out
+    assert f"llmgw node run --server {demo_server.url} --node-id gpu-7" in out
+    assert "shown once" in out and "for node gpu-7" in flat(out)
     try:
         listed = ctl_json(demo_server, "node", "token", "list")["data"]
         assert name in {k["name"] for k in listed} and {k["scope"] for k in listed} == {"node"}

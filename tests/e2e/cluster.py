@@ -129,16 +129,18 @@ class Node(Process):
     memory_gb: float
     labels: dict[str, str]
     data_dir: Path
+    # Its join token, bound to this node (a token reports as one node only).
+    token: str = ""
     proc: subprocess.Popen[str] | None = None
 
     @property
     def log_path(self) -> Path:
         return self.data_dir / "agent.log"
 
-    def start(self, servers: Sequence[str], token: str, env: dict[str, str]) -> None:
+    def start(self, servers: Sequence[str], env: dict[str, str]) -> None:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         argv = [
-            *LLMGW, "node", "run", "--server", ",".join(servers), "--token", token,
+            *LLMGW, "node", "run", "--server", ",".join(servers),
             "--node-id", self.node_id, "--address", self.address, "--cores", str(self.cores),
             "--memory-gb", str(self.memory_gb), "--data-dir", str(self.data_dir),
             "--interval", str(NODE_INTERVAL_S), "--log-format", "text",
@@ -146,6 +148,7 @@ class Node(Process):
         for k, v in self.labels.items():
             argv += ["--label", f"{k}={v}"]
         log = open(self.log_path, "a")  # noqa: SIM115 - handed to the child
+        env = {**env, "LLMGW_NODE_TOKEN": self.token}  # as `ctl node token create` advises
         self.proc = subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT, text=True)
         log.close()
 
@@ -185,7 +188,6 @@ class Cluster:
     servers: list[Server] = field(default_factory=list)
     nodes: dict[str, Node] = field(default_factory=dict)
     node_env: dict[str, str] = field(default_factory=dict)
-    token: str = ""
     _next_address: int = 11
 
     # --- building ----------------------------------------------------------------------------
@@ -238,8 +240,6 @@ class Cluster:
             server.launch()
         for server in self.servers:
             server.wait_up()
-        out = first.ctl("--json", "node", "token", "create", "--name", "e2e").stdout
-        self.token = json.loads(out)["key"]
 
     @staticmethod
     def _configure(data_dir: Path, port: int, updates: dict[str, Any]) -> None:
@@ -253,9 +253,12 @@ class Cluster:
         node = Node(node_id, f"127.0.0.{self._next_address}", cores, memory_gb, labels or {},
                     self.root / "nodes" / node_id)
         self._next_address += 1
+        out = self.any_server().ctl("--json", "node", "token", "create", "--name",
+                                    f"e2e-{node_id}", "--node", node_id).stdout
+        node.token = json.loads(out)["key"]
         self.nodes[node_id] = node
         if start:
-            node.start([s.url for s in self.servers], self.token, self.node_env)
+            node.start([s.url for s in self.servers], self.node_env)
         return node
 
     def wait_nodes_ready(self, *node_ids: str, timeout_s: float = 30) -> None:

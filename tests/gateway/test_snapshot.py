@@ -18,6 +18,9 @@ from tests.factories import (
     replica_ready,
 )
 
+# Where the factories' replicas are placed: node "big", listening on 127.0.0.1.
+NODES = {"big": "127.0.0.1"}
+
 
 def by_id(routes: dict[str, Route]) -> dict[str, Upstream]:
     return {u.id: u for r in routes.values() for u in r.upstreams}
@@ -34,7 +37,7 @@ def test_a_remote_route_carries_the_key_from_the_servers_environment(
         "gpt-4o-mini", base_url="https://api.example.com/v1/", upstream_name="gpt-4o-mini-2024"
     )
 
-    route = build_routes([model], [], {})["gpt-4o-mini"]
+    route = build_routes([model], [], {}, addresses=NODES)["gpt-4o-mini"]
 
     [up] = route.upstreams
     assert up.base_url == "https://api.example.com/v1"
@@ -44,7 +47,7 @@ def test_a_remote_route_carries_the_key_from_the_servers_environment(
 
 
 def test_a_remote_provider_without_a_key_gets_no_authorization_header() -> None:
-    route = build_routes([remote_model(api_key_env=None)], [], {})["gpt-4o-mini"]
+    route = build_routes([remote_model(api_key_env=None)], [], {}, addresses=NODES)["gpt-4o-mini"]
     [up] = route.upstreams
     assert up.headers == {}
 
@@ -53,7 +56,8 @@ def test_a_missing_key_variable_leaves_the_route_without_upstream_and_says_why(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.delenv("EXAMPLE_API_KEY", raising=False)
-    routes = build_routes([remote_model(api_key_env="EXAMPLE_API_KEY"), gemma_model()], [], {})
+    routes = build_routes([remote_model(api_key_env="EXAMPLE_API_KEY"), gemma_model()], [], {},
+                          addresses=NODES)
 
     route = routes["gpt-4o-mini"]
     assert route.upstreams == ()
@@ -79,7 +83,7 @@ def test_only_ready_replicas_with_an_endpoint_are_upstreams() -> None:
         replica_ready("r-other-model", model="qwen3guard-0.6b", port=39005),
     ]
 
-    route = build_routes([gemma_model(), qwen_guard_model()], replicas, {})["gemma3-270m"]
+    route = build_routes([gemma_model(), qwen_guard_model()], replicas, {}, addresses=NODES)["gemma3-270m"]
 
     assert [(u.id, u.base_url) for u in route.upstreams] == [("r-ready", "http://127.0.0.1:39001/v1")]
     assert route.upstreams[0].headers == {}
@@ -91,7 +95,7 @@ def test_a_local_model_without_ready_replicas_explains_itself() -> None:
         replica_placed("r2", state=ReplicaState.STOPPING),
     ]
 
-    route = build_routes([gemma_model()], replicas, {})["gemma3-270m"]
+    route = build_routes([gemma_model()], replicas, {}, addresses=NODES)["gemma3-270m"]
 
     assert route.upstreams == ()
     # Stopping replicas are on their way out and do not explain anything.
@@ -99,13 +103,14 @@ def test_a_local_model_without_ready_replicas_explains_itself() -> None:
 
 
 def test_a_local_model_with_no_replica_at_all_hints_at_scaling() -> None:
-    route = build_routes([gemma_model(replicas=0)], [], {})["gemma3-270m"]
+    route = build_routes([gemma_model(replicas=0)], [], {}, addresses=NODES)["gemma3-270m"]
     assert route.upstreams == ()
     assert "scaling.min" in route.unavailable
 
 
 def test_every_catalog_model_gets_a_route_and_nothing_else() -> None:
-    routes = build_routes([gemma_model(), qwen_guard_model()], [replica_ready("r", model="gone")], {})
+    routes = build_routes([gemma_model(), qwen_guard_model()], [replica_ready("r", model="gone")], {},
+                          addresses=NODES)
     assert set(routes) == {"gemma3-270m", "qwen3guard-0.6b"}
 
 
@@ -116,12 +121,12 @@ def test_requests_in_flight_are_remembered_across_a_rebuild(monkeypatch: pytest.
     monkeypatch.setenv("EXAMPLE_API_KEY", "sk-provider-123")
     models = [gemma_model(replicas=2), remote_model()]
     replicas = [replica_ready("r1", port=39001), replica_ready("r2", port=39002)]
-    first = build_routes(models, replicas, {})
+    first = build_routes(models, replicas, {}, addresses=NODES)
     ups = by_id(first)
     ups["r1"].outstanding = 3
     ups["remote:gpt-4o-mini"].outstanding = 7
 
-    second = build_routes(models, [*replicas, replica_pending("r3")], ups)
+    second = build_routes(models, [*replicas, replica_pending("r3")], ups, addresses=NODES)
 
     again = by_id(second)
     assert again["r1"] is ups["r1"] and again["r1"].outstanding == 3
@@ -133,11 +138,11 @@ def test_requests_in_flight_are_remembered_across_a_rebuild(monkeypatch: pytest.
 
 
 def test_a_replica_that_moved_to_a_new_port_starts_a_fresh_count() -> None:
-    first = build_routes([gemma_model()], [replica_ready("r1", port=39001)], {})
+    first = build_routes([gemma_model()], [replica_ready("r1", port=39001)], {}, addresses=NODES)
     old = by_id(first)["r1"]
     old.outstanding = 2
 
-    second = build_routes([gemma_model()], [replica_ready("r1", port=39555)], by_id(first))
+    second = build_routes([gemma_model()], [replica_ready("r1", port=39555)], by_id(first), addresses=NODES)
 
     new = by_id(second)["r1"]
     assert new is not old
@@ -147,10 +152,36 @@ def test_a_replica_that_moved_to_a_new_port_starts_a_fresh_count() -> None:
 
 def test_a_rotated_provider_key_is_picked_up(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("EXAMPLE_API_KEY", "sk-old")
-    first = build_routes([remote_model()], [], {})
+    first = build_routes([remote_model()], [], {}, addresses=NODES)
     monkeypatch.setenv("EXAMPLE_API_KEY", "sk-new")
 
-    second = build_routes([remote_model()], [], by_id(first))
+    second = build_routes([remote_model()], [], by_id(first), addresses=NODES)
 
     [up] = second["gpt-4o-mini"].upstreams
     assert up.headers == {"Authorization": "Bearer sk-new"}
+
+
+# --- the engine key goes only where the servers placed a replica --------------------------------
+
+
+def test_a_ready_replica_off_its_nodes_address_is_no_upstream() -> None:
+    engine = {"Authorization": "Bearer llmgw-engine-secret"}
+    replicas = [
+        replica_ready("r-placed", node_id="gpu-1", endpoint="http://10.0.0.7:9000/v1"),
+        # A node reported this one listening on another machine: neither requests nor the
+        # engine key go there.
+        replica_ready("r-elsewhere", node_id="gpu-1", endpoint="http://10.6.6.6:9000/v1"),
+        replica_ready("r-userinfo", node_id="gpu-1", endpoint="http://10.0.0.7@10.6.6.6:1/v1"),
+        replica_ready("r-gone", node_id="removed", endpoint="http://10.0.0.8:9000/v1"),
+    ]
+
+    route = build_routes([gemma_model(replicas=4)], replicas, {}, engine,
+                         addresses={"gpu-1": "10.0.0.7", "other": "10.6.6.6"})["gemma3-270m"]
+
+    assert [(u.id, u.headers) for u in route.upstreams] == [("r-placed", engine)]
+
+
+def test_a_model_whose_only_ready_replica_is_off_its_node_says_so() -> None:
+    replicas = [replica_ready("r1", node_id="gpu-1", endpoint="http://10.6.6.6:9000/v1")]
+    route = build_routes([gemma_model()], replicas, {}, addresses={"gpu-1": "10.0.0.7"})["gemma3-270m"]
+    assert route.upstreams == () and "off its node's address" in route.unavailable

@@ -55,7 +55,8 @@ async def servers() -> AsyncIterator[list[FakeServer]]:
 
 
 async def link_to(*urls: str) -> ServerLink:
-    link = ServerLink(list(urls), "join-token", lambda: node("node-a"), timeout_s=2)
+    link = ServerLink(list(urls), "join-token", lambda: node("node-a"), timeout_s=2,
+                      agent="agent-a")
     await link.start()
     return link
 

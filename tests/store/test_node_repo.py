@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 
 import pytest
 
-from llmgw.core.types import Replica, ReplicaState
+from llmgw.core.errors import Forbidden, InvalidRequest, LlmgwError, Unauthenticated
+from llmgw.core.types import KeyScope, Replica, ReplicaState
 from llmgw.store.store import Store
-from tests.factories import NOW, node
+from tests.factories import NOW, api_key, node
 
 
 def replica(id: str, node_id: str) -> Replica:
@@ -89,3 +91,56 @@ def test_removing_an_unknown_node_is_false_and_touches_no_replica(store: Store) 
     assert store.nodes.remove("ghost") is False
     assert [r.id for r in store.replicas.list()] == ["r-x"]
     assert store.revision() == before
+
+
+# --- join tokens bound to their node -----------------------------------------------------------
+
+
+def join_token(store: Store, node_id: str | None = None) -> str:
+    _, key = api_key(scope=KeyScope.NODE, name="join")
+    store.keys.create(key.model_copy(update={"created_at": NOW, "node_id": node_id}))
+    return key.id
+
+
+def test_a_first_report_binds_its_token_and_the_binding_holds(store: Store) -> None:
+    token = join_token(store)
+    before = store.revision()
+    store.nodes.report(node("a"), NOW, "agent-1", token, timedelta(seconds=30))
+    assert store.keys.get(token).node_id == "a" and store.revision() > before
+    with pytest.raises(Forbidden, match="bound to node a"):
+        store.nodes.report(node("b"), NOW, "agent-1", token, timedelta(seconds=30))
+    assert store.nodes.get("b") is None
+    with pytest.raises(InvalidRequest):
+        store.nodes.report(node("a"), NOW, "", token, timedelta(seconds=30))
+
+
+def test_tokens_racing_for_one_new_node_bind_only_one(store: Store) -> None:
+    tokens = [join_token(store) for _ in range(8)]
+
+    def claim(token: str) -> str:
+        try:
+            store.nodes.report(node("a"), NOW, "agent-1", token, timedelta(seconds=30))
+        except LlmgwError as exc:
+            return type(exc).__name__
+        return "bound"
+
+    with ThreadPoolExecutor(8) as pool:
+        outcomes = list(pool.map(claim, tokens))
+    assert sorted(outcomes) == ["Forbidden"] * 7 + ["bound"]
+    assert [store.keys.get(t).node_id for t in tokens].count("a") == 1
+
+
+def test_a_servers_own_node_refuses_tokens_and_takes_itself_back(store: Store) -> None:
+    token = join_token(store, "own")
+    store.nodes.upsert(node("own", cores=2), NOW)
+    with pytest.raises(Forbidden, match="server's own node"):
+        store.nodes.report(node("own", cores=64), NOW, "agent-1", token, timedelta(seconds=30))
+    got = store.nodes.get("own")
+    assert got is not None and got.cores == 2
+
+
+def test_a_revoked_token_is_refused_even_before_caches_notice(store: Store) -> None:
+    token = join_token(store)
+    store.keys.revoke(token)
+    with pytest.raises(Unauthenticated):
+        store.nodes.report(node("a"), NOW, "agent-1", token, timedelta(seconds=30))

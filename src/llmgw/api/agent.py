@@ -15,14 +15,16 @@ from llmgw.core.types import KeyScope
 
 async def sync(request: web.Request) -> web.Response:
     key = request.app[GATEWAY].authenticate(request.headers.get("Authorization"))
-    if key.scope not in (KeyScope.NODE, KeyScope.ADMIN):
+    # Join tokens only, not admin keys: a token is bound to its node, and an admin key on a
+    # node's command line would grant far more than reporting as one machine.
+    if key.scope != KeyScope.NODE:
         raise Forbidden("the agent API needs a node join token (`llmgw ctl node token create`)")
     _, payload = await read_json(request)
     try:
         req = SyncRequest.model_validate(payload)
     except ValidationError as exc:
         raise invalid(exc) from exc
-    answer = await request.app[AGENTS].sync(req)
+    answer = await request.app[AGENTS].sync(req, key)
     return json_response(answer.model_dump(mode="json"))
 
 

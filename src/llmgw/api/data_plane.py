@@ -11,7 +11,8 @@ from aiohttp import web
 from llmgw.api.appkeys import GATEWAY, GUARD, METRICS
 from llmgw.api.body import optional_positive_int, read_json, require
 from llmgw.api.openapi import openapi_json
-from llmgw.core.errors import InvalidRequest
+from llmgw.core.errors import Forbidden, InvalidRequest
+from llmgw.core.types import ApiKey, KeyScope
 from llmgw.guard import moderation
 
 # Far above any context window llmgw serves; a larger value is a client bug, not a request.
@@ -35,10 +36,18 @@ def _check_embedding(payload: dict[str, Any]) -> None:
     require(payload, "input", (str, list), "a string or an array")
 
 
+def client_key(request: web.Request) -> ApiKey:
+    """The caller's key for the data plane; a node join token reaches the agent API only."""
+    key = request.app[GATEWAY].authenticate(request.headers.get("Authorization"))
+    if key.scope == KeyScope.NODE:
+        raise Forbidden("a node join token reaches the agent API only, not the data plane")
+    return key
+
+
 def _proxy(path: str, check: Any) -> Any:
     async def handler(request: web.Request) -> web.StreamResponse:
         gw = request.app[GATEWAY]
-        key = gw.authenticate(request.headers.get("Authorization"))
+        key = client_key(request)
         body, payload = await read_json(request)
         check(payload)
         if "stream" in payload and not isinstance(payload["stream"], bool):
@@ -52,7 +61,7 @@ def _proxy(path: str, check: Any) -> Any:
 
 async def list_models(request: web.Request) -> web.Response:
     gw = request.app[GATEWAY]
-    key = gw.authenticate(request.headers.get("Authorization"))
+    key = client_key(request)
     data = [
         {
             "id": m.name,
@@ -69,8 +78,7 @@ async def list_models(request: web.Request) -> web.Response:
 
 async def moderations(request: web.Request) -> web.Response:
     """OpenAI's moderation endpoint, answered by the judges of the key's guard policies."""
-    gw = request.app[GATEWAY]
-    key = gw.authenticate(request.headers.get("Authorization"))
+    key = client_key(request)
     _, payload = await read_json(request)
     require(payload, "input", (str, list), "a string or an array of strings")
     if "model" in payload and not isinstance(payload["model"], str):

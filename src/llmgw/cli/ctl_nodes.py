@@ -24,6 +24,7 @@ NodeId = Annotated[str, typer.Argument(help="The node's id, as `ctl node list` s
 POLL_S = 1.0
 _DURATION = re.compile(r"^(\d+(?:\.\d+)?)([mhdw])$")
 _DAYS_PER_UNIT = {"m": 1 / 1440, "h": 1 / 24, "d": 1.0, "w": 7.0}
+TOKEN_ENV = "LLMGW_NODE_TOKEN"
 AGENT_COMES_BACK = ("if its agent is still running, the node registers again on its next "
                     "report: stop `llmgw node run` on that machine to retire it")
 
@@ -213,8 +214,8 @@ def _expiry(expires: str | None) -> dict[str, Any]:
 def _tokens_table(keys: list[dict[str, Any]]) -> None:
     render.table(
         "node tokens",
-        ["id", "name", "token", "expires", "revoked", "by", "created"],
-        [[k["id"], k["name"], k["label"], (k["expires_at"] or "never")[:19],
+        ["id", "name", "token", "node", "expires", "revoked", "by", "created"],
+        [[k["id"], k["name"], k["label"], k.get("node_id") or "-", (k["expires_at"] or "never")[:19],
           "yes" if k["revoked"] else "", k["by"], (k["created_at"] or "")[:19]] for k in keys],
     )
 
@@ -223,24 +224,35 @@ def _tokens_table(keys: list[dict[str, Any]]) -> None:
 def token_create(
     name: Annotated[str | None, typer.Option(help="A name for the token; default: node-DATE.")]
     = None,
+    node: Annotated[str | None, typer.Option(
+        help="The node id it may report as; default: the node of its first report.")] = None,
     expires: Annotated[str | None, typer.Option(
         help="When it stops working: a duration (90m, 12h, 30d, 2w) or an ISO date; "
              "default: never.")] = None,
 ) -> None:
-    """Create a join token (shown once) and print the command to run on the new machine.
+    """Create a join token (shown once) and print how to run the agent on the new machine.
 
-    The token reaches the agent API only: it cannot call models or the admin API."""
+    A token joins one machine: it reports only as the node it is bound to (`--node`, or the
+    node of its first report). It reaches the agent API only: it cannot call models or the
+    admin API. The agent reads it from LLMGW_NODE_TOKEN, which keeps it out of shell history
+    and `ps`."""
     body = {"name": name or f"node-{datetime.now(UTC):%Y%m%d-%H%M%S}", "scope": "node",
-            **_expiry(expires)}
+            **({"node_id": node} if node else {}), **_expiry(expires)}
     key = call("POST", "/admin/v1/keys", body)
-    command = f"llmgw node run --server {server_url()} --token {key['key']}"
+    # The secret goes in the environment, never on the command line printed here.
+    command = f"llmgw node run --server {server_url()}" + (f" --node-id {node}" if node else "")
 
     def text(k: dict[str, Any]) -> None:
         until = f"expires {k['expires_at'][:19]}" if k["expires_at"] else "does not expire"
-        _say(f"node token {k['name']} ({k['id']}), {until}\n\n  {k['key']}\n\n"
-             f"shown once: store it now. On the new machine run:\n\n  {k['command']}\n")
+        bound = (f"for node {k['node_id']}" if k["node_id"]
+                 else "bound to the node of its first report")
+        _say(f"node token {k['name']} ({k['id']}), {bound}, {until}\n\n  {k['key']}\n\n"
+             "shown once: store it now. On the new machine, give it to the agent in its "
+             "environment (a command line stays in shell history and `ps`): paste it at the "
+             f"prompt of the first line, then run the second:\n\n"
+             f"  read -rs {TOKEN_ENV} && export {TOKEN_ENV}\n  {k['command']}\n")
 
-    show({**key, "command": command}, text)
+    show({**key, "command": command, "env": TOKEN_ENV}, text)
 
 
 @token_app.command("list")

@@ -135,7 +135,8 @@ def node_run(
         help="Server URL(s), comma-separated; tried in turn.",
         envvar="LLMGW_SERVER")] = None,
     token: Annotated[str | None, typer.Option(
-        help="Join token from `llmgw ctl node token create`.",
+        help="Join token from `llmgw ctl node token create`; better in env LLMGW_NODE_TOKEN, "
+             "out of shell history and ps.",
         envvar="LLMGW_NODE_TOKEN")] = None,
     config: Annotated[Path | None, typer.Option(
         help="TOML file with a [node] table of these options; flags win.")] = None,

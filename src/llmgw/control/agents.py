@@ -3,14 +3,24 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Awaitable, Callable
 from datetime import timedelta
 from typing import Any
 
-from llmgw.core.agent_wire import Assigned, ReplicaReport, SyncRequest, SyncResponse
+from llmgw.core.agent_wire import (
+    Assigned,
+    ReplicaReport,
+    SyncRequest,
+    SyncResponse,
+    on_address,
+)
 from llmgw.core.clock import Clock
-from llmgw.core.types import Replica, ReplicaState
+from llmgw.core.errors import Forbidden
+from llmgw.core.types import ApiKey, Replica, ReplicaState
 from llmgw.store.store import Store
+
+logger = logging.getLogger(__name__)
 
 _REPORTED = ("state", "endpoint", "pid", "restarts", "last_error")
 
@@ -22,23 +32,30 @@ class AgentService:
     def __init__(
         self, store: Store, clock: Clock, engine_key: str,
         on_change: Callable[[], Awaitable[None]], node_timeout: timedelta = timedelta(seconds=30),
+        servers_nodes: frozenset[str] = frozenset({"local"}),
     ) -> None:
         self._node_timeout = node_timeout
+        # Ids servers use for their own embedded node, refused even before one registers.
+        self._servers_nodes = servers_nodes
         self._store = store
         self._clock = clock
         self._engine_key = engine_key
         self._on_change = on_change
 
-    async def sync(self, req: SyncRequest) -> SyncResponse:
-        """Record the heartbeat and reports; answer with the node's assignments."""
-        changed, assigned = await asyncio.to_thread(self._sync, req)
+    async def sync(self, req: SyncRequest, token: ApiKey) -> SyncResponse:
+        """Record the heartbeat and reports of the node `token` is bound to; answer with the
+        node's assignments."""
+        if req.node.id in self._servers_nodes:
+            raise Forbidden(f"node {req.node.id} is a server's own node: no join token may report "
+                            "as it", param="node.id")
+        changed, assigned = await asyncio.to_thread(self._sync, req, token.id)
         if changed:
             await self._on_change()
         return SyncResponse(assignments=assigned, engine_key=self._engine_key)
 
-    def _sync(self, req: SyncRequest) -> tuple[bool, list[Assigned]]:
+    def _sync(self, req: SyncRequest, token_id: str) -> tuple[bool, list[Assigned]]:
         store, now, node = self._store, self._clock.now(), req.node.id
-        store.nodes.upsert(req.node, now, req.agent or None, self._node_timeout)
+        store.nodes.report(req.node, now, req.agent, token_id, self._node_timeout)
         mine = {r.id: r for r in store.replicas.list(node_id=node)}
         changed = False
         for report in req.replicas:
@@ -47,6 +64,7 @@ class AgentService:
             # changes nothing: the agent stops that engine once it sees the answer.
             if current is None or current.state == ReplicaState.STOPPING:
                 continue
+            report = _on_own_address(report, req.node.id, req.node.address)
             fields = _changes(current, report)
             if fields:
                 changed |= store.replicas.update(report.id, now, **fields)
@@ -59,6 +77,19 @@ class AgentService:
             mine = {r.id: r for r in store.replicas.list(node_id=node)}
         models = {m.name: m for m in store.catalog.list()}
         return changed, [Assigned(replica=r, model=models.get(r.model)) for r in mine.values()]
+
+
+def _on_own_address(report: ReplicaReport, node_id: str, address: str) -> ReplicaReport:
+    """The report, or, for an endpoint off the node's own address, a failure saying so: servers
+    send traffic (and the engine key) only where the node itself listens."""
+    if report.endpoint is None or on_address(report.endpoint, address):
+        return report
+    logger.warning("node %s reported replica %s listening off its address %s: refused",
+                   node_id, report.id, address)
+    return report.model_copy(update={
+        "state": ReplicaState.FAILED, "endpoint": None,
+        "last_error": f"refused: the node reported an endpoint off its own address {address}",
+    })
 
 
 def _changes(current: Replica, report: ReplicaReport) -> dict[str, Any]:

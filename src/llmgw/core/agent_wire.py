@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from urllib.parse import urlsplit
+
 from pydantic import Field
 
 from llmgw.core.types import Frozen, Model, Node, Replica, ReplicaState
@@ -12,7 +14,7 @@ class ReplicaReport(Frozen):
 
     id: str
     state: ReplicaState
-    endpoint: str | None = None
+    endpoint: str | None = Field(default=None, max_length=256)
     pid: int | None = None
     restarts: int = 0
     last_error: str | None = None
@@ -23,8 +25,8 @@ class SyncRequest(Frozen):
 
     node: Node
     # The agent's own id, kept in its data dir: servers refuse a second agent reporting as the
-    # same node while the first one is alive.
-    agent: str = Field(default="", max_length=64)
+    # same node while the first one is alive, so it may never be empty.
+    agent: str = Field(min_length=1, max_length=64)
     replicas: list[ReplicaReport] = Field(default_factory=list, max_length=10_000)
     # Replicas the server told it to stop, whose engines are gone: their rows can go.
     stopped: list[str] = Field(default_factory=list, max_length=10_000)
@@ -42,3 +44,16 @@ class SyncResponse(Frozen):
 
     assignments: list[Assigned]
     engine_key: str
+
+
+def on_address(endpoint: str, address: str) -> bool:
+    """Whether `endpoint` is an http(s) URL whose host is `address` (a node's own): the only
+    place a node's replica may listen, and so the only place servers send traffic and the
+    engine key to."""
+    try:
+        parts = urlsplit(endpoint)
+        host, _ = parts.hostname, parts.port  # a malformed port raises ValueError
+    except ValueError:
+        return False
+    return (parts.scheme in ("http", "https") and host is not None
+            and host == address.strip("[]").lower())

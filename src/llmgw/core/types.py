@@ -250,6 +250,8 @@ class ApiKey(Frozen):
     note: str = ""
     # The key that minted this one (None for keys an admin or init created).
     minted_by: str | None = None
+    # A node join token's node: the only one it may report as (None until its first report).
+    node_id: str | None = None
 
     @property
     def label(self) -> str:

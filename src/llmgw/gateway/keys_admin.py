@@ -29,6 +29,8 @@ class KeyRequest(BaseModel):
     expires_in_days: float | None = Field(default=None, gt=0, le=36500)
     limits: Limits = Field(default_factory=Limits)
     note: str = Field(default="", max_length=1000)
+    # A join token's node, when the admin names it (else its first report binds it).
+    node_id: str | None = Field(default=None, min_length=1, max_length=128)
 
 
 class KeyAdmin:
@@ -71,6 +73,8 @@ class KeyAdmin:
         if req.scope == KeyScope.NODE and req.models:
             # A join token reaches the agent API only: a model list would promise access it lacks.
             raise InvalidRequest("a node join token takes no models", param="models")
+        if req.node_id is not None and req.scope != KeyScope.NODE:
+            raise InvalidRequest("only a node join token is bound to a node", param="node_id")
         now = self._clock.now()
         expires = req.expires_at or (now + timedelta(days=req.expires_in_days)
                                      if req.expires_in_days else None)
@@ -84,7 +88,7 @@ class KeyAdmin:
             id=new_id("key"), name=req.name, prefix=key_prefix(secret), last4=secret[-4:],
             hash=hash_key(self._secret, secret), scope=req.scope, models=models,
             expires_at=expires, by=f"{minter.name} ({minter.label})", created_at=now,
-            limits=limits, note=req.note, minted_by=minter.id,
+            limits=limits, note=req.note, minted_by=minter.id, node_id=req.node_id,
         )
         await asyncio.to_thread(self._store.keys.create, key)
         await self._changed()

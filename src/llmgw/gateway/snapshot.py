@@ -7,6 +7,7 @@ import logging
 from dataclasses import dataclass
 
 from llmgw.core import judges
+from llmgw.core.agent_wire import on_address
 from llmgw.core.errors import ConfigError, ModelNotFound
 from llmgw.core.loops import every
 from llmgw.core.types import ApiKey, Limits, Model, RemoteSource, Replica, ReplicaState
@@ -31,10 +32,11 @@ class Snapshot:
 
 def build_routes(
     models: list[Model], replicas: list[Replica], previous: dict[str, Upstream],
-    engine_headers: dict[str, str] | None = None,
+    engine_headers: dict[str, str] | None = None, *, addresses: dict[str, str],
 ) -> dict[str, Route]:
     """Routes for every catalog model; Upstream objects are reused by id to keep their counters.
-    `engine_headers` authenticate this server to its own engines."""
+    `engine_headers` authenticate this server to its own engines; `addresses` (node id to
+    address) are where they listen: a replica's endpoint elsewhere is no upstream."""
 
     def upstream(uid: str, base_url: str, headers: dict[str, str]) -> Upstream:
         up = previous.get(uid)
@@ -57,10 +59,20 @@ def build_routes(
         ready = tuple(
             upstream(r.id, r.endpoint, engine_headers or {})
             for r in mine
-            if r.state == ReplicaState.READY and r.endpoint
+            if r.state == ReplicaState.READY and r.endpoint and _placed(r, r.endpoint, addresses)
         )
-        routes[m.name] = Route(m, ready, unavailable="" if ready else unavailable_reason(mine))
+        why = "" if ready else unavailable_reason(mine)
+        if not ready and any(r.state == ReplicaState.READY and r.endpoint for r in mine):
+            why = "a replica reported ready off its node's address, where nothing is sent"
+        routes[m.name] = Route(m, ready, unavailable=why)
     return routes
+
+
+def _placed(replica: Replica, endpoint: str, addresses: dict[str, str]) -> bool:
+    """Whether the replica listens on the address of the node it was placed on: user requests
+    and the engine key go nowhere else, whatever a node reported."""
+    address = addresses.get(replica.node_id or "")
+    return address is not None and on_address(endpoint, address)
 
 
 class Refresher:
@@ -76,7 +88,9 @@ class Refresher:
         # replace a newer snapshot.
         self._lock = asyncio.Lock()
 
-    def _load(self) -> tuple[int, list[ApiKey], list[Model], list[Replica], GuardView, Limits]:
+    def _load(
+        self,
+    ) -> tuple[int, list[ApiKey], list[Model], list[Replica], dict[str, str], GuardView, Limits]:
         # Revision first: a change landing between the reads shows up as a newer revision
         # on the next look, never as a missed one.
         revision = self._store.revision()
@@ -92,6 +106,7 @@ class Refresher:
             self._store.keys.list(),
             self._store.catalog.list(),
             self._store.replicas.list(),
+            {n.id: n.address for n in self._store.nodes.list()},
             guard,
             self._store.keys.default_limits(),
         )
@@ -105,9 +120,11 @@ class Refresher:
         revision = await asyncio.to_thread(self._store.revision)
         if revision == self.current.revision:
             return False
-        revision, keys, models, replicas, guard, limits = await asyncio.to_thread(self._load)
+        revision, keys, models, replicas, addresses, guard, limits = await asyncio.to_thread(
+            self._load)
         previous = {u.id: u for r in self.current.table.routes.values() for u in r.upstreams}
-        routes = build_routes(models, replicas, previous, self._engine_headers)
+        routes = build_routes(models, replicas, previous, self._engine_headers,
+                              addresses=addresses)
         self.current = Snapshot(revision, KeyCache(self._secret, keys), RoutingTable(routes), guard,
                                 limits)
         return True

@@ -29,10 +29,12 @@ class ServerLink:
 
     def __init__(
         self, servers: list[str], token: str, node: Callable[[], Node], timeout_s: float = 10.0,
-        agent: str = "",
+        *, agent: str,
     ) -> None:
         if not servers:
             raise ValueError("a node agent needs at least one server URL")
+        if not agent:
+            raise ValueError("a node agent needs its own id (servers refuse an empty one)")
         self._servers = [s.rstrip("/") for s in servers]
         self._token = token
         self._node = node

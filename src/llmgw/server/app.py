@@ -203,7 +203,8 @@ class Server:
         app[KEYS] = key_admin
         app[JUDGE_STATUS] = judges.status(self.store, judge_keeper, self.clock)
         app[AGENTS] = AgentService(self.store, self.clock, engine_key, on_change=catalog_changed,
-                                   node_timeout=timedelta(seconds=s.node_timeout_s))
+                                   node_timeout=timedelta(seconds=s.node_timeout_s),
+                                   servers_nodes=frozenset({"local", s.node_id}))
         app.add_routes(data_plane.routes())
         app.add_routes(admin.routes())
         app.add_routes(job_routes.routes())

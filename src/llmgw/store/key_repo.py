@@ -28,6 +28,7 @@ def _to_key(row: Any) -> ApiKey:
         limits=Limits.model_validate(row.limits or {}),
         note=row.note or "",
         minted_by=row.minted_by,
+        node_id=row.node_id,
     )
 
 

@@ -68,7 +68,8 @@ nodes = Table(
     Column("heartbeat_at", DateTime(timezone=True), nullable=True),
     Column("cordoned", Boolean, nullable=False, default=False),
     Column("draining", Boolean, nullable=False, default=False),
-    # The agent (an id it keeps in its data dir) that reports as this node.
+    # The agent (an id it keeps in its data dir) that reports as this node; NULL for a
+    # server's own embedded node, which no join token may report as.
     Column("agent", String(64), nullable=True),
 )
 
@@ -89,6 +90,8 @@ api_keys = Table(
     Column("limits", JSON, nullable=False, default=dict),
     Column("note", Text, nullable=False, default=""),
     Column("minted_by", String(64), nullable=True),
+    # A node join token's node: given at creation or bound by the token's first report.
+    Column("node_id", String(128), nullable=True),
 )
 
 serve_jobs = Table(
