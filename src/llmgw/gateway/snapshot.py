@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Collection
 from dataclasses import dataclass
 
 from llmgw.core import judges
@@ -32,9 +33,11 @@ class Snapshot:
 def build_routes(
     models: list[Model], replicas: list[Replica], previous: dict[str, Upstream],
     engine_headers: dict[str, str] | None = None,
+    provider_key_env: Collection[str] = (),
 ) -> dict[str, Route]:
     """Routes for every catalog model; Upstream objects are reused by id to keep their counters.
-    `engine_headers` authenticate this server to its own engines."""
+    `engine_headers` authenticate this server to its own engines; `provider_key_env` lists the
+    variables remote keys may come from besides LLMGW_PROVIDER_*."""
 
     def upstream(uid: str, base_url: str, headers: dict[str, str]) -> Upstream:
         up = previous.get(uid)
@@ -46,7 +49,7 @@ def build_routes(
     for m in models:
         if isinstance(m.source, RemoteSource):
             try:
-                headers = remote.auth_headers(m.source)
+                headers = remote.auth_headers(m.source, provider_key_env)
             except ConfigError as exc:
                 routes[m.name] = Route(m, (), unavailable=exc.message)
                 continue
@@ -66,8 +69,10 @@ def build_routes(
 class Refresher:
     """Holds the current Snapshot and swaps in a new one when the revision moves."""
 
-    def __init__(self, store: Store, secret: bytes, engine_key: str | None = None) -> None:
+    def __init__(self, store: Store, secret: bytes, engine_key: str | None = None,
+                 provider_key_env: Collection[str] = ()) -> None:
         self._store = store
+        self._provider_key_env = frozenset(provider_key_env)
         self._secret = secret
         self._engine_headers = {"Authorization": f"Bearer {engine_key}"} if engine_key else {}
         self.current = Snapshot(-1, KeyCache(secret, []), RoutingTable({}))
@@ -107,7 +112,8 @@ class Refresher:
             return False
         revision, keys, models, replicas, guard, limits = await asyncio.to_thread(self._load)
         previous = {u.id: u for r in self.current.table.routes.values() for u in r.upstreams}
-        routes = build_routes(models, replicas, previous, self._engine_headers)
+        routes = build_routes(models, replicas, previous, self._engine_headers,
+                              self._provider_key_env)
         self.current = Snapshot(revision, KeyCache(self._secret, keys), RoutingTable(routes), guard,
                                 limits)
         return True
