@@ -55,7 +55,7 @@ def demo_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LlmgwServe
     """`server init --demo` + `server run`, with the demo model's replica ready."""
     server = LlmgwServer.init(tmp_path_factory.mktemp("llmgw") / "data", "--demo")
     # For the remote-model test: the server proxies to itself with this key from its env.
-    server.env["LLMGW_TEST_REMOTE_KEY"] = server.admin_key
+    server.env["LLMGW_PROVIDER_TEST_KEY"] = server.admin_key
     server.start()
     try:
         server.wait_ready(DEMO)

@@ -124,7 +124,7 @@ def remote_model(
     name: str = "gpt-4o-mini",
     *,
     base_url: str = "https://api.example.com/v1",
-    api_key_env: str | None = "EXAMPLE_API_KEY",
+    api_key_env: str | None = "LLMGW_PROVIDER_EXAMPLE",
     upstream_name: str | None = None,
 ) -> Model:
     """A model proxied to a remote OpenAI-compatible provider."""

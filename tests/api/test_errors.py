@@ -14,6 +14,7 @@ from llmgw.core.settings import load
 from llmgw.server.app import Server
 from llmgw.server.init import init
 from llmgw.store.store import Store
+from tests.fakes.gguf_files import write_gguf
 
 
 @pytest.fixture
@@ -93,10 +94,11 @@ async def test_missing_key_is_401(api: Any) -> None:
     assert_openai_error(await resp.json(), "missing_api_key")
 
 
-async def test_a_model_with_no_ready_replica_is_503_saying_why(api: Any) -> None:
+async def test_a_model_with_no_ready_replica_is_503_saying_why(api: Any, tmp_path: Path) -> None:
     client, key = api
     headers = {"Authorization": f"Bearer {key}"}
-    model = {"name": "huge", "source": {"kind": "local", "path": "/m.gguf"},
+    gguf = write_gguf(tmp_path / "data" / "models" / "m.gguf")
+    model = {"name": "huge", "source": {"kind": "local", "path": str(gguf)},
              "profiles": [{"name": "cpu", "cpu_cores": 1024, "min_memory_gb": 1}]}
     resp = await client.post("/admin/v1/models", json=model, headers=headers)
     assert resp.status == 201

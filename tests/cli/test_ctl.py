@@ -64,7 +64,8 @@ def test_scale_records_who_changed_it(demo_server: LlmgwServer) -> None:
 
 
 def test_adding_a_model_twice_is_a_clear_conflict(demo_server: LlmgwServer) -> None:
-    proc = demo_server.ctl("model", "add", DEMO, "--path", "/nowhere.gguf", check=False)
+    gguf = demo_server.get("/admin/v1/models/" + DEMO)["source"]["path"]
+    proc = demo_server.ctl("model", "add", DEMO, "--path", gguf, check=False)
     assert proc.returncode == 1
     assert "409" in proc.stderr and "already exists" in proc.stderr
     assert "Traceback" not in proc.stderr

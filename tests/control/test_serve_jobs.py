@@ -11,7 +11,7 @@ import pytest
 from llmgw.control.catalog import CatalogService
 from llmgw.control.serve_jobs import ServeJobs
 from llmgw.core.clock import SystemClock
-from llmgw.core.errors import FetchFailed, FetchRefused
+from llmgw.core.errors import FetchFailed, FetchRefused, InvalidRequest
 from llmgw.core.jobs import JobState, ServeJob, ServeRequest
 from llmgw.core.types import HubSource, LocalSource, Model, Profile
 from llmgw.node.files import Progress
@@ -73,7 +73,7 @@ async def no_sleep(_s: float) -> None:
 @pytest.fixture
 async def setup(store: Store, gguf: Path) -> AsyncIterator[tuple[ServeJobs, CatalogService, GatedFiles]]:
     files = GatedFiles(gguf)
-    catalog = CatalogService(store, SystemClock())
+    catalog = CatalogService(store, SystemClock(), model_roots=[gguf.parent])
     jobs = ServeJobs(store, files, catalog, SystemClock(), sleep=no_sleep)  # type: ignore[arg-type]
     yield jobs, catalog, files
     await jobs.close()
@@ -186,3 +186,29 @@ async def test_a_file_that_is_not_gguf_fails_the_job_saying_so(store: Store, tmp
                      sleep=no_sleep)
     done = await finished(jobs, await jobs.start(hub_request()))
     assert done.state == JobState.FAILED and "bad.gguf" in (done.error or "")
+
+
+async def test_a_local_job_refuses_every_bad_path_alike_and_keeps_the_canonical_one(
+    store: Store, tmp_path: Path
+) -> None:
+    root, outside = tmp_path / "models", tmp_path / "outside"
+    root.mkdir()
+    outside.mkdir()
+    real = write_gguf(root / "tiny.gguf")
+    write_gguf(outside / "other.gguf")
+    (tmp_path / "alias").symlink_to(root)
+    catalog = CatalogService(store, SystemClock(), model_roots=[root])
+    jobs = ServeJobs(store, GatedFiles(real), catalog, SystemClock(), sleep=no_sleep)  # type: ignore[arg-type]
+    answers = set()
+    for path in [str(outside / "other.gguf"), str(outside / "missing.gguf"), "/etc/passwd",
+                 str(root / "missing.gguf"), "tiny.gguf"]:
+        with pytest.raises(InvalidRequest) as caught:
+            await jobs.start(ServeRequest(name="tiny", source=LocalSource(path=path)))
+        answers.add((caught.value.message, caught.value.param))
+    assert len(answers) == 1 and await jobs.jobs() == []
+
+    job = await jobs.start(ServeRequest(name="tiny", source=LocalSource(path=str(tmp_path / "alias" /
+                                                                                 "tiny.gguf"))))
+    done = await finished(jobs, job)
+    assert done.state == JobState.RUNNING
+    assert (await catalog.get("tiny")).source == LocalSource(path=str(real.resolve()))

@@ -220,7 +220,8 @@ class Cluster:
         first_dir = self.root / "server-1"
         first = Server.init(first_dir, "--database", self.database, "--no-embedded-node",
                             *init_args, env=self.node_env)
-        self._configure(first_dir, first.port, settings)
+        # Tests keep their model files in the cluster's root, beside the data dirs.
+        self._configure(first_dir, first.port, {"model_roots": [str(self.root)], **settings})
         first.name = "server-1"
         self.servers.append(first)
         for i in range(2, count + 1):

@@ -76,11 +76,11 @@ def test_remote_model_is_proxied_with_its_own_key(
     demo_server: LlmgwServer, client: openai.OpenAI
 ) -> None:
     # A remote OpenAI-compatible provider: llmgw itself, reached over HTTP with a key the
-    # server reads from its environment (LLMGW_TEST_REMOTE_KEY, set to the admin key at start).
+    # server reads from its environment (LLMGW_PROVIDER_TEST_KEY, set to the admin key at start).
     demo_server.ctl(
         "model", "add", "remote-gemma",
         "--base-url", demo_server.url + "/v1",
-        "--api-key-env", "LLMGW_TEST_REMOTE_KEY",
+        "--api-key-env", "LLMGW_PROVIDER_TEST_KEY",
         "--upstream-model", DEMO,
     )
     try:

@@ -38,6 +38,7 @@ def write_gguf(
 ) -> Path:
     """Write a small GGUF file: `LLAMA_FIELDS` updated by `fields`, minus the keys in `omit`."""
     meta = {**LLAMA_FIELDS, **(fields or {})}
+    path.parent.mkdir(parents=True, exist_ok=True)
     writer = GGUFWriter(path, arch)
     for key, value in meta.items():
         if key in omit:

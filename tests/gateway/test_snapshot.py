@@ -32,7 +32,7 @@ def by_id(routes: dict[str, Route]) -> dict[str, Upstream]:
 def test_a_remote_route_carries_the_key_from_the_servers_environment(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setenv("EXAMPLE_API_KEY", "sk-provider-123")
+    monkeypatch.setenv("LLMGW_PROVIDER_EXAMPLE", "sk-provider-123")
     model = remote_model(
         "gpt-4o-mini", base_url="https://api.example.com/v1/", upstream_name="gpt-4o-mini-2024"
     )
@@ -55,18 +55,45 @@ def test_a_remote_provider_without_a_key_gets_no_authorization_header() -> None:
 def test_a_missing_key_variable_leaves_the_route_without_upstream_and_says_why(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.delenv("EXAMPLE_API_KEY", raising=False)
-    routes = build_routes([remote_model(api_key_env="EXAMPLE_API_KEY"), gemma_model()], [], {},
+    monkeypatch.delenv("LLMGW_PROVIDER_EXAMPLE", raising=False)
+    routes = build_routes([remote_model(api_key_env="LLMGW_PROVIDER_EXAMPLE"), gemma_model()], [], {},
                           addresses=NODES)
 
     route = routes["gpt-4o-mini"]
     assert route.upstreams == ()
-    assert "EXAMPLE_API_KEY" in route.unavailable
+    assert "LLMGW_PROVIDER_EXAMPLE" in route.unavailable
     # The client's 503 carries the same explanation.
-    with pytest.raises(NoReadyReplica, match="EXAMPLE_API_KEY is not set"):
+    with pytest.raises(NoReadyReplica, match="LLMGW_PROVIDER_EXAMPLE is not set"):
         RoutingTable(routes).choose(route)
     # One broken provider does not take the other models down with it.
     assert "gemma3-270m" in routes
+
+
+@pytest.mark.parametrize("variable", ["PATH", "LLMGW_PROVIDER_", "LLMGW_PROVIDER_X=1"])
+def test_a_stored_row_naming_a_variable_outside_the_rules_sends_nothing_upstream(
+    monkeypatch: pytest.MonkeyPatch, variable: str
+) -> None:
+    # As a row written before the rule existed: the key is read only from allowed variables.
+    monkeypatch.setenv("PATH", "/secret/bin:/usr/bin")
+    monkeypatch.setenv("LLMGW_PROVIDER_", "sk-bare-prefix")
+    routes = build_routes([remote_model(api_key_env=variable), gemma_model()], [], {}, addresses=NODES)
+
+    route = routes["gpt-4o-mini"]
+    assert route.upstreams == ()
+    assert "LLMGW_PROVIDER_" in route.unavailable and "provider_key_env" in route.unavailable
+    assert "/secret/bin" not in route.unavailable and "sk-bare" not in route.unavailable
+    assert "gemma3-270m" in routes
+
+
+def test_a_variable_the_admin_allowed_in_config_carries_the_key(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-openai")
+    model = remote_model(api_key_env="OPENAI_API_KEY")
+    assert build_routes([model], [], {}, addresses=NODES)["gpt-4o-mini"].upstreams == ()
+    [up] = build_routes([model], [], {}, provider_key_env=["OPENAI_API_KEY"],
+                        addresses=NODES)["gpt-4o-mini"].upstreams
+    assert up.headers == {"Authorization": "Bearer sk-openai"}
 
 
 # --- local models ------------------------------------------------------------------------------
@@ -118,7 +145,7 @@ def test_every_catalog_model_gets_a_route_and_nothing_else() -> None:
 
 
 def test_requests_in_flight_are_remembered_across_a_rebuild(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("EXAMPLE_API_KEY", "sk-provider-123")
+    monkeypatch.setenv("LLMGW_PROVIDER_EXAMPLE", "sk-provider-123")
     models = [gemma_model(replicas=2), remote_model()]
     replicas = [replica_ready("r1", port=39001), replica_ready("r2", port=39002)]
     first = build_routes(models, replicas, {}, addresses=NODES)
@@ -151,9 +178,9 @@ def test_a_replica_that_moved_to_a_new_port_starts_a_fresh_count() -> None:
 
 
 def test_a_rotated_provider_key_is_picked_up(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("EXAMPLE_API_KEY", "sk-old")
+    monkeypatch.setenv("LLMGW_PROVIDER_EXAMPLE", "sk-old")
     first = build_routes([remote_model()], [], {}, addresses=NODES)
-    monkeypatch.setenv("EXAMPLE_API_KEY", "sk-new")
+    monkeypatch.setenv("LLMGW_PROVIDER_EXAMPLE", "sk-new")
 
     second = build_routes([remote_model()], [], by_id(first), addresses=NODES)
 

@@ -17,10 +17,18 @@ from huggingface_hub import constants
 from huggingface_hub.utils import _detect_agent
 from pydantic import ValidationError
 
-from llmgw.core.errors import ChecksumMismatch, FetchFailed, FetchRefused, InsufficientDisk, Retryable
+from llmgw.core.errors import (
+    ChecksumMismatch,
+    FetchFailed,
+    FetchRefused,
+    InsufficientDisk,
+    InvalidRequest,
+    Retryable,
+)
 from llmgw.core.types import HubSource
 from llmgw.node import files as files_mod
-from llmgw.node.files import ModelFiles
+from llmgw.node.files import ModelFiles, local_model_file
+from tests.fakes.gguf_files import write_gguf
 from tests.fakes.hub import COMMIT, FakeHub, HubFile, make_app
 
 REPO = "acme/tiny-model"
@@ -291,6 +299,28 @@ def test_a_hub_source_rejects_traversal(repo: str, file: str) -> None:
 
 
 @pytest.mark.parametrize(
+    "file",
+    ["model\x00.gguf", "weights\\model.gguf", "a/./model.gguf", "a//model.gguf", "model.gguf/",
+     "line\nbreak.gguf", "x" * 201 + ".gguf", "/".join(["d"] * 300), "m\x7f.gguf", ""],
+)
+def test_a_hub_file_name_with_a_nul_a_backslash_or_odd_parts_is_refused(file: str) -> None:
+    with pytest.raises(ValidationError) as caught:
+        HubSource(repo=REPO, file=file)
+    assert "file must be a relative path" in str(caught.value)
+
+
+@pytest.mark.parametrize("file", ["model.gguf", "Q4_K_M/m-00001-of-00002.gguf", "m+v2@(x)[1],=.gguf"])
+def test_ordinary_hub_file_names_are_accepted(file: str) -> None:
+    assert HubSource(repo=REPO, file=file).file == file
+
+
+def test_a_stored_row_with_a_nul_is_refused_not_an_internal_error(cache: ModelFiles) -> None:
+    src = HubSource.model_construct(kind="hf", repo=REPO, revision="main", file="m\x00.gguf")
+    with pytest.raises(FetchRefused, match="file name is not valid"):
+        cache.path_for(src)
+
+
+@pytest.mark.parametrize(
     ("repo", "revision", "file"),
     [
         ("../../x", "main", "model.gguf"),
@@ -478,3 +508,65 @@ async def test_no_token_is_sent_when_none_is_set(hub: Hub, cache: ModelFiles) ->
     hub.add(blob(1000))
     await cache.fetch(SRC)
     assert {s.authorization for s in hub.fake.requests} == {None}
+
+
+# --- local model files (`ctl model add --path`) -------------------------------------------------
+
+
+@pytest.fixture
+def roots(tmp_path: Path) -> tuple[Path, Path]:
+    """A model root holding a real GGUF, and a directory outside it holding another."""
+    root, outside = tmp_path / "data" / "models", tmp_path / "outside"
+    root.mkdir(parents=True)
+    outside.mkdir()
+    write_gguf(root / "tiny.gguf")
+    write_gguf(outside / "other.gguf")
+    return root, outside
+
+
+def refused(path: str, roots: list[Path]) -> tuple[str, str | None]:
+    with pytest.raises(InvalidRequest) as caught:
+        local_model_file(path, roots)
+    return caught.value.message, caught.value.param
+
+
+def test_every_refused_local_path_gets_one_and_the_same_answer(roots: tuple[Path, Path]) -> None:
+    root, outside = roots
+    (root / "text.gguf").write_bytes(b"not a gguf, but inside the root")
+    (root / "short.gguf").write_bytes(b"GG")
+    (root / "escape.gguf").symlink_to(outside / "other.gguf")
+    (root / "dir.gguf").mkdir()
+    os.mkfifo(root / "fifo.gguf")
+    cases = [
+        "/etc/passwd",  # exists, outside, not a GGUF
+        str(outside / "other.gguf"),  # a GGUF, outside
+        str(outside / "missing.gguf"),
+        str(root / "missing.gguf"),  # inside, does not exist
+        str(root / "text.gguf"),  # inside, not a GGUF
+        str(root / "short.gguf"),
+        str(root / "escape.gguf"),  # a symlink inside to a GGUF outside
+        str(root / ".." / ".." / "outside" / "other.gguf"),
+        str(root / "dir.gguf"),
+        str(root / "fifo.gguf"),  # must not hang either
+        "tiny.gguf",  # relative
+        "data/models/tiny.gguf",
+        str(root / "tiny.gguf") + "\x00",
+        "",
+    ]
+    answers = {refused(path, [root]) for path in cases}
+    assert answers == {(files_mod.LOCAL_FILE_RULE, "source.path")}
+
+
+def test_a_gguf_inside_a_root_is_accepted_by_its_canonical_path(
+    roots: tuple[Path, Path], tmp_path: Path
+) -> None:
+    root, outside = roots
+    (tmp_path / "link").symlink_to(root)
+    (root / "sub").mkdir()
+    real = (root / "tiny.gguf").resolve()
+    assert local_model_file(str(root / "tiny.gguf"), [root]) == real
+    assert local_model_file(str(root / "." / "sub" / ".." / "tiny.gguf"), [root]) == real
+    assert local_model_file(str(tmp_path / "link" / "tiny.gguf"), [root]) == real
+    # A root given by the admin in config.toml counts as much as the data dir's.
+    other = (outside / "other.gguf").resolve()
+    assert local_model_file(str(outside / "other.gguf"), [root, outside]) == other

@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+import os
 import re
 import stat
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from aiohttp.test_utils import TestClient, TestServer
 
 from llmgw.core.errors import ConfigError
 from llmgw.core.settings import load
 from llmgw.server import init as init_module
+from llmgw.server.app import Server
 from llmgw.server.init import init
 from llmgw.server.run import serve
 from llmgw.store.store import Store
@@ -102,3 +106,49 @@ async def test_a_server_whose_key_secret_is_not_the_installs_does_not_start(tmp_
     (tmp_path / "stray" / "config.toml").write_text(stray)
     with pytest.raises(ConfigError, match="does not belong to the install in database"):
         await serve(tmp_path / "stray", port=0)
+
+
+def mode(path: Path) -> int:
+    return stat.S_IMODE(path.stat().st_mode)
+
+
+@pytest.fixture
+def umask_022() -> Iterator[None]:
+    """The usual umask, under which files are created world-readable unless asked otherwise."""
+    old = os.umask(0o022)
+    yield
+    os.umask(old)
+
+
+@pytest.mark.usefixtures("umask_022")
+async def test_the_database_and_the_files_sqlite_adds_are_private_to_the_owner(
+    tmp_path: Path,
+) -> None:
+    result = init(tmp_path / "data", guard=False)
+    db = tmp_path / "data" / "llmgw.db"
+    assert mode(db) == 0o600  # it holds the engine key and the key hashes
+    settings = load(tmp_path / "data")
+    store = Store.open(settings.database_url(tmp_path / "data"))
+    app = Server(tmp_path / "data", settings, store).build_app()
+    async with TestClient(TestServer(app)) as client:
+        # A write by the running server: SQLite has its -wal and -shm files open now.
+        model = {"name": "r", "source": {"kind": "remote", "base_url": "http://127.0.0.1:9/v1"}}
+        resp = await client.post("/admin/v1/models", json=model,
+                                 headers={"Authorization": f"Bearer {result.admin_key}"})
+        assert resp.status == 201
+        files = [db, db.with_name("llmgw.db-wal"), db.with_name("llmgw.db-shm")]
+        assert {f.name: mode(f) for f in files} == {f.name: 0o600 for f in files}
+
+
+@pytest.mark.usefixtures("umask_022")
+def test_a_database_left_readable_by_an_earlier_version_is_made_private(tmp_path: Path) -> None:
+    init(tmp_path / "data", guard=False)
+    db = tmp_path / "data" / "llmgw.db"
+    for f in (db, db.with_name("llmgw.db-wal")):
+        f.touch()
+        f.chmod(0o644)
+    store = Store.open(load(tmp_path / "data").database_url(tmp_path / "data"))
+    try:
+        assert mode(db) == 0o600 and mode(db.with_name("llmgw.db-wal")) == 0o600
+    finally:
+        store.close()

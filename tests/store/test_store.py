@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from llmgw.core.errors import Conflict, ModelNotFound
+from llmgw.core.jobs import ServeJob, ServeRequest
 from llmgw.core.types import LocalSource, Model, Profile, ReplicaState, Scaling
 from llmgw.store.db import schema_exists
 from llmgw.store.store import Store
@@ -89,3 +90,13 @@ def test_servers_adding_to_a_new_row_at_once_lose_nothing(store: Store) -> None:
         list(pool.map(flush, range(4)))
     assert set(store.usage.rates(list(range(20))).values()) == {(4, 40)}
     assert {r.requests for r in store.usage.usage(key_id="key-1")} == {4}
+
+
+def test_a_stored_job_that_breaks_a_newer_name_rule_does_not_hide_the_others(store: Store) -> None:
+    # Serve jobs took any name before names were checked at the API: such a row stays readable
+    # around it (the job list, resuming and the judge keeper all list jobs).
+    old = ServeRequest.model_construct(name="a/../b", source=LocalSource(path="/m.gguf"))
+    store.jobs.create(ServeJob.model_construct(id="job-old", request=old), NOW)
+    good = ServeJob(id="job-good", request=ServeRequest(name="b", source=LocalSource(path="/m.gguf")))
+    store.jobs.create(good, NOW)
+    assert [j.id for j in store.jobs.list()] == ["job-good"]

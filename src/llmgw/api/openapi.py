@@ -24,6 +24,7 @@ from llmgw.control.node_admin import LABEL_KEY_PATTERN, LABEL_VALUE_PATTERN, MAX
 from llmgw.core.agent_wire import SyncRequest
 from llmgw.core.guard import JudgeSpec, Outcome, Policy
 from llmgw.core.jobs import ServeRequest
+from llmgw.core.names import MODEL_NAME_MAX
 from llmgw.core.types import _REPO_RE, NAME_PATTERN, Limits, Model
 from llmgw.gateway.keys_admin import KeyRequest
 
@@ -121,7 +122,9 @@ def _components() -> Schema:
     _, top = models_json_schema(pairs, ref_template="#/components/schemas/{model}")
     schemas: Schema = dict(top["$defs"])
     # Checked by a validator the JSON schema cannot show.
-    schemas["Model"]["properties"]["name"]["pattern"] = NAME_PATTERN
+    for named in ("Model", "ServeRequest"):
+        schemas[named]["properties"]["name"] |= {"pattern": NAME_PATTERN,
+                                                 "maxLength": MODEL_NAME_MAX}
     schemas["HubSource"]["properties"]["repo"]["pattern"] = _REPO_RE.pattern
     schemas["RemoteSource"]["properties"]["base_url"]["pattern"] = "^https?://"
     # `kind` has a default, but the discriminated union needs it on the wire.

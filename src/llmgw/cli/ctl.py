@@ -103,12 +103,14 @@ def model_list() -> None:
 @model_app.command("add")
 def model_add(
     name: Annotated[str, typer.Argument(help="Catalog name clients use as `model`.")],
-    path: Annotated[str | None, typer.Option(help="Local GGUF file on the node.")] = None,
+    path: Annotated[str | None, typer.Option(
+        help="Absolute path of a GGUF file in DATA_DIR/models or a model_roots directory.")] = None,
     base_url: Annotated[
         str | None, typer.Option(help="Remote OpenAI-compatible base URL, e.g. https://host/v1.")
     ] = None,
     api_key_env: Annotated[
-        str | None, typer.Option(help="Env var on the server holding the remote API key.")
+        str | None, typer.Option(help="Env var on the server holding the remote API key: "
+                                 "LLMGW_PROVIDER_*, or one listed in provider_key_env.")
     ] = None,
     upstream_model: Annotated[
         str | None, typer.Option(help="The remote provider's name for the model.")

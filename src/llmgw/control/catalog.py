@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import Counter
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -13,8 +13,10 @@ from llmgw.control.placement import NODE_TIMEOUT, free_on
 from llmgw.control.scheduler import Verdict, explain
 from llmgw.control.sizing import MemoryEstimate, estimate, fits
 from llmgw.core.clock import Clock
-from llmgw.core.errors import LlmgwError
-from llmgw.core.types import Model, Node, Replica, ReplicaState, Scaling
+from llmgw.core.errors import InvalidRequest, LlmgwError
+from llmgw.core.names import PROVIDER_KEY_RULE, provider_key_allowed
+from llmgw.core.types import LocalSource, Model, Node, RemoteSource, Replica, ReplicaState, Scaling
+from llmgw.node.files import local_model_file
 from llmgw.node.gguf_info import read_info
 from llmgw.store.store import Store
 
@@ -96,9 +98,15 @@ class CatalogService:
         on_change: Callable[[], Awaitable[None]] | None = None,
         locate: Callable[[Model], Path | None] = lambda _m: None,
         node_timeout: timedelta = NODE_TIMEOUT,
+        model_roots: Sequence[Path] = (),
+        provider_key_env: Collection[str] = (),
     ) -> None:
+        """`model_roots`: where local GGUF files may be (none: no local file is accepted);
+        `provider_key_env`: variables remote keys may come from besides LLMGW_PROVIDER_*."""
         self._store = store
         self._clock = clock
+        self._model_roots = list(model_roots)
+        self._provider_key_env = frozenset(provider_key_env)
         self._locate = locate
         self._node_timeout = node_timeout
         # Awaited after every change, so this server's routing table has it before we answer.
@@ -114,7 +122,23 @@ class CatalogService:
     async def get(self, name: str) -> Model:
         return await asyncio.to_thread(self._store.catalog.get, name)
 
+    async def local_source(self, source: LocalSource) -> LocalSource:
+        """The source with its canonical path, if it is a GGUF file inside the model roots;
+        one InvalidRequest for every other path, whatever the reason."""
+        real = await asyncio.to_thread(local_model_file, source.path, self._model_roots)
+        return source.model_copy(update={"path": str(real)})
+
     async def add(self, model: Model, by: str) -> Model:
+        """Add a model whose source passes the install's rules (the local file's path is stored
+        canonical)."""
+        src = model.source
+        if isinstance(src, RemoteSource) and src.api_key_env is not None and not (
+            provider_key_allowed(src.api_key_env, self._provider_key_env)
+        ):
+            raise InvalidRequest(f"source.api_key_env {PROVIDER_KEY_RULE}",
+                                 param="source.api_key_env")
+        if isinstance(src, LocalSource):
+            model = model.model_copy(update={"source": await self.local_source(src)})
         added = await asyncio.to_thread(self._store.catalog.add, model, by, self._clock.now())
         await self._changed()
         return added

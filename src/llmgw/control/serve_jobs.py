@@ -15,7 +15,7 @@ from typing import Any
 from llmgw.control.catalog import CatalogService
 from llmgw.control.sizing import estimate
 from llmgw.core.clock import Clock
-from llmgw.core.errors import Conflict, InvalidRequest, LlmgwError, Retryable
+from llmgw.core.errors import Conflict, LlmgwError, Retryable
 from llmgw.core.ids import new_id
 from llmgw.core.jobs import JobState, ServeJob, ServeRequest
 from llmgw.core.types import Engine, HubSource, LocalSource, Model, Profile
@@ -54,8 +54,9 @@ class ServeJobs:
 
     async def start(self, request: ServeRequest, fence: Fence | None = None) -> ServeJob:
         """Store a queued job and start running it (`fence`: only while this server leads)."""
-        if isinstance(request.source, LocalSource) and not Path(request.source.path).is_file():
-            raise InvalidRequest(f"{request.source.path} is not a file", param="source.path")
+        if isinstance(request.source, LocalSource):
+            source = await self._catalog.local_source(request.source)
+            request = request.model_copy(update={"source": source})
         job = ServeJob(id=new_id("job"), request=request, created_at=self._clock.now())
         await asyncio.to_thread(self._store.jobs.create, job, self._clock.now(), fence)
         self._spawn(job)

@@ -5,8 +5,9 @@ from __future__ import annotations
 from datetime import datetime
 from enum import StrEnum
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
+from llmgw.core import names
 from llmgw.core.types import Frozen, HubSource, LocalSource, Profile, Scaling
 
 # Used when a request names no profile: small enough for a laptop, big enough to be useful.
@@ -42,6 +43,10 @@ class ServeRequest(Frozen):
     guard: bool = False
     if_absent: bool = False
     by: str = ""
+
+    # Checked here, not only when the model is added: a job must not fetch for a name the
+    # catalog will refuse.
+    _valid_name = field_validator("name")(names.check_model_name)
 
 
 class ServeJob(Frozen):

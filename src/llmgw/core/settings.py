@@ -6,8 +6,9 @@ import os
 import tomllib
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from llmgw.core import names
 from llmgw.core.errors import ConfigError
 
 CONFIG_FILE = "config.toml"
@@ -54,6 +55,26 @@ class ServerSettings(BaseModel):
     leader_ttl_s: float = Field(default=15.0, gt=0)
     leader_renew_deadline_s: float = Field(default=10.0, gt=0)
     leader_retry_s: float = Field(default=2.0, gt=0)
+    # Where local GGUF files (`ctl model add --path`) may live besides DATA_DIR/models.
+    model_roots: list[str] = Field(default_factory=list)
+    # Variables a remote model's `api_key_env` may name besides LLMGW_PROVIDER_*.
+    provider_key_env: list[str] = Field(default_factory=list)
+
+    @field_validator("model_roots")
+    @classmethod
+    def _absolute(cls, v: list[str]) -> list[str]:
+        if not all(Path(r).is_absolute() for r in v):
+            raise ValueError("model_roots must be absolute directories")
+        return v
+
+    @field_validator("provider_key_env")
+    @classmethod
+    def _env_names(cls, v: list[str]) -> list[str]:
+        return [names.check_env_name(n) for n in v]
+
+    def model_dirs(self, data_dir: Path) -> list[Path]:
+        """The directories local model files may be in: DATA_DIR/models, then `model_roots`."""
+        return [data_dir / "models", *(Path(r) for r in self.model_roots)]
 
     def database_url(self, data_dir: Path) -> str:
         """The configured database, else the SQLite file in the data directory."""
@@ -82,14 +103,21 @@ def load(data_dir: Path) -> ServerSettings:
 
 
 def dump(settings: ServerSettings) -> str:
-    """TOML text for a settings object (flat scalars only, so no TOML writer is needed)."""
+    """TOML text for a settings object (scalars and lists of strings, so no TOML writer is
+    needed)."""
     lines = ["# llmgw install configuration, written by `llmgw server init`.", "[server]"]
     for name, value in settings.model_dump().items():
         if isinstance(value, bool):
             text = "true" if value else "false"
         elif isinstance(value, int | float):
             text = repr(value)
+        elif isinstance(value, list):
+            text = "[" + ", ".join(_quoted(v) for v in value) + "]"
         else:
-            text = '"' + str(value).replace("\\", "\\\\").replace('"', '\\"') + '"'
+            text = _quoted(value)
         lines.append(f"{name} = {text}")
     return "\n".join(lines) + "\n"
+
+
+def _quoted(value: object) -> str:
+    return '"' + str(value).replace("\\", "\\\\").replace('"', '\\"') + '"'

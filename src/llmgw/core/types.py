@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 from datetime import datetime
 from enum import StrEnum
 from typing import Annotated, Literal
@@ -10,11 +9,10 @@ from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-# Model names appear in URLs, CLI arguments and OpenAI requests: keep them boring.
-NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:/-]{0,127}$"
-_NAME_RE = re.compile(NAME_PATTERN)
-_REPO_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,95}(/[A-Za-z0-9][A-Za-z0-9_.-]{0,95})?$")
-_REV_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_./-]{0,254}$")
+from llmgw.core import names
+from llmgw.core.names import _REPO_RE, NAME_PATTERN
+
+__all__ = ["NAME_PATTERN", "_REPO_RE"]  # the API document shows the name rules
 
 
 class Engine(StrEnum):
@@ -45,27 +43,9 @@ class HubSource(Frozen):
     file: str
     revision: str = "main"
 
-    @field_validator("repo")
-    @classmethod
-    def _repo(cls, v: str) -> str:
-        if not _REPO_RE.match(v) or ".." in v:
-            raise ValueError("repo must look like 'owner/name' (letters, digits, - _ .)")
-        return v
-
-    @field_validator("file")
-    @classmethod
-    def _file(cls, v: str) -> str:
-        parts = v.split("/")
-        if not v or v.startswith("/") or "\\" in v or any(p in ("", ".", "..") for p in parts):
-            raise ValueError("file must be a relative path inside the repo, without '..'")
-        return v
-
-    @field_validator("revision")
-    @classmethod
-    def _revision(cls, v: str) -> str:
-        if not _REV_RE.match(v) or ".." in v:
-            raise ValueError("revision must be a branch, tag or commit name")
-        return v
+    _repo = field_validator("repo")(names.check_repo)
+    _file = field_validator("file")(names.check_file)
+    _revision = field_validator("revision")(names.check_revision)
 
 
 class RemoteSource(Frozen):
@@ -128,12 +108,7 @@ class Model(Frozen):
     created_at: datetime | None = None
     updated_at: datetime | None = None
 
-    @field_validator("name")
-    @classmethod
-    def _valid_name(cls, v: str) -> str:
-        if not _NAME_RE.match(v):
-            raise ValueError("name must be 1-128 characters of letters, digits and . _ : / -")
-        return v
+    _valid_name = field_validator("name")(names.check_model_name)
 
     @model_validator(mode="after")
     def _consistent(self) -> Model:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Collection
 from dataclasses import dataclass
 
 from llmgw.core import judges
@@ -32,11 +33,13 @@ class Snapshot:
 
 def build_routes(
     models: list[Model], replicas: list[Replica], previous: dict[str, Upstream],
-    engine_headers: dict[str, str] | None = None, *, addresses: dict[str, str],
+    engine_headers: dict[str, str] | None = None,
+    provider_key_env: Collection[str] = (), *, addresses: dict[str, str],
 ) -> dict[str, Route]:
     """Routes for every catalog model; Upstream objects are reused by id to keep their counters.
-    `engine_headers` authenticate this server to its own engines; `addresses` (node id to
-    address) are where they listen: a replica's endpoint elsewhere is no upstream."""
+    `engine_headers` authenticate this server to its own engines; `provider_key_env` lists the
+    variables remote keys may come from besides LLMGW_PROVIDER_*; `addresses` (node id to
+    address) are where engines listen: a replica's endpoint elsewhere is no upstream."""
 
     def upstream(uid: str, base_url: str, headers: dict[str, str]) -> Upstream:
         up = previous.get(uid)
@@ -48,7 +51,7 @@ def build_routes(
     for m in models:
         if isinstance(m.source, RemoteSource):
             try:
-                headers = remote.auth_headers(m.source)
+                headers = remote.auth_headers(m.source, provider_key_env)
             except ConfigError as exc:
                 routes[m.name] = Route(m, (), unavailable=exc.message)
                 continue
@@ -78,8 +81,10 @@ def _placed(replica: Replica, endpoint: str, addresses: dict[str, str]) -> bool:
 class Refresher:
     """Holds the current Snapshot and swaps in a new one when the revision moves."""
 
-    def __init__(self, store: Store, secret: bytes, engine_key: str | None = None) -> None:
+    def __init__(self, store: Store, secret: bytes, engine_key: str | None = None,
+                 provider_key_env: Collection[str] = ()) -> None:
         self._store = store
+        self._provider_key_env = frozenset(provider_key_env)
         self._secret = secret
         self._engine_headers = {"Authorization": f"Bearer {engine_key}"} if engine_key else {}
         self.current = Snapshot(-1, KeyCache(secret, []), RoutingTable({}))
@@ -124,7 +129,7 @@ class Refresher:
             self._load)
         previous = {u.id: u for r in self.current.table.routes.values() for u in r.upstreams}
         routes = build_routes(models, replicas, previous, self._engine_headers,
-                              addresses=addresses)
+                              self._provider_key_env, addresses=addresses)
         self.current = Snapshot(revision, KeyCache(self._secret, keys), RoutingTable(routes), guard,
                                 limits)
         return True

@@ -17,7 +17,8 @@ import logging
 import os
 import re
 import shutil
-from collections.abc import Callable
+import stat
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO
@@ -30,6 +31,7 @@ from llmgw.core.errors import (
     FetchFailed,
     FetchRefused,
     InsufficientDisk,
+    InvalidRequest,
     LlmgwError,
 )
 from llmgw.core.types import HubSource
@@ -41,6 +43,33 @@ _SHA256 = re.compile(r"^[0-9a-f]{64}$")
 _CHUNK = 1 << 20
 # Room left on the disk after a download, so the machine is not filled to the last byte.
 DISK_MARGIN_BYTES = 256 * 2**20
+GGUF_MAGIC = b"GGUF"
+# One answer for every refused local path: whether the file exists, is outside the roots or is
+# not a GGUF must not be told apart (that would let an admin key probe the server's disk).
+LOCAL_FILE_RULE = (
+    "source.path must be the absolute path of a GGUF file inside the model directories "
+    "(DATA_DIR/models, or model_roots in the server's config.toml)"
+)
+
+
+def local_model_file(path: str, roots: Sequence[Path]) -> Path:
+    """The canonical path (symlinks resolved) of a local GGUF file inside one of `roots`;
+    anything else is the same InvalidRequest."""
+    try:
+        if "\0" in path or not os.path.isabs(path):
+            raise ValueError("not absolute")
+        real = Path(os.path.realpath(path, strict=True))
+        if not any(real.is_relative_to(os.path.realpath(r)) for r in roots):
+            raise ValueError("outside the roots")
+        # O_NOFOLLOW: `real` has no symlink left, so one swapped in since is refused.
+        # O_NONBLOCK: a FIFO placed there must not hang the request.
+        fd = os.open(real, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        with os.fdopen(fd, "rb") as f:
+            if not stat.S_ISREG(os.fstat(fd).st_mode) or f.read(len(GGUF_MAGIC)) != GGUF_MAGIC:
+                raise ValueError("not a GGUF file")
+    except (OSError, ValueError) as exc:
+        raise InvalidRequest(LOCAL_FILE_RULE, param="source.path") from exc
+    return real
 
 
 @dataclass(frozen=True)
@@ -78,7 +107,10 @@ class ModelFiles:
     def path_for(self, src: HubSource) -> Path:
         """Where the file lives once fetched; refuses anything that would land outside the cache."""
         base = (self.root / "hf").resolve()
-        path = (base / src.repo / src.revision / src.file).resolve()
+        try:
+            path = (base / src.repo / src.revision / src.file).resolve()
+        except (OSError, ValueError) as exc:  # a NUL or an over-long name in a stored row
+            raise FetchRefused(f"{src.repo}: the file name is not valid") from exc
         if not path.is_relative_to(base):
             raise FetchRefused(f"{src.repo}/{src.file} would land outside the model cache")
         return path

@@ -96,7 +96,8 @@ class Server:
     def build_app(self) -> web.Application:
         s = self.settings
         engine_key = self.store.install.engine_key()
-        refresher = Refresher(self.store, bytes.fromhex(s.key_secret), engine_key)
+        refresher = Refresher(self.store, bytes.fromhex(s.key_secret), engine_key,
+                              s.provider_key_env)
         files = ModelFiles(self.data_dir / "models")
         client = UpstreamClient(timeout_s=s.upstream_timeout_s)
         judge_client = JudgeClient(refresher.locate_judge)
@@ -181,7 +182,9 @@ class Server:
             return files.cached(src) if isinstance(src, HubSource) else None
 
         catalog = CatalogService(self.store, self.clock, on_change=catalog_changed, locate=locate,
-                                 node_timeout=timedelta(seconds=s.node_timeout_s))
+                                 node_timeout=timedelta(seconds=s.node_timeout_s),
+                                 model_roots=s.model_dirs(self.data_dir),
+                                 provider_key_env=s.provider_key_env)
         jobs = ServeJobs(self.store, files, catalog, self.clock)
         async def keys_changed() -> None:
             await refresher.refresh()

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import logging
+import os
 import re
+import stat
 from datetime import UTC, datetime
 from importlib import resources
+from pathlib import Path
 from typing import Any
 
 from alembic import command
@@ -31,6 +34,8 @@ def open_engine(url: str) -> Engine:
         raise ConfigError(f"cannot open database {redact(url)}: {exc}") from exc
     where = redact(url)
     sqlite = engine.dialect.name == "sqlite"
+    if sqlite and engine.url.database not in (None, "", ":memory:"):
+        _owner_only(Path(engine.url.database))
 
     @event.listens_for(engine, "handle_error")
     def _unavailable(ctx: ExceptionContext) -> BaseException | None:
@@ -60,6 +65,26 @@ def open_engine(url: str) -> Engine:
 
 # libpq also takes the password as a query parameter (`?password=…`).
 _QUERY_PASSWORD = re.compile(r"([?&]password=)[^&]*", re.IGNORECASE)
+def _owner_only(path: Path) -> None:
+    """Create the SQLite file mode 0600 (it holds the engine key and the key hashes), or make an
+    existing one so. SQLite creates `-wal` and `-shm` with the database file's mode; ones left
+    by an earlier version are fixed here too."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        pass
+    except OSError as exc:
+        raise ConfigError(f"cannot create database {path}: {exc.strerror}") from exc
+    else:
+        os.close(fd)
+    for p in (path, path.with_name(path.name + "-wal"), path.with_name(path.name + "-shm")):
+        try:
+            if stat.S_IMODE(p.stat().st_mode) & 0o077:
+                p.chmod(0o600)
+        except FileNotFoundError:
+            continue
+        except OSError as exc:
+            raise ConfigError(f"cannot make {p} private to its owner: {exc.strerror}") from exc
 
 
 def redact(url: str) -> str:

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import logging
 from datetime import datetime
 from typing import Any
 
+from pydantic import ValidationError
 from sqlalchemy import Engine, insert, select, update
 
 from llmgw.core.errors import NotFound
@@ -12,6 +14,8 @@ from llmgw.core.jobs import JobState, ServeJob, ServeRequest
 from llmgw.store.db import utc
 from llmgw.store.lease_repo import Fence
 from llmgw.store.schema import serve_jobs
+
+logger = logging.getLogger(__name__)
 
 
 def _to_job(row: Any) -> ServeJob:
@@ -36,9 +40,17 @@ class JobRepo:
         self._engine = engine
 
     def list(self) -> list[ServeJob]:
+        """Every job; one stored before a rule it breaks (a name the catalog now refuses) is
+        logged and left out, so it cannot stop the job list, resuming or the judge keeper."""
         with self._engine.connect() as conn:
             rows = conn.execute(select(serve_jobs).order_by(serve_jobs.c.created_at)).all()
-        return [_to_job(r) for r in rows]
+        out = []
+        for r in rows:
+            try:
+                out.append(_to_job(r))
+            except ValidationError:
+                logger.warning("serve job %s is not valid any more; left out", r.id)
+        return out
 
     def get(self, job_id: str) -> ServeJob:
         with self._engine.connect() as conn:

@@ -1,0 +1,199 @@
+"""What the admin API accepts into the catalog: model names, local files, Hub names, key variables."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from aiohttp.test_utils import TestClient, TestServer
+
+from llmgw.core.settings import load
+from llmgw.server.app import Server
+from llmgw.server.init import init
+from llmgw.store.store import Store
+from tests.fakes.gguf_files import write_gguf
+
+
+@dataclass
+class Api:
+    client: TestClient[Any, Any]
+    headers: dict[str, str]
+    data: Path  # the data dir
+    extra_root: Path  # listed in config.toml's model_roots
+
+    async def post(self, path: str, body: Any) -> tuple[int, dict[str, Any]]:
+        resp = await self.client.post(path, json=body, headers=self.headers)
+        return resp.status, await resp.json()
+
+    async def names(self) -> set[str]:
+        resp = await self.client.get("/admin/v1/models", headers=self.headers)
+        return {m["name"] for m in (await resp.json())["data"]}
+
+
+@pytest.fixture
+async def api(tmp_path: Path) -> AsyncIterator[Api]:
+    data, extra = tmp_path / "data", tmp_path / "shared-models"
+    extra.mkdir()
+    result = init(data, guard=False)
+    settings = load(data).model_copy(update={"model_roots": [str(extra)],
+                                             "provider_key_env": ["OPENAI_API_KEY"]})
+    store = Store.open(settings.database_url(data))
+    app = Server(data, settings, store).build_app()
+    async with TestClient(TestServer(app)) as client:
+        yield Api(client, {"Authorization": f"Bearer {result.admin_key}"}, data, extra)
+
+
+def remote(name: str, variable: str) -> dict[str, Any]:
+    return {"name": name, "source": {"kind": "remote", "base_url": "https://api.example.com/v1",
+                                     "api_key_env": variable}}
+
+
+def local(name: str, path: str) -> dict[str, Any]:
+    return {"name": name, "source": {"kind": "local", "path": path},
+            "profiles": [{"name": "cpu", "cpu_cores": 1024}], "scaling": {"min": 0, "max": 1}}
+
+
+def local_job(name: str, path: str) -> dict[str, Any]:
+    return {"name": name, "source": {"kind": "local", "path": path}}
+
+
+def hub_job(name: str = "tiny", repo: str = "acme/tiny-GGUF", file: str = "tiny.gguf",
+            revision: str = "main") -> dict[str, Any]:
+    return {"name": name, "source": {"kind": "hf", "repo": repo, "file": file,
+                                     "revision": revision}}
+
+
+# --- api_key_env -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("variable", ["PATH", "HOME", "LLMGW_PROVIDER_", "OPENAI_API_KEY_2",
+                                      "LLMGW_PROVIDER_X=1", "llmgw_provider_x"])
+async def test_a_remote_model_may_not_read_its_key_from_any_variable(api: Api, variable: str) -> None:
+    status, body = await api.post("/admin/v1/models", remote("m", variable))
+    assert status == 400
+    assert body["error"]["param"] == "source.api_key_env"
+    assert "LLMGW_PROVIDER_" in body["error"]["message"]
+    assert os.environ["PATH"] not in str(body) and os.environ["HOME"] not in str(body)
+    assert "m" not in await api.names()
+
+
+async def test_the_prefix_and_the_variables_config_lists_are_accepted(api: Api) -> None:
+    status, _ = await api.post("/admin/v1/models", remote("a", "LLMGW_PROVIDER_OPENAI"))
+    assert status == 201
+    status, _ = await api.post("/admin/v1/models", remote("b", "OPENAI_API_KEY"))
+    assert status == 201
+    status, _ = await api.post("/admin/v1/models", remote("c", None))  # type: ignore[arg-type]
+    assert status == 201
+    assert {"a", "b", "c"} <= await api.names()
+
+
+# --- local files -------------------------------------------------------------------------------
+
+
+def refused_paths(api: Api, tmp_path: Path) -> list[str]:
+    """Paths that exist and paths that do not, outside the roots or not GGUF files."""
+    models = api.data / "models"
+    models.mkdir(exist_ok=True)
+    outside = tmp_path / "outside"
+    outside.mkdir(exist_ok=True)
+    write_gguf(outside / "real.gguf")
+    (models / "text.gguf").write_bytes(b"hello")
+    (models / "link.gguf").symlink_to(outside / "real.gguf")
+    return ["/etc/passwd", "/etc/no-such-file", str(outside / "real.gguf"),
+            str(outside / "missing.gguf"), str(models / "text.gguf"), str(models / "missing.gguf"),
+            str(models / "link.gguf"), str(models / ".." / ".." / "outside" / "real.gguf"),
+            "models/tiny.gguf", "tiny.gguf", str(models) + "/x\x00.gguf"]
+
+
+async def test_model_add_answers_the_same_for_every_refused_path(api: Api, tmp_path: Path) -> None:
+    answers = set()
+    for i, path in enumerate(refused_paths(api, tmp_path)):
+        status, body = await api.post("/admin/v1/models", local(f"m{i}", path))
+        assert "/etc" not in body["error"]["message"]  # the path is not echoed
+        answers.add((status, repr(body)))
+    assert len(answers) == 1, answers
+    [(status, body)] = answers
+    assert status == 400 and "source.path" in body
+    assert await api.names() == set()
+
+
+async def test_local_serve_jobs_answer_the_same_whether_the_file_exists_or_not(
+    api: Api, tmp_path: Path
+) -> None:
+    answers = set()
+    for path in refused_paths(api, tmp_path):
+        status, body = await api.post("/admin/v1/jobs", local_job("j", path))
+        answers.add((status, repr(body)))
+    assert len(answers) == 1, answers
+    assert next(iter(answers))[0] == 400
+    resp = await api.client.get("/admin/v1/jobs", headers=api.headers)
+    assert (await resp.json())["data"] == []
+
+
+async def test_a_gguf_inside_a_model_root_is_added_by_its_canonical_path(
+    api: Api, tmp_path: Path
+) -> None:
+    gguf = write_gguf(api.data / "models" / "tiny.gguf")
+    (tmp_path / "via-link").symlink_to(api.data / "models")
+    status, body = await api.post("/admin/v1/models", local("tiny", str(tmp_path / "via-link" /
+                                                                        "tiny.gguf")))
+    assert status == 201
+    assert body["source"]["path"] == str(gguf.resolve())
+    shared = write_gguf(api.extra_root / "shared.gguf")
+    status, body = await api.post("/admin/v1/models", local("shared", str(shared)))
+    assert status == 201 and body["source"]["path"] == str(shared.resolve())
+
+
+# --- names -------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["a/../b", "../b", "a/./b", "a//b", "a/", "/a", "a/.b", "-a",
+                                  "a\x00b", "a b", "x" * 129])
+async def test_traversal_like_model_names_are_refused_by_add_and_serve(
+    api: Api, name: str, tmp_path: Path
+) -> None:
+    gguf = write_gguf(api.data / "models" / "tiny.gguf")
+    status, body = await api.post("/admin/v1/models", local(name, str(gguf)))
+    assert status == 400 and body["error"]["param"] == "name"
+    status, body = await api.post("/admin/v1/jobs", local_job(name, str(gguf)))
+    assert status == 400 and body["error"]["param"] == "name"
+    status, body = await api.post("/admin/v1/jobs", hub_job(name=name))
+    assert status == 400 and body["error"]["param"] == "name"
+    resp = await api.client.get("/admin/v1/jobs", headers=api.headers)
+    assert (await resp.json())["data"] == []
+
+
+@pytest.mark.parametrize("name", ["gemma3-270m", "org/model", "qwen3:0.6b", "a.b_c-d/e:f"])
+async def test_ordinary_model_names_are_accepted(api: Api, name: str) -> None:
+    gguf = write_gguf(api.data / "models" / "tiny.gguf")
+    status, _ = await api.post("/admin/v1/models", local(name, str(gguf)))
+    assert status == 201
+
+
+@pytest.mark.parametrize(
+    ("field", "source"),
+    [
+        ("file", hub_job(file="tiny\x00.gguf")),
+        ("file", hub_job(file="../tiny.gguf")),
+        ("file", hub_job(file="/etc/passwd")),
+        ("file", hub_job(file="sub\\tiny.gguf")),
+        ("file", hub_job(file="x" * 600)),
+        ("repo", hub_job(repo="acme/../x")),
+        ("repo", hub_job(repo="acme/x\x00")),
+        ("revision", hub_job(revision="main/../../x")),
+        ("revision", hub_job(revision="ma\x00in")),
+    ],
+)
+async def test_bad_hub_names_are_a_clear_400_before_any_job_exists(
+    api: Api, field: str, source: dict[str, Any]
+) -> None:
+    status, body = await api.post("/admin/v1/jobs", source)
+    assert status == 400
+    assert body["error"]["param"].endswith(field) and field in body["error"]["message"]
+    assert "internal error" not in str(body)
+    resp = await api.client.get("/admin/v1/jobs", headers=api.headers)
+    assert (await resp.json())["data"] == []
