@@ -3,18 +3,27 @@
 from __future__ import annotations
 
 import re
-from datetime import datetime
+from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Annotated, Literal
 from urllib.parse import urlsplit
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
 
 # Model names appear in URLs, CLI arguments and OpenAI requests: keep them boring.
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:/-]{0,127}$"
 _NAME_RE = re.compile(NAME_PATTERN)
 _REPO_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,95}(/[A-Za-z0-9][A-Za-z0-9_.-]{0,95})?$")
 _REV_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_./-]{0,254}$")
+
+
+def as_utc(value: datetime) -> datetime:
+    """`value` in UTC; a time without a zone is taken as UTC (what the README promises)."""
+    return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+# A datetime from a client: naive means UTC, so comparing it with the clock never raises.
+UtcDatetime = Annotated[datetime, AfterValidator(as_utc)]
 
 
 class Engine(StrEnum):
