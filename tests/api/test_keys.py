@@ -110,19 +110,26 @@ async def api(tmp_path: Path, upstream: Upstream) -> AsyncIterator[Api]:
 # --- budgets under concurrency -----------------------------------------------------------------
 
 
-async def test_a_burst_of_100_concurrent_requests_stays_within_the_daily_budget(api: Api) -> None:
-    key = (await api.mint("burst", limits={"tokens_per_day": 100}))["key"]
+@pytest.mark.parametrize("family", [False, True])
+async def test_a_burst_of_100_concurrent_requests_stays_within_the_daily_budget(
+    api: Api, family: bool
+) -> None:
+    first = await api.mint("burst", limits={"tokens_per_day": 100})
+    keys = [first["key"]]
+    if family:  # the burst comes from the key and from the keys minted beneath it
+        child = await api.mint("burst-child", first["key"])
+        keys += [child["key"], (await api.mint("burst-grandchild", child["key"]))["key"]]
     # The upstream holds every request it gets until each of the 100 is either there or refused:
     # all that admission lets through is in flight at once.
     api.upstream.hold = 100
 
-    async def one() -> int:
+    async def one(key: str) -> int:
         status = await api.chat(key)
         if status == 429:
             api.upstream.count(refused=1)
         return status
 
-    statuses = await asyncio.gather(*(one() for _ in range(100)))
+    statuses = await asyncio.gather(*(one(keys[i % len(keys)]) for i in range(100)))
     admitted = statuses.count(200)
     assert statuses.count(429) == 100 - admitted
     # Each reserved 5 + ~30 tokens: only the reservations that fit in 100 were let through.
@@ -131,10 +138,11 @@ async def test_a_burst_of_100_concurrent_requests_stays_within_the_daily_budget(
     api.upstream.hold = 0
     # One at a time, requests go on while any budget is left: the last one passes it by at most
     # its own use, and then the key is refused.
-    while await api.chat(key) == 200:
+    while await api.chat(keys[admitted % len(keys)]) == 200:
         admitted += 1
     assert 100 <= admitted * USED <= 100 + USED
-    assert await api.chat(key) == 429
+    for key in keys:
+        assert await api.chat(key) == 429
 
 
 # --- key families ------------------------------------------------------------------------------

@@ -158,7 +158,7 @@ def _check_caps(rows: Sequence[Any], minter_id: str, caps: MintCaps, now: dateti
     live = sum(1 for r in family if _live(r, now))
     if live >= caps.live:
         raise Forbidden(f"this key's family already holds {caps.live} live minted keys, the most "
-                        "it may: an admin can revoke some, or they expire", param="name")
+                        "it may: an admin can revoke some, or they expire")
     hour_ago = now - timedelta(hours=1)
     recent = sorted(utc(r.created_at) or now for r in family if (utc(r.created_at) or now) > hour_ago)
     if len(recent) >= caps.per_hour:
