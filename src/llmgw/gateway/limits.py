@@ -3,7 +3,8 @@ token budgets per day and month.
 
 A key minted by a user key shares its minter's limits: admission checks and counts a request
 against the key and every minter above it (`KeyCache.chain`), so a family of keys has one rpm,
-tpm, concurrency limit and budget, those of the key an admin made, whatever its keys mint.
+tpm, concurrency limit and budget, those of the key an admin made, whatever its keys mint
+(each key's own limits hold as well, and can only be tighter).
 
 Admission reads memory only. Every `sync_interval_s` the limiter writes this server's counts to
 the store (additive, so any number of servers can) and reads back every server's totals; a
@@ -21,8 +22,8 @@ server a family's spend passes its budget by at most one request's actual use, p
 requests use beyond their estimates (a completion longer than `max_tokens`, or than 256 when it
 sets none). Reservations are each server's own: another server sees a request's tokens only once
 it has ended and the next sync (one interval later) has written them, so across N servers a
-budget can also be overrun by what the other servers admit before that, at most N - 1 times
-the budget that was left.
+budget can also be overrun by what the other servers admit before that: each admits up to what
+was left at its last sync, so at most N - 1 times that, plus one request per server.
 """
 
 from __future__ import annotations
