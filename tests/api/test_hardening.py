@@ -87,6 +87,7 @@ async def test_malformed_utf8_and_json_are_400(api: Any, raw: bytes) -> None:
         # The same key spelled with an escape: still the same key to every JSON parser.
         b'{"model": "allowed", "mod\\u0065l": "forbidden", "messages": []}',
         b'{"messages": [], "max_tokens": 1, "model": "m", "max_tokens": 100000}',
+        b'{"model": "allowed", "user": "user", "model"\n\t : "forbidden", "messages": []}',
     ],
 )
 async def test_a_repeated_top_level_key_is_refused(api: Any, raw: bytes) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 from typing import Any
 
 import orjson
@@ -53,11 +54,16 @@ def _may_repeat_a_key(body: bytes, payload: dict[str, Any]) -> bool:
     """False when no top-level key can be repeated: cheap, so most bodies skip the re-parse.
 
     Without `\\u` or `\\/` escapes a key has one spelling in the raw bytes (its canonical JSON
-    escape), so a repeated key shows as that spelling occurring twice (or more: values count too,
-    which only costs the exact check)."""
+    escape), so a repeated key shows as that spelling followed by a colon twice (or more: nested
+    objects count too, which only costs the exact check)."""
     if b"\\u" in body or b"\\/" in body:
         return True
-    return any(body.count(orjson.dumps(name)) > 1 for name in payload)
+    for name in payload:
+        token = orjson.dumps(name)
+        # The count is C-fast; the pattern skips the same text as a value (`"role": "user"`).
+        if body.count(token) > 1 and len(re.findall(re.escape(token) + rb"[ \t\n\r]*:", body)) > 1:
+            return True
+    return False
 
 
 def _repeats_a_key(body: bytes) -> bool:
