@@ -147,7 +147,7 @@ def test_a_user_key_gets_three_requests_a_minute_then_429_with_retry_after(
     with pytest.raises(openai.NotFoundError) as denied:
         user.chat.completions.create(model=other, messages=ask(4), max_tokens=2)
     assert denied.value.status_code == 404 and denied.value.code == "model_not_found"
-    assert denied.value.message == f"The model '{other}' does not exist"
+    assert denied.value.message.endswith(f"The model '{other}' does not exist")
 
 
 def test_default_limits_apply_to_keys_that_set_none(demo_server: LlmgwServer, mint: Mint) -> None:
