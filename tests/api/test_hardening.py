@@ -80,6 +80,33 @@ async def test_malformed_utf8_and_json_are_400(api: Any, raw: bytes) -> None:
     assert (await resp.json())["error"]["type"] == "invalid_request_error"
 
 
+@pytest.mark.parametrize(
+    "raw",
+    [
+        b'{"model": "allowed", "model": "forbidden", "messages": []}',
+        # The same key spelled with an escape: still the same key to every JSON parser.
+        b'{"model": "allowed", "mod\\u0065l": "forbidden", "messages": []}',
+        b'{"messages": [], "max_tokens": 1, "model": "m", "max_tokens": 100000}',
+        b'{"model": "allowed", "user": "user", "model"\n\t : "forbidden", "messages": []}',
+    ],
+)
+async def test_a_repeated_top_level_key_is_refused(api: Any, raw: bytes) -> None:
+    # The gateway would check the last value and forward bytes an upstream may read as the first.
+    client, headers = api
+    resp = await client.post("/v1/chat/completions", data=raw, headers=headers)
+    assert resp.status == 400
+    error = (await resp.json())["error"]
+    assert "repeats a top-level key" in error["message"] and "forbidden" not in error["message"]
+
+
+async def test_a_key_name_seen_again_as_a_value_or_nested_is_fine(api: Any) -> None:
+    client, headers = api
+    payload = {"model": "model", "user": "u1", "stream": False,
+               "messages": [{"role": "user", "content": "\u00e9 \\/ the model", "model": 1}]}
+    resp = await client.post("/v1/chat/completions", data=json.dumps(payload), headers=headers)
+    assert resp.status == 404  # past the body checks: the model does not exist
+
+
 async def test_a_slow_body_is_cut_off(api: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     client, headers = api
     monkeypatch.setattr(body_module, "BODY_TIMEOUT_S", 0.3)

@@ -141,11 +141,13 @@ def test_a_user_key_gets_three_requests_a_minute_then_429_with_retry_after(
     assert 1 <= retry_after <= 60
     assert retry_after >= 60 - time.time() % 60 - 1  # about when this window ends
 
-    # Another model in the catalog is refused as not allowed (before any limit is looked at).
+    # Another model in the catalog is refused (before any limit is looked at) exactly as a model
+    # that does not exist: the key cannot tell which models the catalog holds.
     other = next(m.id for m in client.models.list() if m.id != DEMO)
-    with pytest.raises(openai.PermissionDeniedError) as denied:
+    with pytest.raises(openai.NotFoundError) as denied:
         user.chat.completions.create(model=other, messages=ask(4), max_tokens=2)
-    assert denied.value.status_code == 403 and other in denied.value.message
+    assert denied.value.status_code == 404 and denied.value.code == "model_not_found"
+    assert denied.value.message.endswith(f"The model '{other}' does not exist")
 
 
 def test_default_limits_apply_to_keys_that_set_none(demo_server: LlmgwServer, mint: Mint) -> None:

@@ -96,6 +96,49 @@ def test_each_key_in_the_cache_is_found() -> None:
         assert keys.authenticate(f"Bearer {plaintext}", NOW) is record
 
 
+# --- families: a minted key lives no longer than the keys above it -----------------------------
+
+
+def minted(by: ApiKey, **over: object) -> tuple[str, ApiKey]:
+    plaintext, record = user_key(name=f"minted by {by.name}")
+    return plaintext, record.model_copy(update={"minted_by": by.id, **over})
+
+
+def test_a_key_beneath_a_revoked_key_is_refused_even_if_not_revoked_itself() -> None:
+    # The store revokes a key's descendants with it; this is the second line, for a key minted
+    # in the instant its minter was revoked.
+    _, parent = user_key(name="parent", revoked=True)
+    child_secret, child = minted(parent)
+    grandchild_secret, grandchild = minted(child)
+    keys = cache(parent, child, grandchild)
+    for secret in (child_secret, grandchild_secret):
+        with pytest.raises(Unauthenticated) as caught:
+            keys.authenticate(f"Bearer {secret}", NOW)
+        assert caught.value.message == "Incorrect API key provided"
+
+
+def test_a_key_beneath_an_expired_key_expires_with_it() -> None:
+    _, parent = user_key(name="parent", expires_at=NOW + timedelta(hours=1))
+    secret, child = minted(parent)
+    keys = cache(parent, child)
+    assert keys.authenticate(f"Bearer {secret}", NOW) == child
+    with pytest.raises(Unauthenticated) as caught:
+        keys.authenticate(f"Bearer {secret}", NOW + timedelta(hours=1))
+    assert caught.value.code == "expired_api_key"
+
+
+def test_a_family_starts_at_the_key_an_admin_made() -> None:
+    # An admin key's keys are not its family: revoking or limiting it leaves them alone.
+    _, admin = admin_key(revoked=True)
+    secret, user = minted(admin)
+    _, child = minted(user)
+    keys = cache(admin, user, child)
+    assert keys.authenticate(f"Bearer {secret}", NOW) == user
+    assert keys.chain(child) == (child, user)
+    assert keys.chain(user) == (user,)
+    assert keys.family(user.id) == (user.id, child.id)
+
+
 # --- permissions -------------------------------------------------------------------------------
 
 

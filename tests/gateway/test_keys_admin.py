@@ -2,15 +2,23 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterator
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from llmgw.core.clock import FakeClock
-from llmgw.core.errors import Forbidden, InvalidRequest, NotFound, Unauthenticated
+from llmgw.core.errors import (
+    Conflict,
+    Forbidden,
+    InvalidRequest,
+    NotFound,
+    RateLimited,
+    Unauthenticated,
+)
 from llmgw.core.ids import hash_key
 from llmgw.core.types import ApiKey, KeyScope, Limits
 from llmgw.gateway.auth import KeyCache
@@ -49,7 +57,7 @@ class Install:
         store.keys.create(self.root)
 
     async def create(self, minter: ApiKey | None = None, **fields: Any) -> tuple[ApiKey, str]:
-        fields.setdefault("name", "k")
+        fields.setdefault("name", f"k{len(self.store.keys.list())}")  # live names are unique
         return await self.admin.create(KeyRequest(**fields), minter or self.root)
 
     def authenticate(self, secret: str) -> ApiKey:
@@ -216,8 +224,8 @@ async def test_a_revoked_key_no_longer_authenticates(install: Install) -> None:
     key, secret = await install.create(name="leaving")
     assert install.authenticate(secret) == key
 
-    revoked = await install.admin.revoke("leaving")
-    assert revoked.revoked and revoked.id == key.id
+    revoked, beneath = await install.admin.revoke("leaving")
+    assert revoked.revoked and revoked.id == key.id and beneath == 0
     with pytest.raises(Unauthenticated) as caught:
         install.authenticate(secret)
     assert caught.value.status == 401 and caught.value.code == "invalid_api_key"
@@ -269,9 +277,14 @@ async def test_find_by_id_name_or_prefix(install: Install) -> None:
     assert await install.admin.find(secret[:20]) == key  # anything that starts with its prefix
 
 
-async def test_find_refuses_unknown_and_ambiguous_refs(install: Install) -> None:
-    a, _ = await install.create(name="twin")
-    await install.create(name="twin")
+async def test_find_refuses_unknown_and_ambiguous_refs(
+    install: Install, clock: FakeClock
+) -> None:
+    # Names are unique among live keys; two expired keys can still share one.
+    a, _ = await install.create(name="twin", expires_in_days=1)
+    clock.advance(86400)
+    await install.create(name="twin", expires_in_days=1)
+    clock.advance(86400)
     with pytest.raises(NotFound, match="give its id"):
         await install.admin.find("twin")
     assert (await install.admin.find(a.id)).id == a.id
@@ -295,3 +308,81 @@ async def test_default_limits_are_stored(install: Install) -> None:
     assert install.store.keys.default_limits() == Limits(rpm=100, tokens_per_month=10**6)
     await install.admin.set_default_limits(Limits())
     assert await install.admin.default_limits() == Limits()
+
+
+# --- families: revoked together, capped together, one name per live key ----------------------
+
+
+async def test_revoking_a_key_revokes_every_key_minted_beneath_it(install: Install) -> None:
+    parent, _ = await install.create(name="parent")
+    child, child_secret = await install.create(parent, name="child")
+    grandchild, grandchild_secret = await install.create(child, name="grandchild")
+    other, other_secret = await install.create(name="other")
+
+    key, beneath = await install.admin.revoke("parent")
+    assert key.revoked and beneath == 2
+    assert [k.name for k in install.store.keys.list() if k.revoked] == ["parent", "child",
+                                                                         "grandchild"]
+    for secret in (child_secret, grandchild_secret):
+        with pytest.raises(Unauthenticated):
+            install.authenticate(secret)
+    # A mint by a key revoked since its request was authenticated is refused in the write.
+    with pytest.raises(Unauthenticated):
+        await install.create(grandchild, name="late")
+    assert install.authenticate(other_secret) == other
+
+
+async def test_revoking_an_admin_key_leaves_the_keys_it_made(install: Install) -> None:
+    ops, _ = await install.create(name="ops", scope=KeyScope.ADMIN)
+    user, secret = await install.create(ops, name="made-by-ops")
+    _, beneath = await install.admin.revoke("ops")
+    assert beneath == 0 and install.authenticate(secret) == user
+
+
+async def test_rotation_keeps_the_keys_a_key_minted(install: Install) -> None:
+    parent, _ = await install.create(name="parent")
+    child, child_secret = await install.create(parent, name="child")
+    new, _ = await install.admin.rotate("parent", install.root)
+    assert new.name == "parent"
+    assert install.authenticate(child_secret).minted_by == new.id  # the family goes on
+    assert install.store.keys.get(child.id).minted_by == new.id
+
+
+async def test_the_101st_live_key_of_a_family_is_refused(install: Install) -> None:
+    parent, _ = await install.create(name="parent")
+    child, _ = await install.create(parent, name="child")
+    # A burst of mints from the whole family, all at once: exactly the cap gets through.
+    tries = [install.create(parent if i % 2 else child, name=f"k{i}") for i in range(110)]
+    results = await asyncio.gather(*tries, return_exceptions=True)
+    refusals = [r for r in results if isinstance(r, BaseException)]
+    assert len(results) - len(refusals) == 99  # with the child: 100 minted in the family
+    assert all(isinstance(r, Forbidden) and "100 live minted keys" in r.message for r in refusals)
+
+    # An admin key mints without a cap.
+    await install.create(name="admin-made")
+
+
+async def test_a_family_mints_at_most_100_keys_an_hour(install: Install, clock: FakeClock) -> None:
+    parent, _ = await install.create(name="parent")
+    for i in range(100):
+        await install.create(parent, name=f"k{i}", expires_in_days=0.0001)  # ~9 s each
+    clock.advance(60)  # all expired: none is live, but the hour's 100 are spent
+    with pytest.raises(RateLimited) as caught:
+        await install.create(parent, name="more")
+    assert caught.value.status == 429 and 3500 <= caught.value.retry_after_s <= 3540
+    clock.advance(caught.value.retry_after_s)
+    await install.create(parent, name="more")
+
+
+async def test_a_name_is_refused_while_a_live_key_has_it(install: Install, minter: ApiKey) -> None:
+    with pytest.raises(Conflict) as caught:
+        await install.create(minter, name="root")  # the admin key's name
+    assert caught.value.status == 409 and caught.value.param == "name"
+    with pytest.raises(Conflict):
+        await install.create(name="team")
+    assert (await install.admin.find("root")).id == install.root.id
+
+
+async def test_a_naive_expiry_is_taken_as_utc(install: Install) -> None:
+    key, _ = await install.create(name="naive", expires_at=datetime(2027, 1, 1, 12, 0))
+    assert key.expires_at == datetime(2027, 1, 1, 12, 0, tzinfo=UTC)

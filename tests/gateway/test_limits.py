@@ -12,6 +12,7 @@ import pytest
 from llmgw.core.clock import FakeClock
 from llmgw.core.errors import RateLimited
 from llmgw.core.types import ApiKey, Limits
+from llmgw.gateway.auth import KeyCache
 from llmgw.gateway.limits import Limiter, Ticket, reserve_estimate
 from llmgw.gateway.usage import Tokens, UsageMeter
 from llmgw.store.store import Store
@@ -349,3 +350,89 @@ async def test_a_failed_sync_keeps_the_counts_in_memory(
     assert store.usage.rates([int(clock.now().timestamp()) // 60]) == {
         (key.id, int(clock.now().timestamp()) // 60): (5, 0)
     }
+
+
+# --- budgets reserve what requests in flight may use --------------------------------------------
+
+
+def test_requests_in_flight_hold_their_reservation_against_the_budget(
+    store: Store, clock: FakeClock
+) -> None:
+    limiter = Limiter(store, clock.now)
+    key = key_with(tokens_per_day=100)
+    first = [limiter.admit(key, 30) for _ in range(3)]  # 90 reserved: each fits
+    exc = refused(limiter, key, 30)  # 120 would not, and requests are in flight
+    assert exc.code == "budget_exceeded" and "100 tokens for today" in exc.message
+    limiter.admit(key, 10)  # 100: exactly the budget
+
+    for ticket in first:
+        ticket.settle(12)  # each used 12 of its 30: 36 spent, 10 still reserved
+    limiter.admit(key, 54)  # 36 + 10 + 54 = 100
+    refused(limiter, key, 1)
+
+
+def test_past_the_point_where_estimates_fit_requests_run_one_at_a_time(
+    store: Store, clock: FakeClock
+) -> None:
+    limiter = Limiter(store, clock.now)
+    key = key_with(tokens_per_day=100)
+    alone = limiter.admit(key, 500)  # larger than the budget, but nothing else is in flight
+    refused(limiter, key, 1)  # ...so nothing else runs beside it
+    alone.settle(90)
+    last = limiter.admit(key, 500)  # 10 left: one more may use them, alone
+    refused(limiter, key, 1)
+    last.settle(25)  # it used 25: the budget is overrun by 15, less than that one request
+    assert refused(limiter, key, 1).code == "budget_exceeded"
+
+
+# --- a family of minted keys shares its first key's limits -------------------------------------
+
+
+def family(**limits: int) -> tuple[KeyCache, ApiKey, ApiKey, ApiKey, ApiKey]:
+    """A user key with `limits`, the key it minted, that key's child, and an unrelated key."""
+    parent = key_with(**limits)
+    child = key_with(**limits).model_copy(update={"minted_by": parent.id})
+    grandchild = key_with(**limits).model_copy(update={"minted_by": child.id})
+    other = key_with(**limits)
+    return KeyCache(b"", [parent, child, grandchild, other]), parent, child, grandchild, other
+
+
+def test_a_family_shares_one_rpm(store: Store, clock: FakeClock) -> None:
+    cache, parent, child, grandchild, other = family(rpm=5)
+    limiter = Limiter(store, clock.now, keys=lambda: cache)
+    for key in (grandchild, child, grandchild, parent, child):
+        limiter.admit(key, 0)
+    for key in (parent, child, grandchild):
+        exc = refused(limiter, key)
+        assert exc.code == "rate_limit_rpm"
+    assert parent.label in refused(limiter, grandchild).message
+    assert admitted_until_refused(limiter, other) == 5  # another family has its own
+
+
+def test_a_childs_own_tighter_limit_holds_beside_its_familys(store: Store, clock: FakeClock) -> None:
+    _, parent, child, _, _ = family(concurrent=2)
+    child = child.model_copy(update={"limits": Limits(concurrent=1)})
+    sibling = key_with(concurrent=2).model_copy(update={"minted_by": parent.id})
+    cache = KeyCache(b"", [parent, child, sibling])
+    limiter = Limiter(store, clock.now, keys=lambda: cache)
+    limiter.admit(child, 0)
+    assert refused(limiter, child).code == "rate_limit_concurrent"  # its own 1
+    limiter.admit(parent, 0)
+    exc = refused(limiter, sibling)  # its own 2 are free, its family's 2 are not
+    assert exc.code == "rate_limit_concurrent" and f"{parent.label}'s family" in exc.message
+
+
+async def test_a_family_shares_one_budget_across_servers(store: Store, clock: FakeClock) -> None:
+    cache, parent, child, grandchild, _ = family(tokens_per_day=100)
+    a = Limiter(store, clock.now, keys=lambda: cache)
+    b = Limiter(store, clock.now, keys=lambda: cache)
+    meter = UsageMeter(store, clock.now)
+    for key in (child, grandchild):  # spent on server a by two keys of the family
+        a.admit(key, 10).settle(50)
+        meter.record(key.id, MODEL, Tokens(25, 25), error=False, blocked=False)
+    assert refused(a, parent).code == "budget_exceeded"
+    b.admit(parent, 0).settle(0)  # before any sync, b knows nothing of a's requests
+    await a.sync(meter.flush)
+    await b.sync()  # b reads what the family's keys used, not only what the parent did
+    for key in (parent, child, grandchild):
+        assert refused(b, key).code == "budget_exceeded"

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import json
+import re
 from typing import Any
 
 import orjson
@@ -41,7 +43,42 @@ async def read_json(request: web.Request) -> tuple[bytes, dict[str, Any]]:
     # Counting brackets is C-fast; only a body that could break the bounds is walked.
     if body.count(b"[") + body.count(b"{") > MAX_DEPTH or len(body) > MAX_ITEMS:
         check_shape(payload)
+    if _may_repeat_a_key(body, payload) and _repeats_a_key(body):
+        # The parsed body keeps the last value, an upstream may read the first: what is checked
+        # and what is forwarded must be the same request.
+        raise InvalidRequest("request body repeats a top-level key; send each key once")
     return body, payload
+
+
+def _may_repeat_a_key(body: bytes, payload: dict[str, Any]) -> bool:
+    """False when no top-level key can be repeated: cheap, so most bodies skip the re-parse.
+
+    Without `\\u` or `\\/` escapes a key has one spelling in the raw bytes (its canonical JSON
+    escape), so a repeated key shows as that spelling followed by a colon twice (or more: nested
+    objects count too, which only costs the exact check)."""
+    if b"\\u" in body or b"\\/" in body:
+        return True
+    for name in payload:
+        token = orjson.dumps(name)
+        # The count is C-fast; the pattern skips the same text as a value (`"role": "user"`).
+        if body.count(token) > 1 and len(re.findall(re.escape(token) + rb"[ \t\n\r]*:", body)) > 1:
+            return True
+    return False
+
+
+def _repeats_a_key(body: bytes) -> bool:
+    """Whether the top-level object names a key twice (the exact, slower check)."""
+    repeated: list[bool] = []
+
+    def pairs(items: list[tuple[str, Any]]) -> dict[str, Any]:
+        repeated.append(len({k for k, _ in items}) != len(items))
+        return {}  # only the keys matter; the outermost object is the last one closed
+
+    try:
+        json.loads(body, object_pairs_hook=pairs)
+    except ValueError as exc:
+        raise InvalidRequest("request body is not valid JSON") from exc
+    return repeated[-1]
 
 
 def json_response(data: Any, status: int = 200) -> web.Response:

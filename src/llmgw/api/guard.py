@@ -13,6 +13,7 @@ from llmgw.api.appkeys import GUARD, GUARD_ADMIN, JUDGE_STATUS
 from llmgw.api.body import json_response, read_json
 from llmgw.core.errors import InvalidRequest
 from llmgw.core.guard import Direction, JudgeFormat, JudgeSpec, Policy
+from llmgw.core.types import as_utc
 from llmgw.guard.prompts import Turn
 
 
@@ -118,7 +119,8 @@ async def verdicts(request: web.Request) -> web.Response:
     admin_key(request)
     q = request.query
     try:
-        since = datetime.fromisoformat(q["since"]) if q.get("since") else None
+        # A time without a zone is UTC, as everywhere in the API.
+        since = as_utc(datetime.fromisoformat(q["since"])) if q.get("since") else None
         limit = int(q.get("limit", "100"))
     except ValueError as exc:
         raise InvalidRequest(f"bad query: {exc}") from exc

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import asdict
+from datetime import date, datetime
 from typing import Any
 
 from aiohttp import web
@@ -11,7 +12,8 @@ from pydantic import ValidationError
 from llmgw.api.admin import admin_key, invalid
 from llmgw.api.appkeys import GATEWAY, KEYS
 from llmgw.api.body import json_response, read_json
-from llmgw.core.types import ApiKey, Limits
+from llmgw.core.errors import InvalidRequest
+from llmgw.core.types import ApiKey, Limits, as_utc
 from llmgw.gateway.keys_admin import KeyRequest
 
 
@@ -46,7 +48,8 @@ async def get_key(request: web.Request) -> web.Response:
 
 async def revoke_key(request: web.Request) -> web.Response:
     admin_key(request)
-    return json_response(_dump(await request.app[KEYS].revoke(request.match_info["id"])))
+    key, beneath = await request.app[KEYS].revoke(request.match_info["id"])
+    return json_response({**_dump(key), "revoked_beneath": beneath})
 
 
 async def rotate_key(request: web.Request) -> web.Response:
@@ -73,8 +76,23 @@ async def put_default_limits(request: web.Request) -> web.Response:
 async def usage(request: web.Request) -> web.Response:
     admin_key(request)
     q = request.query
-    rows = await request.app[KEYS].usage(q.get("key"), q.get("model"), q.get("since"))
+    rows = await request.app[KEYS].usage(q.get("key"), q.get("model"), _day(q.get("since")))
     return json_response({"data": [asdict(r) for r in rows]})
+
+
+def _day(since: str | None) -> str | None:
+    """A `since` query as the UTC day it falls on: a date, or a time (UTC when it names no zone)."""
+    if not since:
+        return None
+    try:
+        return date.fromisoformat(since).isoformat()
+    except ValueError:
+        pass
+    try:
+        return as_utc(datetime.fromisoformat(since)).date().isoformat()
+    except ValueError as exc:
+        raise InvalidRequest("'since' must be a date (YYYY-MM-DD) or an ISO time",
+                             param="since") from exc
 
 
 def routes() -> list[web.RouteDef]:

@@ -80,9 +80,14 @@ def key_show(key: Annotated[str, typer.Argument(help="Id, name or visible prefix
 
 @key_app.command("revoke")
 def key_revoke(key: Annotated[str, typer.Argument(help="Id, name or visible prefix.")]) -> None:
-    """Revoke a key: refused at once here, and by every server within its refresh interval."""
-    show(call("POST", f"/admin/v1/keys/{quote(key)}/revoke"),
-         lambda k: render.console.print(f"revoked {k['name']} ({k['label']})", highlight=False))
+    """Revoke a key and every key minted beneath it: refused at once here, and by every server
+    within its refresh interval."""
+    def said(k: dict[str, Any]) -> None:
+        beneath = k.get("revoked_beneath", 0)
+        also = f", and {beneath} key{'s' if beneath != 1 else ''} minted beneath it" if beneath else ""
+        render.console.print(f"revoked {k['name']} ({k['label']}){also}", highlight=False)
+
+    show(call("POST", f"/admin/v1/keys/{quote(key)}/revoke"), said)
 
 
 @key_app.command("rotate")

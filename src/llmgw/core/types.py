@@ -2,17 +2,26 @@
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Annotated, Literal
 from urllib.parse import urlsplit
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from llmgw.core import names
 from llmgw.core.names import _REPO_RE, NAME_PATTERN
 
 __all__ = ["NAME_PATTERN", "_REPO_RE"]  # the API document shows the name rules
+
+
+def as_utc(value: datetime) -> datetime:
+    """`value` in UTC; a time without a zone is taken as UTC (what the README promises)."""
+    return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+# A datetime from a client: naive means UTC, so comparing it with the clock never raises.
+UtcDatetime = Annotated[datetime, AfterValidator(as_utc)]
 
 
 class Engine(StrEnum):

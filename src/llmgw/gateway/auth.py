@@ -11,11 +11,39 @@ from llmgw.core.types import ApiKey, KeyScope
 
 
 class KeyCache:
-    """Keys by their keyed hash; rebuilt from the store when the revision changes."""
+    """Keys by their keyed hash; rebuilt from the store when the revision changes.
+
+    A user key's family is the key an admin made and every key minted beneath it. Families are
+    worked out here, once per revision, so the request path only looks them up: `chain` (a key
+    and its minters, for admission against every limit above it) and `family` (a key and all it
+    minted, below any depth, for budgets). A key whose minter is revoked or expired is refused.
+    """
 
     def __init__(self, secret: bytes, keys: list[ApiKey]) -> None:
         self._secret = secret
-        self._by_hash = {k.hash: k for k in keys}
+        by_id = {k.id: k for k in keys}
+        self._chains = {k.id: _chain(k, by_id) for k in keys}
+        members: dict[str, list[str]] = {}
+        for k in keys:
+            for above in self._chains[k.id]:
+                members.setdefault(above.id, []).append(k.id)
+        self._families = {kid: tuple(ids) for kid, ids in members.items()}
+        # Each key with the earliest expiry in its chain; a chain holding a revoked key is out.
+        self._by_hash: dict[str, tuple[ApiKey, datetime | None]] = {}
+        for k in keys:
+            chain = self._chains[k.id]
+            if any(a.revoked for a in chain):
+                continue
+            ends = [a.expires_at for a in chain if a.expires_at is not None]
+            self._by_hash[k.hash] = (k, min(ends) if ends else None)
+
+    def chain(self, key: ApiKey) -> tuple[ApiKey, ...]:
+        """`key`, then the key that minted it, and so on up to its family's first key."""
+        return self._chains.get(key.id) or (key,)
+
+    def family(self, key_id: str) -> tuple[str, ...]:
+        """The ids of `key_id` and of every key minted beneath it."""
+        return self._families.get(key_id) or (key_id,)
 
     def authenticate(self, authorization: str | None, now: datetime) -> ApiKey:
         """The key for an `Authorization: Bearer …` header, or Unauthenticated."""
@@ -28,12 +56,26 @@ class KeyCache:
             raise Unauthenticated("Authorization header must be 'Bearer <key>'")
         # A dict lookup on the keyed hash: the hash comparison is not a prefix-revealing
         # string compare of the secret itself.
-        key = self._by_hash.get(hash_key(self._secret, token.strip()))
-        if key is None or key.revoked:
+        found = self._by_hash.get(hash_key(self._secret, token.strip()))
+        if found is None:  # unknown, revoked, or minted beneath a revoked key
             raise Unauthenticated("Incorrect API key provided")
-        if key.expires_at is not None and key.expires_at <= now:
+        key, expires_at = found
+        if expires_at is not None and expires_at <= now:
             raise Unauthenticated("API key has expired", code="expired_api_key")
         return key
+
+
+def _chain(key: ApiKey, by_id: dict[str, ApiKey]) -> tuple[ApiKey, ...]:
+    """`key` and its minters while they are user keys: a key an admin made starts a family (an
+    admin's own limits and fate are not its keys')."""
+    chain = [key]
+    while key.minted_by is not None and len(chain) <= len(by_id):  # bounded even on a bad cycle
+        minter = by_id.get(key.minted_by)
+        if minter is None or minter.scope != KeyScope.USER or key.scope != KeyScope.USER:
+            break
+        chain.append(minter)
+        key = minter
+    return tuple(chain)
 
 
 def require_admin(key: ApiKey) -> None:

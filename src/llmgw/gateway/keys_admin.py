@@ -12,9 +12,14 @@ from pydantic import BaseModel, ConfigDict, Field
 from llmgw.core.clock import Clock
 from llmgw.core.errors import Forbidden, InvalidRequest, NotFound
 from llmgw.core.ids import hash_key, key_prefix, new_api_key, new_id
-from llmgw.core.types import ApiKey, KeyScope, Limits
+from llmgw.core.types import ApiKey, KeyScope, Limits, UtcDatetime
+from llmgw.store.key_repo import MintCaps
 from llmgw.store.store import Store
 from llmgw.store.usage_repo import UsageRow
+
+# What a user key's family (the key an admin made and all minted beneath it) may mint; admin
+# keys mint without a cap.
+MINT_CAPS = MintCaps(live=100, per_hour=100)
 
 
 class KeyRequest(BaseModel):
@@ -25,7 +30,7 @@ class KeyRequest(BaseModel):
     name: str = Field(min_length=1, max_length=128)
     scope: KeyScope = KeyScope.USER
     models: list[str] = Field(default_factory=list)
-    expires_at: datetime | None = None
+    expires_at: UtcDatetime | None = None  # without a zone: UTC
     expires_in_days: float | None = Field(default=None, gt=0, le=36500)
     limits: Limits = Field(default_factory=Limits)
     note: str = Field(default="", max_length=1000)
@@ -39,8 +44,10 @@ class KeyAdmin:
     def __init__(
         self, store: Store, clock: Clock, secret: bytes,
         default_limits: Callable[[], Limits], on_change: Callable[[], Awaitable[None]] | None = None,
+        caps: MintCaps = MINT_CAPS,
     ) -> None:
         self._store = store
+        self._caps = caps
         self._clock = clock
         self._secret = secret
         self._default = default_limits
@@ -54,9 +61,13 @@ class KeyAdmin:
         return await asyncio.to_thread(self._store.keys.list)
 
     async def find(self, ref: str) -> ApiKey:
-        """A key by id, name (when unique) or visible prefix."""
+        """A key by id, name (a live key's first, as names are unique among live keys; then an
+        expired one's) or visible prefix."""
         keys = await self.keys()
-        hits = [k for k in keys if k.id == ref] or [k for k in keys if k.name == ref and not k.revoked] \
+        now = self._clock.now()
+        named = [k for k in keys if k.name == ref and not k.revoked]
+        hits = [k for k in keys if k.id == ref] \
+            or [k for k in named if k.expires_at is None or k.expires_at > now] or named \
             or [k for k in keys if ref.startswith(k.prefix) or k.prefix == ref]
         if len(hits) != 1:
             raise NotFound(f"no single key matches {ref!r} (give its id)" if hits else
@@ -67,7 +78,8 @@ class KeyAdmin:
         """A new key within the minter's scope and limits; returns it and its secret.
 
         An admin key mints any scope, including `node` (a node agent's join token); a user key
-        mints only user keys within its own grants; a node join token mints nothing."""
+        mints only user keys within its own grants, and its family within MINT_CAPS; a node
+        join token mints nothing. Conflict (409) when a live key already has the name."""
         if minter.scope == KeyScope.NODE:
             raise Forbidden("a node join token cannot mint keys")
         if req.scope == KeyScope.NODE and req.models:
@@ -90,7 +102,8 @@ class KeyAdmin:
             expires_at=expires, by=f"{minter.name} ({minter.label})", created_at=now,
             limits=limits, note=req.note, minted_by=minter.id, node_id=req.node_id,
         )
-        await asyncio.to_thread(self._store.keys.create, key)
+        caps = self._caps if minter.scope == KeyScope.USER else None
+        await asyncio.to_thread(self._store.keys.create, key, None, caps)
         await self._changed()
         return key, secret
 
@@ -118,14 +131,16 @@ class KeyAdmin:
             expires = expires or minter.expires_at
         return models, limits, expires
 
-    async def revoke(self, ref: str) -> ApiKey:
+    async def revoke(self, ref: str) -> tuple[ApiKey, int]:
+        """Revoke a key and every key minted beneath it; the key, and how many those were."""
         key = await self.find(ref)
-        await asyncio.to_thread(self._store.keys.revoke, key.id)
+        beneath = await asyncio.to_thread(self._store.keys.revoke, key.id)
         await self._changed()
-        return await asyncio.to_thread(self._store.keys.get, key.id)
+        return await asyncio.to_thread(self._store.keys.get, key.id), beneath
 
     async def rotate(self, ref: str, by: ApiKey) -> tuple[ApiKey, str]:
-        """A new secret with the same settings; the old key is revoked in the same write."""
+        """A new secret with the same settings and name; the old key is revoked in the same
+        write, and the keys it minted are its successor's."""
         old = await self.find(ref)
         if old.revoked:
             raise InvalidRequest(f"key {old.label} is revoked; create a new one", param="id")

@@ -1,12 +1,29 @@
 """Per-key limits on the request path: requests and tokens per minute, requests in flight, and
 token budgets per day and month.
 
+A key minted by a user key shares its minter's limits: admission checks and counts a request
+against the key and every minter above it (`KeyCache.chain`), so a family of keys has one rpm,
+tpm, concurrency limit and budget, those of the key an admin made, whatever its keys mint
+(each key's own limits hold as well, and can only be tighter).
+
 Admission reads memory only. Every `sync_interval_s` the limiter writes this server's counts to
 the store (additive, so any number of servers can) and reads back every server's totals; a
 server admits against (totals at the last sync + its own counts since). Across N servers a key
 can therefore overshoot by what the other servers admit within one sync interval: the measured
 tolerance is in the README. Minute windows are clock minutes (a burst across a minute boundary
 can see up to twice the rate); `Retry-After` says when the current window ends.
+
+Budgets reserve like the minute limits: a request reserves its estimate (`reserve_estimate`)
+against the day's and month's budget when admitted and settles to its actual use when it ends.
+It is admitted when spent + reserved by requests in flight + its own estimate fits the budget,
+or, when it does not fit, only if nothing of the family is in flight and some budget is left:
+past the point where estimates fit, requests run one at a time on the remainder. So on one
+server a family's spend passes its budget by at most one request's actual use, plus whatever
+requests use beyond their estimates (a completion longer than `max_tokens`, or than 256 when it
+sets none). Reservations are each server's own: another server sees a request's tokens only once
+it has ended and the next sync (one interval later) has written them, so across N servers a
+budget can also be overrun by what the other servers admit before that: each admits up to what
+was left at its last sync, so at most N - 1 times that, plus one request per server.
 """
 
 from __future__ import annotations
@@ -21,16 +38,21 @@ from datetime import datetime, timedelta
 
 from llmgw.core.errors import LlmgwError, RateLimited
 from llmgw.core.types import ApiKey, Limits
+from llmgw.gateway.auth import KeyCache
 from llmgw.store.store import Store
 
 logger = logging.getLogger(__name__)
+
+# A limiter told of no keys sees each key as a family of one.
+_NO_KEYS = KeyCache(b"", [])
 
 
 @dataclass
 class Ticket:
     """One admitted request: what it reserved, settled when it ends."""
 
-    key_id: str
+    # The key and its minters: the request counts against each.
+    key_ids: tuple[str, ...]
     minute: int
     reserved: int
     limiter: Limiter
@@ -58,6 +80,8 @@ class Limiter:
     now: Callable[[], datetime]
     # The install's default limits (from the cached snapshot), applied where a key sets none.
     default: Callable[[], Limits] = Limits
+    # The cached keys, for each key's chain of minters and each family's members.
+    keys: Callable[[], KeyCache] = lambda: _NO_KEYS
     # Totals of every server at the last sync, per (key id, minute).
     _shared: dict[tuple[str, int], _Counts] = field(default_factory=dict)
     # This server's counts since the last sync.
@@ -67,6 +91,8 @@ class Limiter:
     _day: dict[str, int] = field(default_factory=dict)
     _month: dict[str, int] = field(default_factory=dict)
     _local_tokens: dict[str, int] = field(default_factory=lambda: defaultdict(int))
+    # Tokens reserved by this server's requests in flight, per key (and per minter above it).
+    _reserved: dict[str, int] = field(default_factory=lambda: defaultdict(int))
     _budget_keys: set[str] = field(default_factory=set)
     # Counts being written by a sync in progress: still this server's until the totals read
     # back include them, so admission keeps counting them meanwhile.
@@ -84,37 +110,55 @@ class Limiter:
         return cached[2]
 
     def admit(self, key: ApiKey, reserve_tokens: int) -> Ticket:
-        """A ticket for one request, or RateLimited (429) naming the limit and when to retry."""
-        lim = self.limits_for(key)
+        """A ticket for one request, or RateLimited (429) naming the limit and when to retry.
+
+        The request must fit the limits of `key` and of every key above it that minted it."""
+        chain = self.keys().chain(key)
         now = self.now()
+        for member in chain:
+            self._check(key, member, reserve_tokens, now)
+        minute = int(now.timestamp()) // 60
+        for member in chain:
+            local = self._local[(member.id, minute)]
+            local.requests += 1
+            local.tokens += reserve_tokens
+            self._in_flight[member.id] += 1
+            self._reserved[member.id] += reserve_tokens
+        return Ticket(tuple(m.id for m in chain), minute, reserve_tokens, self)
+
+    def _check(self, key: ApiKey, member: ApiKey, reserve_tokens: int, now: datetime) -> None:
+        """RateLimited when one more request of `key` is over `member`'s limits."""
+        lim = self.limits_for(member)
         seconds = int(now.timestamp())
         minute, retry = seconds // 60, 60 - seconds % 60
-        used = self._minute(key.id, minute)
+        mid = member.id
+        used = self._minute(mid, minute)
         if lim.rpm is not None and used.requests + 1 > lim.rpm:
-            raise RateLimited(f"key {key.label} is over its limit of {lim.rpm} requests per minute",
-                              retry, code="rate_limit_rpm")
+            raise RateLimited(f"key {key.label} is over {_whose(key, member)} limit of {lim.rpm} "
+                              "requests per minute", retry, code="rate_limit_rpm")
         if lim.tpm is not None and used.tokens + reserve_tokens > lim.tpm and used.tokens > 0:
-            raise RateLimited(f"key {key.label} is over its limit of {lim.tpm} tokens per minute",
-                              retry, code="rate_limit_tpm")
-        if lim.concurrent is not None and self._in_flight[key.id] + 1 > lim.concurrent:
-            raise RateLimited(f"key {key.label} has {lim.concurrent} requests in flight already",
-                              1, code="rate_limit_concurrent")
-        if lim.tokens_per_day is not None or lim.tokens_per_month is not None:
-            self._budget_keys.add(key.id)
-            spent = self._local_tokens[key.id] + self._pending_tokens.get(key.id, 0)
-            if lim.tokens_per_day is not None and self._day.get(key.id, 0) + spent >= lim.tokens_per_day:
-                raise RateLimited(f"key {key.label} has used its {lim.tokens_per_day} tokens for today",
-                                  _to_next_day(now), code="budget_exceeded")
-            if (lim.tokens_per_month is not None
-                    and self._month.get(key.id, 0) + spent >= lim.tokens_per_month):
-                raise RateLimited(
-                    f"key {key.label} has used its {lim.tokens_per_month} tokens for this month",
-                    _to_next_month(now), code="budget_exceeded")
-        local = self._local[(key.id, minute)]
-        local.requests += 1
-        local.tokens += reserve_tokens
-        self._in_flight[key.id] += 1
-        return Ticket(key.id, minute, reserve_tokens, self)
+            raise RateLimited(f"key {key.label} is over {_whose(key, member)} limit of {lim.tpm} "
+                              "tokens per minute", retry, code="rate_limit_tpm")
+        in_flight = self._in_flight[mid]
+        if lim.concurrent is not None and in_flight + 1 > lim.concurrent:
+            family = "" if mid == key.id else f" of {member.label}'s family"
+            raise RateLimited(f"key {key.label} has {lim.concurrent} requests{family} in flight "
+                              "already", 1, code="rate_limit_concurrent")
+        if lim.tokens_per_day is None and lim.tokens_per_month is None:
+            return
+        self._budget_keys.add(mid)
+        spent = self._local_tokens[mid] + self._pending_tokens.get(mid, 0)
+        held = self._reserved[mid] + reserve_tokens
+        if lim.tokens_per_day is not None:
+            total = self._day.get(mid, 0) + spent
+            if _over(total, held, in_flight, lim.tokens_per_day):
+                raise _spent(key, member, lim.tokens_per_day, "today", total,
+                             _to_next_day(now))
+        if lim.tokens_per_month is not None:
+            total = self._month.get(mid, 0) + spent
+            if _over(total, held, in_flight, lim.tokens_per_month):
+                raise _spent(key, member, lim.tokens_per_month, "this month", total,
+                             _to_next_month(now))
 
     def _minute(self, key_id: str, minute: int) -> _Counts:
         total = _Counts()
@@ -126,9 +170,11 @@ class Limiter:
         return total
 
     def _settle(self, ticket: Ticket, tokens: int) -> None:
-        self._in_flight[ticket.key_id] -= 1
-        self._local[(ticket.key_id, ticket.minute)].tokens += tokens - ticket.reserved
-        self._local_tokens[ticket.key_id] += tokens
+        for key_id in ticket.key_ids:
+            self._in_flight[key_id] -= 1
+            self._reserved[key_id] -= ticket.reserved
+            self._local[(key_id, ticket.minute)].tokens += tokens - ticket.reserved
+            self._local_tokens[key_id] += tokens
 
     async def sync(self, flush_usage: Callable[[], Awaitable[None]] | None = None) -> None:
         """Write this server's counts, read everyone's.
@@ -145,7 +191,10 @@ class Limiter:
         now = self.now()
         minute = int(now.timestamp()) // 60
         deltas = {k: (c.requests, c.tokens) for k, c in local.items() if c.requests or c.tokens}
-        budget_keys = sorted(self._budget_keys)
+        # A family's budget counts what every key in it used, on any server.
+        families = self.keys()
+        members = {k: families.family(k) for k in self._budget_keys}
+        budget_keys = sorted({m for ids in members.values() for m in ids})
 
         def io() -> tuple[dict[tuple[str, int], tuple[int, int]], dict[str, int], dict[str, int]]:
             if deltas:
@@ -172,7 +221,8 @@ class Limiter:
             raise
         # One synchronous step: the totals now include what was pending.
         self._shared = {k: _Counts(r, t) for k, (r, t) in rates.items()}
-        self._day, self._month = day, month
+        self._day = {k: sum(day.get(m, 0) for m in ids) for k, ids in members.items()}
+        self._month = {k: sum(month.get(m, 0) for m in ids) for k, ids in members.items()}
         self._pending, self._pending_tokens = {}, {}
 
     async def run(self, interval_s: float, flush_usage: Callable[[], Awaitable[None]]) -> None:
@@ -185,6 +235,24 @@ class Limiter:
                                "works", exc.message)
             except Exception:
                 logger.exception("limit sync failed; each server admits from memory until it works")
+
+
+def _whose(key: ApiKey, member: ApiKey) -> str:
+    return "its" if member.id == key.id else f"{member.label}'s (shared by the keys it minted)"
+
+
+def _over(spent: int, reserved: int, in_flight: int, budget: int) -> bool:
+    """Whether a request is refused. While some budget is left, it runs if it fits beside every
+    reservation in flight, or, past that point, alone on what is left."""
+    return spent >= budget or (spent + reserved > budget and in_flight > 0)
+
+
+def _spent(key: ApiKey, member: ApiKey, budget: int, when: str, spent: int,
+           to_reset: int) -> RateLimited:
+    # Refused only for reservations in flight: they settle soon, maybe below what they hold.
+    retry = to_reset if spent >= budget else 1
+    return RateLimited(f"key {key.label} has used or reserved {_whose(key, member)} {budget} "
+                       f"tokens for {when}", retry, code="budget_exceeded")
 
 
 def _to_next_month(now: datetime) -> int:

@@ -10,7 +10,7 @@ from typing import Any
 from aiohttp import web
 
 from llmgw.core.clock import Clock
-from llmgw.core.errors import Forbidden, GuardBlocked, LlmgwError
+from llmgw.core.errors import GuardBlocked, LlmgwError, ModelNotFound
 from llmgw.core.guard import Direction
 from llmgw.core.types import ApiKey, Model
 from llmgw.gateway.auth import may_use
@@ -70,7 +70,8 @@ class Gateway:
         name = payload["model"]
         route = table.resolve(name)
         if not may_use(key, name):
-            raise Forbidden(f"this key may not use model '{name}'", param="model")
+            # The same answer as for a model that does not exist: a key cannot map the catalog.
+            raise ModelNotFound(f"The model '{name}' does not exist", param="model")
         ticket = self.limiter.admit(key, reserve_estimate(payload, len(body))) if self.limiter else None
         tap = UsageTap()
         status, blocked, code = 500, False, ""

@@ -109,7 +109,8 @@ class Server:
         guard = Guard(judge_client, lambda: refresher.current.guard, judged,
                       self.clock.now, self.clock.monotonic)
         meter = UsageMeter(self.store, self.clock.now)
-        limiter = Limiter(self.store, self.clock.now, lambda: refresher.current.default_limits)
+        limiter = Limiter(self.store, self.clock.now, lambda: refresher.current.default_limits,
+                          lambda: refresher.current.keys)
         metrics = Metrics(lambda: refresher.current.table)
         gateway = Gateway(refresher, client, self.clock, guard, limiter, meter, metrics)
         agent = NodeAgent(
