@@ -40,7 +40,8 @@ def install(tmp_path: Path) -> Iterator[Install]:
     for name, scope in (("node", KeyScope.NODE), ("user", KeyScope.USER),
                         ("admin", KeyScope.ADMIN), ("thief", KeyScope.NODE),
                         ("other", KeyScope.NODE)):
-        secret, key = api_key(scope=scope, name=name)
+        # init made the key named "admin": names of live keys are unique.
+        secret, key = api_key(scope=scope, name=f"test-{name}")
         store.keys.create(key.model_copy(update={"created_at": NOW}))
         keys[name] = secret
     yield Install(settings, store, keys)
