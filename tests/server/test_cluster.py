@@ -4,6 +4,7 @@ takes over (real store, real clock with short lease timings)."""
 from __future__ import annotations
 
 import asyncio
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -11,7 +12,9 @@ from aiohttp.test_utils import TestClient, TestServer
 
 from llmgw.core.settings import load
 from llmgw.server.app import Server
+from llmgw.server.cluster import server_views
 from llmgw.server.init import init
+from llmgw.store.server_repo import ServerRow
 from llmgw.store.store import Store
 from tests.pg import fresh_database
 
@@ -65,3 +68,18 @@ async def test_one_leader_and_a_handover_when_it_stops(postgres_url: str, tmp_pa
     finally:
         for c in clients:
             await c.close()
+
+
+def test_a_server_whose_heartbeat_stopped_is_listed_as_gone_and_never_as_leader() -> None:
+    now = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
+    started = now - timedelta(hours=1)
+    rows = [ServerRow("killed-9", "http://a", started, now - timedelta(seconds=31)),
+            ServerRow("alive", "http://b", started, now - timedelta(seconds=5)),
+            ServerRow("edge", "http://c", started, now - timedelta(seconds=30))]
+    # The killed server held the lease when it died (not expired yet on the clock's reading).
+    views = {v["id"]: v for v in server_views(rows, "killed-9", now, timedelta(seconds=30))}
+    assert views["killed-9"]["state"] == "gone" and views["killed-9"]["leader"] is False
+    assert views["alive"]["state"] == "live" and views["edge"]["state"] == "live"
+    assert views["killed-9"]["seen_s_ago"] == 31.0
+    views = {v["id"]: v for v in server_views(rows, "alive", now, timedelta(seconds=30))}
+    assert views["alive"]["leader"] is True
