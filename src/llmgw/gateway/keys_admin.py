@@ -68,9 +68,9 @@ class KeyAdmin:
         mints only user keys within its own grants; a node join token mints nothing."""
         if minter.scope == KeyScope.NODE:
             raise Forbidden("a node join token cannot mint keys")
-        if req.scope == KeyScope.NODE and req.models:
-            # A join token reaches the agent API only: a model list would promise access it lacks.
-            raise InvalidRequest("a node join token takes no models", param="models")
+        if req.scope in (KeyScope.NODE, KeyScope.METRICS) and req.models:
+            # Neither reaches the data plane: a model list would promise access it lacks.
+            raise InvalidRequest(f"a {req.scope.value} key takes no models", param="models")
         now = self._clock.now()
         expires = req.expires_at or (now + timedelta(days=req.expires_in_days)
                                      if req.expires_in_days else None)
