@@ -118,6 +118,20 @@ async def test_parser_errors_are_openai_errors_that_echo_nothing_and_log_one_lin
     assert len(refused) == 1
 
 
+async def test_a_body_that_cannot_be_decoded_is_a_400_without_a_traceback(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    async with serving(tmp_path, EdgeLimits()) as srv:
+        answer = await exchange(srv.port, (
+            b"POST /v1/chat/completions HTTP/1.1\r\nHost: a\r\nAuthorization: Bearer "
+            + srv.admin_key.encode() + b"\r\nContent-Encoding: gzip\r\nContent-Length: 10\r\n"
+            b"Connection: close\r\n\r\nnot gzip!!"))
+    status, _, body = parse(answer)
+    assert status == 400 and orjson.loads(body)["error"]["code"] == "invalid_request"
+    assert [r.getMessage() for r in caplog.records if r.exc_info is not None] == []
+
+
 async def test_every_normal_answer_hides_the_server_version(tmp_path: Path) -> None:
     async with serving(tmp_path, EdgeLimits()) as srv:
         answer = await exchange(srv.port, b"GET /health HTTP/1.1\r\nHost: a\r\nConnection: close"

@@ -16,7 +16,7 @@ from typing import Any
 
 import orjson
 from aiohttp import web
-from aiohttp.http_exceptions import BadHttpMessage, LineTooLong
+from aiohttp.http_exceptions import BadHttpMessage, HttpProcessingError, LineTooLong
 
 logger = logging.getLogger(__name__)
 
@@ -167,6 +167,16 @@ class EdgeHandler(web.RequestHandler):
             logger.debug("closed a connection from %s: no request headers within %gs",
                          _peer_of(self.transport), self._header_timeout_s)
             self.force_close()
+
+    def log_exception(self, *args: Any, **kwargs: Any) -> None:
+        exc = kwargs.get("exc_info")
+        if isinstance(exc, web.RequestPayloadError | HttpProcessingError):
+            # A broken body found while aiohttp drains it after the answer: the client's error,
+            # and its message may quote the body.
+            logger.info("dropped a connection with a malformed request body: %s",
+                        type(exc).__name__)
+            return
+        super().log_exception(*args, **kwargs)
 
     def handle_error(self, request: web.BaseRequest, status: int = 500,
                      exc: BaseException | None = None, message: str | None = None) -> web.StreamResponse:
