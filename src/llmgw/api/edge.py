@@ -168,6 +168,21 @@ class EdgeHandler(web.RequestHandler):
                          _peer_of(self.transport), self._header_timeout_s)
             self.force_close()
 
+    async def shutdown(self, timeout: float | None = 15.0) -> None:
+        """At shutdown: the request in flight gets `timeout` to finish, then it is cancelled.
+        (aiohttp waits `timeout`, then up to `timeout` again for the request to notice it
+        should stop, which a request waiting on an upstream never does.)"""
+        if timeout is None:
+            await super().shutdown(None)
+            return
+        try:
+            async with asyncio.timeout(timeout):
+                await super().shutdown(timeout)
+        except TimeoutError:
+            if self._task_handler is not None:
+                self._task_handler.cancel()
+            self.force_close()
+
     def log_exception(self, *args: Any, **kwargs: Any) -> None:
         exc = kwargs.get("exc_info")
         if isinstance(exc, web.RequestPayloadError | HttpProcessingError):
