@@ -72,7 +72,7 @@ async def test_a_stop_leaves_the_cluster_first_then_lets_the_request_in_flight_f
 
     server, runner, url = await start(tmp_path, 30, slow)
     store = server.store
-    assert [row.id for row in store.servers.list()] == [server._server_id]
+    assert [row.id for row in store.servers.list()] == [server.server_id]
     async with aiohttp.ClientSession() as session:
         call = asyncio.create_task(session.get(url))
         await arrived.wait()

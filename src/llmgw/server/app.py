@@ -93,7 +93,8 @@ class Server:
     clock: Clock = field(default_factory=SystemClock)
     loops: Loops = field(default_factory=Loops)
     _tasks: list[asyncio.Task[None]] = field(default_factory=list)
-    _server_id: str | None = None
+    # This process's id among the servers (hostname-pid unless given: tests run several).
+    server_id: str | None = None
 
     def build_app(self) -> web.Application:
         s = self.settings
@@ -163,7 +164,9 @@ class Server:
             leader_tasks.clear()
 
         leadership = Leadership(elected, deposed, self.clock)
-        self._server_id = leadership.server_id
+        if self.server_id is None:
+            self.server_id = leadership.server_id
+        leadership.server_id = self.server_id
         keeper = ReplicaKeeper(
             wiring.keeper_reader(self.store),
             wiring.keeper_applier(self.store, self.clock, leadership.fence),
@@ -281,8 +284,8 @@ class Server:
                 task.cancel()
                 await asyncio.wait({task})
                 self._tasks.remove(task)
-        if self._server_id is not None:
-            await self._quietly(self.store.servers.remove, self._server_id)
+        if self.server_id is not None:
+            await self._quietly(self.store.servers.remove, self.server_id)
 
     async def _lead(self, leadership: Leadership) -> None:
         """On SQLite this one server is always the leader; on PostgreSQL it is elected."""
