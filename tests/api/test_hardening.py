@@ -156,9 +156,56 @@ async def test_metrics_count_requests_by_model_status_and_key_prefix(api: Any) -
         "name": "far", "source": {"kind": "remote", "base_url": "http://127.0.0.1:9/v1"}})
     resp = await client.post("/v1/chat/completions", json=chat(model="far"), headers=headers)
     assert resp.status == 502
-    text = await (await client.get("/metrics")).text()
+    text = await (await client.get("/metrics", headers=headers)).text()
     prefix = headers["Authorization"].split()[1][:13]
     assert f'llmgw_requests_total{{key="{prefix}",model="far",status="502"}} 1.0' in text
     assert 'llmgw_upstream_errors_total{code="upstream_error",model="far"} 1.0' in text
     assert 'llmgw_replicas_ready{model="far"} 1.0' in text
     assert "llmgw_gateway_added_seconds_bucket" in text
+
+
+async def test_metrics_need_an_admin_or_metrics_key_unless_public(api: Any) -> None:
+    client, headers = api
+    assert (await client.get("/metrics")).status == 401
+    made = await client.post("/admin/v1/keys", json={"name": "u"}, headers=headers)
+    user = {"Authorization": f"Bearer {(await made.json())['key']}"}
+    resp = await client.get("/metrics", headers=user)
+    assert resp.status == 403 and "metrics" in (await resp.json())["error"]["message"]
+    made = await client.post("/admin/v1/keys", json={"name": "prom", "scope": "metrics"},
+                             headers=headers)
+    assert made.status == 201
+    scraper = {"Authorization": f"Bearer {(await made.json())['key']}"}
+    for who in (headers, scraper):
+        resp = await client.get("/metrics", headers=who)
+        assert resp.status == 200 and "llmgw_" in await resp.text()
+
+
+async def test_public_metrics_take_no_key(tmp_path: Path) -> None:
+    init(tmp_path / "data", guard=False)
+    settings = load(tmp_path / "data").model_copy(update={"metrics_public": True})
+    store = Store.open(settings.database_url(tmp_path / "data"))
+    app = Server(tmp_path / "data", settings, store).build_app()
+    async with TestClient(TestServer(app)) as client:
+        assert (await client.get("/metrics")).status == 200
+
+
+async def test_a_metrics_key_reaches_nothing_but_metrics(api: Any) -> None:
+    client, headers = api
+    made = await client.post("/admin/v1/keys", json={"name": "prom", "scope": "metrics"},
+                             headers=headers)
+    scraper = {"Authorization": f"Bearer {(await made.json())['key']}"}
+    # Every route the app serves, with the metrics key: refused wherever a key is asked for.
+    checked = 0
+    for route in client.server.app.router.routes():
+        path = route.resource.canonical if route.resource is not None else ""
+        if route.method == "HEAD" or path in ("/metrics", "/health", "/openapi.json"):
+            continue
+        url = path.replace("{", "").replace("}", "")  # any value for a path parameter
+        resp = await client.request(route.method, url, headers=scraper, json={"model": "m"})
+        assert resp.status == 403, (route.method, path, resp.status)
+        checked += 1
+    assert checked > 20
+    # Nor can an admin mint it a model list that would say otherwise, nor can it mint.
+    resp = await client.post("/admin/v1/keys", headers=headers,
+                             json={"name": "p2", "scope": "metrics", "models": ["m"]})
+    assert resp.status == 400

@@ -20,7 +20,7 @@ from llmgw.server.init import init
 from llmgw.store.store import Store
 
 METHODS = {"get", "put", "post", "delete", "patch", "options", "head", "trace"}
-PUBLIC = {("get", "/health"), ("get", "/metrics"), ("get", "/openapi.json")}
+PUBLIC = {("get", "/health"), ("get", "/openapi.json")}
 
 
 def build(data_dir: Path) -> tuple[web.Application, Store, str]:

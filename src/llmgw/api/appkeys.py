@@ -28,6 +28,8 @@ JUDGE_STATUS: web.AppKey[JudgeStatus] = web.AppKey("judge_status")
 KEYS = web.AppKey("keys", KeyAdmin)
 NODES = web.AppKey("nodes", NodeAdmin)
 METRICS = web.AppKey("metrics", Metrics)
+# Whether `/metrics` answers without a key (`[server] metrics_public`).
+METRICS_PUBLIC = web.AppKey("metrics_public", bool)
 # This server's view of the cluster (leader, epoch, lease), composed in the server layer.
 ClusterStatus = Callable[[], Awaitable[dict[str, Any]]]
 CLUSTER: web.AppKey[ClusterStatus] = web.AppKey("cluster")

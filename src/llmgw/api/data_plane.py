@@ -8,7 +8,7 @@ from typing import Any
 import orjson
 from aiohttp import web
 
-from llmgw.api.appkeys import GATEWAY, GUARD, METRICS
+from llmgw.api.appkeys import GATEWAY, GUARD, METRICS, METRICS_PUBLIC
 from llmgw.api.body import optional_positive_int, read_json, require
 from llmgw.api.openapi import openapi_json
 from llmgw.core.errors import Forbidden, InvalidRequest
@@ -94,7 +94,10 @@ async def moderations(request: web.Request) -> web.Response:
 
 
 async def metrics(request: web.Request) -> web.Response:
-    """Prometheus text format; no key, as scrapers expect (it carries no secrets)."""
+    """Prometheus text format. It names every model and key prefix, so it takes an admin or
+    metrics key unless the install made it public (`[server] metrics_public`)."""
+    if not request.app[METRICS_PUBLIC]:
+        request.app[GATEWAY].scraper(request.headers.get("Authorization"))
     return web.Response(body=request.app[METRICS].render(),
                         headers={"Content-Type": "text/plain; version=0.0.4; charset=utf-8"})
 

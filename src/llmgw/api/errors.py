@@ -68,6 +68,11 @@ async def _answer(request: web.Request, handler: Handler) -> web.StreamResponse:
         )
     except ConnectionError:
         raise  # the client went away; nobody to answer
+    except web.RequestPayloadError:
+        # The body's framing or encoding is broken (a bad chunk, gzip that is not): the
+        # client's fault, and the parser's message may quote the body.
+        return error_response(400, "Request body is malformed (transfer or content encoding)",
+                              "invalid_request_error", code="invalid_request")
     except Exception:
         # A database that is down arrives above as StoreUnavailable: the store translates it.
         logger.exception("unhandled error on %s %s", request.method, request.path)

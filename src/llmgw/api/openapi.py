@@ -201,7 +201,8 @@ def _paths() -> dict[str, dict[str, Schema]]:
     return {
         "/health": {"get": _op("Liveness", "meta", public=True,
                                returns=_obj(("status",), status={"const": "ok"}))},
-        "/metrics": {"get": _op("Prometheus metrics", "meta", public=True, content=("text/plain",))},
+        "/metrics": {"get": _op("Prometheus metrics (an admin or metrics key, unless the install "
+                                "sets metrics_public)", "meta", content=("text/plain",))},
         "/openapi.json": {"get": _op("This document", "meta", public=True)},
         "/v1/chat/completions": {"post": _op("Chat completion", v1, body=chat, example=_EXAMPLES["chat"],
                                              content=(JSON, "text/event-stream"))},

@@ -252,9 +252,10 @@ def cluster_status() -> None:
         lease = d["lease"]
         render.table(
             "servers",
-            ["id", "url", "leader", "started", "last seen"],
+            ["id", "url", "state", "leader", "started", "last seen"],
             [[s["id"] + (" (this one)" if s["id"] == d["server"] else ""), s["url"],
-              "yes" if s["leader"] else "", s["started_at"][:19], f"{s['seen_s_ago']:g}s ago"]
+              s.get("state", "live"), "yes" if s["leader"] else "", s["started_at"][:19],
+              f"{s['seen_s_ago']:g}s ago"]
              for s in d.get("servers", [])],
         )
         render.console.print(

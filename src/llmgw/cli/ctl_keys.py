@@ -48,7 +48,8 @@ def _shown_once(k: dict[str, Any]) -> None:
 @key_app.command("create")
 def key_create(
     name: str,
-    scope: Annotated[str, Opt(help="user, admin, or node (a join token; see `ctl node token`).")] = "user",
+    scope: Annotated[str, Opt(help="user, admin, node (a join token; see `ctl node token`) "
+                                     "or metrics (may only scrape /metrics).")] = "user",
     models: Annotated[str | None, Opt(help="Models it may use, comma-separated (patterns).")] = None,
     expires_in_days: Annotated[float | None, Opt(help="Expire after this many days.")] = None,
     rpm: Annotated[int | None, Opt(help="Requests per minute.")] = None,

@@ -75,6 +75,19 @@ class ServerSettings(BaseModel):
     def model_dirs(self, data_dir: Path) -> list[Path]:
         """The directories local model files may be in: DATA_DIR/models, then `model_roots`."""
         return [data_dir / "models", *(Path(r) for r in self.model_roots)]
+    # The HTTP edge: a client has this long from connecting (or from a request's first byte)
+    # to send the request's headers; an idle kept-alive connection is closed after
+    # keepalive_timeout_s; one client address holds at most max_connections_per_client
+    # connections (0: no bound; raise it behind a proxy, where every client has its address).
+    header_timeout_s: float = Field(default=10.0, gt=0)
+    keepalive_timeout_s: float = Field(default=75.0, gt=0)
+    max_connections_per_client: int = Field(default=256, ge=0)
+    # On SIGTERM the control loops stop at once; requests in flight get this long to finish.
+    drain_timeout_s: float = Field(default=30.0, ge=0)
+    # A server whose heartbeat is older than this is listed as gone, never as the leader.
+    server_timeout_s: float = Field(default=30.0, gt=0)
+    # Whether `/metrics` answers without a key; otherwise it takes an admin or metrics key.
+    metrics_public: bool = False
 
     def database_url(self, data_dir: Path) -> str:
         """The configured database, else the SQLite file in the data directory."""

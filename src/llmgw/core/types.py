@@ -190,6 +190,8 @@ class KeyScope(StrEnum):
     USER = "user"
     # A node agent's join token: the agent API only, never the data plane or the admin API.
     NODE = "node"
+    # A Prometheus scraper's key: `/metrics` only.
+    METRICS = "metrics"
 
 
 class Limits(Frozen):

@@ -82,9 +82,9 @@ class KeyAdmin:
         join token mints nothing. Conflict (409) when a live key already has the name."""
         if minter.scope == KeyScope.NODE:
             raise Forbidden("a node join token cannot mint keys")
-        if req.scope == KeyScope.NODE and req.models:
-            # A join token reaches the agent API only: a model list would promise access it lacks.
-            raise InvalidRequest("a node join token takes no models", param="models")
+        if req.scope in (KeyScope.NODE, KeyScope.METRICS) and req.models:
+            # Neither reaches the data plane: a model list would promise access it lacks.
+            raise InvalidRequest(f"a {req.scope.value} key takes no models", param="models")
         if req.node_id is not None and req.scope != KeyScope.NODE:
             raise InvalidRequest("only a node join token is bound to a node", param="node_id")
         now = self._clock.now()

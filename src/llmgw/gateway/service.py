@@ -10,10 +10,10 @@ from typing import Any
 from aiohttp import web
 
 from llmgw.core.clock import Clock
-from llmgw.core.errors import GuardBlocked, LlmgwError, ModelNotFound
+from llmgw.core.errors import Forbidden, GuardBlocked, LlmgwError, ModelNotFound
 from llmgw.core.guard import Direction
-from llmgw.core.types import ApiKey, Model
-from llmgw.gateway.auth import may_use
+from llmgw.core.types import ApiKey, KeyScope, Model
+from llmgw.gateway.auth import may_use, require_scraper
 from llmgw.gateway.context import REQUEST_ID, STARTED
 from llmgw.gateway.guarded import forward_guarded
 from llmgw.gateway.limits import Limiter, reserve_estimate
@@ -50,7 +50,17 @@ class Gateway:
         self.metrics = metrics
 
     def authenticate(self, authorization: str | None) -> ApiKey:
-        return self._refresher.current.keys.authenticate(authorization, self._clock.now())
+        key = self._refresher.current.keys.authenticate(authorization, self._clock.now())
+        if key.scope == KeyScope.METRICS:
+            # A scraper's key is read from Prometheus' config: it reaches `/metrics` only.
+            raise Forbidden("a metrics key may only scrape /metrics")
+        return key
+
+    def scraper(self, authorization: str | None) -> ApiKey:
+        """The key of a `/metrics` scrape: an admin or metrics key."""
+        key = self._refresher.current.keys.authenticate(authorization, self._clock.now())
+        require_scraper(key)
+        return key
 
     def models(self, key: ApiKey) -> list[Model]:
         """Catalog models this key may use."""

@@ -29,6 +29,7 @@ from llmgw.api.appkeys import (
     JUDGE_STATUS,
     KEYS,
     METRICS,
+    METRICS_PUBLIC,
     NODES,
 )
 from llmgw.api.errors import openai_errors
@@ -59,7 +60,7 @@ from llmgw.node import hardware
 from llmgw.node.agent import AgentConfig, NodeAgent
 from llmgw.node.files import ModelFiles
 from llmgw.server import judges, wiring
-from llmgw.server.cluster import Leadership
+from llmgw.server.cluster import Leadership, server_views
 from llmgw.store.store import Store
 
 logger = logging.getLogger(__name__)
@@ -92,6 +93,8 @@ class Server:
     clock: Clock = field(default_factory=SystemClock)
     loops: Loops = field(default_factory=Loops)
     _tasks: list[asyncio.Task[None]] = field(default_factory=list)
+    # This process's id among the servers (hostname-pid unless given: tests run several).
+    server_id: str | None = None
 
     def build_app(self) -> web.Application:
         s = self.settings
@@ -163,6 +166,9 @@ class Server:
             leader_tasks.clear()
 
         leadership = Leadership(elected, deposed, self.clock)
+        if self.server_id is None:
+            self.server_id = leadership.server_id
+        leadership.server_id = self.server_id
         keeper = ReplicaKeeper(
             wiring.keeper_reader(self.store),
             wiring.keeper_applier(self.store, self.clock, leadership.fence),
@@ -199,6 +205,7 @@ class Server:
         app = web.Application(middlewares=[openai_errors],
                               client_max_size=s.max_body_bytes)
         app[METRICS] = metrics
+        app[METRICS_PUBLIC] = s.metrics_public
         app[GATEWAY] = gateway
         app[CATALOG] = catalog
         app[JOBS] = jobs
@@ -231,11 +238,8 @@ class Server:
             if self.store.engine.dialect.name == "sqlite":
                 holder = leadership.server_id
             return {
-                "servers": [{
-                    "id": row.id, "url": row.url, "started_at": row.started_at.isoformat(),
-                    "seen_s_ago": round((now - row.heartbeat_at).total_seconds(), 1),
-                    "leader": row.id == holder,
-                } for row in servers],
+                "servers": server_views(servers, holder, now,
+                                        timedelta(seconds=s.server_timeout_s)),
                 "server": leadership.server_id,
                 "database": self.store.engine.dialect.name,
                 "leading": leading,
@@ -275,6 +279,18 @@ class Server:
 
         app.cleanup_ctx.append(lifecycle)
         return app
+
+    async def step_down(self) -> None:
+        """Leave the cluster before requests in flight drain: stop the election (which stops
+        the leader's loops and releases the lease) and the heartbeats, and drop this server
+        from the list. What serves requests keeps running until the app is cleaned up."""
+        for name in ("leadership", "heartbeat"):
+            for task in [t for t in self._tasks if t.get_name() == name]:
+                task.cancel()
+                await asyncio.wait({task})
+                self._tasks.remove(task)
+        if self.server_id is not None:
+            await self._quietly(self.store.servers.remove, self.server_id)
 
     async def _lead(self, leadership: Leadership) -> None:
         """On SQLite this one server is always the leader; on PostgreSQL it is elected."""

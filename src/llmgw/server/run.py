@@ -5,21 +5,44 @@ from __future__ import annotations
 import asyncio
 import gc
 import logging
+import resource
 import signal
 from collections.abc import Callable
 from pathlib import Path
 
 from aiohttp import web
 
+from llmgw.api.edge import EdgeLimits, EdgeRunner
 from llmgw.core.errors import ConfigError
 from llmgw.core.ids import secret_check
-from llmgw.core.settings import load
+from llmgw.core.settings import ServerSettings, load
 from llmgw.server.app import Loops, Server
 from llmgw.store.db import redact
 from llmgw.store.install_repo import JOIN_HINT
 from llmgw.store.store import Store
 
 logger = logging.getLogger(__name__)
+
+# Where the soft limit stops when the hard one is unlimited (the kernel refuses more than nr_open).
+OPEN_FILES_CAP = 1 << 20
+
+
+def raise_open_files_limit(
+    get: Callable[[int], tuple[int, int]] = resource.getrlimit,
+    set_: Callable[[int, tuple[int, int]], None] = resource.setrlimit,
+) -> int:
+    """Raise the soft open-files limit to the hard one (each connection holds a descriptor);
+    returns the limit now in force."""
+    soft, hard = get(resource.RLIMIT_NOFILE)
+    target = OPEN_FILES_CAP if hard == resource.RLIM_INFINITY else hard
+    if soft != resource.RLIM_INFINITY and soft < target:
+        try:
+            set_(resource.RLIMIT_NOFILE, (target, hard))
+            soft = target
+        except (ValueError, OSError) as exc:
+            logger.warning("could not raise the open-files limit from %d to %d: %s",
+                           soft, target, exc)
+    return soft
 
 
 async def serve(
@@ -40,7 +63,9 @@ async def serve(
         raise ConfigError(f"{data_dir / 'config.toml'} does not belong to the install in "
                           f"database {redact(url)}: {JOIN_HINT}")
     server = Server(data_dir, settings, store, loops=Loops(keeper_s=settings.keeper_interval_s))
-    runner = app_runner(server.build_app())
+    logger.info("open files limit: %d (one per connection, engine and database connection)",
+                raise_open_files_limit())
+    runner = app_runner(server.build_app(), edge_limits(settings))
     await runner.setup()
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -57,16 +82,33 @@ async def serve(
         gc.freeze()
         on_ready(f"http://{bound[0]}:{bound[1]}")
         await stop.wait()
-        logger.info("stopping: engines get SIGTERM, then SIGKILL")
+        logger.info("stopping: control loops first, then requests in flight get up to %gs",
+                    settings.drain_timeout_s)
     finally:
-        await runner.cleanup()
+        await stop_gracefully(server, runner)
 
 
-def app_runner(app: web.Application) -> web.AppRunner:
+def edge_limits(settings: ServerSettings) -> EdgeLimits:
+    """The HTTP edge's bounds, as the install configures them."""
+    return EdgeLimits(header_timeout_s=settings.header_timeout_s,
+                      keepalive_timeout_s=settings.keepalive_timeout_s,
+                      max_per_client=settings.max_connections_per_client,
+                      drain_timeout_s=settings.drain_timeout_s)
+
+
+async def stop_gracefully(server: Server, runner: EdgeRunner) -> None:
+    """Leave the cluster first (election, lease, keepers, heartbeats), so a successor takes
+    over at once; then stop listening and let requests in flight finish within the drain bound;
+    then stop engines and tasks."""
+    await server.step_down()
+    await runner.cleanup()
+
+
+def app_runner(app: web.Application, limits: EdgeLimits | None = None) -> EdgeRunner:
     """How `server run` serves its app. A client that goes away cancels its request's handler
     (aiohttp leaves it running by default): the upstream call stops at once and the key's
     in-flight slot is freed, rather than both waiting for the upstream to finish or time out."""
-    return web.AppRunner(app, access_log=None, handle_signals=False, handler_cancellation=True)
+    return EdgeRunner(app, limits or EdgeLimits(), handler_cancellation=True)
 
 
 def run(data_dir: Path, host: str | None, port: int | None, on_ready: Callable[[str], None]) -> None:

@@ -1,0 +1,254 @@
+"""The HTTP edge under the app: what aiohttp answers before any route runs.
+
+aiohttp's connection handler answers parser errors itself, as plain text quoting the bytes it
+could not parse (an `Authorization` header included) and logs them with a traceback. It also has
+no deadline for a request's headers and no bound on connections per client. `EdgeRunner` serves
+the app through `EdgeHandler`, its subclass that answers parser errors in OpenAI's shape, closes
+connections whose headers do not arrive in time, and refuses connections past a per-client bound.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+from aiohttp import web
+from aiohttp.http_exceptions import BadHttpMessage, HttpProcessingError, LineTooLong
+
+logger = logging.getLogger(__name__)
+
+# Sent instead of aiohttp's `Python/x aiohttp/y`: the versions help only an attacker.
+SERVER = "llmgw"
+
+
+@dataclass(frozen=True)
+class EdgeLimits:
+    """How long a client may take and how many connections it may hold."""
+
+    # From connect (or a request's first byte) to the end of its headers.
+    header_timeout_s: float = 10.0
+    # An idle keep-alive connection is closed after this long.
+    keepalive_timeout_s: float = 75.0
+    # Open connections per client address; 0 for no bound.
+    max_per_client: int = 256
+    # At shutdown, requests in flight get this long to finish before they are cancelled.
+    drain_timeout_s: float = 30.0
+
+
+class Connections:
+    """Open connections per client address, shared by one server's connections."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self._open: dict[str, int] = {}
+        self._refusing: set[str] = set()
+
+    def admit(self, peer: str) -> bool:
+        """Count a new connection from `peer`; False (and it is not counted) past the bound."""
+        held = self._open.get(peer, 0)
+        if self.limit and held >= self.limit:
+            if peer not in self._refusing:  # one line per episode, not one per connection
+                self._refusing.add(peer)
+                logger.warning("refusing connections from %s: it holds %d, the most allowed",
+                               peer, held)
+            return False
+        self._open[peer] = held + 1
+        return True
+
+    def release(self, peer: str) -> None:
+        """A connection `admit` counted has closed."""
+        held = self._open.get(peer, 0) - 1
+        if held > 0:
+            self._open[peer] = held
+        else:
+            self._open.pop(peer, None)
+        if self.limit and held < self.limit:
+            self._refusing.discard(peer)
+
+    def held(self, peer: str) -> int:
+        return self._open.get(peer, 0)
+
+
+def _error_body(message: str, type_: str, code: str) -> bytes:
+    return orjson.dumps({"error": {"message": message, "type": type_, "param": None, "code": code}})
+
+
+_BUSY_BODY = _error_body("Too many connections from this address; close some and retry",
+                         "server_error", "too_many_connections")
+# Written before the request is parsed (there may never be one), so it is a fixed byte string.
+_BUSY = (b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n"
+         b"Content-Length: %d\r\nRetry-After: 1\r\nConnection: close\r\nServer: %s\r\n\r\n%s"
+         % (len(_BUSY_BODY), SERVER.encode(), _BUSY_BODY))
+
+
+def refusal(exc: BaseException | None) -> tuple[int, str, str]:
+    """Status, message and code for a request the HTTP parser refused; never its bytes."""
+    if isinstance(exc, LineTooLong) or (
+        isinstance(exc, BadHttpMessage) and "too many headers" in exc.message.lower()
+    ):
+        return 431, "Request header fields are too large or too many", "header_too_large"
+    return 400, "Malformed HTTP request", "invalid_request"
+
+
+def _peer_of(transport: asyncio.BaseTransport) -> str:
+    peer = transport.get_extra_info("peername")
+    if isinstance(peer, tuple | list) and peer:
+        return str(peer[0])
+    return str(peer or "")
+
+
+class EdgeHandler(web.RequestHandler):
+    """aiohttp's connection handler with the edge's answers and bounds."""
+
+    __slots__ = ("_connections", "_header_timeout_s", "_peer", "_deadline", "_armed_at", "_busy")
+
+    def __init__(self, manager: web.Server, connections: Connections, header_timeout_s: float,
+                 **kwargs: Any) -> None:
+        super().__init__(manager, **kwargs)
+        self._connections = connections
+        self._header_timeout_s = header_timeout_s
+        self._peer: str | None = None  # set once the connection is counted
+        self._deadline: asyncio.TimerHandle | None = None
+        self._armed_at = 0
+        self._busy = False
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        super().connection_made(transport)
+        peer = _peer_of(transport)
+        if self._connections.admit(peer):
+            self._peer = peer
+        else:
+            # Answered on its first bytes, so the client reads a 503 rather than a reset.
+            self._busy = True
+        self._arm()
+
+    def connection_lost(self, exc: BaseException | None) -> None:
+        self._disarm()
+        if self._peer is not None:
+            self._connections.release(self._peer)
+            self._peer = None
+        super().connection_lost(exc)
+
+    def data_received(self, data: bytes) -> None:
+        if self._busy:
+            if data and self.transport is not None:
+                self.transport.write(_BUSY)
+                self.force_close()
+            return
+        if self._deadline is None and data and self._awaiting_request():
+            self._arm()  # the first bytes of a request on a kept-alive connection
+        super().data_received(data)
+        if self._deadline is not None and self._request_count != self._armed_at:
+            self._disarm()  # a whole request's headers came in time
+
+    def _awaiting_request(self) -> bool:
+        # aiohttp's own keep-alive check: its connection loop waits on `_waiter` for the next
+        # request's headers, and on nothing while a request is handled.
+        waiter = self._waiter
+        return waiter is not None and not waiter.done()
+
+    def _arm(self) -> None:
+        self._armed_at = self._request_count
+        self._deadline = self._loop.call_later(self._header_timeout_s, self._expire)
+
+    def _disarm(self) -> None:
+        if self._deadline is not None:
+            self._deadline.cancel()
+            self._deadline = None
+
+    def _expire(self) -> None:
+        self._deadline = None
+        # No request parsed since the deadline was set, so none is being handled: the client
+        # holds the connection without asking anything.
+        if self._request_count == self._armed_at and self.transport is not None:
+            logger.debug("closed a connection from %s: no request headers within %gs",
+                         _peer_of(self.transport), self._header_timeout_s)
+            self.force_close()
+
+    async def shutdown(self, timeout: float | None = 15.0) -> None:
+        """At shutdown: the request in flight gets `timeout` to finish, then it is cancelled.
+        (aiohttp waits `timeout`, then up to `timeout` again for the request to notice it
+        should stop, which a request waiting on an upstream never does.)"""
+        if timeout is None:
+            await super().shutdown(None)
+            return
+        try:
+            async with asyncio.timeout(timeout):
+                await super().shutdown(timeout)
+        except TimeoutError:
+            if self._task_handler is not None:
+                self._task_handler.cancel()
+            self.force_close()
+
+    def log_exception(self, *args: Any, **kwargs: Any) -> None:
+        exc = kwargs.get("exc_info")
+        if isinstance(exc, web.RequestPayloadError | HttpProcessingError):
+            # A broken body found while aiohttp drains it after the answer: the client's error,
+            # and its message may quote the body.
+            logger.info("dropped a connection with a malformed request body: %s",
+                        type(exc).__name__)
+            return
+        super().log_exception(*args, **kwargs)
+
+    def handle_error(self, request: web.BaseRequest, status: int = 500,
+                     exc: BaseException | None = None, message: str | None = None) -> web.StreamResponse:
+        """Parser errors (and faults that escaped the app) as OpenAI-shaped errors; the log line
+        names the kind of error, never the bytes (which may hold a key)."""
+        if request.writer.output_size > 0:
+            raise ConnectionError("the response had started; the connection is closed instead")
+        if status >= 500:
+            if status == 504:
+                text, type_, code = "The request timed out", "server_error", "timeout"
+            else:
+                logger.error("unhandled error answering %s", request.remote, exc_info=exc)
+                text, type_, code = "Internal server error", "server_error", "internal_error"
+        else:
+            status, text, code = refusal(exc)
+            type_ = "invalid_request_error"
+            logger.info("refused a malformed request from %s: %s (%d)", request.remote,
+                        type(exc).__name__ if exc is not None else "parser error", status)
+        resp = web.Response(body=_error_body(text, type_, code), status=status,
+                            content_type="application/json", headers={"Server": SERVER})
+        resp.force_close()
+        return resp
+
+
+class _EdgeServer(web.Server):
+    """aiohttp's server (the connection factory) making EdgeHandlers."""
+
+    def __init__(self, base: web.Server, connections: Connections, header_timeout_s: float) -> None:
+        # The handler settings aiohttp gathered for its own handlers (access log, keep-alive,
+        # header sizes), reused as they are.
+        self._handler_kwargs: dict[str, Any] = dict(base._kwargs)
+        super().__init__(base.request_handler, request_factory=base.request_factory,
+                         handler_cancellation=base.handler_cancellation)
+        self._per_client = connections
+        self._header_timeout_s = header_timeout_s
+
+    def __call__(self) -> web.RequestHandler:
+        return EdgeHandler(self, self._per_client, self._header_timeout_s,
+                           loop=asyncio.get_running_loop(), **self._handler_kwargs)
+
+
+class EdgeRunner(web.AppRunner):
+    """An AppRunner whose connections are EdgeHandlers; requests in flight at shutdown get
+    `drain_timeout_s`."""
+
+    def __init__(self, app: web.Application, limits: EdgeLimits, **kwargs: Any) -> None:
+        kwargs.setdefault("access_log", None)
+        super().__init__(app, handle_signals=False, keepalive_timeout=limits.keepalive_timeout_s,
+                         shutdown_timeout=limits.drain_timeout_s, **kwargs)
+        self.limits = limits
+        self.connections = Connections(limits.max_per_client)
+        app.on_response_prepare.append(_hide_version)
+
+    async def _make_server(self) -> web.Server:
+        base = await super()._make_server()
+        return _EdgeServer(base, self.connections, self.limits.header_timeout_s)
+
+
+async def _hide_version(_request: web.Request, response: web.StreamResponse) -> None:
+    response.headers["Server"] = SERVER
