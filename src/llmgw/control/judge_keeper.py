@@ -2,8 +2,10 @@
 
 Naming a judge llmgw knows in a policy is all it takes to have it served, and a judge removed by
 mistake comes back. A judge llmgw does not know is left to `llmgw ctl guard judge enable --repo`.
-The keeper also refits, once, the default judge an earlier `server init` installed with a profile
-that missed every judgment's budget on small machines.
+A judge that needs a GPU the cluster does not have is not served: the default judge is, and the
+guard asks it in the GPU judge's place. The keeper also refits, once, the default judge an earlier
+`server init` installed with a profile that missed every judgment's budget on small machines, and
+restarts its replicas on a later look when they could not be restarted then.
 
 Two actors may want the same judge: `server init` adds its own just after the control plane
 starts. So the keeper serves nothing during a grace period after its first look, never starts a
