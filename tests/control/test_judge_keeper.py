@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any
@@ -573,6 +574,7 @@ class World:
         self.refitted: list[tuple[str, list[Profile], str]] = []
         self.restarted: list[list[str]] = []
         self.published: list[KeeperState] = []
+        self.on_publish = asyncio.Event()
         self.refit_failures = 0
         self.restart_failures = 0
         self.serve_failures = 0
@@ -603,6 +605,7 @@ class World:
 
     async def publish(self, state: KeeperState) -> None:
         self.published.append(state)
+        self.on_publish.set()
 
 
 async def test_tick_applies_and_logs_each_action_once_and_retries_a_failed_refit() -> None:
@@ -756,3 +759,21 @@ async def test_the_keeper_publishes_its_state_when_it_changes() -> None:
 
     assert world.published == [KeeperState(first=NOW), keeper.state]
     assert keeper.state.tried == {QWEN_4B: AFTER_GRACE}
+
+
+async def test_a_keeper_elected_again_publishes_its_state_again() -> None:
+    # Another leader may have published its own state while this server did not lead.
+    world = World(view(QWEN_4B))
+    keeper = world.keeper(FakeClock(NOW), RecordingLog())
+    await keeper.tick()
+    world.on_publish.clear()
+
+    task = asyncio.create_task(keeper.run(interval_s=60))
+    try:
+        await asyncio.wait_for(world.on_publish.wait(), 5)
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+    assert world.published == [KeeperState(first=NOW)] * 2

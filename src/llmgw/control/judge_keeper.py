@@ -484,6 +484,8 @@ class JudgeKeeper:
                             self._clock.now())
 
     async def run(self, interval_s: float) -> None:
+        # Elected again: another leader may have published its state meanwhile.
+        self._published = None
         await every(interval_s, self.wake, self.tick, "judge keeper", logger)
 
     async def _apply(self, action: KeeperAction) -> None:
