@@ -258,6 +258,11 @@ def test_judge_enable_by_repo_makes_the_name_usable(demo_server: LlmgwServer) ->
     assert judges[ACME]["keeper"] == "not named by a policy"
     assert judges[JUDGE]["source"] == "known"
     assert row(demo_server.ctl("guard", "judge", "status").stdout, ACME)[1:3] == ["enabled", "no"]
+    # The keeper whose state is shown is the leader's, and the table says which server that is.
+    leader = ctl_json(demo_server, "cluster", "status")["server"]
+    assert {j["keeper_server"] for j in judges.values()} == {leader}
+    assert f"keeper: the leader's, on server {leader}" in flat(
+        demo_server.ctl("guard", "judge", "status").stdout)
 
     # A policy may now name it. Disabled, so the keeper does not go and fetch it.
     try:

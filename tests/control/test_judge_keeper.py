@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -18,10 +20,12 @@ from llmgw.control.judge_keeper import (
     KeeperState,
     KeeperView,
     Refit,
+    Restart,
     Say,
     ServeJudge,
     Warn,
     judge_memory_gb,
+    judge_request,
     judge_status,
     plan,
     refit_cores,
@@ -345,10 +349,33 @@ def test_a_gpu_judge_on_a_cluster_without_gpus_is_warned_once_a_retry_period_and
     soon, state = plan(state, v, AFTER_GRACE + timedelta(minutes=5))
     later, _ = plan(state, v, AFTER_GRACE + JUDGE_RETRY)
 
-    assert first == [Warn(QWEN_8B, "a policy names qwen3guard-8b, a judge that runs on a GPU, and this "
-                                   "cluster has none; the default judge qwen3guard-0.6b is used instead")]
+    assert [a for a in first if isinstance(a, Warn)] == [
+        Warn(QWEN_8B, "a policy names qwen3guard-8b, a judge that runs on a GPU, and this "
+                      "cluster has none; the default judge qwen3guard-0.6b is used instead")]
     assert soon == []
     assert later == first
+
+
+def test_a_gpu_judge_without_a_gpu_has_the_default_judge_served_in_its_place() -> None:
+    # The warning says the default judge is used instead: it must be there to be used.
+    v = view(QWEN_8B, node_cores=node_cores(2))
+
+    actions, _ = looked_at(v, NOW, AFTER_GRACE)
+
+    assert served(actions) == [DEFAULT_JUDGE]
+    [serve] = [a for a in actions if isinstance(a, ServeJudge)]
+    assert serve.request == judge_request(KNOWN[DEFAULT_JUDGE], [2])  # served as usual
+    assert judge_status(KeeperState(first=NOW), v, AFTER_GRACE)[DEFAULT_JUDGE] == (
+        "to be served on the keeper's next look")
+
+
+@pytest.mark.parametrize("over", [
+    {"gpu_free_by_class": {"l4": 0}},  # the cluster has a GPU (busy now): the GPU judge is served
+    {"policies": [judge_policy(QWEN_4B)]},  # no policy names a GPU judge
+])
+def test_the_default_judge_is_not_served_when_nothing_needs_its_stand_in(over: dict[str, Any]) -> None:
+    actions, _ = looked_at(view(QWEN_8B, **over), NOW, AFTER_GRACE)
+    assert DEFAULT_JUDGE not in served(actions)
 
 
 # --- refit of an earlier init's judge ----------------------------------------------------------
@@ -544,9 +571,16 @@ class World:
     def __init__(self, v: KeeperView) -> None:
         self.view = v
         self.served: list[ServeRequest] = []
-        self.refitted: list[tuple[str, list[Profile], str, list[str]]] = []
+        self.refitted: list[tuple[str, list[Profile], str]] = []
+        self.restarted: list[list[str]] = []
+        self.published: list[KeeperState] = []
+        self.on_publish = asyncio.Event()
         self.refit_failures = 0
+        self.restart_failures = 0
         self.serve_failures = 0
+
+    def keeper(self, clock: FakeClock, log: RecordingLog) -> JudgeKeeper:
+        return JudgeKeeper(self.read, self.serve, self.refit, self.restart, clock, log, self.publish)
 
     async def read(self) -> KeeperView:
         return self.view
@@ -557,11 +591,21 @@ class World:
             raise RuntimeError("store is down")
         self.served.append(request)
 
-    async def refit(self, model: str, profiles: list[Profile], by: str, restart: list[str]) -> None:
+    async def refit(self, model: str, profiles: list[Profile], by: str) -> None:
         if self.refit_failures:
             self.refit_failures -= 1
             raise RuntimeError("database is locked")
-        self.refitted.append((model, profiles, by, restart))
+        self.refitted.append((model, profiles, by))
+
+    async def restart(self, ids: list[str]) -> None:
+        if self.restart_failures:
+            self.restart_failures -= 1
+            raise RuntimeError("database is locked")
+        self.restarted.append(ids)
+
+    async def publish(self, state: KeeperState) -> None:
+        self.published.append(state)
+        self.on_publish.set()
 
 
 async def test_tick_applies_and_logs_each_action_once_and_retries_a_failed_refit() -> None:
@@ -570,7 +614,7 @@ async def test_tick_applies_and_logs_each_action_once_and_retries_a_failed_refit
                        replica_ids={DEFAULT_JUDGE: ["rep-1"]}))
     world.refit_failures = 1
     log = RecordingLog()
-    keeper = JudgeKeeper(world.read, world.serve, world.refit, clock, log)
+    keeper = world.keeper(clock, log)
 
     await keeper.tick()
     assert world.refitted == []
@@ -579,7 +623,8 @@ async def test_tick_applies_and_logs_each_action_once_and_retries_a_failed_refit
 
     clock.advance(60)
     await keeper.tick()
-    assert [(m, by, ids) for m, _, by, ids in world.refitted] == [(DEFAULT_JUDGE, REFIT_BY, ["rep-1"])]
+    assert [(m, by) for m, _, by in world.refitted] == [(DEFAULT_JUDGE, REFIT_BY)]
+    assert world.restarted == [["rep-1"]]
     assert log.said("info", "refitted judge qwen3guard-0.6b") == 1
     assert world.served == []
 
@@ -597,6 +642,7 @@ async def test_tick_applies_and_logs_each_action_once_and_retries_a_failed_refit
     assert log.said("info", "acme-guard", "enable") == 1
     assert len(world.refitted) == 1
     assert await keeper.status() == {
+        DEFAULT_JUDGE: "in catalog",
         QWEN_4B: "retry at 2026-01-01T00:31:00+00:00",
         QWEN_8B: "needs a GPU, and this cluster has none; qwen3guard-0.6b is used instead",
         "acme-guard": "unknown: enable it with llmgw ctl guard judge enable --repo OWNER/REPO "
@@ -606,7 +652,7 @@ async def test_tick_applies_and_logs_each_action_once_and_retries_a_failed_refit
 
 async def test_run_looks_until_cancelled() -> None:
     world = World(view(QWEN_4B, grace=timedelta(0)))
-    keeper = JudgeKeeper(world.read, world.serve, world.refit, FakeClock(NOW), RecordingLog())
+    keeper = world.keeper(FakeClock(NOW), RecordingLog())
 
     task = asyncio.create_task(keeper.run(interval_s=0.01))
     for _ in range(100):
@@ -629,3 +675,105 @@ def test_the_keepers_judge_goes_to_the_judge_machine_like_inits() -> None:
     [serve] = [a for a in actions if isinstance(a, ServeJudge)]
     assert [p.node_selector for p in serve.request.profiles] == [{"role": "judge"}]
     assert serve.request.if_absent
+
+
+# --- an entry that cannot be served ------------------------------------------------------------
+
+
+def test_a_judge_enabled_with_a_traversing_repo_is_said_once_and_the_others_are_served() -> None:
+    # Stored before the API checked it: it must not stop the keeper serving the other judges.
+    bad = JudgeSpec(name="evil", repo="../x", file="../../y", size_gb=1.0)
+    v = view("evil", QWEN_4B, enabled={"evil": bad}, grace=timedelta(0))
+
+    first, state = plan(KeeperState(), v, NOW)
+    later, state = plan(state, v, NOW + JUDGE_RETRY)
+
+    assert served(first) == [QWEN_4B]
+    [warn] = [a for a in first if isinstance(a, Warn)]
+    assert warn.judge == "evil" and "repo" in warn.message and "enable it again" in warn.message
+    assert [a for a in later if isinstance(a, Warn)] == []
+    assert judge_status(state, v, NOW)["evil"].startswith("cannot be served as enabled")
+
+
+async def test_a_bad_entry_never_stops_the_keepers_pass() -> None:
+    bad = JudgeSpec(name="evil", repo="acme/x", file="a/../../../etc/passwd", size_gb=1.0)
+    world = World(view("evil", QWEN_4B, enabled={"evil": bad}, grace=timedelta(0)))
+    log = RecordingLog()
+    keeper = world.keeper(FakeClock(NOW), log)
+
+    await keeper.tick()
+    await keeper.tick()
+
+    assert [r.name for r in world.served] == [QWEN_4B]
+    assert log.said("warning", "evil", "cannot serve this judge", "file") == 1
+
+
+# --- a refit whose restart failed --------------------------------------------------------------
+
+
+def test_a_refitted_judge_not_yet_restarted_is_restarted_on_the_next_look() -> None:
+    v = view(DEFAULT_JUDGE, models=[todays_init_judge_model()],
+             replica_ids={DEFAULT_JUDGE: ["rep-1", "rep-2"]})
+    state = KeeperState(looked=frozenset({DEFAULT_JUDGE})).restart_later(DEFAULT_JUDGE)
+
+    actions, state = plan(state, v, NOW)
+    again, _ = plan(state, v, NOW + timedelta(minutes=1))
+
+    assert actions == [Restart(DEFAULT_JUDGE, ["rep-1", "rep-2"])]
+    assert again == []
+
+
+async def test_a_refit_whose_restart_fails_is_said_and_restarted_on_the_next_pass() -> None:
+    clock = FakeClock(NOW)
+    world = World(view(DEFAULT_JUDGE, models=[init_judge_model()], replica_ids={DEFAULT_JUDGE: ["rep-1"]}))
+    world.restart_failures = 1
+    log = RecordingLog()
+    keeper = world.keeper(clock, log)
+
+    await keeper.tick()
+    assert len(world.refitted) == 1 and world.restarted == []
+    assert log.said("warning", "refitted judge qwen3guard-0.6b", "but could not restart it",
+                    "database is locked") == 1
+
+    # The catalog now holds the refitted profile: only the restart is left to do.
+    world.view = replace(world.view, models=[todays_init_judge_model()])
+    clock.advance(5)
+    await keeper.tick()
+    await keeper.tick()
+    assert len(world.refitted) == 1 and world.restarted == [["rep-1"]]
+    assert log.said("info", "restarted judge qwen3guard-0.6b") == 1
+
+
+# --- the state other servers read --------------------------------------------------------------
+
+
+async def test_the_keeper_publishes_its_state_when_it_changes() -> None:
+    clock = FakeClock(NOW)
+    world = World(view(QWEN_4B))
+    keeper = world.keeper(clock, RecordingLog())
+
+    await keeper.tick()
+    await keeper.tick()
+    clock.advance(JUDGE_GRACE.total_seconds())
+    await keeper.tick()
+
+    assert world.published == [KeeperState(first=NOW), keeper.state]
+    assert keeper.state.tried == {QWEN_4B: AFTER_GRACE}
+
+
+async def test_a_keeper_elected_again_publishes_its_state_again() -> None:
+    # Another leader may have published its own state while this server did not lead.
+    world = World(view(QWEN_4B))
+    keeper = world.keeper(FakeClock(NOW), RecordingLog())
+    await keeper.tick()
+    world.on_publish.clear()
+
+    task = asyncio.create_task(keeper.run(interval_s=60))
+    try:
+        await asyncio.wait_for(world.on_publish.wait(), 5)
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+    assert world.published == [KeeperState(first=NOW)] * 2

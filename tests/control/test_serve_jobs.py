@@ -29,6 +29,10 @@ class GatedFiles:
         self.cancelled = asyncio.Event()
         self.failures = failures or []
         self.calls = 0
+        self.published_sha256 = True
+
+    def unverified(self, src: HubSource) -> bool:
+        return not self.published_sha256
 
     async def fetch(self, src: HubSource, progress: Progress | None = None) -> Path:
         self.calls += 1
@@ -105,6 +109,30 @@ async def test_a_job_fetches_sizes_and_adds_the_model(setup: Setup) -> None:
     # No memory given: the profile holds the estimate, which includes the 8 GiB prompt cache.
     assert model.profiles[0].min_memory_gb > 8
     assert done.estimate and "prompt cache 8.00" in done.estimate
+
+
+async def test_a_file_the_hub_published_no_sha256_for_is_said_unverified_in_the_job(
+    setup: Setup, store: Store, caplog: pytest.LogCaptureFixture
+) -> None:
+    jobs, _catalog, files = setup
+    files.published_sha256 = False
+    files.release.set()
+
+    done = await finished(jobs, await jobs.start(hub_request()))
+
+    warning = "org/tiny-GGUF/tiny.gguf@main was not verified: the Hub published no SHA-256 for it"
+    assert done.state == JobState.RUNNING and done.error is None
+    assert done.warning and done.warning.startswith(warning)
+    stored = store.jobs.get(done.id)  # what `ctl job show` reads through any server
+    assert stored.warning == done.warning and stored.error is None
+    assert any(warning in r.getMessage() and r.levelname == "WARNING" for r in caplog.records)
+
+
+async def test_a_verified_file_leaves_no_warning(setup: Setup, store: Store) -> None:
+    jobs, _catalog, files = setup
+    files.release.set()
+    done = await finished(jobs, await jobs.start(hub_request()))
+    assert done.warning is None and store.jobs.get(done.id).warning is None
 
 
 async def test_if_absent_gives_way_to_a_model_added_while_it_fetched(

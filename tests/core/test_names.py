@@ -34,3 +34,16 @@ def test_traversal_like_model_names_break_the_rule(name: str) -> None:
 
 def test_a_name_may_be_128_characters_long() -> None:
     assert names.check_model_name("a" * 128) == "a" * 128
+
+
+@pytest.mark.parametrize(
+    ("check", "value"),
+    [(names.check_model_name, "gemma\n"), (names.check_repo, "acme/guard\n"),
+     (names.check_file, "g.gguf\n"), (names.check_revision, "main\n"),
+     (names.check_env_name, "LLMGW_PROVIDER_A\n")],
+)
+def test_a_trailing_newline_never_passes_a_rule(check: object, value: str) -> None:
+    # `$` in a regex matches before a final newline: every rule must match the whole string.
+    assert callable(check)
+    with pytest.raises(ValueError):
+        check(value)

@@ -297,3 +297,64 @@ async def test_guard_policies_follow_the_current_view(rig: Rig) -> None:
     assert [p.name for p in rig.guard.policies("m1", "k", Direction.INPUT)] == ["p"]
     rig.view = GuardView(enabled=False, policies=rig.view.policies)
     assert rig.guard.policies("m1", "k", Direction.INPUT) == []
+
+
+# --- a GPU judge the cluster cannot run -------------------------------------------------------
+
+GPU_JUDGE = "qwen3guard-8b"
+
+
+@pytest.fixture
+async def stand_in() -> AsyncIterator[tuple[FakeJudge, list[VerdictRecord], set[str], Guard]]:
+    """The default judge answering on a fake engine; `ready` holds the judges with a ready replica."""
+    default = await FakeJudge().start()
+    ready = {DEFAULT_JUDGE}
+
+    def locate(name: str) -> JudgeTarget:
+        if name not in ready:
+            raise NoReadyReplica(f"model '{name}' has no ready replica")
+        return JudgeTarget(KNOWN[name], default.url)
+
+    client = JudgeClient(locate)
+    await client.start()
+    records: list[VerdictRecord] = []
+    view = GuardView(enabled=True, judges=dict(KNOWN))
+    guard = Guard(client, lambda: view, records.append, lambda: datetime.now(UTC), time.monotonic,
+                  lambda name: name in ready)
+    try:
+        yield default, records, ready, guard
+    finally:
+        await client.close()
+        await default.close()
+
+
+async def test_the_default_judge_answers_for_a_gpu_judge_the_cluster_cannot_run(stand_in: Any) -> None:
+    default, records, _ready, guard = stand_in
+    gpu_policy = policy(judges=[GPU_JUDGE, DEFAULT_JUDGE])
+
+    await guard.check([gpu_policy], Direction.INPUT, HELLO, INFO)  # not refused: it fails closed today
+    default.unsafe("Violent")
+    with pytest.raises(GuardBlocked, match=f"judge {DEFAULT_JUDGE} found it unsafe"):
+        await guard.check([gpu_policy], Direction.INPUT, HELLO, INFO)
+
+    # The verdict log names the judge that answered, once per judgment.
+    assert [(r.judge, r.outcome) for r in records] == [(DEFAULT_JUDGE, Outcome.SAFE),
+                                                       (DEFAULT_JUDGE, Outcome.UNSAFE)]
+    assert len(default.requests) == 2
+
+
+async def test_a_gpu_judge_answers_itself_once_it_runs_and_fails_as_itself_without_a_stand_in(
+    stand_in: Any,
+) -> None:
+    default, records, ready, guard = stand_in
+    ready.add(GPU_JUDGE)
+    await guard.check([policy(judges=[GPU_JUDGE])], Direction.INPUT, HELLO, INFO)
+    ready.clear()
+    with pytest.raises(GuardUnavailable, match=f"judge {GPU_JUDGE}: model '{GPU_JUDGE}' has no ready"):
+        await guard.check([policy(judges=[GPU_JUDGE])], Direction.INPUT, HELLO, INFO)
+    # A judgment asked of a judge by name (`ctl guard eval`) is that judge's own.
+    ready.add(DEFAULT_JUDGE)
+    answer = await guard.ask(GPU_JUDGE, Direction.INPUT, HELLO, 1000)
+
+    assert [r.judge for r in records] == [GPU_JUDGE, GPU_JUDGE]
+    assert answer.judge == GPU_JUDGE and answer.verdict is None

@@ -132,7 +132,7 @@ async def test_a_file_is_fetched_verified_and_then_served_from_the_cache(hub: Hu
     assert path.read_bytes() == data
     assert json.loads(meta_of(path).read_text()) == {
         "sha256": hashlib.sha256(data).hexdigest(), "size": len(data), "commit": COMMIT,
-        "repo": REPO, "file": FILE, "revision": "main",
+        "repo": REPO, "file": FILE, "revision": "main", "verified": True,
     }
     assert not part_of(path).exists()
     dones = [d for d, _ in progress.seen]
@@ -160,6 +160,23 @@ async def test_a_plain_git_file_is_fetched_from_the_resolve_url(hub: Hub, cache:
     assert path.read_bytes() == data and f.gets == 1
     assert hub.gets() == [f"/{REPO}/resolve/main/config.json"]
     assert json.loads(meta_of(path).read_text())["sha256"] == hashlib.sha256(data).hexdigest()
+
+
+async def test_a_file_without_a_published_sha256_is_said_to_be_unverified(
+    hub: Hub, cache: ModelFiles, caplog: pytest.LogCaptureFixture
+) -> None:
+    hub.add(b'{"architectures": ["Tiny"]}', name="config.json", lfs=False)
+    hub.add(blob(1000))
+    plain = HubSource(repo=REPO, file="config.json")
+
+    await cache.fetch(plain)
+    await cache.fetch(SRC)
+    await cache.fetch(plain)  # from the cache: still unverified
+
+    assert cache.unverified(plain) and not cache.unverified(SRC)
+    [line] = [r for r in caplog.records if "SHA-256" in r.getMessage()]
+    assert line.levelname == "WARNING" and f"{REPO}/config.json@main" in line.getMessage()
+    assert "not verified" in line.getMessage()
 
 
 # --- resuming ----------------------------------------------------------------------------------

@@ -18,6 +18,7 @@ from llmgw.server.app import Server
 from llmgw.server.init import init
 from llmgw.server.run import serve
 from llmgw.store.store import Store
+from tests.factories import NOW, judge_machine, node
 
 
 def test_init_creates_config_database_and_one_admin_key(tmp_path: Path) -> None:
@@ -152,3 +153,38 @@ def test_a_database_left_readable_by_an_earlier_version_is_made_private(tmp_path
         assert mode(db) == 0o600 and mode(db.with_name("llmgw.db-wal")) == 0o600
     finally:
         store.close()
+
+
+def _judge_job_profile(data_dir: Path) -> tuple[int, int]:
+    """Cores per replica and replicas of the judge init asked for."""
+    store = Store.open(load(data_dir).database_url(data_dir))
+    try:
+        [job] = store.jobs.list()
+    finally:
+        store.close()
+    return job.request.profiles[0].cpu_cores, job.request.scaling.min
+
+
+@pytest.mark.parametrize(("cores", "expected"), [(2, (1, 2)), (3, (1, 2)), (16, (2, 2))])
+def test_init_sizes_its_judge_for_this_machine_like_the_keeper(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cores: int, expected: tuple[int, int]
+) -> None:
+    # The judge lands on the embedded node, this machine: on 2 cores both replicas must place.
+    monkeypatch.setattr(init_module.hardware, "probe", lambda node_id: node(node_id, cores=cores))
+    init(tmp_path / "data")
+    per_replica, replicas = _judge_job_profile(tmp_path / "data")
+    assert (per_replica, replicas) == expected
+    assert per_replica * replicas <= cores
+
+
+def test_init_sizes_its_judge_for_the_judge_machine_it_knows(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    data.mkdir()
+    store = Store.open(f"sqlite:///{data / 'llmgw.db'}")
+    store.nodes.upsert(judge_machine(cores=2), NOW)
+    store.nodes.upsert(node("big", cores=64), NOW)  # not the judge machine
+    store.close()
+
+    init(data, judge_node={"role": "judge"})
+
+    assert _judge_job_profile(data) == (1, 2)

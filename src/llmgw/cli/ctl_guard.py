@@ -159,6 +159,9 @@ def judge_status() -> None:
             [[j["judge"], j["source"], "yes" if j["in_catalog"] else "no", j["replicas_ready"],
               j["keeper"], j["p50_ms"], j["p99_ms"], j["note"]] for j in d["data"]],
         )
+        leader = next((j["keeper_server"] for j in d["data"] if j.get("keeper_server")), None)
+        if leader:
+            render.console.print(f"keeper: the leader's, on server {leader}", highlight=False)
 
     show(call("GET", "/admin/v1/guard/judges"), table)
 

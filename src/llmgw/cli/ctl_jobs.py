@@ -98,6 +98,8 @@ def _say_outcome(job: dict[str, Any]) -> None:
     state = job["state"]
     if state == "running":
         render.console.print(f"[green]added[/] {job['model']}", highlight=False)
+        if job.get("warning"):
+            render.console.print(f"[yellow]warning[/]: {job['warning']}", highlight=False)
         if job.get("estimate"):
             render.console.print(f"memory estimate: {job['estimate']}", highlight=False)
     elif state == "gave_way":
@@ -124,8 +126,8 @@ def _jobs_table(jobs: list[dict[str, Any]]) -> None:
     render.table(
         "jobs",
         ["id", "model", "state", "progress", "by", "error"],
-        [[j["id"], j["model"], j["state"], _progress(j), j["request"]["by"], j["error"] or ""]
-         for j in jobs],
+        [[j["id"], j["model"], j["state"], _progress(j), j["request"]["by"],
+          j["error"] or (f"warning: {j['warning']}" if j.get("warning") else "")] for j in jobs],
     )
 
 
@@ -152,6 +154,8 @@ def job_show(job_id: str) -> None:
                              highlight=False)
         if j.get("estimate"):
             render.console.print(f"memory estimate: {j['estimate']}", highlight=False)
+        if j.get("warning"):
+            render.console.print(f"warning: {j['warning']}", highlight=False)
 
     show(call("GET", f"/admin/v1/jobs/{job_id}"), detail)
 

@@ -2,8 +2,10 @@
 
 Naming a judge llmgw knows in a policy is all it takes to have it served, and a judge removed by
 mistake comes back. A judge llmgw does not know is left to `llmgw ctl guard judge enable --repo`.
-The keeper also refits, once, the default judge an earlier `server init` installed with a profile
-that missed every judgment's budget on small machines.
+A judge that needs a GPU the cluster does not have is not served: the default judge is, and the
+guard asks it in the GPU judge's place. The keeper also refits, once, the default judge an earlier
+`server init` installed with a profile that missed every judgment's budget on small machines, and
+restarts its replicas on a later look when they could not be restarted then.
 
 Two actors may want the same judge: `server init` adds its own just after the control plane
 starts. So the keeper serves nothing during a grace period after its first look, never starts a
@@ -24,6 +26,8 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Protocol
+
+from pydantic import ValidationError
 
 from llmgw.core.clock import Clock
 from llmgw.core.errors import LlmgwError
@@ -81,10 +85,19 @@ class KeeperState:
     looked: frozenset[str] = frozenset()
     # Judges already said to be left to the operator: each is said once.
     said: frozenset[str] = frozenset()
+    # Judges whose entry cannot be served as it stands (say a bad repo stored before it was
+    # checked): each is said once, and the others are served all the same.
+    broken: frozenset[str] = frozenset()
+    # Models refitted whose replicas could not be restarted: restarted on the next look.
+    unrestarted: frozenset[str] = frozenset()
 
     def forget_refit(self, model: str) -> KeeperState:
         """Look at `model` again on the next look (its refit failed)."""
         return replace(self, looked=self.looked - {model})
+
+    def restart_later(self, model: str) -> KeeperState:
+        """Restart `model`'s replicas on the next look (they could not be restarted now)."""
+        return replace(self, unrestarted=self.unrestarted | {model})
 
 
 @dataclass(frozen=True)
@@ -135,6 +148,14 @@ class Refit:
 
 
 @dataclass(frozen=True)
+class Restart:
+    """Restart a refitted model's replicas, whose restart failed on an earlier look."""
+
+    model: str
+    restart: list[str]
+
+
+@dataclass(frozen=True)
 class Say:
     """Something the operator should hear once."""
 
@@ -142,7 +163,7 @@ class Say:
     message: str
 
 
-KeeperAction = ServeJudge | Warn | Refit | Say
+KeeperAction = ServeJudge | Warn | Refit | Restart | Say
 
 
 def plan(state: KeeperState, view: KeeperView, now: datetime) -> tuple[list[KeeperAction], KeeperState]:
@@ -150,6 +171,10 @@ def plan(state: KeeperState, view: KeeperView, now: datetime) -> tuple[list[Keep
     if not view.leader or not view.guard_on:
         return [], state
     actions: list[KeeperAction] = []
+    have = {m.name for m in view.models}
+    for name in sorted(state.unrestarted & have):
+        if ids := list(view.replica_ids.get(name, [])):
+            actions.append(Restart(name, ids))
     looked = set(state.looked)
     for model in view.models:
         if model.name in looked or not _refittable(model):
@@ -159,10 +184,10 @@ def plan(state: KeeperState, view: KeeperView, now: datetime) -> tuple[list[Keep
     first = state.first or now
     in_grace = now - first < view.grace
     said = set(state.said)
+    broken = set(state.broken)
     tried = dict(state.tried)
-    have = {m.name for m in view.models}
     busy = _busy(view.jobs)
-    for name in wanted_judges(view.policies):
+    for name in kept_judges(view):
         if name in have:
             continue
         spec = _spec(view, name)
@@ -185,9 +210,17 @@ def plan(state: KeeperState, view: KeeperView, now: datetime) -> tuple[list[Keep
             if gpu_class is None:
                 actions.append(Warn(name, _no_gpu(name)))
                 continue
-        actions.append(ServeJudge(judge_request(spec, view.node_cores, gpu_class,
-                                                view.judge_node_selector)))
-    return actions, KeeperState(first=first, tried=tried, looked=frozenset(looked), said=frozenset(said))
+        try:
+            request = judge_request(spec, view.node_cores, gpu_class, view.judge_node_selector)
+        except ValueError as exc:  # an entry stored before it was checked: the others go on
+            if name not in broken:
+                broken.add(name)
+                actions.append(Warn(name, f"cannot serve this judge as it is enabled: {_reason(exc)}; "
+                                          "enable it again with a valid --repo and --file"))
+            continue
+        actions.append(ServeJudge(request))
+    return actions, KeeperState(first=first, tried=tried, looked=frozenset(looked), said=frozenset(said),
+                                broken=frozenset(broken))
 
 
 def judge_status(state: KeeperState, view: KeeperView, now: datetime) -> dict[str, str]:
@@ -195,7 +228,7 @@ def judge_status(state: KeeperState, view: KeeperView, now: datetime) -> dict[st
     have = {m.name for m in view.models}
     busy = _busy(view.jobs)
     status: dict[str, str] = {}
-    for name in wanted_judges(view.policies):
+    for name in kept_judges(view):
         status[name] = _status_of(name, state, view, now, have, busy)
     return status
 
@@ -217,6 +250,8 @@ def _status_of(
     if name in busy:
         job = busy[name]
         return f"{job.state.value} (job {job.id})"
+    if name in state.broken:
+        return "cannot be served as enabled: enable it again with a valid --repo and --file"
     if state.first is None:
         return "waiting for the keeper's first look"
     if now - state.first < view.grace:
@@ -233,6 +268,17 @@ def _status_of(
 def wanted_judges(policies: list[Policy]) -> list[str]:
     """Every judge an enabled policy names, sorted."""
     return sorted({j for p in policies if p.enabled for j in p.judges})
+
+
+def kept_judges(view: KeeperView) -> list[str]:
+    """The judges the keeper keeps: every one an enabled policy names and, while one of those
+    needs a GPU the cluster does not have, the default judge that answers in its place."""
+    wanted = wanted_judges(view.policies)
+    if roomiest_gpu_class(view.gpu_free_by_class) is None and any(
+        (spec := _spec(view, name)) is not None and spec.gpu for name in wanted
+    ):
+        return sorted({*wanted, DEFAULT_JUDGE})
+    return wanted
 
 
 def judge_request(
@@ -366,6 +412,12 @@ def _no_gpu(name: str) -> str:
             f"the default judge {DEFAULT_JUDGE} is used instead")
 
 
+def _reason(exc: ValueError) -> str:
+    if isinstance(exc, ValidationError):
+        return "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
+    return str(exc)
+
+
 def _at(t: datetime) -> str:
     return t.isoformat(timespec="seconds")
 
@@ -387,15 +439,21 @@ class JudgeKeeper:
         self,
         read: Callable[[], Awaitable[KeeperView]],
         serve: Callable[[ServeRequest], Awaitable[object]],
-        refit: Callable[[str, list[Profile], str, list[str]], Awaitable[object]],
+        refit: Callable[[str, list[Profile], str], Awaitable[object]],
+        restart: Callable[[list[str]], Awaitable[object]],
         clock: Clock,
         log: LogLike = logger,
+        publish: Callable[[KeeperState], Awaitable[object]] | None = None,
     ) -> None:
         self._read = read
         self._serve = serve
         self._refit = refit
+        self._restart = restart
         self._clock = clock
         self._log = log
+        # Writes the state where servers that do not lead read it for their judge status.
+        self._publish = publish
+        self._published: KeeperState | None = None
         self._state = KeeperState()
         self.wake = asyncio.Event()
 
@@ -409,13 +467,25 @@ class JudgeKeeper:
         actions, self._state = plan(self._state, view, self._clock.now())
         for action in actions:
             await self._apply(action)
+        if self._publish is not None and self._state != self._published:
+            state = self._state
+            try:
+                await self._publish(state)
+            except Exception as exc:  # the judges are kept all the same; published next look
+                self._log.warning("judge keeper: could not publish its state: %s", _why(exc))
+            else:
+                self._published = state
         return actions
 
-    async def status(self) -> dict[str, str]:
-        """Per judge the enabled policies name, what the keeper is doing about it."""
-        return judge_status(self._state, await self._read(), self._clock.now())
+    async def status(self, state: KeeperState | None = None) -> dict[str, str]:
+        """Per judge the keeper keeps, what it is doing about it: by this keeper's state, or by
+        `state` (the leader's, read by a server that does not lead)."""
+        return judge_status(state if state is not None else self._state, await self._read(),
+                            self._clock.now())
 
     async def run(self, interval_s: float) -> None:
+        # Elected again: another leader may have published its state meanwhile.
+        self._published = None
         await every(interval_s, self.wake, self.tick, "judge keeper", logger)
 
     async def _apply(self, action: KeeperAction) -> None:
@@ -437,15 +507,38 @@ class JudgeKeeper:
                 self._log.info("judge keeper: %s: %s", judge, message)
             case Refit(model=model, profiles=profiles, by=by, restart=restart):
                 try:
-                    await self._refit(model, profiles, by, restart)
+                    await self._refit(model, profiles, by)
                 except Exception as exc:
                     self._log.warning("judge keeper: could not refit judge %s: %s", model, _why(exc))
                     self._state = self._state.forget_refit(model)
                     return
                 p = profiles[0]
+                failed = await self._restart_failed(model, restart) if restart else None
+                if failed is not None:
+                    self._log.warning("judge keeper: refitted judge %s, the one an earlier init "
+                                      "installed, but could not restart it (%s): restarting it on "
+                                      "the next look", model, failed)
+                    return
                 self._log.info("judge keeper: refitted judge %s, the one an earlier init installed: "
                                "%s GB, %d cores, %d replicas restarted",
                                model, p.min_memory_gb, p.cpu_cores, len(restart))
+            case Restart(model=model, restart=restart):
+                failed = await self._restart_failed(model, restart)
+                if failed is not None:
+                    self._log.warning("judge keeper: could not restart judge %s onto its refitted "
+                                      "profile (%s): trying again on the next look", model, failed)
+                    return
+                self._log.info("judge keeper: restarted judge %s onto its refitted profile: %d "
+                               "replicas", model, len(restart))
+
+    async def _restart_failed(self, model: str, replicas: list[str]) -> str | None:
+        """Restart `replicas`; on failure, why (and the next look tries again)."""
+        try:
+            await self._restart(replicas)
+        except Exception as exc:
+            self._state = self._state.restart_later(model)
+            return _why(exc)
+        return None
 
 
 def _why(exc: Exception) -> str:

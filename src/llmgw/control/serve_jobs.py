@@ -117,7 +117,10 @@ class ServeJobs:
     async def _run(self, job: ServeJob) -> None:
         try:
             path = await self._fetch(job)
-            job = await self._set(job, JobState.ADDING)
+            warning = await asyncio.to_thread(self._unverified, job.request)
+            if warning:
+                logger.warning("serve job %s: %s", job.id, warning)
+            job = await self._set(job, JobState.ADDING, **({"warning": warning} if warning else {}))
             await self._add(job, path)
         except asyncio.CancelledError:
             if job.id in self._cancelled:
@@ -151,6 +154,14 @@ class ServeJobs:
         finally:
             await tracker.close()
         return path
+
+    def _unverified(self, req: ServeRequest) -> str | None:
+        """Why the fetched file is unverified, or None (verified, or a local file)."""
+        src = req.source
+        if isinstance(src, HubSource) and self._files.unverified(src):
+            return (f"{src.repo}/{src.file}@{src.revision} was not verified: the Hub published "
+                    "no SHA-256 for it (only its size was checked)")
+        return None
 
     async def _add(self, job: ServeJob, path: Path) -> None:
         req = job.request

@@ -59,6 +59,8 @@ class ServeJob(Frozen):
     bytes_total: int = 0
     rate_bps: float = 0.0
     error: str | None = None
+    # What the operator should know about a job that did not fail (a file that was not verified).
+    warning: str | None = None
     estimate: str | None = None
     created_at: datetime | None = None
     updated_at: datetime | None = None

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from llmgw.core import names
+from llmgw.core.errors import InvalidRequest
 from llmgw.core.guard import JudgeFormat, JudgeSpec
 
 DEMO_JUDGE = "demo-judge"
@@ -32,3 +34,15 @@ KNOWN: dict[str, JudgeSpec] = {
 def known(name: str) -> JudgeSpec | None:
     """The built-in spec for `name`, if llmgw knows it."""
     return KNOWN.get(name)
+
+
+def check_enabled(spec: JudgeSpec) -> None:
+    """Refuse (InvalidRequest) a judge to enable whose repo, file or name could not be fetched
+    and served safely: each is stored and later used as a path and a catalog name."""
+    for param, check, value in (("repo", names.check_repo, spec.repo),
+                                ("file", names.check_file, spec.file),
+                                ("name", names.check_model_name, spec.name)):
+        try:
+            check(value)
+        except ValueError as exc:
+            raise InvalidRequest(str(exc), param=param) from None

@@ -41,14 +41,14 @@ PROVIDER_KEY_RULE = (
 
 def check_model_name(v: str) -> str:
     """A catalog model name (the README's rule)."""
-    if len(v) > MODEL_NAME_MAX or not _NAME_RE.match(v):
+    if len(v) > MODEL_NAME_MAX or not _NAME_RE.fullmatch(v):
         raise ValueError(MODEL_NAME_RULE)
     return v
 
 
 def check_repo(v: str) -> str:
     """A Hugging Face repo id, `owner/name`."""
-    if not _REPO_RE.match(v) or ".." in v:
+    if not _REPO_RE.fullmatch(v) or ".." in v:
         raise ValueError("repo must look like 'owner/name' (letters, digits, - _ .)")
     return v
 
@@ -59,7 +59,7 @@ def check_file(v: str) -> str:
     if (
         not v
         or len(v) > FILE_MAX
-        or any(p in (".", "..") or not _FILE_PART_RE.match(p) for p in parts)
+        or any(p in (".", "..") or not _FILE_PART_RE.fullmatch(p) for p in parts)
     ):
         raise ValueError(
             f"file must be a relative path inside the repo (at most {FILE_MAX} characters; "
@@ -70,21 +70,21 @@ def check_file(v: str) -> str:
 
 def check_revision(v: str) -> str:
     """A branch, tag or commit."""
-    if not _REV_RE.match(v) or ".." in v or any(p in ("", ".") for p in v.split("/")):
+    if not _REV_RE.fullmatch(v) or ".." in v or any(p in ("", ".") for p in v.split("/")):
         raise ValueError("revision must be a branch, tag or commit name")
     return v
 
 
 def check_env_name(v: str) -> str:
     """The syntax of an environment variable name."""
-    if not _ENV_RE.match(v):
+    if not _ENV_RE.fullmatch(v):
         raise ValueError("must be an environment variable name (letters, digits and _)")
     return v
 
 
 def provider_key_allowed(name: str, allowed: Collection[str]) -> bool:
     """Whether a remote model may read its key from variable `name`."""
-    if not _ENV_RE.match(name):
+    if not _ENV_RE.fullmatch(name):
         return False
     return (name.startswith(PROVIDER_KEY_PREFIX) and len(name) > len(PROVIDER_KEY_PREFIX)) or (
         name in allowed

@@ -134,6 +134,11 @@ class Refresher:
                                 limits)
         return True
 
+    def judge_ready(self, name: str) -> bool:
+        """Whether judge `name` has a ready replica in the current snapshot."""
+        route = self.current.table.routes.get(name)
+        return route is not None and bool(route.upstreams)
+
     def locate_judge(self, name: str) -> JudgeTarget:
         """A ready replica of judge `name`, least busy first (for the judge client)."""
         snap = self.current

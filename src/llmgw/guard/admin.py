@@ -9,7 +9,7 @@ from datetime import datetime
 from llmgw.core.clock import Clock
 from llmgw.core.errors import InvalidRequest, NotFound
 from llmgw.core.guard import JudgeSpec, Policy, VerdictRecord
-from llmgw.core.judges import KNOWN
+from llmgw.core.judges import KNOWN, check_enabled
 from llmgw.store.store import Store
 
 
@@ -65,6 +65,7 @@ class GuardAdmin:
         return await asyncio.to_thread(self._store.guard.enabled_judges)
 
     async def enable_judge(self, spec: JudgeSpec, by: str) -> JudgeSpec:
+        check_enabled(spec)
         if spec.name in KNOWN:
             raise InvalidRequest(f"{spec.name} is a judge llmgw knows already; name it in a policy",
                                  param="name")

@@ -4,7 +4,11 @@ A request is blocked when any judge of any applying policy finds it unsafe (Cont
 as unsafe under `controversial: strict`; only `block_categories` block when the policy lists
 some). A judge that cannot answer within the policy's `budget_ms` (timeout, garbage, no replica)
 is a failure, and the policy's `on_failure` decides: `closed` refuses, `open` lets through. Every
-judgment goes to the verdict log, off the request path.
+judgment goes to the verdict log, off the request path, under the judge that answered.
+
+A judge that needs a GPU and has no ready replica (the cluster has no GPU, or its replica is not
+up yet) is stood in for by the default judge, which the judge keeper serves in that case, as long
+as the default judge has a ready replica.
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ from llmgw.core.guard import (
     Verdict,
     VerdictRecord,
 )
+from llmgw.core.judges import DEFAULT_JUDGE
 from llmgw.guard.judge_client import JudgeClient
 from llmgw.guard.prompts import Turn
 
@@ -107,12 +112,14 @@ class Guard:
         record: Callable[[VerdictRecord], None],
         now: Callable[[], datetime],
         monotonic: Callable[[], float],
+        ready: Callable[[str], bool] = lambda _judge: True,
     ) -> None:
         self._client = client
         self._view = view
         self._record = record
         self._now = now
         self._monotonic = monotonic
+        self._ready = ready  # whether a judge has a ready replica right now
 
     def policies(self, model: str, key_name: str, direction: Direction) -> list[Policy]:
         return applying(self._view(), model, key_name, direction)
@@ -146,17 +153,31 @@ class Guard:
         return judges, min(p.budget_ms for p in policies)
 
     async def moderate(self, judges: list[str], text: str, budget_ms: int) -> list[Answer]:
-        """Ask each judge about `text` as a user prompt (for /v1/moderations)."""
+        """Ask each judge (or its stand-in) about `text` as a user prompt (for /v1/moderations)."""
         turns = [Turn("user", text)]
         return list(
-            await asyncio.gather(*(self.ask(j, Direction.INPUT, turns, budget_ms) for j in judges))
+            await asyncio.gather(*(self.ask(j, Direction.INPUT, turns, budget_ms)
+                                   for j in self._answering(judges)))
         )
+
+    def answering(self, judge: str) -> str:
+        """The judge that answers for `judge`: itself, or the default judge while `judge` needs
+        a GPU and has no ready replica and the default judge has one."""
+        spec = self._view().judges.get(judge)
+        if (spec is not None and spec.gpu and judge != DEFAULT_JUDGE and not self._ready(judge)
+                and self._ready(DEFAULT_JUDGE)):
+            return DEFAULT_JUDGE
+        return judge
+
+    def _answering(self, judges: list[str]) -> list[str]:
+        # One question per answering judge: two judges stood in for by one are asked once.
+        return list(dict.fromkeys(self.answering(j) for j in judges))
 
     async def _policy(
         self, policy: Policy, direction: Direction, turns: list[Turn], info: RequestInfo
     ) -> LlmgwError | None:
         answers = await asyncio.gather(
-            *(self.ask(j, direction, turns, policy.budget_ms) for j in policy.judges)
+            *(self.ask(j, direction, turns, policy.budget_ms) for j in self._answering(policy.judges))
         )
         blocked: GuardBlocked | None = None
         failed: Answer | None = None

@@ -115,6 +115,11 @@ class ModelFiles:
             raise FetchRefused(f"{src.repo}/{src.file} would land outside the model cache")
         return path
 
+    def unverified(self, src: HubSource) -> bool:
+        """Whether the fetched file could not be verified: the Hub published no SHA-256 for it
+        (a file kept in git rather than LFS), so only its size was checked."""
+        return _read_meta(self.path_for(src)).get("verified") is False
+
     def cached(self, src: HubSource) -> Path | None:
         """The verified file, if it has been fetched."""
         path = self.path_for(src)
@@ -196,10 +201,14 @@ class ModelFiles:
                 f"{src.repo}/{src.file}: SHA-256 {actual} does not match the published "
                 f"{remote.sha256}; the file was discarded"
             )
+        if remote.sha256 is None:
+            logger.warning("%s/%s@%s: the Hub published no SHA-256 for this file; it was not "
+                           "verified (only its size was checked)", src.repo, src.file, src.revision)
         os.replace(part, path)
         _meta_path(path).write_text(
             json.dumps({"sha256": actual, "size": size, "commit": remote.commit, "repo": src.repo,
-                        "file": src.file, "revision": src.revision})
+                        "file": src.file, "revision": src.revision,
+                        "verified": remote.sha256 is not None})
         )
         return path
 

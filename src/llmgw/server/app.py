@@ -110,7 +110,7 @@ class Server:
             metrics.judged(record)
 
         guard = Guard(judge_client, lambda: refresher.current.guard, judged,
-                      self.clock.now, self.clock.monotonic)
+                      self.clock.now, self.clock.monotonic, refresher.judge_ready)
         meter = UsageMeter(self.store, self.clock.now)
         limiter = Limiter(self.store, self.clock.now, lambda: refresher.current.default_limits,
                           lambda: refresher.current.keys)
@@ -200,7 +200,7 @@ class Server:
         key_admin = KeyAdmin(self.store, self.clock, bytes.fromhex(s.key_secret),
                              lambda: refresher.current.default_limits, on_change=keys_changed)
         judge_keeper = judges.keeper(self.store, jobs, catalog, self.clock, s.judge_grace_s,
-                                     catalog_changed, leadership.fence)
+                                     catalog_changed, leadership.fence, leadership.server_id)
 
         app = web.Application(middlewares=[openai_errors],
                               client_max_size=s.max_body_bytes)
@@ -212,7 +212,8 @@ class Server:
         app[GUARD] = guard
         app[GUARD_ADMIN] = guard_admin
         app[KEYS] = key_admin
-        app[JUDGE_STATUS] = judges.status(self.store, judge_keeper, self.clock)
+        app[JUDGE_STATUS] = judges.status(self.store, judge_keeper, self.clock,
+                                          lambda: leadership.leading, leadership.server_id)
         app[AGENTS] = AgentService(self.store, self.clock, engine_key, on_change=catalog_changed,
                                    node_timeout=timedelta(seconds=s.node_timeout_s),
                                    servers_nodes=frozenset({"local", s.node_id}))

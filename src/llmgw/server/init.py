@@ -17,6 +17,7 @@ from llmgw.core.jobs import ServeJob
 from llmgw.core.judges import DEFAULT_JUDGE, DEMO_JUDGE, DEMO_NOTE, KNOWN
 from llmgw.core.settings import CONFIG_FILE, ServerSettings, dump, load
 from llmgw.core.types import ApiKey, Engine, KeyScope, LocalSource, Model, Profile, Scaling
+from llmgw.node import hardware
 from llmgw.store.db import redact, schema_exists
 from llmgw.store.install_repo import JOIN_HINT
 from llmgw.store.store import Store
@@ -106,13 +107,15 @@ def init(
     judge_node: dict[str, str] | None = None,
     embedded_node: bool = True,
     clock: Clock | None = None,
+    local_cores: int | None = None,
 ) -> InitResult:
     """Create what is missing; report what already exists and leave it unchanged.
 
     With the guard on, init asks for its judge: the demo judge's entry (`demo`), or a serve
     job for the default judge that the leader runs as soon as a server starts. `judge_node`
     (labels) makes the machine carrying them the judge machine: init's judge and any judge
-    the keeper serves later are placed there only."""
+    the keeper serves later are placed there only. The judge is sized by the keeper's rule for
+    the machines it may run on (`local_cores`: this machine's, probed when not given)."""
     clock = clock or SystemClock()
     data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
     config_path = data_dir / CONFIG_FILE
@@ -187,13 +190,18 @@ def init(
                 store.guard.set_policy(default_policy(judge), "llmgw server init", clock.now())
                 result.created.append(f"guard policy default (input of every model, judge {judge})")
             if not demo:
-                _ask_for_judge(store, selector, clock, result)
+                local = None
+                if settings.embedded_node:
+                    local = local_cores or hardware.probe(settings.node_id).cores
+                _ask_for_judge(store, selector, clock, result, local)
     finally:
         store.close()
     return result
 
 
-def _ask_for_judge(store: Store, selector: dict[str, str], clock: Clock, result: InitResult) -> None:
+def _ask_for_judge(
+    store: Store, selector: dict[str, str], clock: Clock, result: InitResult, local_cores: int | None
+) -> None:
     """Queue a serve job for the default judge unless it is served or on its way. The leader runs
     it when a server starts; `if_absent`, so an entry added meanwhile is the one that stays."""
     if DEFAULT_JUDGE in {m.name for m in store.catalog.list()}:
@@ -202,12 +210,24 @@ def _ask_for_judge(store: Store, selector: dict[str, str], clock: Clock, result:
     if any(j.model == DEFAULT_JUDGE and not j.state.finished for j in store.jobs.list()):
         result.existed.append(f"serve job for judge {DEFAULT_JUDGE}")
         return
-    request = judge_request(KNOWN[DEFAULT_JUDGE], [], node_selector=selector, by=INIT_BY)
+    request = judge_request(KNOWN[DEFAULT_JUDGE], _judge_node_cores(store, selector, local_cores),
+                            node_selector=selector, by=INIT_BY)
     job = ServeJob(id=new_id("job"), request=request, created_at=clock.now())
     store.jobs.create(job, clock.now())
     where = f" on the node labelled {_labels(selector)}" if selector else ""
     result.created.append(f"serve job {job.id} for judge {DEFAULT_JUDGE}{where} "
                           "(fetched when the server starts)")
+
+
+def _judge_node_cores(store: Store, selector: dict[str, str], local_cores: int | None) -> list[int]:
+    """The cores of the machines the judge may run on, as the judge keeper sizes it: the nodes
+    the store knows that carry the judge machine's labels; else, with no judge machine, this
+    machine when its server runs the embedded node (it is the node the judge lands on)."""
+    nodes = [n.cores for n in store.nodes.list()
+             if all(n.labels.get(k) == v for k, v in selector.items())]
+    if nodes or selector or local_cores is None:
+        return nodes
+    return [local_cores]
 
 
 def _labels(selector: dict[str, str]) -> str:

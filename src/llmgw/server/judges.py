@@ -5,11 +5,11 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable
 from dataclasses import replace
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from llmgw.control.catalog import CatalogService
-from llmgw.control.judge_keeper import JudgeKeeper, KeeperView
+from llmgw.control.judge_keeper import JudgeKeeper, KeeperState, KeeperView
 from llmgw.control.placement import free_on
 from llmgw.control.serve_jobs import ServeJobs
 from llmgw.core.clock import Clock
@@ -23,9 +23,11 @@ from llmgw.store.store import Store
 def keeper(
     store: Store, jobs: ServeJobs, catalog: CatalogService, clock: Clock, grace_s: float,
     on_change: Callable[[], Awaitable[None]], fence: Callable[[], Fence | None],
+    server_id: str = "",
 ) -> JudgeKeeper:
     """A judge keeper reading this install's store and acting through its services; its
-    writes are fenced, so a deposed leader cannot serve or refit a judge."""
+    writes are fenced, so a deposed leader cannot serve or refit a judge. It publishes its
+    state to the store, where every server's judge status reads it."""
 
     def read_store() -> KeeperView:
         selector = store.install.judge_node_selector()
@@ -62,32 +64,72 @@ def keeper(
     async def serve(request: ServeRequest) -> object:
         return await jobs.start(request, fence())
 
-    async def refit(model: str, profiles: list[Profile], by: str, restart: list[str]) -> object:
+    async def refit(model: str, profiles: list[Profile], by: str) -> object:
+        await asyncio.to_thread(store.catalog.set_profiles, model, profiles, by, clock.now(), fence())
+        await on_change()
+        return None
+
+    async def restart(ids: list[str]) -> object:
         def write() -> None:
             f = fence()
-            store.catalog.set_profiles(model, profiles, by, clock.now(), f)
-            for rid in restart:  # the replica keeper places new ones on the new profile
+            for rid in ids:  # the replica keeper places new ones on the new profile
                 store.replicas.update(rid, clock.now(), f, state=ReplicaState.STOPPING)
 
         await asyncio.to_thread(write)
         await on_change()
         return None
 
-    return JudgeKeeper(read, serve, refit, clock)
+    async def publish(state: KeeperState) -> object:
+        await asyncio.to_thread(store.install.set_judge_keeper_state,
+                                dump_state(state, server_id, clock.now()), fence())
+        return None
+
+    return JudgeKeeper(read, serve, refit, restart, clock, publish=publish)
+
+
+def dump_state(state: KeeperState, server_id: str, at: datetime) -> dict[str, Any]:
+    """The part of the keeper's state its status needs, as stored for the other servers."""
+    return {
+        "server": server_id,
+        "at": at.isoformat(),
+        "first": state.first.isoformat() if state.first else None,
+        "tried": {name: t.isoformat() for name, t in state.tried.items()},
+        "broken": sorted(state.broken),
+    }
+
+
+def load_state(stored: dict[str, Any]) -> KeeperState:
+    """A keeper state as `dump_state` stored it."""
+    first = stored.get("first")
+    return KeeperState(
+        first=datetime.fromisoformat(first) if first else None,
+        tried={name: datetime.fromisoformat(t) for name, t in stored.get("tried", {}).items()},
+        broken=frozenset(stored.get("broken", [])),
+    )
 
 
 def status(
-    store: Store, judge_keeper: JudgeKeeper, clock: Clock
+    store: Store, judge_keeper: JudgeKeeper, clock: Clock, leading: Callable[[], bool] = lambda: True,
+    server_id: str = "",
 ) -> Callable[[], Awaitable[list[dict[str, Any]]]]:
-    """Per judge: known or enabled, in the catalog, replicas ready, keeper state, latency."""
+    """Per judge: known or enabled, in the catalog, replicas ready, keeper state, latency.
 
-    def read() -> tuple[list[Any], list[Any], list[Any], list[Any]]:
+    The keeper runs on the leader only: a server that does not lead shows the leader keeper's
+    state as the leader last published it, naming that server (`keeper_server`)."""
+
+    def read() -> tuple[list[Any], list[Any], list[Any], list[Any], dict[str, Any] | None]:
         return (store.catalog.list(), store.replicas.list(), store.guard.enabled_judges(),
-                store.guard.verdicts(limit=5000))
+                store.guard.verdicts(limit=5000), store.install.judge_keeper_state())
 
     async def run() -> list[dict[str, Any]]:
-        models, replicas, enabled, verdicts = await asyncio.to_thread(read)
-        states = await judge_keeper.status()
+        models, replicas, enabled, verdicts, stored = await asyncio.to_thread(read)
+        if leading():
+            states = await judge_keeper.status()
+            kept_by: str | None = server_id
+        else:
+            # Nothing published yet reads as a keeper that has not looked yet.
+            states = await judge_keeper.status(load_state(stored) if stored else KeeperState())
+            kept_by = stored.get("server") if stored else None
         catalog = {m.name: m for m in models}
         names = sorted(set(states) | {m.name for m in models if m.guard} | {j.name for j in enabled})
         out = []
@@ -104,6 +146,7 @@ def status(
                 "replicas_ready": sum(1 for r in replicas
                                       if r.model == name and r.state == ReplicaState.READY),
                 "keeper": states.get(name, "in catalog" if name in catalog else "not named by a policy"),
+                "keeper_server": kept_by,
                 "p50_ms": _pct(latencies, 0.50),
                 "p99_ms": _pct(latencies, 0.99),
                 "judgments": len(latencies),

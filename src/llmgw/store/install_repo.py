@@ -1,16 +1,20 @@
-"""Install-wide values every server shares: the engine key and the judge machine."""
+"""Install-wide values every server shares: the engine key, the judge machine, and what the
+leader's judge keeper remembers."""
 
 from __future__ import annotations
 
 import secrets
+from typing import Any
 
 from sqlalchemy import Engine, delete, insert, select
 from sqlalchemy.exc import IntegrityError
 
+from llmgw.store.lease_repo import Fence
 from llmgw.store.schema import settings
 
 ENGINE_KEY = "engine_key"
 JUDGE_NODE = "judge_node_selector"
+JUDGE_KEEPER = "judge_keeper_state"
 SECRET_CHECK = "key_secret_check"
 JOIN_HINT = ("copy config.toml from a server of this install (it holds the key secret every "
              "server shares) instead")
@@ -37,6 +41,20 @@ class InstallRepo:
         with self._engine.begin() as conn:
             conn.execute(delete(settings).where(settings.c.name == JUDGE_NODE))
             conn.execute(insert(settings).values(name=JUDGE_NODE, value=selector))
+
+    def judge_keeper_state(self) -> dict[str, Any] | None:
+        """What the leader's judge keeper last wrote (for `ctl guard judge status` on any server)."""
+        with self._engine.connect() as conn:
+            row = conn.execute(select(settings.c.value).where(settings.c.name == JUDGE_KEEPER)).first()
+        return dict(row.value) if row is not None else None
+
+    def set_judge_keeper_state(self, state: dict[str, Any], fence: Fence | None = None) -> None:
+        """Fenced: a deposed leader cannot overwrite its successor's state."""
+        with self._engine.begin() as conn:
+            if fence is not None:
+                fence(conn)
+            conn.execute(delete(settings).where(settings.c.name == JUDGE_KEEPER))
+            conn.execute(insert(settings).values(name=JUDGE_KEEPER, value=state))
 
     def claim_secret(self, check: str) -> bool:
         """Record the install's key-secret check, or compare with the one recorded; False

@@ -17,16 +17,22 @@ from llmgw.store.schema import serve_jobs
 
 logger = logging.getLogger(__name__)
 
+# A job that failed, was cancelled or gave way has an error; one that did not can only have a
+# warning: both share the `error` column, told apart by the state.
+_ERROR_STATES = (JobState.FAILED, JobState.CANCELLED, JobState.GAVE_WAY)
+
 
 def _to_job(row: Any) -> ServeJob:
+    state = JobState(row.state)
     return ServeJob(
         id=row.id,
         request=ServeRequest.model_validate(row.request),
-        state=JobState(row.state),
+        state=state,
         bytes_done=row.bytes_done,
         bytes_total=row.bytes_total,
         rate_bps=row.rate_bps,
-        error=row.error,
+        error=row.error if state in _ERROR_STATES else None,
+        warning=None if state in _ERROR_STATES else row.error,
         estimate=row.estimate,
         created_at=utc(row.created_at),
         updated_at=utc(row.updated_at),
@@ -72,7 +78,7 @@ class JobRepo:
                     bytes_done=job.bytes_done,
                     bytes_total=job.bytes_total,
                     rate_bps=job.rate_bps,
-                    error=job.error,
+                    error=job.error or job.warning,
                     estimate=job.estimate,
                     created_at=now,
                     updated_at=now,
@@ -82,6 +88,8 @@ class JobRepo:
     def update(self, job_id: str, now: datetime, **fields: Any) -> None:
         if isinstance(fields.get("state"), JobState):
             fields["state"] = fields["state"].value
+        if "warning" in fields:
+            fields["error"] = fields.pop("warning")
         with self._engine.begin() as conn:
             conn.execute(
                 update(serve_jobs).where(serve_jobs.c.id == job_id).values(**fields, updated_at=now)

@@ -1,0 +1,66 @@
+"""`ctl guard judge status` on any server: the judge keeper runs on the leader only."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from llmgw.control.catalog import CatalogService
+from llmgw.control.judge_keeper import JUDGE_GRACE, JudgeKeeper
+from llmgw.control.serve_jobs import ServeJobs
+from llmgw.core.clock import FakeClock
+from llmgw.core.guard import Policy
+from llmgw.node.files import ModelFiles
+from llmgw.server import judges
+from llmgw.store.store import Store
+from tests.factories import NOW
+
+JUDGE = "qwen3guard-4b"  # known, not installed by init
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Iterator[Store]:
+    s = Store.open(f"sqlite:///{tmp_path / 'llmgw.db'}")
+    s.guard.set_switch("guard_enabled", True)
+    s.guard.set_policy(Policy(name="p", judges=[JUDGE]), "operator", NOW)
+    yield s
+    s.close()
+
+
+async def nothing() -> None:
+    return None
+
+
+def server_keeper(store: Store, tmp_path: Path, clock: FakeClock, server_id: str) -> JudgeKeeper:
+    catalog = CatalogService(store, clock)
+    jobs = ServeJobs(store, ModelFiles(tmp_path / server_id), catalog, clock)
+    return judges.keeper(store, jobs, catalog, clock, JUDGE_GRACE.total_seconds(), nothing,
+                         lambda: None, server_id)
+
+
+async def test_a_follower_shows_the_leaders_keeper(store: Store, tmp_path: Path) -> None:
+    clock = FakeClock(NOW)
+    leader = server_keeper(store, tmp_path, clock, "server-a")
+    follower = server_keeper(store, tmp_path, clock, "server-b")
+    await leader.tick()
+    clock.advance(60)
+
+    follower_status = judges.status(store, follower, clock, lambda: False, "server-b")
+    leader_status = judges.status(store, leader, clock, lambda: True, "server-a")
+
+    [row] = [r for r in await follower_status() if r["judge"] == JUDGE]
+    assert row["keeper"] == "in grace until 2026-01-01T00:10:00+00:00"
+    assert row["keeper_server"] == "server-a"
+    assert [r for r in await leader_status() if r["judge"] == JUDGE] == [row]
+
+
+async def test_before_the_leader_looked_a_follower_says_so(store: Store, tmp_path: Path) -> None:
+    clock = FakeClock(NOW)
+    follower = server_keeper(store, tmp_path, clock, "server-b")
+
+    [row] = [r for r in await judges.status(store, follower, clock, lambda: False, "server-b")()
+             if r["judge"] == JUDGE]
+
+    assert row["keeper"] == "waiting for the keeper's first look" and row["keeper_server"] is None
