@@ -180,6 +180,19 @@ def test_join_tokens(demo_server: LlmgwServer) -> None:
         assert f"revoked node token {name}" in out
 
 
+def test_tokens_made_without_a_name_never_collide(demo_server: LlmgwServer) -> None:
+    # Names of live keys are unique: two default names made within one second must differ.
+    names = []
+    for _ in range(2):
+        out = demo_server.ctl("node", "token", "create").stdout
+        found = re.search(r"^node token (node-\S+) \(", out, re.MULTILINE)
+        assert found, out
+        names.append(found[1])
+    assert names[0] != names[1]
+    for name in names:
+        demo_server.ctl("node", "token", "revoke", name)
+
+
 def test_token_revoke_leaves_other_keys_alone(demo_server: LlmgwServer) -> None:
     proc = demo_server.ctl("node", "token", "revoke", "admin", check=False)
     assert proc.returncode == 1 and "not a node token" in flat(proc.stderr)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import secrets
 import time
 import urllib.parse
 from datetime import UTC, datetime
@@ -222,7 +223,7 @@ def _tokens_table(keys: list[dict[str, Any]]) -> None:
 
 @token_app.command("create")
 def token_create(
-    name: Annotated[str | None, typer.Option(help="A name for the token; default: node-DATE.")]
+    name: Annotated[str | None, typer.Option(help="A name for the token; default: node-DATE-RANDOM.")]
     = None,
     node: Annotated[str | None, typer.Option(
         help="The node id it may report as; default: the node of its first report.")] = None,
@@ -236,7 +237,9 @@ def token_create(
     node of its first report). It reaches the agent API only: it cannot call models or the
     admin API. The agent reads it from LLMGW_NODE_TOKEN, which keeps it out of shell history
     and `ps`."""
-    body = {"name": name or f"node-{datetime.now(UTC):%Y%m%d-%H%M%S}", "scope": "node",
+    # Names of live keys are unique: a default must not collide with a token made the same second.
+    default = f"node-{datetime.now(UTC):%Y%m%d-%H%M%S}-{secrets.token_hex(2)}"
+    body = {"name": name or default, "scope": "node",
             **({"node_id": node} if node else {}), **_expiry(expires)}
     key = call("POST", "/admin/v1/keys", body)
     # The secret goes in the environment, never on the command line printed here.

@@ -137,8 +137,12 @@ async def forward_guarded(
     finally:
         if not verdict.done():
             verdict.cancel()
-        with contextlib.suppress(LlmgwError, asyncio.CancelledError):
-            await verdict
+        # wait() rather than await: the verdict's CancelledError is its own, while ours (the
+        # client left) must go on up; its LlmgwError was raised above when it mattered.
+        await asyncio.wait({verdict})
+        error = None if verdict.cancelled() else verdict.exception()
+        if error is not None and not isinstance(error, LlmgwError):
+            raise error
 
 
 async def _read_unless_blocked(

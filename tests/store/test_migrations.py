@@ -1,0 +1,71 @@
+"""Data migrations: what an install stored before an upgrade keeps working after it."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from importlib import resources
+from pathlib import Path
+
+import pytest
+from alembic import command
+from alembic.config import Config
+from sqlalchemy import create_engine, text
+
+from llmgw.core.types import KeyScope
+from llmgw.store.store import Store
+from tests.pg import fresh_database
+
+NOW = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def empty_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    if request.param == "postgresql":
+        return fresh_database(request.getfixturevalue("postgres_url"))
+    return f"sqlite:///{tmp_path / 'llmgw.db'}"
+
+
+def upgrade_to(url: str, revision: str, rows: list[dict[str, object]]) -> None:
+    """Migrate an empty database to `revision` and write `rows` to api_keys, as that version did."""
+    cfg = Config(str(resources.files("llmgw.store") / "alembic.ini"))
+    cfg.set_main_option("script_location", str(resources.files("llmgw.store") / "migrations"))
+    engine = create_engine(url)
+    try:
+        with engine.begin() as conn:
+            cfg.attributes["connection"] = conn
+            command.upgrade(cfg, revision)
+            for row in rows:
+                conn.execute(text(
+                    "INSERT INTO api_keys (id, name, prefix, last4, hash, scope, models, revoked,"
+                    " by, created_at, limits, note, minted_by) VALUES (:id, :name, :prefix,"
+                    " :last4, :id, 'user', '[]', :revoked, :by, :now, '{}', '', :minted_by)"),
+                    {"now": NOW, **row})
+    finally:
+        engine.dispose()
+
+
+def key_row(kid: str, *, by: str = "admin (sk-llmgw-adm…0000)", revoked: bool = False,
+            minted_by: str | None = None) -> dict[str, object]:
+    return {"id": kid, "name": kid, "prefix": f"sk-llmgw-{kid}", "last4": kid[-4:].rjust(4, "x"),
+            "revoked": revoked, "by": by, "minted_by": minted_by}
+
+
+def test_keys_minted_by_a_key_rotated_before_the_upgrade_keep_working(empty_url: str) -> None:
+    # alice was rotated twice (alice → alice2 → alice3) after minting bob; carol was minted by
+    # alice2 before its rotation. Both must end up minted by the key that is live now.
+    upgrade_to(empty_url, "0008", [
+        key_row("alice", revoked=True),
+        key_row("alice2", revoked=True, by="admin (sk-llmgw-adm…0000), rotating sk-llmgw-alice…lice"),
+        key_row("alice3", by="admin (sk-llmgw-adm…0000), rotating sk-llmgw-alice2…ice2"),
+        key_row("bob", minted_by="alice", by="alice (sk-llmgw-alice…lice)"),
+        key_row("carol", minted_by="alice2", by="alice (sk-llmgw-alice2…ice2)"),
+        key_row("dave", minted_by="gone", by="someone"),  # no rotation recorded: left alone
+    ])
+    store = Store.open(empty_url)
+    try:
+        keys = {k.id: k for k in store.keys.list()}
+    finally:
+        store.close()
+    assert keys["bob"].minted_by == "alice3" and keys["carol"].minted_by == "alice3"
+    assert keys["dave"].minted_by == "gone"
+    assert keys["bob"].scope == KeyScope.USER and not keys["bob"].revoked
