@@ -15,7 +15,6 @@ from llmgw.control.judge_keeper import (
     JUDGE_RETRY,
     REFIT_BY,
     SERVED_BY,
-    JudgeKeeper,
     KeeperAction,
     KeeperState,
     KeeperView,
@@ -31,6 +30,7 @@ from llmgw.control.judge_keeper import (
     refit_cores,
     roomiest_gpu_class,
 )
+from llmgw.control.judge_loop import JudgeKeeper
 from llmgw.core.clock import FakeClock
 from llmgw.core.guard import JudgeSpec, Policy
 from llmgw.core.jobs import JobState, ServeJob, ServeRequest

@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from llmgw.control.catalog import CatalogService
-from llmgw.control.judge_keeper import JUDGE_GRACE, JudgeKeeper
+from llmgw.control.judge_keeper import JUDGE_GRACE
+from llmgw.control.judge_loop import JudgeKeeper
 from llmgw.control.serve_jobs import ServeJobs
 from llmgw.core.clock import FakeClock
 from llmgw.core.guard import Policy

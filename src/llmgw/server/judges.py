@@ -9,7 +9,8 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from llmgw.control.catalog import CatalogService
-from llmgw.control.judge_keeper import JudgeKeeper, KeeperState, KeeperView
+from llmgw.control.judge_keeper import KeeperState, KeeperView
+from llmgw.control.judge_loop import JudgeKeeper
 from llmgw.control.placement import free_on
 from llmgw.control.serve_jobs import ServeJobs
 from llmgw.core.clock import Clock
