@@ -6,12 +6,14 @@ A skipped test is a failed test: a missing part must not pass silently.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 
 import openai
 import pytest
 
+from llmgw.store.store import Store
 from tests.e2e.server_process import LlmgwServer
-from tests.pg import postgres_url
+from tests.pg import fresh_database, postgres_url
 
 __all__ = ["postgres_url"]  # a real PostgreSQL for the store and cluster tests (tests/pg.py)
 
@@ -23,6 +25,18 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]):  
     if report.skipped and not hasattr(report, "wasxfail"):
         report.outcome = "failed"
         report.longrepr = f"skipped tests fail in this suite: {report.longrepr}"
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def any_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
+    """A migrated store on each backend; on PostgreSQL a new empty database per test."""
+    if request.param == "postgresql":
+        url = fresh_database(request.getfixturevalue("postgres_url"))
+    else:
+        url = f"sqlite:///{tmp_path / 'llmgw.db'}"
+    s = Store.open(url)
+    yield s
+    s.close()
 
 
 DEMO = "gemma3-270m"

@@ -17,7 +17,6 @@ from llmgw.store.store import Store
 from llmgw.store.usage_repo import UsageRow
 from tests.factories import NOW
 from tests.fakes.provider import ANSWER, USAGE, FakeProvider, GatewayRig
-from tests.pg import fresh_database
 
 QUESTION = {"role": "user", "content": "how wide is the sea?"}
 
@@ -275,18 +274,6 @@ def test_a_streams_usage_is_clamped_and_what_cannot_be_believed_estimated(
     for c in stream(usage):  # type: ignore[arg-type]
         tap.chunk(c)
     assert tap.result(prompt_estimate=PROMPT_ESTIMATE) == expected
-
-
-@pytest.fixture(params=["sqlite", "postgresql"])
-def any_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
-    """A store on each backend (a fresh PostgreSQL database per test)."""
-    if request.param == "postgresql":
-        url = fresh_database(request.getfixturevalue("postgres_url"))
-    else:
-        url = f"sqlite:///{tmp_path / 'llmgw.db'}"
-    s = Store.open(url)
-    yield s
-    s.close()
 
 
 async def test_a_row_the_database_refuses_blocks_neither_the_others_nor_the_limit_sync(
