@@ -42,8 +42,9 @@ def service(store: Store, changes: Changes) -> AgentService:
 
 def join_token(store: Store, node_id: str | None = None) -> ApiKey:
     """A node join token in the store (bound to `node_id` when given)."""
-    _, key = api_key(scope=KeyScope.NODE, name="join")
-    key = key.model_copy(update={"created_at": NOW, "node_id": node_id})
+    _, key = api_key(scope=KeyScope.NODE)
+    # Names of live keys are unique: each token its own.
+    key = key.model_copy(update={"name": f"join-{key.id}", "created_at": NOW, "node_id": node_id})
     store.keys.create(key)
     return key
 

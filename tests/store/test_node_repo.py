@@ -97,8 +97,10 @@ def test_removing_an_unknown_node_is_false_and_touches_no_replica(store: Store) 
 
 
 def join_token(store: Store, node_id: str | None = None) -> str:
-    _, key = api_key(scope=KeyScope.NODE, name="join")
-    store.keys.create(key.model_copy(update={"created_at": NOW, "node_id": node_id}))
+    _, key = api_key(scope=KeyScope.NODE)
+    # Names of live keys are unique: each token its own.
+    store.keys.create(key.model_copy(update={"name": f"join-{key.id}", "created_at": NOW,
+                                             "node_id": node_id}))
     return key.id
 
 
