@@ -16,6 +16,7 @@ from aiohttp import web
 
 from llmgw.api.edge import Connections, EdgeHandler, EdgeLimits, EdgeRunner
 from llmgw.core.settings import load
+from llmgw.gateway.context import response_headers
 from llmgw.server.app import Server
 from llmgw.server.init import init
 from llmgw.store.store import Store
@@ -133,11 +134,20 @@ async def test_a_body_that_cannot_be_decoded_is_a_400_without_a_traceback(
 
 
 async def test_every_normal_answer_hides_the_server_version(tmp_path: Path) -> None:
-    async with serving(tmp_path, EdgeLimits()) as srv:
-        answer = await exchange(srv.port, b"GET /health HTTP/1.1\r\nHost: a\r\nConnection: close"
-                                          b"\r\n\r\n")
-    status, headers, _ = parse(answer)
-    assert status == 200 and headers["server"] == "llmgw"
+    async def stream(request: web.Request) -> web.StreamResponse:
+        # As the request path prepares its streams.
+        out = web.StreamResponse(headers=response_headers(request, {"Content-Type": "text/plain"}))
+        await out.prepare(request)
+        await out.write(b"x")
+        return out
+
+    async with serving(tmp_path, EdgeLimits(), ("/stream", stream)) as srv:
+        answers = [await exchange(srv.port, b"GET %s HTTP/1.1\r\nHost: a\r\nConnection: close"
+                                            b"\r\n\r\n" % path)
+                   for path in (b"/health", b"/nope", b"/stream")]
+    for answer in answers:
+        status, headers, _ = parse(answer)
+        assert status in (200, 404) and headers["server"] == "llmgw"
 
 
 async def test_half_sent_headers_are_closed_by_the_header_timeout(tmp_path: Path) -> None:

@@ -18,10 +18,9 @@ import orjson
 from aiohttp import web
 from aiohttp.http_exceptions import BadHttpMessage, HttpProcessingError, LineTooLong
 
-logger = logging.getLogger(__name__)
+from llmgw.gateway.context import SERVER
 
-# Sent instead of aiohttp's `Python/x aiohttp/y`: the versions help only an attacker.
-SERVER = "llmgw"
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -243,12 +242,7 @@ class EdgeRunner(web.AppRunner):
                          shutdown_timeout=limits.drain_timeout_s, **kwargs)
         self.limits = limits
         self.connections = Connections(limits.max_per_client)
-        app.on_response_prepare.append(_hide_version)
 
     async def _make_server(self) -> web.Server:
         base = await super()._make_server()
         return _EdgeServer(base, self.connections, self.limits.header_timeout_s)
-
-
-async def _hide_version(_request: web.Request, response: web.StreamResponse) -> None:
-    response.headers["Server"] = SERVER

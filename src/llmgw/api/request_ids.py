@@ -12,7 +12,7 @@ import time
 
 from aiohttp import web
 
-from llmgw.gateway.context import REQUEST_ID, STARTED
+from llmgw.gateway.context import REQUEST_ID, SERVER, STARTED
 
 CURRENT_ID: contextvars.ContextVar[str] = contextvars.ContextVar("request_id", default="")
 _SANE = re.compile(r"^[A-Za-z0-9._:-]{1,64}$")
@@ -33,7 +33,10 @@ def begin(request: web.Request) -> str:
 
 
 def finish(response: web.StreamResponse, rid: str) -> web.StreamResponse:
-    """Put the id on a response not sent yet (streams carry it from when they were prepared)."""
+    """Put the id (and `Server`) on a response not sent yet (streams carry both from when they
+    were prepared)."""
     if not response.prepared:
-        response.headers["X-Request-Id"] = rid
+        headers = response.headers
+        headers["X-Request-Id"] = rid
+        headers["Server"] = SERVER
     return response
