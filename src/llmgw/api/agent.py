@@ -9,16 +9,15 @@ from llmgw.api.admin import invalid
 from llmgw.api.appkeys import AGENTS, GATEWAY
 from llmgw.api.body import json_response, read_json
 from llmgw.core.agent_wire import SyncRequest
-from llmgw.core.errors import Forbidden
 from llmgw.core.types import KeyScope
+
+AGENTS_SCOPES = frozenset({KeyScope.NODE})
 
 
 async def sync(request: web.Request) -> web.Response:
-    key = request.app[GATEWAY].authenticate(request.headers.get("Authorization"))
     # Join tokens only, not admin keys: a token is bound to its node, and an admin key on a
     # node's command line would grant far more than reporting as one machine.
-    if key.scope != KeyScope.NODE:
-        raise Forbidden("the agent API needs a node join token (`llmgw ctl node token create`)")
+    key = request.app[GATEWAY].authenticate(request.headers.get("Authorization"), AGENTS_SCOPES)
     _, payload = await read_json(request)
     try:
         req = SyncRequest.model_validate(payload)

@@ -11,9 +11,12 @@ from aiohttp import web
 from llmgw.api.appkeys import GATEWAY, GUARD, METRICS, METRICS_PUBLIC
 from llmgw.api.body import optional_positive_int, read_json, require
 from llmgw.api.openapi import openapi_json
-from llmgw.core.errors import Forbidden, InvalidRequest
+from llmgw.core.errors import InvalidRequest
 from llmgw.core.types import ApiKey, KeyScope
 from llmgw.guard import moderation
+
+# Who may scrape a keyed `/metrics`.
+SCRAPERS = frozenset({KeyScope.ADMIN, KeyScope.METRICS})
 
 # Far above any context window llmgw serves; a larger value is a client bug, not a request.
 MAX_TOKENS = 1_000_000
@@ -37,11 +40,8 @@ def _check_embedding(payload: dict[str, Any]) -> None:
 
 
 def client_key(request: web.Request) -> ApiKey:
-    """The caller's key for the data plane; a node join token reaches the agent API only."""
-    key = request.app[GATEWAY].authenticate(request.headers.get("Authorization"))
-    if key.scope == KeyScope.NODE:
-        raise Forbidden("a node join token reaches the agent API only, not the data plane")
-    return key
+    """The caller's key for the data plane (admin and user keys)."""
+    return request.app[GATEWAY].authenticate(request.headers.get("Authorization"))
 
 
 def _proxy(path: str, check: Any) -> Any:
@@ -97,7 +97,7 @@ async def metrics(request: web.Request) -> web.Response:
     """Prometheus text format. It names every model and key prefix, so it takes an admin or
     metrics key unless the install made it public (`[server] metrics_public`)."""
     if not request.app[METRICS_PUBLIC]:
-        request.app[GATEWAY].scraper(request.headers.get("Authorization"))
+        request.app[GATEWAY].authenticate(request.headers.get("Authorization"), SCRAPERS)
     return web.Response(body=request.app[METRICS].render(),
                         headers={"Content-Type": "text/plain; version=0.0.4; charset=utf-8"})
 

@@ -84,12 +84,6 @@ def require_admin(key: ApiKey) -> None:
         raise Forbidden("this endpoint needs an admin key")
 
 
-def require_scraper(key: ApiKey) -> None:
-    """A keyed `/metrics` takes admin keys and metrics keys."""
-    if key.scope not in (KeyScope.ADMIN, KeyScope.METRICS):
-        raise Forbidden("/metrics needs an admin key or a metrics key")
-
-
 def may_use(key: ApiKey, model: str) -> bool:
     """Whether `key` may call `model`; admin keys and keys without a model list may use any,
     node join tokens none."""

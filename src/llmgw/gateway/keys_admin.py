@@ -79,9 +79,10 @@ class KeyAdmin:
 
         An admin key mints any scope, including `node` (a node agent's join token); a user key
         mints only user keys within its own grants, and its family within MINT_CAPS; a node
-        join token mints nothing. Conflict (409) when a live key already has the name."""
-        if minter.scope == KeyScope.NODE:
-            raise Forbidden("a node join token cannot mint keys")
+        join token or a metrics key mints nothing. Conflict (409) when a live key already has
+        the name."""
+        if minter.scope not in (KeyScope.ADMIN, KeyScope.USER):
+            raise Forbidden(f"a {minter.scope.value} key cannot mint keys")
         if req.scope in (KeyScope.NODE, KeyScope.METRICS) and req.models:
             # Neither reaches the data plane: a model list would promise access it lacks.
             raise InvalidRequest(f"a {req.scope.value} key takes no models", param="models")

@@ -13,7 +13,7 @@ from llmgw.core.clock import Clock
 from llmgw.core.errors import Forbidden, GuardBlocked, LlmgwError, ModelNotFound
 from llmgw.core.guard import Direction
 from llmgw.core.types import ApiKey, KeyScope, Model
-from llmgw.gateway.auth import may_use, require_scraper
+from llmgw.gateway.auth import may_use
 from llmgw.gateway.context import REQUEST_ID, STARTED
 from llmgw.gateway.guarded import forward_guarded
 from llmgw.gateway.limits import Limiter, reserve_estimate
@@ -23,6 +23,15 @@ from llmgw.gateway.routing import Route, RoutingTable
 from llmgw.gateway.snapshot import Refresher
 from llmgw.gateway.usage import UsageMeter, UsageTap
 from llmgw.guard.enforcement import Guard, RequestInfo
+
+# Who reaches the data plane and the admin API (where admin routes then ask for admin keys). A
+# node join token reaches the agent API only and a metrics key `/metrics` only: each is a
+# credential kept on a machine or in a scraper's config, and grants the least it can.
+CLIENT_SCOPES = frozenset({KeyScope.ADMIN, KeyScope.USER})
+_ONLY = {
+    KeyScope.NODE: "a node join token cannot mint keys or call models: it reaches the agent API only",
+    KeyScope.METRICS: "a metrics key cannot mint keys or call models: it reaches /metrics only",
+}
 
 # The status metrics show for a request whose client went away (nginx's): not an upstream error.
 CLIENT_CLOSED = 499
@@ -49,17 +58,14 @@ class Gateway:
         self.meter = meter
         self.metrics = metrics
 
-    def authenticate(self, authorization: str | None) -> ApiKey:
+    def authenticate(
+        self, authorization: str | None, scopes: frozenset[KeyScope] = CLIENT_SCOPES
+    ) -> ApiKey:
+        """The caller's key, or 401; 403 when its scope is not one of `scopes`."""
         key = self._refresher.current.keys.authenticate(authorization, self._clock.now())
-        if key.scope == KeyScope.METRICS:
-            # A scraper's key is read from Prometheus' config: it reaches `/metrics` only.
-            raise Forbidden("a metrics key may only scrape /metrics")
-        return key
-
-    def scraper(self, authorization: str | None) -> ApiKey:
-        """The key of a `/metrics` scrape: an admin or metrics key."""
-        key = self._refresher.current.keys.authenticate(authorization, self._clock.now())
-        require_scraper(key)
+        if key.scope not in scopes:
+            wanted = " or ".join(sorted(scope.value for scope in scopes))
+            raise Forbidden(_ONLY.get(key.scope) or f"this endpoint takes {wanted} keys only")
         return key
 
     def models(self, key: ApiKey) -> list[Model]:
