@@ -70,6 +70,8 @@ def test_a_judge_that_cannot_answer_in_budget_fails_as_the_policy_says(
     # A 1 ms budget no real judge meets: the judgment is cancelled and counts as a failure.
     demo_server.ctl("guard", "policy", "set", "tight", "--judges", JUDGE, "--models", DEMO,
                     "--budget-ms", "1", "--on-failure", on_failure)
+    # The other parameter's run logged under the same policy name: wait for this run's verdict.
+    before = len(verdicts(demo_server, "--limit", "10000", "--policy", "tight"))
     try:
         if allowed:
             resp = client.chat.completions.create(model=DEMO, messages=HELLO, max_tokens=2)
@@ -79,7 +81,7 @@ def test_a_judge_that_cannot_answer_in_budget_fails_as_the_policy_says(
                 client.chat.completions.create(model=DEMO, messages=HELLO, max_tokens=2)
             assert info.value.status_code == 503
             assert "tight" in info.value.message and "fails closed" in info.value.message
-        _flushed_later(demo_server, 0, "--policy", "tight")
+        _flushed_later(demo_server, before, "--policy", "tight")
         [newest] = verdicts(demo_server, "--policy", "tight", "--limit", "1")
         assert newest["outcome"] == "failed_timeout"
         assert newest["let_through"] is allowed
