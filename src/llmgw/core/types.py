@@ -57,12 +57,21 @@ class HubSource(Frozen):
     _revision = field_validator("revision")(names.check_revision)
 
 
+class ProviderApi(StrEnum):
+    """The dialect a remote provider speaks; llmgw translates the others to it."""
+
+    OPENAI = "openai"  # chat completions, completions and embeddings: what most providers speak
+    ANTHROPIC = "anthropic"  # Anthropic's Messages API only
+
+
 class RemoteSource(Frozen):
-    """A remote OpenAI-compatible provider; its API key is read from an env var on the server."""
+    """A remote provider; its API key is read from an env var on the server."""
 
     kind: Literal["remote"] = "remote"
     base_url: str
     api_key_env: str | None = None
+    # Rows stored before providers had a dialect read as OpenAI's, which was the only one.
+    api: ProviderApi = ProviderApi.OPENAI
     # The provider's own name for the model, when it differs from the catalog name.
     model: str | None = None
 
