@@ -14,9 +14,9 @@ import orjson
 import pytest
 from aiohttp import web
 
+from llmgw.api.context import response_headers
 from llmgw.api.edge import Connections, EdgeHandler, EdgeLimits, EdgeRunner
 from llmgw.core.settings import load
-from llmgw.gateway.context import response_headers
 from llmgw.server.app import Server
 from llmgw.server.init import init
 from llmgw.store.store import Store

@@ -103,15 +103,6 @@ def check_shape(payload: Any) -> None:
                 stack.append((child, depth + 1))
 
 
-def optional_positive_int(payload: dict[str, Any], name: str, limit: int) -> None:
-    """A 400 naming the field when it is present and not an integer in 1..limit."""
-    value = payload.get(name)
-    if value is None:
-        return
-    if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= limit:
-        raise InvalidRequest(f"'{name}' must be an integer from 1 to {limit}", param=name)
-
-
 def require(payload: dict[str, Any], name: str, kind: type | tuple[type, ...], what: str) -> None:
     """A 400 naming the field when it is missing or of the wrong type."""
     if name not in payload:

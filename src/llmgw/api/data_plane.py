@@ -3,58 +3,41 @@
 from __future__ import annotations
 
 import secrets
-from typing import Any
 
 import orjson
 from aiohttp import web
 
 from llmgw.api.appkeys import GATEWAY, GUARD, METRICS, METRICS_PUBLIC
-from llmgw.api.body import optional_positive_int, read_json, require
+from llmgw.api.body import read_json, require
+from llmgw.api.context import REQUEST_ID, STARTED
+from llmgw.api.errors import Handler
 from llmgw.api.openapi import openapi_json
+from llmgw.api.replies import write
 from llmgw.core.errors import InvalidRequest
 from llmgw.core.types import ApiKey, KeyScope
+from llmgw.gateway.wire.dialect import Api
 from llmgw.guard import moderation
 
 # Who may scrape a keyed `/metrics`.
 SCRAPERS = frozenset({KeyScope.ADMIN, KeyScope.METRICS})
 
-# Far above any context window llmgw serves; a larger value is a client bug, not a request.
-MAX_TOKENS = 1_000_000
-
-
-def _check_chat(payload: dict[str, Any]) -> None:
-    require(payload, "model", str, "a string")
-    require(payload, "messages", list, "an array of messages")
-    if not payload["messages"]:
-        raise InvalidRequest("'messages' must contain at least one message", param="messages")
-
-
-def _check_completion(payload: dict[str, Any]) -> None:
-    require(payload, "model", str, "a string")
-    require(payload, "prompt", (str, list), "a string or an array")
-
-
-def _check_embedding(payload: dict[str, Any]) -> None:
-    require(payload, "model", str, "a string")
-    require(payload, "input", (str, list), "a string or an array")
-
 
 def client_key(request: web.Request) -> ApiKey:
-    """The caller's key for the data plane (admin and user keys)."""
-    return request.app[GATEWAY].authenticate(request.headers.get("Authorization"))
+    """The caller's key for the data plane (admin and user keys), from `Authorization: Bearer` or
+    Anthropic's `x-api-key`."""
+    authorization = request.headers.get("Authorization")
+    if authorization is None and (api_key := request.headers.get("x-api-key")) is not None:
+        authorization = "Bearer " + api_key
+    return request.app[GATEWAY].authenticate(authorization)
 
 
-def _proxy(path: str, check: Any) -> Any:
+def _proxy(api: Api) -> Handler:
     async def handler(request: web.Request) -> web.StreamResponse:
         gw = request.app[GATEWAY]
         key = client_key(request)
         body, payload = await read_json(request)
-        check(payload)
-        if "stream" in payload and not isinstance(payload["stream"], bool):
-            raise InvalidRequest("'stream' must be a boolean", param="stream")
-        for field in ("max_tokens", "max_completion_tokens"):
-            optional_positive_int(payload, field, MAX_TOKENS)
-        return await gw.forward(request, key, path, body, payload)
+        reply = await gw.forward(key, api, body, payload, request.get(REQUEST_ID, ""), request.get(STARTED))
+        return await write(request, reply)
 
     return handler
 
@@ -113,9 +96,10 @@ def routes() -> list[web.RouteDef]:
         web.get("/health", health),
         web.get("/metrics", metrics),
         web.get("/openapi.json", openapi_json),
-        web.post("/v1/chat/completions", _proxy("/chat/completions", _check_chat)),
-        web.post("/v1/completions", _proxy("/completions", _check_completion)),
-        web.post("/v1/embeddings", _proxy("/embeddings", _check_embedding)),
+        web.post("/v1/chat/completions", _proxy(Api.CHAT)),
+        web.post("/v1/completions", _proxy(Api.COMPLETIONS)),
+        web.post("/v1/embeddings", _proxy(Api.EMBEDDINGS)),
+        web.post("/v1/rerank", _proxy(Api.RERANK)),
         web.get("/v1/models", list_models),
         web.post("/v1/moderations", moderations),
     ]

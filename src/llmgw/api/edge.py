@@ -18,7 +18,7 @@ import orjson
 from aiohttp import web
 from aiohttp.http_exceptions import BadHttpMessage, HttpProcessingError, LineTooLong
 
-from llmgw.gateway.context import SERVER
+from llmgw.api.context import SERVER
 
 logger = logging.getLogger(__name__)
 

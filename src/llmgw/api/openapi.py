@@ -27,6 +27,7 @@ from llmgw.core.jobs import ServeRequest
 from llmgw.core.names import MODEL_NAME_MAX
 from llmgw.core.types import _REPO_RE, NAME_PATTERN, Limits, Model
 from llmgw.gateway.keys_admin import KeyRequest
+from llmgw.gateway.wire.openai_chat import MAX_TOKENS
 
 JSON = "application/json"
 _MODELS: tuple[type[BaseModel], ...] = (
@@ -108,9 +109,6 @@ _NODE_DETAIL = {**_NODE, "required": [*_NODE["required"], "replicas"],
 
 def _generation(required: tuple[str, ...], **props: Schema) -> Schema:
     """A chat or text completion body."""
-    # data_plane serves this document, so it is imported late rather than at the top.
-    from llmgw.api.data_plane import MAX_TOKENS
-
     tokens = {"type": "integer", "minimum": 1, "maximum": MAX_TOKENS}
     return _obj(required, model=_STR, stream={"type": "boolean"}, max_tokens=tokens,
                 max_completion_tokens=tokens, **props)

@@ -1,5 +1,5 @@
 """Request ids: taken from `X-Request-Id` when sane, else made; returned on every response
-(streams set it themselves before they send their headers: `gateway.context.response_headers`)
+(streams set it themselves before they send their headers: `api.context.response_headers`)
 and attached to every log line written while the request is handled."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import time
 
 from aiohttp import web
 
-from llmgw.gateway.context import REQUEST_ID, SERVER, STARTED
+from llmgw.api.context import REQUEST_ID, SERVER, STARTED
 
 CURRENT_ID: contextvars.ContextVar[str] = contextvars.ContextVar("request_id", default="")
 _SANE = re.compile(r"^[A-Za-z0-9._:-]{1,64}$")

@@ -266,8 +266,6 @@ def _to_next_day(now: datetime) -> int:
     return max(1, 86400 - seconds)
 
 
-def reserve_estimate(payload: dict[str, object], body_len: int) -> int:
+def reserve_estimate(max_tokens: int | None, body_len: int) -> int:
     """Tokens a request may use: its max_tokens (or 256) plus about one per 4 bytes of body."""
-    cap = payload.get("max_completion_tokens") or payload.get("max_tokens")
-    completion = cap if isinstance(cap, int) and not isinstance(cap, bool) and cap > 0 else 256
-    return int(completion) + math.ceil(body_len / 4)
+    return (max_tokens or 256) + math.ceil(body_len / 4)

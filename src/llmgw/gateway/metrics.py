@@ -62,10 +62,10 @@ class Metrics(Collector):
         self.registry = CollectorRegistry()
         self.registry.register(self)
 
-    def request(self, model: str, status: int, key_prefix: str, latency_s: float,
+    def request(self, model: str, status: int, key_prefix: str, api: str, latency_s: float,
                 overhead_s: float, ttft_s: float | None, error_code: str) -> None:
-        """One data-plane request, as it ended."""
-        self.requests[(model, str(status), key_prefix)] += 1
+        """One data-plane request of `api` (chat_completions, messages, …), as it ended."""
+        self.requests[(model, str(status), key_prefix, api)] += 1
         self.latency.observe(model, latency_s)
         self.overhead.observe(model, overhead_s)
         if ttft_s is not None:
@@ -80,7 +80,7 @@ class Metrics(Collector):
         return generate_latest(self.registry)
 
     def collect(self) -> Iterator[CounterMetricFamily | GaugeMetricFamily | HistogramMetricFamily]:
-        yield _counter("llmgw_requests", "Data-plane requests", ["model", "status", "key"],
+        yield _counter("llmgw_requests", "Data-plane requests", ["model", "status", "key", "api"],
                        self.requests)
         yield self.latency.family("llmgw_request_seconds",
                                   "Request latency, first byte in to last out", "model")

@@ -1,4 +1,6 @@
-"""The request path as one service: authenticate, resolve, check access, forward."""
+"""The request path as one service: authenticate, resolve, check access, forward.
+
+It knows no web framework: `api/` hands it a request's parts and writes the `Reply` it returns."""
 
 from __future__ import annotations
 
@@ -7,21 +9,21 @@ import math
 import time
 from typing import Any
 
-from aiohttp import web
-
 from llmgw.core.clock import Clock
 from llmgw.core.errors import Forbidden, GuardBlocked, LlmgwError, ModelNotFound
 from llmgw.core.guard import Direction
 from llmgw.core.types import ApiKey, KeyScope, Model
 from llmgw.gateway.auth import may_use
-from llmgw.gateway.context import REQUEST_ID, STARTED
-from llmgw.gateway.guarded import forward_guarded
+from llmgw.gateway.call import Exchange, Reply, UpstreamCall
+from llmgw.gateway.guarded import Judged, forward_guarded
 from llmgw.gateway.limits import Limiter, reserve_estimate
 from llmgw.gateway.metrics import Metrics
-from llmgw.gateway.proxy import UpstreamClient
-from llmgw.gateway.routing import Route, RoutingTable
+from llmgw.gateway.relay import Outbound, outbound, send
 from llmgw.gateway.snapshot import Refresher
+from llmgw.gateway.transport import Transport
 from llmgw.gateway.usage import UsageMeter, UsageTap
+from llmgw.gateway.wire import openai_chat
+from llmgw.gateway.wire.dialect import Api, Wire
 from llmgw.guard.enforcement import Guard, RequestInfo
 
 # Who reaches the data plane and the admin API (where admin routes then ask for admin keys). A
@@ -31,6 +33,14 @@ CLIENT_SCOPES = frozenset({KeyScope.ADMIN, KeyScope.USER})
 _ONLY = {
     KeyScope.NODE: "a node join token cannot mint keys or call models: it reaches the agent API only",
     KeyScope.METRICS: "a metrics key cannot mint keys or call models: it reaches /metrics only",
+}
+
+# Which dialect reads each API's requests.
+WIRES: dict[Api, Wire] = {
+    Api.CHAT: openai_chat.CHAT,
+    Api.COMPLETIONS: openai_chat.COMPLETIONS,
+    Api.EMBEDDINGS: openai_chat.EMBEDDINGS,
+    Api.RERANK: openai_chat.RERANK,
 }
 
 # The status metrics show for a request whose client went away (nginx's): not an upstream error.
@@ -43,7 +53,7 @@ class Gateway:
     def __init__(
         self,
         refresher: Refresher,
-        client: UpstreamClient,
+        transport: Transport,
         clock: Clock,
         guard: Guard | None = None,
         limiter: Limiter | None = None,
@@ -51,7 +61,7 @@ class Gateway:
         metrics: Metrics | None = None,
     ) -> None:
         self._refresher = refresher
-        self._client = client
+        self._transport = transport
         self._clock = clock
         self.guard = guard
         self.limiter = limiter
@@ -73,75 +83,69 @@ class Gateway:
         routes = self._refresher.current.table.routes
         return [r.model for name, r in sorted(routes.items()) if may_use(key, name)]
 
-    async def forward(
-        self,
-        request: web.Request,
-        key: ApiKey,
-        path: str,
-        body: bytes,
-        payload: dict[str, Any],
-    ) -> web.StreamResponse:
-        """Send one OpenAI request for `payload["model"]` to an upstream and relay the answer."""
+    async def forward(self, key: ApiKey, api: Api, body: bytes, payload: dict[str, Any],
+                      request_id: str = "", started: float | None = None) -> Reply:
+        """Send one request of `api` (its raw `body` and parsed `payload`) to an upstream of its
+        model and return the answer. A streamed reply settles usage when it is closed."""
+        wire = WIRES[api]
+        ask = wire.read(payload)
         table = self._refresher.current.table
-        name = payload["model"]
-        route = table.resolve(name)
-        if not may_use(key, name):
+        route = table.resolve(ask.model)
+        if not may_use(key, ask.model):
             # The same answer as for a model that does not exist: a key cannot map the catalog.
-            raise ModelNotFound(f"The model '{name}' does not exist", param="model")
-        ticket = self.limiter.admit(key, reserve_estimate(payload, len(body))) if self.limiter else None
-        tap = UsageTap()
-        status, blocked, code = 500, False, ""
+            raise ModelNotFound(f"The model '{ask.model}' does not exist", param="model")
         sent = time.monotonic()
-        try:
-            response = await self._send(request, key, table, route, path, body, payload, tap)
-            status = response.status
-            return response
-        except LlmgwError as exc:
-            status, blocked, code = exc.status, isinstance(exc, GuardBlocked), exc.code or ""
-            raise
-        except asyncio.CancelledError:  # the client left: the upstream call was dropped with it
-            status = CLIENT_CLOSED
-            raise
-        finally:
+        call = UpstreamCall(route, body, payload, api, wire, ask, request_id, key,
+                            started if started is not None else sent)
+        out = outbound(call)
+        exchange = Exchange(UsageTap(out.wire.usage, out.wire.answer_text))
+        limiter = self.limiter
+        ticket = limiter.admit(key, reserve_estimate(ask.max_tokens, len(body))) if limiter else None
+
+        def account(status: int, code: str = "", blocked: bool = False) -> None:
             # Also when the client went away mid-stream: what was used is settled and counted.
-            tokens = tap.result(prompt_estimate=math.ceil(len(body) / 4))
+            tokens = exchange.tap.result(prompt_estimate=math.ceil(len(body) / 4))
             if ticket is not None:
                 ticket.settle(tokens.total)
             if self.meter is not None:
-                self.meter.record(key.id, name, tokens,
+                self.meter.record(key.id, ask.model, tokens,
                                   error=status >= 400 and status != CLIENT_CLOSED and not blocked,
                                   blocked=blocked)
             if self.metrics is not None:
-                self._observe(request, key, name, status, code, sent, tap)
+                tap = exchange.tap
+                ttft = tap.first_chunk_at - call.started if tap.first_chunk_at is not None else None
+                self.metrics.request(ask.model, status, key.prefix, api.value,
+                                     time.monotonic() - call.started, max(sent - call.started, 0.0),
+                                     ttft, code)
 
-    def _observe(self, request: web.Request, key: ApiKey, model: str, status: int, code: str,
-                 sent: float, tap: UsageTap) -> None:
-        assert self.metrics is not None
-        start = request.get(STARTED, sent)
-        ttft = tap.first_chunk_at - start if tap.first_chunk_at is not None else None
-        self.metrics.request(model, status, key.prefix, time.monotonic() - start,
-                             max(sent - start, 0.0), ttft, code)
+        try:
+            reply = await self._send(call, out, exchange)
+        except LlmgwError as exc:
+            account(exc.status, exc.code or "", isinstance(exc, GuardBlocked))
+            raise
+        except asyncio.CancelledError:  # the client left: the upstream call was dropped with it
+            account(CLIENT_CLOSED)
+            raise
+        except BaseException:
+            account(500)
+            raise
+        if reply.stream is None:
+            account(reply.status)
+        else:
+            reply.stream.on_close(
+                lambda completed: account(200 if completed else CLIENT_CLOSED, blocked=exchange.blocked))
+        return reply
 
-    async def _send(
-        self,
-        request: web.Request,
-        key: ApiKey,
-        table: RoutingTable,
-        route: Route,
-        path: str,
-        body: bytes,
-        payload: dict[str, Any],
-        tap: UsageTap,
-    ) -> web.StreamResponse:
-        name = route.model.name
-        stream = payload.get("stream") is True
+    async def _send(self, call: UpstreamCall, out: Outbound, exchange: Exchange) -> Reply:
         guard = self.guard
-        if guard is not None and path != "/embeddings" and not route.model.guard:
+        name = call.route.model.name
+        if guard is not None and call.ask.turns and not call.route.model.guard:
+            key = call.key
             inputs = guard.policies(name, key.name, Direction.INPUT)
             outputs = guard.policies(name, key.name, Direction.OUTPUT)
             if inputs or outputs:
                 info = RequestInfo(model=name, key_name=key.name, key_label=key.label,
-                                   request_id=request.get(REQUEST_ID, ""))
-                return await forward_guarded(guard, self._client, request, table, route, path,
-                                             body, payload, info, inputs, outputs, tap)
-        return await self._client.forward(request, table, route, path, body, payload, stream, tap)
+                                   request_id=call.request_id)
+                return await forward_guarded(self._transport, call, out, exchange,
+                                             Judged(guard, info, inputs, outputs))
+        return await send(self._transport, call, out, exchange)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import math
 import re
@@ -15,26 +16,32 @@ from datetime import date, datetime
 import orjson
 
 from llmgw.core.errors import LlmgwError, StoreRefused
+from llmgw.gateway.wire import openai_chat
+from llmgw.gateway.wire.dialect import UsageFormat
 from llmgw.store.store import Store
 from llmgw.store.usage_repo import COUNTERS, UsageRow
 
 logger = logging.getLogger(__name__)
 
-# The value as written, whatever it is: only a plain non-negative integer is believed.
-_PROMPT = re.compile(rb'"prompt_tokens"\s*:\s*([^,}\s]*)')
-_COMPLETION = re.compile(rb'"completion_tokens"\s*:\s*([^,}\s]*)')
 # The most one request may count of each kind: ten times the largest context window offered
 # today, so no honest answer is cut, and far from what the store's 64-bit counters can add up.
 # A larger number from an upstream is counted as this many (it still hits the key's budget).
 MAX_COUNT = 100_000_000
-# Longer than the markers below.
-_CARRY = 16
+# Longer than any dialect's text marker.
+_CARRY = 40
 
 
-def _text_events(data: bytes) -> int:
-    """Events carrying text, as llama.cpp and OpenAI write them (no spaces around the colon)."""
-    return (data.count(b'"content":"') - data.count(b'"content":""')
-            + data.count(b'"text":"') - data.count(b'"text":""'))
+@functools.cache
+def _patterns(fmt: UsageFormat) -> tuple[re.Pattern[bytes], re.Pattern[bytes]]:
+    """The prompt and completion counts as written, whatever they are: only a plain
+    non-negative integer is believed."""
+    return (re.compile(re.escape(fmt.prompt) + rb"\s*:\s*([^,}\s]*)"),
+            re.compile(re.escape(fmt.completion) + rb"\s*:\s*([^,}\s]*)"))
+
+
+def _text_events(data: bytes, markers: tuple[bytes, ...]) -> int:
+    """Events carrying text: each marker counts, except where it opens an empty string."""
+    return sum(data.count(m) - data.count(m + b'"') for m in markers)
 
 
 @dataclass
@@ -50,12 +57,14 @@ class Tokens:
 
 
 class UsageTap:
-    """Reads token usage from an upstream answer without decoding the rest of it.
+    """Reads token usage from an upstream answer, in the upstream's dialect (`fmt`), without
+    decoding the rest of it.
 
-    Whole answers carry `usage`; streams may carry it in their last event. A stream without it
-    counts one completion token per event that carries text (llama.cpp sends one per token) and
-    the caller's estimate of the prompt (llama-server puts usage in a stream only when the
-    client asks for it with `stream_options.include_usage`).
+    Whole answers carry `usage`; streams may carry it in their last event (Anthropic's put the
+    prompt count in their first). A stream without it counts one completion token per event that
+    carries text (llama.cpp sends one per token) and the caller's estimate of the prompt
+    (llama-server puts usage in a chat stream only when the client asks for it with
+    `stream_options.include_usage`).
 
     Upstream numbers are not trusted: a count above MAX_COUNT is counted as MAX_COUNT, and a
     count that is not a non-negative integer (negative, fractional, a string) is replaced by the
@@ -63,7 +72,11 @@ class UsageTap:
     then about one token per 4 bytes of its text).
     """
 
-    def __init__(self) -> None:
+    def __init__(self, fmt: UsageFormat = openai_chat.USAGE,
+                 answer_text: Callable[[bytes], str] = openai_chat.answer_text) -> None:
+        self._fmt = fmt
+        self._answer_text = answer_text
+        self._first: bytes | None = None  # a stream's first chunk, when its prompt count is there
         # The last chunks, by reference (no copies on the hot path): usage sits in the last event.
         self._last: deque[bytes] = deque(maxlen=4)
         # The end of the previous chunk, so a text marker cut by the network is still seen once.
@@ -74,22 +87,34 @@ class UsageTap:
         self.first_chunk_at: float | None = None  # monotonic time of a stream's first chunk
 
     def whole(self, body: bytes) -> None:
-        reported = _usage(body)
+        reported = _usage(body, self._fmt)
         if reported is None or reported.completion is None:
-            self._whole_estimate = _text_tokens(body)
+            self._whole_estimate = self._text_tokens(body)
         self._whole = reported or _Reported(None, None)
 
     def chunk(self, data: bytes) -> None:
         if self.first_chunk_at is None:
             self.first_chunk_at = time.monotonic()
+            if self._fmt.prompt_first:
+                self._first = data
         # bytes.count is a C scan: a regex over every streamed byte cost a tenth of the relay.
-        n = _text_events(data)
+        markers = self._fmt.text_markers
+        n = _text_events(data, markers)
         if self._carry:  # a marker cut by the network: count what the join adds, once
             head = data[:_CARRY]
-            n += _text_events(self._carry + head) - _text_events(self._carry) - _text_events(head)
+            n += (_text_events(self._carry + head, markers) - _text_events(self._carry, markers)
+                  - _text_events(head, markers))
         self.events_with_text += n
         self._carry = data[-_CARRY:]
         self._last.append(data)
+
+    def _text_tokens(self, body: bytes) -> int:
+        """About one token per 4 bytes of the text (and tool calls) a whole answer generated."""
+        try:
+            orjson.loads(body)
+        except orjson.JSONDecodeError:
+            return min(math.ceil(len(body) / 4), MAX_COUNT)
+        return min(math.ceil(len(self._answer_text(body).encode()) / 4), MAX_COUNT)
 
     def result(self, prompt_estimate: int = 0) -> Tokens:
         """The usage seen; what the upstream did not say (or said wrong) is estimated, with
@@ -97,7 +122,11 @@ class UsageTap:
         if self._whole is not None:
             reported, completion = self._whole, self._whole_estimate
         else:
-            found = _usage(b"".join(self._last))
+            found = _usage(b"".join(self._last), self._fmt)
+            if self._first is not None and (found is None or found.prompt in (None, 0)):
+                first = _usage(self._first, self._fmt)
+                if first is not None and first.prompt:
+                    found = _Reported(first.prompt, found.completion if found else None)
             completion = self.events_with_text
             if found is None:
                 return Tokens(prompt_estimate if self.events_with_text else 0, completion)
@@ -114,15 +143,16 @@ class _Reported:
     completion: int | None
 
 
-def _usage(data: bytes) -> _Reported | None:
+def _usage(data: bytes, fmt: UsageFormat) -> _Reported | None:
     """The last `usage` object's token counts; only its neighbourhood is searched (a regex over
     a whole answer would cost more than relaying it)."""
     at = data.rfind(b'"usage"')
     if at < 0:
         return None
     part = data[at : at + 512]
-    prompt = _PROMPT.search(part)
-    completion = _COMPLETION.search(part)
+    prompt_re, completion_re = _patterns(fmt)
+    prompt = prompt_re.search(part)
+    completion = completion_re.search(part)
     if prompt is None and completion is None:
         return None
     return _Reported(_count(prompt), _count(completion))
@@ -135,30 +165,6 @@ def _count(found: re.Match[bytes] | None) -> int | None:
     if not raw.isdigit():
         return None
     return min(int(raw), MAX_COUNT)
-
-
-def _text_tokens(body: bytes) -> int:
-    """About one token per 4 bytes of the text a whole chat or completion answer generated."""
-    try:
-        obj = orjson.loads(body)
-    except orjson.JSONDecodeError:
-        return min(math.ceil(len(body) / 4), MAX_COUNT)
-    choices = obj.get("choices") if isinstance(obj, dict) else None
-    size = 0
-    for choice in choices if isinstance(choices, list) else []:
-        if not isinstance(choice, dict):
-            continue
-        message = choice.get("message")
-        text = message.get("content") if isinstance(message, dict) else choice.get("text")
-        if isinstance(text, str):
-            size += len(text.encode())
-        calls = message.get("tool_calls") if isinstance(message, dict) else None
-        for call in calls if isinstance(calls, list) else []:
-            function = call.get("function") if isinstance(call, dict) else None
-            arguments = function.get("arguments") if isinstance(function, dict) else None
-            if isinstance(arguments, str):
-                size += len(arguments.encode())
-    return min(math.ceil(size / 4), MAX_COUNT)
 
 
 class UsageMeter:

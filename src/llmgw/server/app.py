@@ -48,9 +48,9 @@ from llmgw.core.types import HubSource, LocalSource, Model, ReplicaState
 from llmgw.gateway.keys_admin import KeyAdmin
 from llmgw.gateway.limits import Limiter
 from llmgw.gateway.metrics import Metrics
-from llmgw.gateway.proxy import UpstreamClient
 from llmgw.gateway.service import Gateway
 from llmgw.gateway.snapshot import Refresher
+from llmgw.gateway.transport import Transport
 from llmgw.gateway.usage import UsageMeter
 from llmgw.guard.admin import GuardAdmin
 from llmgw.guard.enforcement import Guard
@@ -102,7 +102,7 @@ class Server:
         refresher = Refresher(self.store, bytes.fromhex(s.key_secret), engine_key,
                               s.provider_key_env)
         files = ModelFiles(self.data_dir / "models")
-        client = UpstreamClient(timeout_s=s.upstream_timeout_s)
+        client = Transport(timeout_s=s.upstream_timeout_s)
         judge_client = JudgeClient(refresher.locate_judge)
         verdict_log = VerdictBuffer(wiring.verdict_writer(self.store))
         def judged(record: VerdictRecord) -> None:

@@ -1,0 +1,87 @@
+"""The data plane's seam: one value for a call to an upstream, and one framework-free reply.
+
+`api/` reads an HTTP request into an `UpstreamCall` and writes a `Reply` back with its framework;
+everything between (guard, limits, usage, translation, the transport) works on these values.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from llmgw.core.types import ApiKey
+from llmgw.gateway.routing import Route
+from llmgw.gateway.usage import UsageTap
+from llmgw.gateway.wire.dialect import Api, Ask, Wire
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class UpstreamCall:
+    """One client request on its way to an upstream of `route`."""
+
+    route: Route
+    body: bytes  # the client's body as it came
+    payload: dict[str, Any]  # the same, parsed
+    api: Api  # what the client called
+    wire: Wire  # the client's dialect
+    ask: Ask  # what guard, limits and usage need of it
+    request_id: str
+    key: ApiKey
+    started: float  # monotonic time the request arrived
+
+
+@dataclass
+class Exchange:
+    """What happened to one call, filled in while it runs: read when it is accounted."""
+
+    tap: UsageTap
+    blocked: bool = False  # the guard stopped the answer mid-stream
+
+
+class Stream:
+    """A streamed answer: SSE chunks to send as they come, and what must run when it ends.
+
+    Whoever writes it to the client calls `close` exactly once, whether the stream ran to its
+    end, the client left, or it was never started: that releases the upstream and settles usage.
+    """
+
+    def __init__(self, chunks: AsyncIterator[bytes]) -> None:
+        self.chunks = chunks
+        self._closers: list[Callable[[bool], None]] = []
+        self._closed = False
+
+    def on_close(self, closer: Callable[[bool], None]) -> None:
+        """Run `closer(completed)` when the stream is closed (last added runs first)."""
+        self._closers.append(closer)
+
+    async def close(self, completed: bool) -> None:
+        """End the stream: `completed` when every chunk was sent."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            aclose = getattr(self.chunks, "aclose", None)
+            if aclose is not None:
+                await aclose()
+        finally:
+            for closer in reversed(self._closers):
+                # A closer's failure must not keep the next from releasing what it holds.
+                try:
+                    closer(completed)
+                except Exception:
+                    logger.exception("closing a stream failed")
+
+
+@dataclass
+class Reply:
+    """An upstream's answer as llmgw passes it on: a whole body, or a stream of SSE chunks."""
+
+    status: int = 200
+    body: bytes = b""
+    content_type: str = "application/json"
+    stream: Stream | None = None
+    headers: dict[str, str] = field(default_factory=dict)

@@ -1,0 +1,135 @@
+"""Sending a call upstream and turning the answer into a reply: passed through as it came, or
+translated into the client's dialect; streams chunk by chunk."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+
+import orjson
+
+from llmgw.core.errors import LlmgwError, UpstreamError
+from llmgw.gateway.call import Exchange, Reply, Stream, UpstreamCall
+from llmgw.gateway.transport import Connection, Transport
+from llmgw.gateway.usage import UsageTap
+from llmgw.gateway.wire import translate
+from llmgw.gateway.wire.dialect import Wire
+from llmgw.gateway.wire.sse import SseSplitter
+from llmgw.gateway.wire.translate import Translation
+
+logger = logging.getLogger(__name__)
+
+SSE = "text/event-stream"
+
+
+@dataclass(frozen=True)
+class Outbound:
+    """What goes to the upstream for a call: where, which bytes, and how its answer comes back."""
+
+    path: str
+    body: bytes
+    translation: Translation | None
+    wire: Wire  # the upstream's dialect
+
+
+def outbound(call: UpstreamCall) -> Outbound:
+    """The upstream request for `call`: the client's bytes unless the model must be renamed or
+    the request translated."""
+    path, translation = translate.plan(call.api, call.route.model)
+    upstream_model = call.route.upstream_model
+    if translation is not None:
+        payload = translation.request(call.payload, upstream_model or call.ask.model)
+        return Outbound(path, orjson.dumps(payload), translation, translation.wire)
+    body = call.body
+    if upstream_model and call.payload.get("model") != upstream_model:
+        body = orjson.dumps({**call.payload, "model": upstream_model})
+    return Outbound(path, body, None, call.wire)
+
+
+def answer(call: UpstreamCall, out: Outbound, raw: bytes) -> bytes:
+    """A whole upstream answer in the client's dialect."""
+    if out.translation is None:
+        return raw
+    try:
+        obj = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise UpstreamError(f"upstream for '{call.ask.model}' answered something that is not JSON") from exc
+    if not isinstance(obj, dict):
+        raise UpstreamError(f"upstream for '{call.ask.model}' answered something that is not an object")
+    return orjson.dumps(out.translation.answer(obj, call.ask.model))
+
+
+async def send(transport: Transport, call: UpstreamCall, out: Outbound, exchange: Exchange) -> Reply:
+    """The upstream's answer to `call` (sent as `out`), unjudged."""
+    conn = await transport.connect(call.route, out.path, out.body)
+    try:
+        if not 200 <= conn.status < 300:
+            raise await conn.failure()
+        if call.ask.stream and conn.status == 200:  # the stream owns the connection from here
+            return relayed(conn, call, out, exchange)
+        raw = await conn.whole()
+    except BaseException:
+        conn.release()
+        raise
+    conn.release()
+    exchange.tap.whole(raw)
+    return Reply(conn.status, answer(call, out, raw), conn.content_type)
+
+
+def relayed(conn: Connection, call: UpstreamCall, out: Outbound, exchange: Exchange) -> Reply:
+    """The upstream's stream, unjudged: as it came, or translated event by event."""
+    if out.translation is None:
+        return streamed(conn, passthrough(conn, exchange.tap, call.wire))
+    return streamed(conn, joined(events(conn, exchange.tap, call.wire, out.translation, call.ask.model)))
+
+
+def streamed(conn: Connection, chunks: AsyncIterator[bytes]) -> Reply:
+    """A streamed reply that gives the connection back when it is closed."""
+    stream = Stream(chunks)
+    stream.on_close(lambda _completed: conn.release())
+    return Reply(200, content_type=SSE, stream=stream)
+
+
+async def passthrough(conn: Connection, tap: UsageTap, wire: Wire) -> AsyncIterator[bytes]:
+    """The upstream's chunks as they come (counted on the way); its failure ends the stream with
+    the dialect's error event."""
+    try:
+        async for chunk in conn.chunks():
+            tap.chunk(chunk)
+            yield chunk
+    except LlmgwError as exc:
+        logger.warning("upstream stream broke: %s", exc.message)
+        yield wire.stream_broke()
+
+
+async def events(
+    conn: Connection, tap: UsageTap, wire: Wire, translation: Translation | None, model: str
+) -> AsyncIterator[list[bytes]]:
+    """The answer as whole events in the client's dialect (blank lines included), a batch per
+    upstream chunk; its failure ends it with the dialect's error event."""
+    splitter = SseSplitter()
+    translator = translation.stream(model) if translation is not None else None
+    try:
+        async for chunk in conn.chunks():
+            tap.chunk(chunk)
+            batch = splitter.feed(chunk)
+            if translator is None:
+                yield [e + b"\n\n" for e in batch]
+            else:
+                yield [out for e in batch for out in translator.feed(e)]
+        rest = splitter.rest()
+        if translator is None:
+            yield [e + b"\n\n" for e in rest]
+        else:
+            yield [out for e in rest for out in translator.feed(e)] + translator.end()
+    except LlmgwError as exc:
+        logger.warning("upstream stream broke: %s", exc.message)
+        yield [wire.stream_broke()]
+
+
+async def joined(batches: AsyncIterator[list[bytes]]) -> AsyncIterator[bytes]:
+    """Each non-empty batch of events as one chunk."""
+    async for batch in batches:
+        if batch:
+            yield b"".join(batch)

@@ -1,0 +1,191 @@
+"""The one way out to upstreams: connect, read a whole answer or its chunks, and map every client
+error (aiohttp's, timeouts, refused connections, upstream error answers) to llmgw's errors once.
+
+Bytes pass through: the body goes out as given and a stream's chunks come back unparsed.
+Upstreams are asked not to compress (`Accept-Encoding: identity`); one that compresses anyway is
+decoded (gzip, deflate) before its answer reaches anyone, and any other encoding is a 502. An
+upstream's error answer never reaches the client as it came (see `upstream_errors`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import time
+from collections.abc import AsyncIterator, Iterator
+
+import aiohttp
+
+from llmgw.core.errors import LlmgwError, NoReadyReplica, UpstreamError, UpstreamTimeout
+from llmgw.gateway.routing import Route, Upstream, pick
+from llmgw.gateway.upstream_errors import MAX_ERROR_BODY, upstream_failure
+
+logger = logging.getLogger(__name__)
+
+# How long an upstream that could not be reached goes last in line: long enough to cover the
+# routing table's next refresh, which drops a replica whose node is gone.
+DOWN_FOR_S = 5.0
+
+# What aiohttp decodes without an optional library; anything else is refused with a 502 rather
+# than relayed as bytes the client cannot read and the usage tap cannot count.
+DECODED = frozenset({"identity", "gzip", "deflate"})
+# A whole answer is held in memory to be relayed: far above any honest answer (a batch of
+# embeddings included), low enough that a small compressed body cannot inflate without bound.
+MAX_ANSWER_BYTES = 256 * 1024 * 1024
+
+
+class Connection:
+    """An upstream's answer whose headers arrived; the upstream counts as busy until `release`."""
+
+    def __init__(self, up: Upstream, resp: aiohttp.ClientResponse) -> None:
+        self.up = up
+        self._resp = resp
+        self._released = False
+
+    @property
+    def status(self) -> int:
+        return self._resp.status
+
+    @property
+    def content_type(self) -> str:
+        return self._resp.headers.get("Content-Type", "application/json")
+
+    @property
+    def name(self) -> str:
+        """The upstream's name as errors show it (a provider's model name, not its URL)."""
+        return self.up.id.removeprefix("remote:")
+
+    def release(self) -> None:
+        """Give the upstream back; an unread body closes the connection rather than pooling it,
+        which also stops an engine generating what nobody will read."""
+        if not self._released:
+            self._released = True
+            self._resp.release()
+            self.up.outstanding -= 1
+
+    def drop(self) -> None:
+        """Close the connection now: its answer is no longer wanted."""
+        self._resp.close()
+        self.release()
+
+    async def whole(self) -> bytes:
+        """The whole answer, decoded; UpstreamError beyond MAX_ANSWER_BYTES."""
+        blocks, size = [], 0
+        with self._mapped():
+            while block := await self._resp.content.readany():
+                size += len(block)
+                if size > MAX_ANSWER_BYTES:
+                    raise UpstreamError(f"upstream {self.name} answered more than "
+                                        f"{MAX_ANSWER_BYTES // 2**20} MiB")
+                blocks.append(block)
+        return b"".join(blocks)
+
+    async def failure(self) -> LlmgwError:
+        """The client's error for this non-2xx answer (its body read up to MAX_ERROR_BODY)."""
+        data = bytearray()
+        with self._mapped():
+            while len(data) < MAX_ERROR_BODY:
+                part = await self._resp.content.read(MAX_ERROR_BODY - len(data))
+                if not part:
+                    break
+                data += part
+        return upstream_failure(self.name, self.status, self._resp.headers, bytes(data))
+
+    async def chunks(self) -> AsyncIterator[bytes]:
+        """The answer's chunks as they arrive; UpstreamError/UpstreamTimeout when it breaks."""
+        it = self._resp.content.iter_any()
+        while True:
+            # Not `mapped()`: a context manager per chunk costs the relay.
+            try:
+                chunk = await it.__anext__()
+            except StopAsyncIteration:
+                return
+            except TimeoutError as exc:
+                raise UpstreamTimeout(f"upstream {self.name} did not answer in time") from exc
+            except aiohttp.ClientError as exc:
+                raise UpstreamError(f"upstream {self.name} failed: {type(exc).__name__}") from exc
+            yield chunk
+
+    def _mapped(self) -> contextlib.AbstractContextManager[None]:
+        return mapped(self.name)
+
+
+@contextlib.contextmanager
+def mapped(name: str) -> Iterator[None]:
+    """Translates aiohttp's and asyncio's errors while talking to upstream `name`."""
+    try:
+        yield
+    except TimeoutError as exc:
+        raise UpstreamTimeout(f"upstream {name} did not answer in time") from exc
+    except aiohttp.ClientError as exc:
+        raise UpstreamError(f"upstream {name} failed: {type(exc).__name__}") from exc
+
+
+class Transport:
+    """One pooled HTTP client for all upstreams (aiohttp pools connections per host)."""
+
+    def __init__(self, timeout_s: float, connect_timeout_s: float = 10.0) -> None:
+        self._timeout = aiohttp.ClientTimeout(total=timeout_s, sock_connect=connect_timeout_s)
+        self._session: aiohttp.ClientSession | None = None
+        self._turn = 0  # rotates ties between equally busy upstreams
+
+    async def start(self) -> None:
+        connector = aiohttp.TCPConnector(limit=0, limit_per_host=0, keepalive_timeout=30)
+        self._session = aiohttp.ClientSession(
+            connector=connector,
+            timeout=self._timeout,
+            auto_decompress=True,
+            skip_auto_headers=("User-Agent",),
+        )
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+
+    def choose(self, route: Route, exclude: frozenset[str] = frozenset()) -> Upstream:
+        """An upstream for one attempt; NoReadyReplica with the reason when there is none."""
+        self._turn += 1
+        up = pick(route.upstreams, exclude, self._turn, time.monotonic())
+        if up is None:
+            if exclude:
+                raise NoReadyReplica(f"model '{route.model.name}': no other ready replica to retry on")
+            raise NoReadyReplica(f"model '{route.model.name}' has no ready replica: {route.unavailable}")
+        return up
+
+    async def connect(self, route: Route, path: str, body: bytes) -> Connection:
+        """POST `body` to `path` of the least busy upstream of `route` and wait for the answer's
+        headers; a refused connection is retried once on another upstream."""
+        assert self._session is not None, "Transport.start() was not called"
+        tried: frozenset[str] = frozenset()
+        while True:
+            up = self.choose(route, tried)
+            headers = {"Content-Type": "application/json", "Accept-Encoding": "identity",
+                       **up.headers}
+            up.outstanding += 1
+            try:
+                # A redirect is an upstream fault (502), never followed: it would carry the
+                # request, and the upstream's credentials, somewhere the catalog did not name.
+                resp = await self._session.post(up.base_url + path, data=body, headers=headers,
+                                                allow_redirects=False)
+                break
+            except (aiohttp.ClientConnectorError, aiohttp.ConnectionTimeoutError) as exc:
+                # Nothing was sent: trying another upstream cannot run the request twice.
+                up.outstanding -= 1
+                up.down_until = time.monotonic() + DOWN_FOR_S
+                logger.warning("upstream %s could not be reached: %s", up.id, exc)
+                tried = tried | {up.id}
+                if len(tried) >= 2 or len(tried) >= len(route.upstreams):
+                    raise UpstreamError(
+                        f"model '{route.model.name}': could not connect to an upstream"
+                    ) from exc
+            except BaseException as exc:  # failed or cancelled while sending
+                up.outstanding -= 1
+                with mapped(up.id.removeprefix("remote:")):
+                    raise exc
+        conn = Connection(up, resp)
+        encoding = resp.headers.get("Content-Encoding", "").strip().lower() or "identity"
+        if encoding not in DECODED:
+            conn.release()
+            raise UpstreamError(f"upstream {conn.name} answered in a content encoding "
+                                "llmgw does not decode")
+        return conn

@@ -1,0 +1,204 @@
+"""OpenAI's chat completions (and legacy completions, embeddings and rerank, which pass through):
+reading a request, reading an answer's text, and writing this dialect's errors and endings."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+
+from llmgw.core.errors import InvalidRequest, LlmgwError
+from llmgw.gateway.wire.dialect import Ask, UsageFormat, Wire
+from llmgw.gateway.wire.sse import DONE
+from llmgw.guard.prompts import Role, Turn
+
+# Far above any context window llmgw serves; a larger value is a client bug, not a request.
+MAX_TOKENS = 1_000_000
+
+_ROLES: dict[Any, Role] = {"system": "system", "developer": "system", "user": "user",
+                           "assistant": "assistant"}
+
+USAGE = UsageFormat(prompt=b'"prompt_tokens"', completion=b'"completion_tokens"',
+                    text_markers=(b'"content":"', b'"text":"'))
+
+
+def require(payload: dict[str, Any], name: str, kind: type | tuple[type, ...], what: str) -> None:
+    """A 400 naming the field when it is missing or of the wrong type (a bool is not a number)."""
+    if name not in payload:
+        raise InvalidRequest(f"'{name}' is a required property", param=name)
+    value = payload[name]
+    kinds = kind if isinstance(kind, tuple) else (kind,)
+    if not isinstance(value, kind) or isinstance(value, bool) and bool not in kinds:
+        raise InvalidRequest(f"'{name}' must be {what}", param=name)
+
+
+def optional_int(payload: dict[str, Any], name: str, limit: int = MAX_TOKENS) -> int | None:
+    """The field's value, None when absent; a 400 naming it when not an integer in 1..limit."""
+    value = payload.get(name)
+    if value is None:
+        return None
+    if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= limit:
+        raise InvalidRequest(f"'{name}' must be an integer from 1 to {limit}", param=name)
+    return value
+
+
+def stream_flag(payload: dict[str, Any]) -> bool:
+    """The request's `stream`, which must be a boolean when given."""
+    value = payload.get("stream", False)
+    if not isinstance(value, bool):
+        raise InvalidRequest("'stream' must be a boolean", param="stream")
+    return value
+
+
+def content_text(content: Any) -> str:
+    """The text of a message's content: a string, or the text of its parts (other parts are not
+    judged)."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "\n".join(p["text"] for p in content if isinstance(p, dict) and isinstance(p.get("text"), str))
+    return ""
+
+
+def _tool_calls_text(calls: Any) -> str:
+    out = []
+    for call in calls if isinstance(calls, list) else []:
+        function = call.get("function") if isinstance(call, dict) else None
+        if isinstance(function, dict):
+            out.append(f"{function.get('name', '')}({function.get('arguments', '')})")
+    return "\n".join(out)
+
+
+def read_chat(payload: dict[str, Any]) -> Ask:
+    """A chat completions request."""
+    require(payload, "model", str, "a string")
+    require(payload, "messages", list, "an array of messages")
+    if not payload["messages"]:
+        raise InvalidRequest("'messages' must contain at least one message", param="messages")
+    turns = []
+    for m in payload["messages"]:
+        if not isinstance(m, dict):
+            continue
+        # Tool results and other roles are read by the judge as the user's words; the calls a
+        # model asked for are what it said.
+        text = content_text(m.get("content"))
+        calls = _tool_calls_text(m.get("tool_calls"))
+        turns.append(Turn(_ROLES.get(m.get("role"), "user"), "\n".join(t for t in (text, calls) if t)))
+    limits = [optional_int(payload, f) for f in ("max_tokens", "max_completion_tokens")]
+    return Ask(payload["model"], turns, limits[1] or limits[0], stream_flag(payload))
+
+
+def read_completion(payload: dict[str, Any]) -> Ask:
+    """A legacy completions request: its prompt is the user's turn."""
+    require(payload, "model", str, "a string")
+    require(payload, "prompt", (str, list), "a string or an array")
+    prompt = payload["prompt"]
+    text = prompt if isinstance(prompt, str) else "\n".join(p for p in prompt if isinstance(p, str))
+    return Ask(payload["model"], [Turn("user", text)], optional_int(payload, "max_tokens"),
+               stream_flag(payload))
+
+
+def read_embedding(payload: dict[str, Any]) -> Ask:
+    """An embeddings request: nothing is generated, nothing is judged."""
+    require(payload, "model", str, "a string")
+    require(payload, "input", (str, list), "a string or an array")
+    return Ask(payload["model"], [], None, False)
+
+
+def read_rerank(payload: dict[str, Any]) -> Ask:
+    """A rerank request (llama.cpp's, Jina's and Cohere's shape): passed through unjudged."""
+    require(payload, "model", str, "a string")
+    require(payload, "query", str, "a string")
+    require(payload, "documents", list, "an array")
+    return Ask(payload["model"], [], None, False)
+
+
+def answer_text(raw: bytes) -> str:
+    """The generated text of a whole chat or completion answer (and the tools it called)."""
+    try:
+        obj = orjson.loads(raw)
+        choice = obj["choices"][0]
+    except (orjson.JSONDecodeError, KeyError, IndexError, TypeError):
+        return ""
+    if not isinstance(choice, dict):
+        return ""
+    message = choice.get("message")
+    if isinstance(message, dict):
+        text, calls = content_text(message.get("content")), _tool_calls_text(message.get("tool_calls"))
+        return "\n".join(t for t in (text, calls) if t)
+    return str(choice.get("text") or "")
+
+
+def event_text(event: bytes) -> str:
+    """The generated text a stream event carries (chat delta, tool arguments or completion text)."""
+    for line in event.split(b"\n"):
+        if not line.startswith(b"data:"):
+            continue
+        data = line[5:].strip()
+        if data == b"[DONE]":
+            return ""
+        try:
+            obj = orjson.loads(data)
+        except orjson.JSONDecodeError:
+            return ""
+        return _chunk_text(obj)
+    return ""
+
+
+def _chunk_text(obj: Any) -> str:
+    if not isinstance(obj, dict):
+        return ""
+    parts = []
+    for choice in obj.get("choices") or []:
+        if not isinstance(choice, dict):
+            continue
+        delta = choice.get("delta")
+        if isinstance(delta, dict):
+            if isinstance(delta.get("content"), str):
+                parts.append(delta["content"])
+            for call in delta.get("tool_calls") or []:
+                function = call.get("function") if isinstance(call, dict) else None
+                if isinstance(function, dict) and isinstance(function.get("arguments"), str):
+                    parts.append(function["arguments"])
+        elif isinstance(choice.get("text"), str):
+            parts.append(choice["text"])
+    return "".join(parts)
+
+
+def error_body(error: LlmgwError) -> bytes:
+    """`{"error": {"message", "type", "param", "code"}}`."""
+    return orjson.dumps({"error": {"message": error.message, "type": error.type,
+                                   "param": error.param, "code": error.code}})
+
+
+def blocked_ending(model: str, error: LlmgwError) -> bytes:
+    """How a blocked stream ends: a content_filter finish, an error event, and [DONE]."""
+    finish = {
+        "object": "chat.completion.chunk",
+        "model": model,
+        "choices": [{"index": 0, "delta": {}, "finish_reason": "content_filter"}],
+    }
+    return (b"data: " + orjson.dumps(finish) + b"\n\ndata: " + error_body(error) + b"\n\n"
+            + DONE + b"\n\n")
+
+
+_BROKE = b"data: " + orjson.dumps(
+    {"error": {"message": "upstream stream broke", "type": "server_error", "param": None,
+               "code": "upstream_error"}}
+) + b"\n\n"
+
+
+def stream_broke() -> bytes:
+    """The event that ends a stream whose upstream broke."""
+    return _BROKE
+
+
+def _wire(name: str, read: Any) -> Wire:
+    return Wire(name=name, usage=USAGE, read=read, answer_text=answer_text, event_text=event_text,
+                blocked_ending=blocked_ending, stream_broke=stream_broke, error_body=error_body)
+
+
+CHAT = _wire("chat_completions", read_chat)
+COMPLETIONS = _wire("completions", read_completion)
+EMBEDDINGS = _wire("embeddings", read_embedding)
+RERANK = _wire("rerank", read_rerank)

@@ -1,0 +1,109 @@
+"""Which upstream path serves a call, and the translation between dialects when the upstream does
+not speak the client's: requests, whole answers and streams, composed when it takes two steps
+(Responses → chat completions → Messages)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from llmgw.core.errors import InvalidRequest
+from llmgw.core.types import Model, ProviderApi, RemoteSource
+from llmgw.gateway.wire.dialect import Api, Wire
+
+# Where each API lives under an upstream's base URL (`…/v1`).
+PATHS = {
+    Api.CHAT: "/chat/completions",
+    Api.COMPLETIONS: "/completions",
+    Api.EMBEDDINGS: "/embeddings",
+    Api.RESPONSES: "/responses",
+    Api.MESSAGES: "/messages",
+    Api.COUNT_TOKENS: "/messages/count_tokens",
+    Api.RERANK: "/rerank",
+}
+
+# What each kind of upstream answers natively. llama-server answers every API llmgw serves.
+SPEAKS: dict[ProviderApi | None, frozenset[Api]] = {
+    None: frozenset(Api),
+    ProviderApi.OPENAI: frozenset({Api.CHAT, Api.COMPLETIONS, Api.EMBEDDINGS, Api.RERANK}),
+    ProviderApi.ANTHROPIC: frozenset({Api.MESSAGES, Api.COUNT_TOKENS}),
+}
+
+
+class StreamTranslator(Protocol):
+    """Turns one dialect's SSE events into another's."""
+
+    def feed(self, event: bytes) -> list[bytes]:
+        """One event in (without its blank line); whole events out (blank lines included)."""
+        ...
+
+    def end(self) -> list[bytes]:
+        """The upstream's stream ended: what the client's stream still needs to be complete."""
+        ...
+
+
+@dataclass(frozen=True)
+class Translation:
+    """From the client's dialect to the upstream's, and the answer back."""
+
+    upstream: Api  # the API called on the upstream
+    wire: Wire  # the upstream's dialect: where its answers carry usage and text
+    # (client payload, upstream model name) → upstream payload
+    request: Callable[[dict[str, Any], str], dict[str, Any]]
+    # (upstream answer, catalog model name) → client answer
+    answer: Callable[[dict[str, Any], str], dict[str, Any]]
+    # catalog model name → a translator for one stream
+    stream: Callable[[str], StreamTranslator]
+
+
+class _Chained:
+    """Two stream translators one after the other."""
+
+    def __init__(self, first: StreamTranslator, second: StreamTranslator) -> None:
+        self._first, self._second = first, second
+
+    def feed(self, event: bytes) -> list[bytes]:
+        return [out for mid in self._first.feed(event) for out in self._second.feed(_bare(mid))]
+
+    def end(self) -> list[bytes]:
+        out = [o for mid in self._first.end() for o in self._second.feed(_bare(mid))]
+        return out + self._second.end()
+
+
+def _bare(event: bytes) -> bytes:
+    return event.rstrip(b"\n")
+
+
+def chain(outer: Translation, inner: Translation) -> Translation:
+    """`outer` (client → middle) then `inner` (middle → upstream)."""
+    return Translation(
+        upstream=inner.upstream,
+        wire=inner.wire,
+        request=lambda payload, model: inner.request(outer.request(payload, model), model),
+        answer=lambda answer, model: outer.answer(inner.answer(answer, model), model),
+        stream=lambda model: _Chained(inner.stream(model), outer.stream(model)),
+    )
+
+
+# (client API, upstream's provider API) → translation; filled in by the modules that translate.
+TRANSLATIONS: dict[tuple[Api, ProviderApi], Translation] = {}
+
+
+def speaks(model: Model) -> ProviderApi | None:
+    """The provider API of a remote model; None for a model llmgw serves itself."""
+    return model.source.api if isinstance(model.source, RemoteSource) else None
+
+
+def plan(api: Api, model: Model) -> tuple[str, Translation | None]:
+    """The upstream path for `api` on `model`, and the translation it needs (None: native)."""
+    provider = speaks(model)
+    if api in SPEAKS[provider]:
+        return PATHS[api], None
+    assert provider is not None  # llama-server speaks everything
+    translation = TRANSLATIONS.get((api, provider))
+    if translation is None:
+        raise InvalidRequest(
+            f"model '{model.name}' is served by a provider that speaks the {provider.value} API "
+            f"only, and llmgw does not translate {api.value} requests to it", param="model")
+    return PATHS[translation.upstream], translation
