@@ -226,3 +226,23 @@ def user_key(**over: Any) -> tuple[str, ApiKey]:
 
 def admin_key(**over: Any) -> tuple[str, ApiKey]:
     return api_key(scope=KeyScope.ADMIN, **over)
+
+
+def upstream_call(route: Any, body: bytes, api: Any = None, **over: Any) -> Any:
+    """An UpstreamCall for `route` carrying `body` (parsed by the dialect of `api`, chat by default)."""
+    import time
+
+    import orjson
+
+    from llmgw.gateway.call import UpstreamCall
+    from llmgw.gateway.service import WIRES
+    from llmgw.gateway.wire.dialect import Api
+
+    api = api or Api.CHAT
+    payload = over.pop("payload", None) or orjson.loads(body)
+    wire = WIRES[api]
+    values: dict[str, Any] = dict(route=route, body=body, payload=payload, api=api, wire=wire,
+                                  request_id="req-test", key=user_key()[1], started=time.monotonic())
+    if "ask" not in over:
+        values["ask"] = wire.read(payload)
+    return UpstreamCall(**{**values, **over})

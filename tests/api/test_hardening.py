@@ -158,7 +158,8 @@ async def test_metrics_count_requests_by_model_status_and_key_prefix(api: Any) -
     assert resp.status == 502
     text = await (await client.get("/metrics", headers=headers)).text()
     prefix = headers["Authorization"].split()[1][:13]
-    assert f'llmgw_requests_total{{key="{prefix}",model="far",status="502"}} 1.0' in text
+    assert (f'llmgw_requests_total{{api="chat_completions",key="{prefix}",model="far",status="502"}} 1.0'
+            in text)
     assert 'llmgw_upstream_errors_total{code="upstream_error",model="far"} 1.0' in text
     assert 'llmgw_replicas_ready{model="far"} 1.0' in text
     assert "llmgw_gateway_added_seconds_bucket" in text

@@ -27,7 +27,7 @@ from llmgw.core.clock import SystemClock
 from llmgw.core.types import ApiKey, Limits, LocalSource, Model, Profile
 from llmgw.gateway.auth import KeyCache
 from llmgw.gateway.limits import Limiter
-from llmgw.gateway.proxy import UpstreamClient
+from llmgw.gateway.transport import Transport
 from llmgw.gateway.routing import Route, RoutingTable, Upstream
 from llmgw.gateway.service import Gateway
 from llmgw.gateway.snapshot import Refresher, Snapshot
@@ -155,13 +155,13 @@ class GatewayRig:
     meter: UsageMeter | None = None
     url: str = ""
     _runner: web.AppRunner | None = None
-    _client: UpstreamClient | None = None
+    _client: Transport | None = None
     now: Callable[[], datetime] = lambda: datetime.now(UTC)
 
     async def start(self) -> GatewayRig:
         self.plaintext, key = user_key()
         self.key = key.model_copy(update={"limits": self.limits})
-        self._client = UpstreamClient(timeout_s=30)
+        self._client = Transport(timeout_s=30)
         await self._client.start()
         refresher = Refresher(self.store, KEY_SECRET)
         model = Model(name="m", source=LocalSource(path="/m.gguf"), profiles=[Profile(name="cpu")])

@@ -20,11 +20,16 @@ from llmgw.core.errors import GuardUnavailable
 from llmgw.core.guard import Direction, InputMode, OnFailure, Outcome, Policy, VerdictRecord
 from llmgw.core.judges import DEFAULT_JUDGE, KNOWN
 from llmgw.core.types import LocalSource, Model, Profile
-from llmgw.gateway.guarded import forward_guarded
-from llmgw.gateway.proxy import UpstreamClient
-from llmgw.gateway.routing import Route, RoutingTable, Upstream
+from llmgw.api.replies import write
+from llmgw.gateway.call import Exchange
+from llmgw.gateway.guarded import Judged, forward_guarded
+from llmgw.gateway.relay import outbound
+from llmgw.gateway.routing import Route, Upstream
+from llmgw.gateway.transport import Transport
+from llmgw.gateway.usage import UsageTap
 from llmgw.guard.enforcement import Guard, GuardView, RequestInfo
 from llmgw.guard.judge_client import JudgeClient, JudgeTarget
+from tests.factories import upstream_call
 from tests.fakes.judge import FakeJudge
 
 # Nine chunks of ten characters; the seventh (the third window of 30) carries the marker.
@@ -61,6 +66,9 @@ class FakeUpstream:
     chunk_delay_s: float = 0.0  # before each stream event
     hang_after: bool = False  # after the content chunks, keep the stream open (still generating)
     break_after: int | None = None  # drop the connection after this many content events
+    # ... once this is set: aiohttp drops what it buffered when the connection breaks, so a test
+    # that wants the events before the break delivered first waits for them to be read.
+    break_when: asyncio.Event | None = None
     fail: tuple[int, bytes] | None = None  # answer this status and body instead
     requests: list[bytes] = field(default_factory=list)
     started: asyncio.Event = field(default_factory=asyncio.Event)
@@ -103,6 +111,8 @@ class FakeUpstream:
             if self.break_after is not None:
                 for event in events[: self.break_after]:
                     await resp.write(event)
+                if self.break_when is not None:
+                    await self.break_when.wait()
                 assert request.transport is not None
                 request.transport.close()  # the engine died mid-stream
                 self.finished = True
@@ -170,7 +180,7 @@ async def rig() -> AsyncIterator[Rig]:
 
     judge_client = JudgeClient(lambda name: JudgeTarget(KNOWN[DEFAULT_JUDGE], judge.url))
     await judge_client.start()
-    client = UpstreamClient(timeout_s=30)
+    client = Transport(timeout_s=30)
     await client.start()
     records: list[VerdictRecord] = []
     holder: list[Rig] = []
@@ -178,15 +188,14 @@ async def rig() -> AsyncIterator[Rig]:
                   time.monotonic)
     model = Model(name="m", source=LocalSource(path="/m.gguf"), profiles=[Profile(name="cpu")])
     route = Route(model, (Upstream("live", str(up_server.make_url("/v1"))),))
-    table = RoutingTable({"m": route})
 
     async def handler(request: web.Request) -> web.StreamResponse:
-        body = await request.read()
-        payload = orjson.loads(body)
+        call = upstream_call(route, await request.read())
         inputs = guard.policies("m", INFO.key_name, Direction.INPUT)
         outputs = guard.policies("m", INFO.key_name, Direction.OUTPUT)
-        return await forward_guarded(guard, client, request, table, route, "/chat/completions", body,
-                                     payload, INFO, inputs, outputs)
+        reply = await forward_guarded(client, call, outbound(call), Exchange(UsageTap()),
+                                      Judged(guard, INFO, inputs, outputs))
+        return await write(request, reply)
 
     app = web.Application(middlewares=[openai_errors])
     app.router.add_post("/v1/chat/completions", handler)
@@ -426,6 +435,7 @@ async def test_an_upstream_dying_mid_stream_ends_the_guarded_stream_with_an_erro
     # As the unguarded relay does: what was judged safe arrives, then an upstream_error event.
     rig.guard(Policy(name="out", judges=["j"], input=False, output=True, stream_window_chars=30))
     rig.upstream.break_after = 4
+    rig.upstream.break_when = rig.judge.received  # the first window was read and is being judged
     try:
         async with asyncio.timeout(5):
             reply = await rig.call(stream=True)

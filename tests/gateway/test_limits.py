@@ -126,11 +126,10 @@ def test_a_request_larger_than_tpm_is_admitted_into_an_empty_window(
 
 
 def test_the_reservation_is_max_tokens_plus_about_a_token_per_four_bytes() -> None:
-    assert reserve_estimate({"max_tokens": 50}, 400) == 150
-    assert reserve_estimate({"max_completion_tokens": 10, "max_tokens": 50}, 3) == 11
-    assert reserve_estimate({}, 0) == 256
-    assert reserve_estimate({"max_tokens": True}, 0) == 256
-    assert reserve_estimate({"max_tokens": -5}, 8) == 258
+    assert reserve_estimate(50, 400) == 150
+    assert reserve_estimate(10, 3) == 11
+    assert reserve_estimate(None, 0) == 256
+    assert reserve_estimate(None, 8) == 258
 
 
 # --- requests in flight ------------------------------------------------------------------------

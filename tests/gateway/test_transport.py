@@ -1,4 +1,4 @@
-"""Forwarding to upstreams: retry on a refused connection, byte-exact streams, clear failures,
+"""The transport to upstreams: retry on a refused connection, byte-exact streams, clear failures,
 compressed answers decoded, upstream errors in OpenAI's shape."""
 
 from __future__ import annotations
@@ -19,10 +19,16 @@ from aiohttp.test_utils import TestClient, TestServer
 
 from llmgw.core.errors import LlmgwError
 from llmgw.core.types import LocalSource, Model, Profile
-from llmgw.gateway import proxy
-from llmgw.gateway.proxy import UpstreamClient
-from llmgw.gateway.routing import Route, RoutingTable, Upstream
+from llmgw.api.replies import write
+from llmgw.gateway import transport
+from llmgw.gateway.call import Exchange
+from llmgw.gateway.relay import outbound, send
+from llmgw.gateway.routing import Route, Upstream
+from llmgw.gateway.transport import Transport
+from llmgw.gateway.usage import UsageTap
+from llmgw.gateway.wire import openai_chat
 from llmgw.store.store import Store
+from tests.factories import upstream_call
 from tests.fakes.provider import ANSWER, FakeProvider, GatewayRig
 
 SEEN = web.AppKey("seen", list[bytes])
@@ -62,8 +68,8 @@ async def upstream() -> AsyncIterator[TestServer]:
 
 
 @pytest.fixture
-async def gateway_client() -> AsyncIterator[tuple[UpstreamClient, list[Any]]]:
-    client = UpstreamClient(timeout_s=10)
+async def gateway_client() -> AsyncIterator[tuple[Transport, list[Any]]]:
+    client = Transport(timeout_s=10)
     await client.start()
     yield client, []
     await client.close()
@@ -74,17 +80,17 @@ def local_model() -> Model:
 
 
 async def through(
-    client: UpstreamClient, route: Route, body: bytes, stream: bool = False
+    client: Transport, route: Route, body: bytes, stream: bool = False
 ) -> tuple[int, bytes]:
-    """Call `forward` from inside a real aiohttp handler and return what its client got."""
-    table = RoutingTable({"m": route})
+    """Send a chat call from inside a real aiohttp handler and return what its client got."""
     errors: list[LlmgwError] = []
+    payload = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "stream": stream}
+    call = upstream_call(route, body, payload=payload, ask=openai_chat.read_chat(payload))
 
     async def handler(request: web.Request) -> web.StreamResponse:
         try:
-            return await client.forward(
-                request, table, route, "/chat/completions", body, {"model": "m"}, stream
-            )
+            reply = await send(client, call, outbound(call), Exchange(UsageTap()))
+            return await write(request, reply)
         except LlmgwError as exc:
             errors.append(exc)
             return web.Response(status=exc.status, text=exc.message)
@@ -198,7 +204,7 @@ async def test_a_provider_that_compresses_anyway_is_decoded_for_the_client_and_c
 async def test_an_answer_that_inflates_beyond_the_bound_is_a_502_not_held_in_memory(
     provider: FakeProvider, rig: GatewayRig, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(proxy, "MAX_ANSWER_BYTES", 1_000_000)
+    monkeypatch.setattr(transport, "MAX_ANSWER_BYTES", 1_000_000)
     provider.compress = "gzip"
     provider.body = b'{"pad": "' + b"0" * 20_000_000 + b'"}'  # gzip makes it about 20 KB
     with pytest.raises(openai.InternalServerError) as err:
