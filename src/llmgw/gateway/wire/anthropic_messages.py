@@ -17,6 +17,7 @@ import orjson
 from llmgw.core.errors import InvalidRequest, LlmgwError
 from llmgw.gateway.wire import checks
 from llmgw.gateway.wire.dialect import Ask, UsageFormat, Wire
+from llmgw.gateway.wire.judged import tool_text
 from llmgw.gateway.wire.sse import event, json_of
 from llmgw.guard.prompts import Role, Turn
 
@@ -140,11 +141,6 @@ def _block_text(block: Any, where: str) -> str:
     return ""  # images, documents, thinking: not judged
 
 
-def tool_text(name: str, arguments: str) -> str:
-    """How a tool call reads to a judge."""
-    return f"tool {name}: {arguments}"
-
-
 # --- answers ----------------------------------------------------------------------------------
 
 
@@ -251,7 +247,9 @@ def stream_broke() -> bytes:
 def models_body(models: list[tuple[str, datetime | None]]) -> bytes:
     """`GET /v1/models` in Anthropic's shape: names and when each was added (RFC 3339)."""
     data = [
-        {"type": "model", "id": name, "display_name": name, "created_at": _rfc3339(created)}
+        # Every model llmgw lists is served: `lifecycle` says so to SDKs that read it.
+        {"type": "model", "id": name, "display_name": name, "created_at": _rfc3339(created),
+         "lifecycle": "active"}
         for name, created in models
     ]
     return orjson.dumps({
