@@ -3,51 +3,33 @@ reading a request, reading an answer's text, and writing this dialect's errors a
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import orjson
 
 from llmgw.core.errors import InvalidRequest, LlmgwError
+from llmgw.gateway.wire import checks
 from llmgw.gateway.wire.dialect import Ask, UsageFormat, Wire
+from llmgw.gateway.wire.judged import tool_text
+from llmgw.gateway.wire.openai_errors import openai_error_body
 from llmgw.gateway.wire.sse import DONE
 from llmgw.guard.prompts import Role, Turn
 
-# Far above any context window llmgw serves; a larger value is a client bug, not a request.
-MAX_TOKENS = 1_000_000
-
-_ROLES: dict[Any, Role] = {"system": "system", "developer": "system", "user": "user",
+_ROLES: dict[str, Role] = {"system": "system", "developer": "system", "user": "user",
                            "assistant": "assistant"}
 
 USAGE = UsageFormat(prompt=b'"prompt_tokens"', completion=b'"completion_tokens"',
                     text_markers=(b'"content":"', b'"text":"'))
 
 
-def require(payload: dict[str, Any], name: str, kind: type | tuple[type, ...], what: str) -> None:
-    """A 400 naming the field when it is missing or of the wrong type (a bool is not a number)."""
+def _required(payload: dict[str, Any], name: str, kind: type | tuple[type, ...], what: str) -> None:
+    """A 400 naming the field when it is missing or not of `kind`."""
     if name not in payload:
         raise InvalidRequest(f"'{name}' is a required property", param=name)
-    value = payload[name]
-    kinds = kind if isinstance(kind, tuple) else (kind,)
-    if not isinstance(value, kind) or isinstance(value, bool) and bool not in kinds:
+    checks.optional(payload, name, kind, what)
+    if payload[name] is None:
         raise InvalidRequest(f"'{name}' must be {what}", param=name)
-
-
-def optional_int(payload: dict[str, Any], name: str, limit: int = MAX_TOKENS) -> int | None:
-    """The field's value, None when absent; a 400 naming it when not an integer in 1..limit."""
-    value = payload.get(name)
-    if value is None:
-        return None
-    if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= limit:
-        raise InvalidRequest(f"'{name}' must be an integer from 1 to {limit}", param=name)
-    return value
-
-
-def stream_flag(payload: dict[str, Any]) -> bool:
-    """The request's `stream`, which must be a boolean when given."""
-    value = payload.get("stream", False)
-    if not isinstance(value, bool):
-        raise InvalidRequest("'stream' must be a boolean", param="stream")
-    return value
 
 
 def content_text(content: Any) -> str:
@@ -65,14 +47,14 @@ def _tool_calls_text(calls: Any) -> str:
     for call in calls if isinstance(calls, list) else []:
         function = call.get("function") if isinstance(call, dict) else None
         if isinstance(function, dict):
-            out.append(f"{function.get('name', '')}({function.get('arguments', '')})")
+            out.append(tool_text(str(function.get("name", "")), str(function.get("arguments", ""))))
     return "\n".join(out)
 
 
 def read_chat(payload: dict[str, Any]) -> Ask:
     """A chat completions request."""
-    require(payload, "model", str, "a string")
-    require(payload, "messages", list, "an array of messages")
+    model = checks.required_str(payload, "model")
+    _required(payload, "messages", list, "an array of messages")
     if not payload["messages"]:
         raise InvalidRequest("'messages' must contain at least one message", param="messages")
     turns = []
@@ -83,34 +65,36 @@ def read_chat(payload: dict[str, Any]) -> Ask:
         # model asked for are what it said.
         text = content_text(m.get("content"))
         calls = _tool_calls_text(m.get("tool_calls"))
-        turns.append(Turn(_ROLES.get(m.get("role"), "user"), "\n".join(t for t in (text, calls) if t)))
-    limits = [optional_int(payload, f) for f in ("max_tokens", "max_completion_tokens")]
-    return Ask(payload["model"], turns, limits[1] or limits[0], stream_flag(payload))
+        role = m.get("role")
+        turns.append(Turn(_ROLES.get(role, "user") if isinstance(role, str) else "user",
+                          "\n".join(t for t in (text, calls) if t)))
+    limits = [checks.token_count(payload, f) for f in ("max_tokens", "max_completion_tokens")]
+    return Ask(model, turns, limits[1] or limits[0], checks.flag(payload, "stream"))
 
 
 def read_completion(payload: dict[str, Any]) -> Ask:
     """A legacy completions request: its prompt is the user's turn."""
-    require(payload, "model", str, "a string")
-    require(payload, "prompt", (str, list), "a string or an array")
+    model = checks.required_str(payload, "model")
+    _required(payload, "prompt", (str, list), "a string or an array")
     prompt = payload["prompt"]
     text = prompt if isinstance(prompt, str) else "\n".join(p for p in prompt if isinstance(p, str))
-    return Ask(payload["model"], [Turn("user", text)], optional_int(payload, "max_tokens"),
-               stream_flag(payload))
+    return Ask(model, [Turn("user", text)], checks.token_count(payload, "max_tokens"),
+               checks.flag(payload, "stream"))
 
 
 def read_embedding(payload: dict[str, Any]) -> Ask:
     """An embeddings request: nothing is generated, nothing is judged."""
-    require(payload, "model", str, "a string")
-    require(payload, "input", (str, list), "a string or an array")
-    return Ask(payload["model"], [], None, False)
+    model = checks.required_str(payload, "model")
+    _required(payload, "input", (str, list), "a string or an array")
+    return Ask(model, [], None, False)
 
 
 def read_rerank(payload: dict[str, Any]) -> Ask:
     """A rerank request (llama.cpp's, Jina's and Cohere's shape): passed through unjudged."""
-    require(payload, "model", str, "a string")
-    require(payload, "query", str, "a string")
-    require(payload, "documents", list, "an array")
-    return Ask(payload["model"], [], None, False)
+    model = checks.required_str(payload, "model")
+    checks.required_str(payload, "query")
+    _required(payload, "documents", list, "an array")
+    return Ask(model, [], None, False)
 
 
 def answer_text(raw: bytes) -> str:
@@ -165,12 +149,6 @@ def _chunk_text(obj: Any) -> str:
     return "".join(parts)
 
 
-def error_body(error: LlmgwError) -> bytes:
-    """`{"error": {"message", "type", "param", "code"}}`."""
-    return orjson.dumps({"error": {"message": error.message, "type": error.type,
-                                   "param": error.param, "code": error.code}})
-
-
 def blocked_ending(model: str, error: LlmgwError) -> bytes:
     """How a blocked stream ends: a content_filter finish, an error event, and [DONE]."""
     finish = {
@@ -178,7 +156,7 @@ def blocked_ending(model: str, error: LlmgwError) -> bytes:
         "model": model,
         "choices": [{"index": 0, "delta": {}, "finish_reason": "content_filter"}],
     }
-    return (b"data: " + orjson.dumps(finish) + b"\n\ndata: " + error_body(error) + b"\n\n"
+    return (b"data: " + orjson.dumps(finish) + b"\n\ndata: " + openai_error_body(error) + b"\n\n"
             + DONE + b"\n\n")
 
 
@@ -193,9 +171,9 @@ def stream_broke() -> bytes:
     return _BROKE
 
 
-def _wire(name: str, read: Any) -> Wire:
+def _wire(name: str, read: Callable[[dict[str, Any]], Ask]) -> Wire:
     return Wire(name=name, usage=USAGE, read=read, answer_text=answer_text, event_text=event_text,
-                blocked_ending=blocked_ending, stream_broke=stream_broke, error_body=error_body)
+                blocked_ending=blocked_ending, stream_broke=stream_broke, error_body=openai_error_body)
 
 
 CHAT = _wire("chat_completions", read_chat)
