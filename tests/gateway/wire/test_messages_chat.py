@@ -520,3 +520,33 @@ def test_an_anthropic_error_event_ends_the_chat_stream_with_an_error() -> None:
     out += translator.end()
     assert b"secret" not in out[-1]
     assert orjson.loads(out[-1].removeprefix(b"data: "))["error"]["type"] == "server_error"
+
+
+def test_a_tool_without_parameters_reaches_the_chat_client_with_json_arguments() -> None:
+    upstream = sse([anthropic_event(e) for e in [
+        {"type": "message_start", "message": {
+            "id": "msg_2", "type": "message", "role": "assistant", "model": "c", "content": [],
+            "stop_reason": None, "stop_sequence": None, "usage": {"input_tokens": 3, "output_tokens": 1}}},
+        {"type": "content_block_start", "index": 0, "content_block": {"type": "tool_use", "id": "toolu_9",
+                                                                      "name": "get_time", "input": {}}},
+        {"type": "content_block_stop", "index": 0},
+        {"type": "message_delta", "delta": {"stop_reason": "tool_use"}, "usage": {"output_tokens": 5}},
+        {"type": "message_stop"},
+    ]])
+    _, completion = read_chat(translate(MessagesStreamAsChat("m"), upstream, 32))
+    call = completion.choices[0].message.tool_calls[0]
+    assert (call.id, call.function.name, json.loads(call.function.arguments)) == ("toolu_9", "get_time", {})
+
+
+def test_chat_tool_calls_streamed_without_an_index_stay_apart_by_their_ids() -> None:
+    upstream = sse([
+        chat_chunk({"tool_calls": [{"id": "call_a", "function": {"name": "f", "arguments": '{"x":'}}]}),
+        chat_chunk({"tool_calls": [{"function": {"arguments": " 1}"}}]}),
+        chat_chunk({"tool_calls": [{"id": "call_b", "function": {"name": "g", "arguments": "{}"}}]}),
+        chat_chunk({}, "tool_calls"),
+        b"data: [DONE]\n\n",
+    ])
+    _, message = read_anthropic(translate(ChatStreamAsMessages("m"), upstream, 10))
+    assert [(b.id, b.name, b.input) for b in message.content] == [
+        ("call_a", "f", {"x": 1}), ("call_b", "g", {})]
+    assert message.stop_reason == "tool_use"

@@ -194,6 +194,8 @@ def _message_to_chat(message: Any, param: str) -> list[dict[str, Any]]:
         where = f"{param}.content[{j}]"
         kind = block.get("type") if isinstance(block, dict) else None
         if kind == "text":
+            if not isinstance(block.get("text"), str):
+                raise InvalidRequest("a text block needs its text", param=f"{where}.text")
             parts.append({"type": "text", "text": block["text"]})
         elif kind == "image" and role == "user":
             parts.append({"type": "image_url", "image_url": {"url": _image_url(block.get("source"), where)}})
@@ -236,8 +238,10 @@ def chat_to_messages(payload: dict[str, Any], model: str) -> dict[str, Any]:
         if key in _CHAT_HINTS or key in ("model", "messages", "max_tokens", "max_completion_tokens"):
             continue
         if key == "temperature":
-            if value is not None:
+            if isinstance(value, int | float):
                 out["temperature"] = min(value, 1.0)
+            elif value is not None:
+                out["temperature"] = value
         elif key in ("top_p", "top_k"):
             if value is not None:
                 out[key] = value
@@ -422,6 +426,8 @@ def chat_answer_as_message(answer: dict[str, Any], model: str) -> dict[str, Any]
         raise UpstreamError("the upstream answered without a choice")
     message = choices[0].get("message") or {}
     text = message.get("content") or message.get("refusal") or ""
+    if isinstance(text, list):
+        text = "".join(str(p.get("text") or "") for p in text if isinstance(p, dict))
     content: list[dict[str, Any]] = [{"type": "text", "text": text}] if text else []
     for call in message.get("tool_calls") or []:
         function = call.get("function") or {}
@@ -472,6 +478,7 @@ class ChatStreamAsMessages:
         self._open_kind = ""
         self._blocks = 0
         self._tools: dict[int, int] = {}  # upstream tool call index → content block index
+        self._ids: set[str] = set()
         self._finish: str | None = None
         self._usage: dict[str, Any] | None = None
 
@@ -521,8 +528,14 @@ class ChatStreamAsMessages:
         if not isinstance(call, dict):
             return []
         out: list[bytes] = []
-        index = call.get("index", 0)
         function = call.get("function") or {}
+        index = call.get("index")
+        if not isinstance(index, int):
+            # some upstreams leave the index out: a new id means a new call, else the last one goes on
+            new = call.get("id") and call["id"] not in self._ids
+            index = len(self._tools) if new or not self._tools else max(self._tools)
+        if call.get("id"):
+            self._ids.add(call["id"])
         if index not in self._tools:
             block: dict[str, Any] = {"type": "tool_use", "id": call.get("id") or f"toolu_{uuid.uuid4().hex}",
                      "name": function.get("name") or "", "input": {}}
@@ -577,6 +590,7 @@ class MessagesStreamAsChat:
         self._done = False
         self._finished = False
         self._tools: dict[int, int] = {}  # content block index → chat tool call index
+        self._silent: set[int] = set()  # tool blocks whose arguments have not begun yet
         self._usage: dict[str, Any] = {}
 
     def feed(self, sse: bytes) -> list[bytes]:
@@ -596,6 +610,11 @@ class MessagesStreamAsChat:
             return self._block_start(obj.get("index", 0), obj.get("content_block") or {})
         if kind == "content_block_delta":
             return self._block_delta(obj.get("index", 0), obj.get("delta") or {})
+        if kind == "content_block_stop" and obj.get("index", 0) in self._silent:
+            # a tool without parameters: chat clients parse the arguments, and "" is not JSON
+            self._silent.discard(obj.get("index", 0))
+            call = {"index": self._tools[obj.get("index", 0)], "function": {"arguments": "{}"}}
+            return [self._chunk({"tool_calls": [call]})]
         if kind == "message_delta":
             self._usage.update({k: v for k, v in (obj.get("usage") or {}).items() if v is not None})
             reason = (obj.get("delta") or {}).get("stop_reason")
@@ -629,6 +648,8 @@ class MessagesStreamAsChat:
             return []
         self._tools[index] = len(self._tools)
         initial = block.get("input")
+        if not initial:
+            self._silent.add(index)
         call = {"index": self._tools[index], "id": block.get("id"), "type": "function",
                 "function": {"name": block.get("name"), "arguments": _dumps(initial) if initial else ""}}
         return [self._chunk({"tool_calls": [call]})]
@@ -637,6 +658,7 @@ class MessagesStreamAsChat:
         if delta.get("type") == "text_delta" and delta.get("text"):
             return [self._chunk({"content": delta["text"]})]
         if delta.get("type") == "input_json_delta" and delta.get("partial_json") and index in self._tools:
+            self._silent.discard(index)
             call = {"index": self._tools[index], "function": {"arguments": delta["partial_json"]}}
             return [self._chunk({"tool_calls": [call]})]
         return []  # thinking, signatures and citations have no place in chat
