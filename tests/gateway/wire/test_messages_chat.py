@@ -550,3 +550,27 @@ def test_chat_tool_calls_streamed_without_an_index_stay_apart_by_their_ids() -> 
     assert [(b.id, b.name, b.input) for b in message.content] == [
         ("call_a", "f", {"x": 1}), ("call_b", "g", {})]
     assert message.stop_reason == "tool_use"
+
+
+def test_a_malformed_upstream_answer_reads_as_a_valid_message_without_made_up_counts() -> None:
+    message = chat_answer_as_message({"id": 7, "choices": [{"message": {"content": "Hi", "tool_calls": "x"},
+                                                            "finish_reason": {"odd": 1}}],
+                                      "usage": {"prompt_tokens": "9", "completion_tokens": -3}}, "m")
+    parsed = Message.model_validate(message)
+    assert parsed.content[0].text == "Hi" and parsed.stop_reason == "end_turn"
+    assert (parsed.usage.input_tokens, parsed.usage.output_tokens) == (0, 0)
+
+
+def test_malformed_upstream_stream_events_leave_a_well_formed_stream() -> None:
+    odd = [b'data: {"choices": "x"}', b'data: {"choices": [{"delta": "x"}]}', b"data: not json",
+           b'data: {"choices": [{"delta": {"tool_calls": ["x", {"function": 3}]}}]}']
+    translator = ChatStreamAsMessages("m")
+    out = [e for one in odd for e in translator.feed(one)] + translator.end()
+    types, _ = read_anthropic(b"".join(out))
+    assert types[0] == "message_start" and types[-1] == "message_stop"
+    chat = MessagesStreamAsChat("m")
+    out = [e for one in [b'event: x\ndata: {"type": "content_block_delta", "index": [1], "delta": 5}',
+                         b'data: {"type": "message_delta", "delta": null, "usage": {"output_tokens": "2"}}']
+           for e in chat.feed(one)] + chat.end()
+    chunks, _ = read_chat(b"".join(out))
+    assert chunks[-1].usage is not None and chunks[-1].usage.completion_tokens == 0

@@ -7,13 +7,17 @@ mode without a schema, unknown fields). These are dropped silently, as hints tha
 what is asked:
 - Messages → chat: `cache_control` (top level, blocks, tools), `metadata`, `service_tier`,
   `top_k`, `thinking` and `thinking`/`redacted_thinking` blocks of earlier turns,
-  `context_management`, `output_config.effort`, `speed`, `inference_geo`, `diagnostics`.
+  `context_management`, `output_config.effort`, `speed`, `inference_geo`, `diagnostics`, a
+  tool's fields other than name, description, input_schema and strict; a tool result's
+  `is_error` becomes an "Error: " before its text, and a user turn's tool results go ahead of
+  its other content (chat wants them right after the tool calls).
 - chat → Messages: `user`, `name` on messages, `store`, `metadata`, `service_tier`, `seed`,
   `stream_options` (usage always reaches the client), `frequency_penalty`, `presence_penalty`,
   `prediction`, `reasoning_effort`, `prompt_cache_key`, `safety_identifier`, an image's `detail`;
   a temperature above 1 is lowered to 1, Anthropic's highest.
-- Answers: reasoning text (`reasoning_content`, thinking blocks); chat cannot say which stop
-  sequence matched, so a chat stop reads as `end_turn`.
+- Answers: reasoning text (`reasoning_content`, thinking blocks, signatures), citations; chat
+  cannot say which stop sequence matched, so a chat stop reads as `end_turn`. Tool arguments
+  that are not a JSON object reach a Messages client under UNPARSED_ARGUMENTS (see there).
 """
 
 from __future__ import annotations
@@ -395,17 +399,40 @@ def _assistant_blocks(message: dict[str, Any], param: str) -> list[dict[str, Any
 # ---------------------------------------------------------------------------------- answers
 
 
+def _obj(value: Any) -> dict[str, Any]:
+    """`value` when it is a JSON object, else an empty one: an upstream's answer is not trusted."""
+    return value if isinstance(value, dict) else {}
+
+
+def _objs(value: Any) -> list[dict[str, Any]]:
+    return [v for v in value if isinstance(v, dict)] if isinstance(value, list) else []
+
+
+def _count(value: Any) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
+
+
+def _stop_reason(finish: Any, tool_calls: bool) -> str:
+    """A chat finish_reason as a stop_reason; some upstreams end tool calls with a plain stop."""
+    stop = _TO_ANTHROPIC_STOP.get(finish if isinstance(finish, str) else "stop", "end_turn")
+    return "tool_use" if tool_calls and stop == "end_turn" else stop
+
+
+def _finish_reason(stop: Any) -> str:
+    return _TO_CHAT_FINISH.get(stop if isinstance(stop, str) else "end_turn", "stop")
+
+
 def _usage_to_messages(usage: Any) -> dict[str, int]:
-    usage = usage if isinstance(usage, dict) else {}
-    return {"input_tokens": int(usage.get("prompt_tokens") or 0),
-            "output_tokens": int(usage.get("completion_tokens") or 0)}
+    usage = _obj(usage)
+    return {"input_tokens": _count(usage.get("prompt_tokens")),
+            "output_tokens": _count(usage.get("completion_tokens"))}
 
 
 def _usage_to_chat(usage: dict[str, Any]) -> dict[str, int]:
     # Anthropic counts cached prompt tokens apart from input_tokens; chat counts them in the prompt
-    prompt = sum(int(usage.get(k) or 0) for k in
+    prompt = sum(_count(usage.get(k)) for k in
                  ("input_tokens", "cache_read_input_tokens", "cache_creation_input_tokens"))
-    completion = int(usage.get("output_tokens") or 0)
+    completion = _count(usage.get("output_tokens"))
     return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
 
 
@@ -424,21 +451,21 @@ def chat_answer_as_message(answer: dict[str, Any], model: str) -> dict[str, Any]
     choices = answer.get("choices")
     if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
         raise UpstreamError("the upstream answered without a choice")
-    message = choices[0].get("message") or {}
+    message = _obj(choices[0].get("message"))
     text = message.get("content") or message.get("refusal") or ""
     if isinstance(text, list):
-        text = "".join(str(p.get("text") or "") for p in text if isinstance(p, dict))
-    content: list[dict[str, Any]] = [{"type": "text", "text": text}] if text else []
-    for call in message.get("tool_calls") or []:
-        function = call.get("function") or {}
-        content.append({"type": "tool_use", "id": call.get("id") or f"toolu_{uuid.uuid4().hex}",
-                        "name": function.get("name", ""), "input": _tool_input(function.get("arguments"))})
+        text = "".join(str(p.get("text") or "") for p in _objs(text))
+    content: list[dict[str, Any]] = [{"type": "text", "text": str(text)}] if text else []
+    calls = _objs(message.get("tool_calls"))
+    for call in calls:
+        function = _obj(call.get("function"))
+        content.append({"type": "tool_use", "id": str(call.get("id") or f"toolu_{uuid.uuid4().hex}"),
+                        "name": str(function.get("name") or ""),
+                        "input": _tool_input(function.get("arguments"))})
     if not content:
         # clients commonly read content[0]; an empty text block keeps that working
         content.append({"type": "text", "text": ""})
-    stop = _TO_ANTHROPIC_STOP.get(choices[0].get("finish_reason") or "stop", "end_turn")
-    if message.get("tool_calls") and stop == "end_turn":
-        stop = "tool_use"
+    stop = _stop_reason(choices[0].get("finish_reason"), bool(calls))
     return {"id": _message_id(answer.get("id")), "type": "message", "role": "assistant", "model": model,
             "content": content, "stop_reason": stop, "stop_sequence": None,
             "usage": _usage_to_messages(answer.get("usage"))}
@@ -448,20 +475,20 @@ def message_answer_as_chat(answer: dict[str, Any], model: str) -> dict[str, Any]
     """A whole Anthropic message as a chat completion."""
     texts: list[str] = []
     calls: list[dict[str, Any]] = []
-    for block in answer.get("content") or []:
+    for block in _objs(answer.get("content")):
         if block.get("type") == "text":
-            texts.append(block.get("text", ""))
+            texts.append(str(block.get("text") or ""))
         elif block.get("type") == "tool_use":
             calls.append(_call_of(block))
     message: dict[str, Any] = {"role": "assistant", "content": "".join(texts) if texts or not calls else None,
                                "refusal": None}
     if calls:
         message["tool_calls"] = calls
-    finish = _TO_CHAT_FINISH.get(answer.get("stop_reason") or "end_turn", "stop")
+    finish = _finish_reason(answer.get("stop_reason"))
     return {"id": _chat_id(answer.get("id")), "object": "chat.completion", "created": int(time.time()),
             "model": model, "choices": [{"index": 0, "message": message, "finish_reason": finish,
                                          "logprobs": None}],
-            "usage": _usage_to_chat(answer.get("usage") or {})}
+            "usage": _usage_to_chat(_obj(answer.get("usage")))}
 
 
 # ---------------------------------------------------------------------------------- streams
@@ -479,7 +506,7 @@ class ChatStreamAsMessages:
         self._blocks = 0
         self._tools: dict[int, int] = {}  # upstream tool call index → content block index
         self._ids: set[str] = set()
-        self._finish: str | None = None
+        self._finish: Any = None
         self._usage: dict[str, Any] | None = None
 
     def feed(self, sse: bytes) -> list[bytes]:
@@ -496,15 +523,15 @@ class ChatStreamAsMessages:
         out = self._start(chunk.get("id"))
         if isinstance(chunk.get("usage"), dict):
             self._usage = chunk["usage"]
-        choices = chunk.get("choices") or []
-        choice = choices[0] if choices and isinstance(choices[0], dict) else {}
-        delta = choice.get("delta") or {}
+        choices = _objs(chunk.get("choices"))
+        choice = choices[0] if choices else {}
+        delta = _obj(choice.get("delta"))
         text = delta.get("content") or delta.get("refusal")
         if isinstance(text, str) and text:
             if self._open_kind != "text":
                 out += self._open_block({"type": "text", "text": ""}, "text")
             out.append(self._delta({"type": "text_delta", "text": text}, self._open))
-        for call in delta.get("tool_calls") or []:
+        for call in _objs(delta.get("tool_calls")):
             out += self._tool_call(call)
         if choice.get("finish_reason"):
             self._finish = choice["finish_reason"]
@@ -519,26 +546,26 @@ class ChatStreamAsMessages:
         if self._started:
             return []
         self._started = True
+        # chat says the prompt's size only at the end: message_delta carries it then
         message: dict[str, Any] = {"id": _message_id(upstream_id), "type": "message", "role": "assistant",
-                   "model": self._model, "content": [], "stop_reason": None, "stop_sequence": None,
-                   "usage": {"input_tokens": 0, "output_tokens": 0}}
+                                   "model": self._model, "content": [], "stop_reason": None,
+                                   "stop_sequence": None, "usage": {"input_tokens": 0, "output_tokens": 0}}
         return [event({"type": "message_start", "message": message}, "message_start")]
 
-    def _tool_call(self, call: Any) -> list[bytes]:
-        if not isinstance(call, dict):
-            return []
+    def _tool_call(self, call: dict[str, Any]) -> list[bytes]:
         out: list[bytes] = []
-        function = call.get("function") or {}
+        function = _obj(call.get("function"))
+        call_id = call.get("id") if isinstance(call.get("id"), str) and call.get("id") else None
         index = call.get("index")
         if not isinstance(index, int):
             # some upstreams leave the index out: a new id means a new call, else the last one goes on
-            new = call.get("id") and call["id"] not in self._ids
+            new = call_id is not None and call_id not in self._ids
             index = len(self._tools) if new or not self._tools else max(self._tools)
-        if call.get("id"):
-            self._ids.add(call["id"])
+        if call_id is not None:
+            self._ids.add(call_id)
         if index not in self._tools:
-            block: dict[str, Any] = {"type": "tool_use", "id": call.get("id") or f"toolu_{uuid.uuid4().hex}",
-                     "name": function.get("name") or "", "input": {}}
+            block: dict[str, Any] = {"type": "tool_use", "id": call_id or f"toolu_{uuid.uuid4().hex}",
+                                     "name": str(function.get("name") or ""), "input": {}}
             out += self._open_block(block, "tool_use")
             self._tools[index] = self._blocks - 1
         arguments = function.get("arguments")
@@ -567,9 +594,7 @@ class ChatStreamAsMessages:
     def _close(self) -> list[bytes]:
         self._done = True
         out = self._start(None) + self._stop_block()
-        stop = _TO_ANTHROPIC_STOP.get(self._finish or "stop", "end_turn")
-        if self._tools and stop == "end_turn":
-            stop = "tool_use"
+        stop = _stop_reason(self._finish, bool(self._tools))
         usage = _usage_to_messages(self._usage)
         delta_usage: dict[str, int] = {"output_tokens": usage["output_tokens"]}
         if self._usage is not None:
@@ -601,25 +626,26 @@ class MessagesStreamAsChat:
         kind = obj.get("type") if obj else None
         if obj is None or kind == "ping":
             return []
+        index: int = obj["index"] if isinstance(obj.get("index"), int) else -1
         if kind == "message_start":
-            message = obj.get("message") or {}
+            message = _obj(obj.get("message"))
             self._id = _chat_id(message.get("id"))
-            self._usage.update(message.get("usage") or {})
+            self._usage.update(_obj(message.get("usage")))
             return [self._chunk({"role": "assistant", "content": ""})]
         if kind == "content_block_start":
-            return self._block_start(obj.get("index", 0), obj.get("content_block") or {})
+            return self._block_start(index, _obj(obj.get("content_block")))
         if kind == "content_block_delta":
-            return self._block_delta(obj.get("index", 0), obj.get("delta") or {})
-        if kind == "content_block_stop" and obj.get("index", 0) in self._silent:
+            return self._block_delta(index, _obj(obj.get("delta")))
+        if kind == "content_block_stop" and index in self._silent:
             # a tool without parameters: chat clients parse the arguments, and "" is not JSON
-            self._silent.discard(obj.get("index", 0))
-            call = {"index": self._tools[obj.get("index", 0)], "function": {"arguments": "{}"}}
+            self._silent.discard(index)
+            call = {"index": self._tools[index], "function": {"arguments": "{}"}}
             return [self._chunk({"tool_calls": [call]})]
         if kind == "message_delta":
-            self._usage.update({k: v for k, v in (obj.get("usage") or {}).items() if v is not None})
-            reason = (obj.get("delta") or {}).get("stop_reason")
+            # its counts are cumulative: they replace what message_start said
+            self._usage.update({k: v for k, v in _obj(obj.get("usage")).items() if v is not None})
             self._finished = True
-            return [self._chunk({}, _TO_CHAT_FINISH.get(reason or "end_turn", "stop"))]
+            return [self._chunk({}, _finish_reason(_obj(obj.get("delta")).get("stop_reason")))]
         if kind == "message_stop":
             return self.end()
         if kind == "error":
@@ -642,7 +668,7 @@ class MessagesStreamAsChat:
         return out
 
     def _block_start(self, index: int, block: dict[str, Any]) -> list[bytes]:
-        if block.get("type") == "text" and block.get("text"):
+        if block.get("type") == "text" and isinstance(block.get("text"), str) and block["text"]:
             return [self._chunk({"content": block["text"]})]
         if block.get("type") != "tool_use":
             return []
@@ -650,14 +676,17 @@ class MessagesStreamAsChat:
         initial = block.get("input")
         if not initial:
             self._silent.add(index)
-        call = {"index": self._tools[index], "id": block.get("id"), "type": "function",
-                "function": {"name": block.get("name"), "arguments": _dumps(initial) if initial else ""}}
+        call = {"index": self._tools[index], "id": str(block.get("id") or f"call_{uuid.uuid4().hex}"),
+                "type": "function", "function": {"name": str(block.get("name") or ""),
+                                                 "arguments": _dumps(initial) if initial else ""}}
         return [self._chunk({"tool_calls": [call]})]
 
     def _block_delta(self, index: int, delta: dict[str, Any]) -> list[bytes]:
-        if delta.get("type") == "text_delta" and delta.get("text"):
+        if delta.get("type") == "text_delta" and isinstance(delta.get("text"), str) and delta["text"]:
             return [self._chunk({"content": delta["text"]})]
-        if delta.get("type") == "input_json_delta" and delta.get("partial_json") and index in self._tools:
+        partial = delta.get("partial_json")
+        if delta.get("type") == "input_json_delta" and isinstance(partial, str) and partial \
+                and index in self._tools:
             self._silent.discard(index)
             call = {"index": self._tools[index], "function": {"arguments": delta["partial_json"]}}
             return [self._chunk({"tool_calls": [call]})]
