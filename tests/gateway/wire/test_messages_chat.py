@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import anthropic
+import openai
 import orjson
 import pytest
 from anthropic.lib.streaming._messages import accumulate_event
@@ -26,6 +28,11 @@ from llmgw.gateway.wire.messages_chat import (
     messages_to_chat,
 )
 from llmgw.gateway.wire.sse import SseSplitter
+
+try:  # the SDKs' HTTP client: httpx2 where they are built on it, httpx elsewhere
+    import httpx2 as httpx
+except ImportError:
+    import httpx  # type: ignore[no-redef]
 
 ANTHROPIC_EVENT: TypeAdapter[Any] = TypeAdapter(RawMessageStreamEvent)
 WEATHER = {"name": "get_weather", "description": "The weather in a city",
@@ -574,3 +581,80 @@ def test_malformed_upstream_stream_events_leave_a_well_formed_stream() -> None:
            for e in chat.feed(one)] + chat.end()
     chunks, _ = read_chat(b"".join(out))
     assert chunks[-1].usage is not None and chunks[-1].usage.completion_tokens == 0
+
+
+# ------------------------------------------------- the official SDKs, over an in-process transport
+
+
+def answering(upstream: bytes, translator: ChatStreamAsMessages | MessagesStreamAsChat,
+              seen: list[dict[str, Any]]) -> httpx.MockTransport:
+    """A transport that records each request body and answers with `upstream` translated, as the
+    gateway would relay it."""
+    def handle(request: httpx.Request) -> httpx.Response:
+        seen.append(orjson.loads(request.content))
+        return httpx.Response(200, headers={"content-type": "text/event-stream"},
+                              content=translate(translator, upstream, 23))
+    return httpx.MockTransport(handle)
+
+
+def anthropic_client(transport: httpx.MockTransport) -> anthropic.Anthropic:
+    return anthropic.Anthropic(api_key="k", base_url="http://gateway.test", max_retries=0,
+                               http_client=httpx.Client(transport=transport))
+
+
+def openai_client(transport: httpx.MockTransport) -> openai.OpenAI:
+    return openai.OpenAI(api_key="k", base_url="http://gateway.test/v1", max_retries=0,
+                         http_client=httpx.Client(transport=transport))
+
+
+def test_the_anthropic_sdk_streams_a_translated_chat_upstream() -> None:
+    seen: list[dict[str, Any]] = []
+    client = anthropic_client(answering(TOOL_CALL_STREAM, ChatStreamAsMessages("claude-alias"), seen))
+    with client.messages.stream(model="claude-alias", max_tokens=64, system="Be brief.",
+                                tools=[WEATHER],
+                                messages=[{"role": "user", "content": "Weather in Paris?"}]) as stream:
+        texts = list(stream.text_stream)
+        message = stream.get_final_message()
+    chat = messages_to_chat(seen[0], "upstream-model")
+    assert chat["stream_options"] == {"include_usage": True} and chat["tools"] == [CHAT_WEATHER]
+    assert chat["messages"][0] == {"role": "system", "content": "Be brief."}
+    assert texts == ["Checking."]
+    assert message.model == "claude-alias" and message.stop_reason == "tool_use"
+    assert [b.type for b in message.content] == ["text", "tool_use", "tool_use"]
+    assert message.content[1].input == json.loads(ARGS)
+    assert (message.usage.input_tokens, message.usage.output_tokens) == (20, 30)
+
+
+def test_the_anthropic_sdk_raises_on_a_translated_stream_that_broke() -> None:
+    upstream = sse([chat_chunk({"content": "Hi"}), b'data: {"error": {"message": "boom"}}\n\n'])
+    client = anthropic_client(answering(upstream, ChatStreamAsMessages("m"), []))
+    with pytest.raises(anthropic.APIStatusError):
+        with client.messages.stream(model="m", max_tokens=8,
+                                    messages=[{"role": "user", "content": "Hi"}]) as stream:
+            list(stream.text_stream)
+
+
+def test_the_openai_sdk_streams_a_translated_messages_upstream() -> None:
+    seen: list[dict[str, Any]] = []
+    client = openai_client(answering(ANTHROPIC_STREAM, MessagesStreamAsChat("gpt-alias"), seen))
+    messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Weather in Paris?"}]
+    with client.chat.completions.stream(model="gpt-alias", tools=[CHAT_WEATHER], messages=messages) as stream:
+        completion = stream.get_final_completion()
+    request = chat_to_messages(seen[0], "claude-upstream")
+    assert request["system"] == "Be brief." and request["max_tokens"] == DEFAULT_MAX_TOKENS
+    assert request["tools"] == [WEATHER]
+    choice = completion.choices[0]
+    assert completion.model == "gpt-alias" and choice.finish_reason == "tool_calls"
+    assert choice.message.content == "Hello, world!"
+    assert choice.message.tool_calls is not None
+    assert choice.message.tool_calls[0].function.arguments == ARGS
+    assert completion.usage is not None and completion.usage.total_tokens == 25 + 42
+
+
+def test_the_openai_sdk_raises_on_a_translated_stream_that_broke() -> None:
+    error = {"type": "overloaded_error", "message": "x"}
+    upstream = sse([anthropic_event({"type": "error", "error": error})])
+    client = openai_client(answering(upstream, MessagesStreamAsChat("m"), []))
+    with pytest.raises(openai.APIError):
+        list(client.chat.completions.create(model="m", stream=True,
+                                            messages=[{"role": "user", "content": "Hi"}]))
