@@ -143,6 +143,21 @@ def test_what_a_chat_upstream_cannot_carry_is_refused_naming_the_field(payload: 
     assert caught.value.status == 400
 
 
+def test_thinking_and_cache_hints_are_dropped_without_changing_the_conversation() -> None:
+    chat = messages_to_chat({
+        "model": "m", "max_tokens": 2000, "thinking": {"type": "enabled", "budget_tokens": 1024},
+        "cache_control": {"type": "ephemeral"}, "context_management": {"edits": []},
+        "messages": [{"role": "user", "content": [{"type": "text", "text": "Hi",
+                                                   "cache_control": {"type": "ephemeral"}}]},
+                     {"role": "assistant", "content": [
+                         {"type": "thinking", "thinking": "greet back", "signature": "sig"},
+                         {"type": "text", "text": "Hello"}]},
+                     {"role": "user", "content": "Bye"}]}, "u")
+    assert chat == {"model": "u", "max_tokens": 2000,
+                    "messages": [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello"},
+                                 {"role": "user", "content": "Bye"}]}
+
+
 def test_a_plain_text_document_is_carried_as_text() -> None:
     chat = messages_to_chat({"model": "m", "max_tokens": 5, "messages": [{"role": "user", "content": [
         {"type": "document",
@@ -223,6 +238,8 @@ def test_chat_images_become_messages_image_blocks() -> None:
     ({"logit_bias": {"50256": -100}}, "logit_bias"),
     ({"response_format": {"type": "json_object"}}, "response_format"),
     ({"tools": [{"type": "custom", "custom": {"name": "x"}}]}, "tools[0]"),
+    ({"functions": [{"name": "f", "parameters": {}}]}, "functions"),
+    ({"modalities": ["text", "audio"]}, "modalities"),
     ({"messages": [{"role": "user", "content": [{"type": "input_audio", "input_audio": {
         "data": "QQ", "format": "wav"}}]}]}, "messages[0].content[0]"),
 ])
