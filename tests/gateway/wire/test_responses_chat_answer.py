@@ -71,6 +71,15 @@ def test_a_refusal_is_a_refusal_part() -> None:
         ("refusal", "I can't help with that.")]
 
 
+def test_reasoning_the_upstream_returns_is_a_reasoning_item_before_the_text() -> None:
+    body = chat_answer_as_response(chat_answer({"content": "4", "reasoning_content": "2 and 2 make 4."}), "m")
+    response = Response.model_validate(body)
+    reasoning = response.output[0]
+    assert reasoning.type == "reasoning" and reasoning.id.startswith("rs_")
+    assert [c.text for c in reasoning.content or []] == ["2 and 2 make 4."]
+    assert response.output_text == "4"
+
+
 def sdk_client(body: bytes, content_type: str) -> openai.OpenAI:
     """The real SDK, answered by `body` for any request (no network)."""
     transport = httpx2.MockTransport(lambda _: httpx2.Response(200, content=body,
@@ -227,6 +236,21 @@ def test_a_refusal_streams_as_refusal_deltas() -> None:
     assert message.content[0].type == "refusal" and message.content[0].refusal == "I can't help."
 
 
+def test_reasoning_streams_as_its_own_item_before_the_answer() -> None:
+    parsed = events(translate([
+        chunk({"role": "assistant", "reasoning_content": "Paris is "}),
+        chunk({"reasoning_content": "in France."}),
+        chunk({"content": "France."}), chunk({}, "stop"), chunk(usage=USAGE), b"data: [DONE]\n\n"]))
+    thought = "".join(e.delta for e in parsed if e.type == "response.reasoning_text.delta")
+    assert thought == "Paris is in France."
+    final = parsed[-1].response
+    assert [i.type for i in final.output] == ["reasoning", "message"]
+    assert final.output[0].content[0].text == "Paris is in France."
+    assert final.output_text == "France."
+    done = [e.output_index for e in parsed if e.type == "response.output_item.done"]
+    assert done == [0, 1]
+
+
 def test_the_sdk_stream_accumulator_reads_a_translated_text_stream() -> None:
     body = b"".join(translate(TEXT_STREAM))
     with sdk_client(body, "text/event-stream").responses.stream(model="assistant", input="Hi") as stream:
@@ -280,3 +304,12 @@ def test_a_tool_round_trip_through_the_sdk_goes_back_upstream_as_chat() -> None:
         {"role": "tool", "tool_call_id": "call_a", "content": "18 C"},
     ]
     assert chat["tools"][0]["function"]["strict"] is True
+
+
+def test_the_sdk_stream_accumulator_reads_reasoning_text_and_calls_together() -> None:
+    upstream = [chunk({"reasoning_content": "Need the weather."}), *TOOL_STREAM]
+    with sdk_client(b"".join(translate(upstream)), "text/event-stream").responses.stream(
+            model="assistant", input="Hi") as stream:
+        final = stream.get_final_response()
+    assert [i.type for i in final.output] == ["reasoning", "message", "function_call", "function_call"]
+    assert final.output_text == "Checking."

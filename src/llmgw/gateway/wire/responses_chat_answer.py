@@ -1,9 +1,11 @@
 """Chat completions answers read back as OpenAI's Responses API: a whole completion as a Response,
 a chat stream as the `response.*` event sequence. The request side is in `responses_chat`.
 
-Reasoning an upstream returns (a chat answer's `reasoning_content`) is not passed on: it has no
-item in this translation's output. The Response's `tools`, `tool_choice`, `temperature` and the
-like are defaults, not an echo of the request (the request is not at hand here).
+Reasoning an upstream returns (`reasoning_content` or `reasoning` in chat) becomes a reasoning item
+with its text as `reasoning_text` content (no summary, no `encrypted_content`); sent back as
+input, reasoning items are dropped, as chat templates drop earlier turns' reasoning.
+The Response's `tools`, `tool_choice`, `temperature` and the like are defaults, not an echo of the
+request (the request is not at hand here).
 """
 
 from __future__ import annotations
@@ -59,6 +61,23 @@ def _text_part(text: str) -> dict[str, Any]:
     return {"type": "output_text", "text": text, "annotations": [], "logprobs": []}
 
 
+def _reasoning_item(item_id: str, parts: list[dict[str, Any]], status: str) -> dict[str, Any]:
+    return {"id": item_id, "type": "reasoning", "summary": [], "content": parts, "status": status}
+
+
+# Where each kind of content part keeps its text.
+_TEXT_KEY = {"output_text": "text", "refusal": "refusal", "reasoning_text": "text"}
+
+
+def _reasoning_of(message: dict[str, Any]) -> str:
+    """The reasoning a chat message or delta carries: llama.cpp and DeepSeek call it
+    `reasoning_content`, vLLM and OpenRouter `reasoning`."""
+    for key in ("reasoning_content", "reasoning"):
+        if isinstance(message.get(key), str) and message[key]:
+            return str(message[key])
+    return ""
+
+
 def _call_item(item_id: str, call_id: str, name: str, arguments: str, status: str) -> dict[str, Any]:
     return {"id": item_id, "type": "function_call", "call_id": call_id, "name": name,
             "arguments": arguments, "status": status}
@@ -66,12 +85,16 @@ def _call_item(item_id: str, call_id: str, name: str, arguments: str, status: st
 
 def chat_answer_as_response(answer: dict[str, Any], model: str) -> dict[str, Any]:
     """A whole chat completion as a Response object answering for catalog model `model`."""
-    choices = answer.get("choices") or [{}]
-    choice = choices[0] if isinstance(choices[0], dict) else {}
+    choices = answer.get("choices")
+    choice = choices[0] if isinstance(choices, list) and choices and isinstance(choices[0], dict) else {}
     message = choice.get("message") or {}
     incomplete = _INCOMPLETE.get(str(choice.get("finish_reason")))
     item_status = "incomplete" if incomplete else "completed"
     output: list[dict[str, Any]] = []
+    reasoning = _reasoning_of(message)
+    if reasoning:
+        output.append(_reasoning_item(_id("rs_"), [{"type": "reasoning_text", "text": reasoning}],
+                                      "completed"))
     parts: list[dict[str, Any]] = []
     if isinstance(message.get("content"), str) and message["content"]:
         parts.append(_text_part(message["content"]))
@@ -80,6 +103,8 @@ def chat_answer_as_response(answer: dict[str, Any], model: str) -> dict[str, Any
     if parts:
         output.append(_message_item(_id("msg_"), parts, item_status))
     for call in message.get("tool_calls") or []:
+        if not isinstance(call, dict):
+            continue
         function = call.get("function") or {}
         output.append(_call_item(_id("fc_"), str(call.get("id") or _id("call_")),
                                  str(function.get("name") or ""), str(function.get("arguments") or ""),
@@ -106,7 +131,8 @@ class ChatStreamAsResponses:
     """Turns one chat completions stream into the Responses API's `response.*` event stream.
 
     Feed it each upstream event as `SseSplitter` cuts them, then call `end` once. Text opens one
-    message item (a new one if text resumes after tool calls), each tool call a function_call item.
+    message item (a new one if text resumes after tool calls), reasoning a reasoning item, each tool
+    call a function_call item.
     A stream that ends with neither a finish_reason nor `[DONE]` was cut short: it ends in
     `response.failed`, so a client never takes a partial answer for a whole one.
     """
@@ -121,7 +147,8 @@ class ChatStreamAsResponses:
         self._done = False
         self._usage: dict[str, Any] | None = None
         self._output: list[dict[str, Any]] = []  # the items, in output_index order
-        self._message: dict[str, Any] | None = None  # the open message item
+        self._item: dict[str, Any] | None = None  # the open message or reasoning item
+        self._item_index = 0
         self._part: dict[str, Any] | None = None  # its open content part
         self._calls: list[_Call] = []
         self._by_index: dict[int, _Call] = {}
@@ -155,6 +182,9 @@ class ChatStreamAsResponses:
             if not isinstance(choice, dict) or choice.get("index", 0) != 0:
                 continue
             delta = choice.get("delta") or {}
+            reasoning = _reasoning_of(delta)
+            if reasoning:
+                out += self._text("reasoning_text", reasoning)
             for kind, key in (("output_text", "content"), ("refusal", "refusal")):
                 if isinstance(delta.get(key), str) and delta[key]:
                     out += self._text(kind, delta[key])
@@ -166,54 +196,56 @@ class ChatStreamAsResponses:
         return out
 
     def _text(self, kind: str, text: str) -> list[bytes]:
+        item_type = "reasoning" if kind == "reasoning_text" else "message"
         out = self._close_calls("completed")
-        if self._message is None:
-            self._message = _message_item(_id("msg_"), [], "in_progress")
-            self._output.append(self._message)
-            out.append(self._event("response.output_item.added", output_index=len(self._output) - 1,
-                                   item={**self._message, "content": []}))
-        where = {"item_id": self._message["id"], "output_index": len(self._output) - 1}
+        if self._item is not None and self._item["type"] != item_type:
+            out += self._close_item("completed")
+        if self._item is None:
+            self._item = (_message_item(_id("msg_"), [], "in_progress") if item_type == "message"
+                          else _reasoning_item(_id("rs_"), [], "in_progress"))
+            self._item_index = len(self._output)
+            self._output.append(self._item)
+            out.append(self._event("response.output_item.added", output_index=self._item_index,
+                                   item={**self._item, "content": []}))
         if self._part is not None and self._part["type"] != kind:
             out += self._close_part()
+        where = {"item_id": self._item["id"], "output_index": self._item_index}
         if self._part is None:
-            self._part = _text_part("") if kind == "output_text" else {"type": "refusal", "refusal": ""}
-            self._message["content"].append(self._part)
+            self._part = {"type": kind, _TEXT_KEY[kind]: ""}
+            if kind == "output_text":
+                self._part.update(annotations=[], logprobs=[])
+            self._item["content"].append(self._part)
             out.append(self._event("response.content_part.added", **where,
-                                   content_index=len(self._message["content"]) - 1, part=dict(self._part)))
-        index = len(self._message["content"]) - 1
-        if kind == "output_text":
-            self._part["text"] += text
-            out.append(self._event("response.output_text.delta", **where, content_index=index,
-                                   delta=text, logprobs=[]))
-        else:
-            self._part["refusal"] += text
-            out.append(self._event("response.refusal.delta", **where, content_index=index, delta=text))
+                                   content_index=len(self._item["content"]) - 1, part=dict(self._part)))
+        self._part[_TEXT_KEY[kind]] += text
+        extra: dict[str, Any] = {"logprobs": []} if kind == "output_text" else {}
+        out.append(self._event(f"response.{kind}.delta", **where,
+                               content_index=len(self._item["content"]) - 1, delta=text, **extra))
         return out
 
     def _close_part(self) -> list[bytes]:
         part, self._part = self._part, None
-        if part is None or self._message is None:
+        if part is None or self._item is None:
             return []
-        where = {"item_id": self._message["id"], "output_index": len(self._output) - 1,
-                 "content_index": len(self._message["content"]) - 1}
-        if part["type"] == "output_text":
-            done = self._event("response.output_text.done", **where, text=part["text"], logprobs=[])
-        else:
-            done = self._event("response.refusal.done", **where, refusal=part["refusal"])
+        where = {"item_id": self._item["id"], "output_index": self._item_index,
+                 "content_index": len(self._item["content"]) - 1}
+        kind = part["type"]
+        extra: dict[str, Any] = {"logprobs": []} if kind == "output_text" else {}
+        done = self._event(f"response.{kind}.done", **where, **{_TEXT_KEY[kind]: part[_TEXT_KEY[kind]]},
+                           **extra)
         return [done, self._event("response.content_part.done", **where, part=part)]
 
-    def _close_message(self, status: str) -> list[bytes]:
-        if self._message is None:
+    def _close_item(self, status: str) -> list[bytes]:
+        if self._item is None:
             return []
         out = self._close_part()
-        message, self._message = self._message, None
-        message["status"] = status
-        out.append(self._event("response.output_item.done", output_index=self._output.index(message),
-                               item=message))
+        item, self._item = self._item, None
+        item["status"] = status
+        out.append(self._event("response.output_item.done", output_index=self._item_index, item=item))
         return out
 
     def _call_delta(self, delta: dict[str, Any]) -> list[bytes]:
-        out = self._close_message("completed")
+        out = self._close_item("completed")
         index = delta.get("index")
         if not isinstance(index, int):
             # Some upstreams leave out the index: a new id starts a new call, else the last goes on.
@@ -274,7 +306,7 @@ class ChatStreamAsResponses:
         cut = self._finish is None and not self._done
         incomplete = _INCOMPLETE.get(self._finish or "")
         status = "incomplete" if cut or incomplete else "completed"
-        out += self._close_message(status)
+        out += self._close_item(status)
         for call in self._calls:
             if call.output_index is None:  # never named: still a call the client must see
                 out += self._announce(call)
