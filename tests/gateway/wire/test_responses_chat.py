@@ -185,3 +185,12 @@ def test_what_chat_cannot_carry_is_refused_naming_the_field(change: dict[str, An
         responses_to_chat({"model": "m", "input": "Hi", **change}, "m")
     assert refused.value.param == param
     assert refused.value.status == 400
+
+
+def test_a_refusal_names_known_types_but_never_repeats_what_else_the_client_sent() -> None:
+    with pytest.raises(InvalidRequest) as named:
+        responses_to_chat({"model": "m", "input": "Hi", "tools": [{"type": "web_search"}]}, "m")
+    assert "'web_search'" in named.value.message
+    with pytest.raises(InvalidRequest) as unnamed:
+        responses_to_chat({"model": "m", "input": "Hi", "tools": [{"type": "Bearer sk-Secret-123"}]}, "m")
+    assert "Secret" not in unnamed.value.message and unnamed.value.param == "tools[0].type"

@@ -27,6 +27,7 @@ Answers come back through `chat_answer_as_response` and `ChatStreamAsResponses`,
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from llmgw.core.errors import InvalidRequest
@@ -53,6 +54,11 @@ _HARMLESS_INCLUDES = frozenset({
 })
 
 
+def _shown(name: Any) -> str:
+    """A type or field name the client sent, quoted only when it looks like one (never echo data)."""
+    return f"'{name}'" if isinstance(name, str) and re.fullmatch(r"[a-z][a-z0-9_.]{0,47}", name) else "this"
+
+
 def _refuse(message: str, param: str) -> InvalidRequest:
     return InvalidRequest(message + " (this model's upstream speaks only chat completions)", param=param)
 
@@ -62,7 +68,7 @@ def _check_fields(payload: dict[str, Any]) -> None:
         if value is None or key in _HINTS:
             continue
         if key not in _CARRIED:
-            raise _refuse(f"'{key}' is not supported for this model", key)
+            raise _refuse(f"the field {_shown(key)} is not supported", key[:64])
     if payload.get("previous_response_id") is not None:
         raise _refuse("'previous_response_id' is not supported: send the whole conversation in 'input'",
                       "previous_response_id")
@@ -80,8 +86,7 @@ def _check_fields(payload: dict[str, Any]) -> None:
         raise InvalidRequest("'include' must be an array", param="include")
     for i, name in enumerate(include):
         if name not in _HARMLESS_INCLUDES:
-            raise _refuse(f"'include' of {name!r} is not supported" if isinstance(name, str)
-                          else "'include' holds strings", f"include[{i}]")
+            raise _refuse(f"'include' of {_shown(name)} is not supported", f"include[{i}]")
 
 
 def _text_of_parts(parts: Any, param: str, allowed: tuple[str, ...]) -> str:
@@ -94,7 +99,7 @@ def _text_of_parts(parts: Any, param: str, allowed: tuple[str, ...]) -> str:
     for j, part in enumerate(parts):
         kind = part.get("type") if isinstance(part, dict) else None
         if kind not in allowed:
-            raise _refuse(f"a {kind!r} part is not supported here", f"{param}[{j}]")
+            raise _refuse(f"a content part of type {_shown(kind)} is not supported here", f"{param}[{j}]")
         key = "refusal" if kind == "refusal" else "text"
         text = part.get(key)
         if not isinstance(text, str):
@@ -127,7 +132,7 @@ def _user_content(content: Any, param: str) -> str | list[dict[str, Any]]:
                 image["detail"] = part["detail"]
             parts.append({"type": "image_url", "image_url": image})
         else:
-            raise _refuse(f"a {kind!r} part is not supported", where)
+            raise _refuse(f"a content part of type {_shown(kind)} is not supported", where)
     if len(parts) == 1 and parts[0]["type"] == "text":
         return str(parts[0]["text"])
     return parts
@@ -184,7 +189,7 @@ def _messages(payload: dict[str, Any]) -> list[dict[str, Any]]:
         elif kind == "reasoning":
             continue
         else:
-            raise _refuse(f"input items of type {kind!r} are not supported", f"{where}.type")
+            raise _refuse(f"input items of type {_shown(kind)} are not supported", f"{where}.type")
     return messages
 
 
@@ -215,7 +220,7 @@ def _message(item: dict[str, Any], where: str) -> dict[str, Any]:
 def _function_tool(tool: Any, where: str) -> dict[str, Any]:
     if not isinstance(tool, dict) or tool.get("type") != "function":
         kind = tool.get("type") if isinstance(tool, dict) else None
-        raise _refuse(f"tools of type {kind!r} are not supported, only 'function'", f"{where}.type")
+        raise _refuse(f"tools of type {_shown(kind)} are not supported, only 'function'", f"{where}.type")
     function: dict[str, Any] = {"name": _string(tool, "name", where)}
     for key in ("description", "parameters", "strict"):
         if tool.get(key) is not None:
@@ -249,7 +254,7 @@ def _tools(payload: dict[str, Any], chat: dict[str, Any]) -> None:
             chat_tools = [t for t in chat_tools if t["function"]["name"] in names]
             chat["tool_choice"] = choice["mode"]
         else:
-            raise _refuse(f"a 'tool_choice' of type {kind!r} is not supported", "tool_choice")
+            raise _refuse(f"a 'tool_choice' of type {_shown(kind)} is not supported", "tool_choice")
     elif choice is not None:
         raise InvalidRequest("'tool_choice' must be a string or an object", param="tool_choice")
     if chat_tools:
@@ -278,7 +283,8 @@ def _text_format(payload: dict[str, Any], chat: dict[str, Any]) -> None:
                 schema[key] = fmt[key]
         chat["response_format"] = {"type": "json_schema", "json_schema": schema}
     else:
-        raise _refuse(f"a 'text.format' of type {fmt.get('type')!r} is not supported", "text.format.type")
+        raise _refuse(f"a 'text.format' of type {_shown(fmt.get('type'))} is not supported",
+                      "text.format.type")
 
 
 def responses_to_chat(payload: dict[str, Any], model: str) -> dict[str, Any]:
@@ -293,7 +299,9 @@ def responses_to_chat(payload: dict[str, Any], model: str) -> dict[str, Any]:
         if payload.get(key) is not None:
             chat[key] = payload[key]
     reasoning = payload.get("reasoning")
-    if isinstance(reasoning, dict) and reasoning.get("effort") is not None:
+    if reasoning is not None and not isinstance(reasoning, dict):
+        raise InvalidRequest("'reasoning' must be an object", param="reasoning")
+    if reasoning and reasoning.get("effort") is not None:
         chat["reasoning_effort"] = reasoning["effort"]
     if payload.get("stream") is True:
         chat["stream"] = True
