@@ -18,6 +18,7 @@ from llmgw.core.guard import Direction, InputMode, Policy
 from llmgw.gateway.call import Exchange, Reply, UpstreamCall
 from llmgw.gateway.relay import Outbound, answer, events, relayed, send, streamed
 from llmgw.gateway.transport import Connection, Transport
+from llmgw.gateway.wire.dialect import SentSoFar
 from llmgw.guard.enforcement import Guard, RequestInfo
 from llmgw.guard.prompts import Turn
 
@@ -30,6 +31,8 @@ class Window:
     held: list[bytes] = field(default_factory=list)
     text: str = ""
     unjudged: int = 0
+    # The first event released and how many were: a blocked ending continues from them.
+    sent: SentSoFar = SentSoFar()
 
     def add(self, event: bytes, piece: str) -> bool:
         """Hold `event`, which carries the text `piece`; True when enough new text is held to judge."""
@@ -38,10 +41,16 @@ class Window:
         self.unjudged += len(piece)
         return self.unjudged >= self.size
 
-    def release(self) -> list[bytes]:
+    def release(self) -> bytes:
         """The held events, once judged safe."""
         out, self.held, self.unjudged = self.held, [], 0
-        return out
+        if out:
+            self.sent = SentSoFar(self.sent.first or out[0].rstrip(b"\n"), self.sent.events + len(out))
+        return b"".join(out)
+
+    def block(self, ending: bytes) -> None:
+        """Replace what is held by the stream's blocked ending."""
+        self.held, self.unjudged = [ending], 0
 
 
 @dataclass(frozen=True)
@@ -137,7 +146,6 @@ async def _windowed(
     wire, outputs = call.wire, judged.outputs
     window = Window(size=min(p.stream_window_chars for p in outputs))
     turns = call.ask.turns
-
     async def passed() -> bool:
         """Judge everything so far; on a block, hold the blocked ending instead."""
         if window.unjudged:
@@ -147,17 +155,23 @@ async def _windowed(
             except LlmgwError as exc:
                 exchange.blocked = True
                 conn.drop()  # stop the upstream generating what nobody will read
-                window.held = [wire.blocked_ending(call.ask.model, exc)]
+                window.block(wire.blocked_ending(call.ask.model, exc, window.sent))
                 return False
         return True
 
     async for batch in events(conn, exchange.tap, wire, out.translation, call.ask.model):
         for event in batch:
-            if window.add(event, wire.event_text(event)):
+            piece = wire.event_text(event)
+            if not piece and not window.held:
+                # Nothing to judge and nothing held before it (a stream's opening events): it
+                # goes at once, so the client sees the stream start, and names it.
+                window.held.append(event)
+                yield window.release()
+            elif window.add(event, piece):
                 ok = await passed()
-                yield b"".join(window.release())
+                yield window.release()
                 if not ok:
                     return
     await passed()
     if window.held:
-        yield b"".join(window.release())
+        yield window.release()

@@ -31,12 +31,15 @@ MAX_COUNT = 100_000_000
 _CARRY = 40
 
 
+def _pattern(key: bytes) -> re.Pattern[bytes]:
+    # The value as written, whatever it is: only a plain non-negative integer is believed.
+    return re.compile(re.escape(key) + rb"\s*:\s*([^,}\s]*)")
+
+
 @functools.cache
-def _patterns(fmt: UsageFormat) -> tuple[re.Pattern[bytes], re.Pattern[bytes]]:
-    """The prompt and completion counts as written, whatever they are: only a plain
-    non-negative integer is believed."""
-    return (re.compile(re.escape(fmt.prompt) + rb"\s*:\s*([^,}\s]*)"),
-            re.compile(re.escape(fmt.completion) + rb"\s*:\s*([^,}\s]*)"))
+def _patterns(fmt: UsageFormat) -> tuple[re.Pattern[bytes], re.Pattern[bytes], tuple[re.Pattern[bytes], ...]]:
+    """The prompt, completion and extra prompt counts of a dialect's usage."""
+    return _pattern(fmt.prompt), _pattern(fmt.completion), tuple(_pattern(k) for k in fmt.prompt_also)
 
 
 def _text_events(data: bytes, markers: tuple[bytes, ...]) -> int:
@@ -124,7 +127,7 @@ class UsageTap:
         else:
             found = _usage(b"".join(self._last), self._fmt)
             if self._first is not None and (found is None or found.prompt in (None, 0)):
-                first = _usage(self._first, self._fmt)
+                first = _usage(self._first, self._fmt, first=True)
                 if first is not None and first.prompt:
                     found = _Reported(first.prompt, found.completion if found else None)
             completion = self.events_with_text
@@ -143,19 +146,25 @@ class _Reported:
     completion: int | None
 
 
-def _usage(data: bytes, fmt: UsageFormat) -> _Reported | None:
-    """The last `usage` object's token counts; only its neighbourhood is searched (a regex over
-    a whole answer would cost more than relaying it)."""
-    at = data.rfind(b'"usage"')
+def _usage(data: bytes, fmt: UsageFormat, first: bool = False) -> _Reported | None:
+    """The last (or `first`) `usage` object's token counts; only its neighbourhood is searched
+    (a regex over a whole answer would cost more than relaying it)."""
+    at = data.find(b'"usage"') if first else data.rfind(b'"usage"')
     if at < 0:
         return None
     part = data[at : at + 512]
-    prompt_re, completion_re = _patterns(fmt)
+    prompt_re, completion_re, also = _patterns(fmt)
     prompt = prompt_re.search(part)
     completion = completion_re.search(part)
     if prompt is None and completion is None:
         return None
-    return _Reported(_count(prompt), _count(completion))
+    counted = _count(prompt)
+    for pattern in also:
+        extra = pattern.search(part)
+        if counted is not None and extra is not None:
+            more = _count(extra)
+            counted = None if more is None else min(counted + more, MAX_COUNT)
+    return _Reported(counted, _count(completion))
 
 
 def _count(found: re.Match[bytes] | None) -> int | None:

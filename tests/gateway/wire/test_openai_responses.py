@@ -14,6 +14,7 @@ from pydantic import TypeAdapter
 
 from llmgw.core.errors import GuardBlocked, GuardUnavailable, InvalidRequest, ModelNotFound
 from llmgw.gateway.wire import openai_responses as rs
+from llmgw.gateway.wire.dialect import SentSoFar
 from llmgw.gateway.wire.sse import SseSplitter, event, json_of
 from llmgw.guard.prompts import Turn
 
@@ -194,8 +195,9 @@ def test_errors_take_openais_shape() -> None:
 
 
 def test_a_blocked_stream_ends_with_an_error_and_an_incomplete_response() -> None:
-    ending = events(rs.blocked_ending("m", GuardBlocked("the answer was unsafe"), response_id="resp_1",
-                                      sequence_number=9))
+    created = event({"type": "response.created", "response": {"id": "resp_1"}}, "response.created")
+    ending = events(rs.blocked_ending("m", GuardBlocked("the answer was unsafe"),
+                                      SentSoFar(created.rstrip(b"\n"), 9)))
     parsed = [EVENTS.validate_python(json_of(e)) for e in ending]
     assert [e.split(b"\n")[0] for e in ending] == [b"event: error", b"event: response.incomplete"]
     error, incomplete = parsed
@@ -252,8 +254,8 @@ def sdk(body: bytes) -> openai.OpenAI:
 
 
 def test_the_sdk_reports_a_blocked_stream() -> None:
-    ending = rs.blocked_ending("m", GuardBlocked("the answer was unsafe"), response_id="resp_1",
-                               sequence_number=4)
+    created = OPENAI_HEAD.split(b"\n\n")[0]
+    ending = rs.blocked_ending("m", GuardBlocked("the answer was unsafe"), SentSoFar(created, 4))
     seen = list(sdk(OPENAI_HEAD + ending).responses.create(model="m", input="hi", stream=True))
     assert [e.type for e in seen][-2:] == ["error", "response.incomplete"]
     assert seen[-2].message == "the answer was unsafe"

@@ -16,7 +16,7 @@ import orjson
 
 from llmgw.core.errors import InvalidRequest, LlmgwError
 from llmgw.gateway.wire import checks
-from llmgw.gateway.wire.dialect import Ask, UsageFormat, Wire
+from llmgw.gateway.wire.dialect import Ask, SentSoFar, UsageFormat, Wire
 from llmgw.gateway.wire.judged import tool_text
 from llmgw.gateway.wire.sse import event, json_of
 from llmgw.guard.prompts import Role, Turn
@@ -207,7 +207,7 @@ def error_body(error: LlmgwError) -> bytes:
     return orjson.dumps(_error(error_type(error.status), error.message))
 
 
-def blocked_ending(model: str, error: LlmgwError) -> bytes:
+def blocked_ending(model: str, error: LlmgwError, _sent: SentSoFar = SentSoFar()) -> bytes:
     """How a stream the guard stopped ends: a refusal stop, then an `error` event.
 
     The `message_delta` with `stop_reason: "refusal"` is how Anthropic itself ends a stream its
@@ -273,6 +273,7 @@ WIRE = Wire(
     usage=UsageFormat(
         prompt=b'"input_tokens"',
         completion=b'"output_tokens"',
+        prompt_also=(b'"cache_read_input_tokens"', b'"cache_creation_input_tokens"'),
         # One per content_block_delta that carries text or tool input (llama-server writes these
         # without spaces); empty content_block_start text is not counted.
         text_markers=(b'"type":"text_delta"', b'"type":"input_json_delta"'),

@@ -51,6 +51,18 @@ class UsageFormat:
     text_markers: tuple[bytes, ...]
     # True when a stream says its prompt count in its first event rather than its last.
     prompt_first: bool = False
+    # Counts that are part of the prompt too, when present (Anthropic's cached prompt tokens are
+    # not in its `input_tokens`).
+    prompt_also: tuple[bytes, ...] = ()
+
+
+@dataclass(frozen=True)
+class SentSoFar:
+    """What of a stream reached the client before the guard stopped it: a dialect whose events
+    are numbered or name their stream (Responses) continues from there."""
+
+    first: bytes = b""  # the first event sent, without its blank line (b"" when none)
+    events: int = 0  # how many events were sent
 
 
 @dataclass(frozen=True)
@@ -67,8 +79,9 @@ class Wire:
     # The generated text one streamed SSE event carries (without its blank line), '' for none.
     event_text: Callable[[bytes], str]
     # How a stream the guard stopped ends, in this dialect (SSE bytes, blank lines included):
-    # arguments are the catalog model name and the GuardBlocked/GuardUnavailable error.
-    blocked_ending: Callable[[str, LlmgwError], bytes]
+    # arguments are the catalog model name, the GuardBlocked/GuardUnavailable error and what
+    # was sent before.
+    blocked_ending: Callable[[str, LlmgwError, SentSoFar], bytes]
     # The event that ends a stream whose upstream broke after the first byte.
     stream_broke: Callable[[], bytes]
     # An error response body in this dialect for `error` (status is error.status).

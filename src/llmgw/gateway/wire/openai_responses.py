@@ -19,7 +19,7 @@ import orjson
 
 from llmgw.core.errors import InvalidRequest, LlmgwError
 from llmgw.gateway.wire import checks
-from llmgw.gateway.wire.dialect import Ask, UsageFormat, Wire
+from llmgw.gateway.wire.dialect import Ask, SentSoFar, UsageFormat, Wire
 from llmgw.gateway.wire.judged import tool_text
 from llmgw.gateway.wire.openai_errors import openai_error_body
 from llmgw.gateway.wire.sse import event, json_of
@@ -211,8 +211,7 @@ def error_body(error: LlmgwError) -> bytes:
     return openai_error_body(error)
 
 
-def blocked_ending(model: str, error: LlmgwError, *, response_id: str | None = None,
-                   sequence_number: int = 0) -> bytes:
+def blocked_ending(model: str, error: LlmgwError, sent: SentSoFar = SentSoFar()) -> bytes:
     """How a stream the guard stopped ends: an `error` event, then the response's end.
 
     The `error` event comes first because it is what every Responses client reports as a
@@ -222,9 +221,10 @@ def blocked_ending(model: str, error: LlmgwError, *, response_id: str | None = N
     "content_filter"` for a blocked answer (OpenAI's own reason for filtered output), or
     `response.failed` with the error when the guard could not judge. The SDK's
     `responses.stream()` accumulator checks that this event's response id is the stream's own
-    (from `response.created`; see `response_id_of`) and raises RuntimeError otherwise, so pass it
-    when it is known; `sequence_number` continues the stream's numbering where it has one.
+    (from `response.created`, the first event `sent`) and raises RuntimeError otherwise; the
+    sequence numbers continue the stream's own.
     """
+    response_id, sequence_number = response_id_of(sent.first), sent.events
     failed = error.code != "content_filter"
     response = {
         "id": response_id or "resp_blocked",

@@ -10,6 +10,7 @@ from typing import Any, Protocol
 
 from llmgw.core.errors import InvalidRequest
 from llmgw.core.types import Model, ProviderApi, RemoteSource
+from llmgw.gateway.wire import anthropic_messages, messages_chat, openai_chat, responses_chat
 from llmgw.gateway.wire.dialect import Api, Wire
 
 # Where each API lives under an upstream's base URL (`…/v1`).
@@ -23,9 +24,11 @@ PATHS = {
     Api.RERANK: "/rerank",
 }
 
-# What each kind of upstream answers natively. llama-server answers every API llmgw serves.
+# What each kind of upstream answers natively. llama-server answers every API llmgw serves, but
+# its Responses stream lacks the sequence numbers and indexes the openai SDK's stream helper needs:
+# llmgw serves Responses from chat completions everywhere, one translation it controls.
 SPEAKS: dict[ProviderApi | None, frozenset[Api]] = {
-    None: frozenset(Api),
+    None: frozenset(Api) - {Api.RESPONSES},
     ProviderApi.OPENAI: frozenset({Api.CHAT, Api.COMPLETIONS, Api.EMBEDDINGS, Api.RERANK}),
     ProviderApi.ANTHROPIC: frozenset({Api.MESSAGES, Api.COUNT_TOKENS}),
 }
@@ -86,8 +89,22 @@ def chain(outer: Translation, inner: Translation) -> Translation:
     )
 
 
-# (client API, upstream's provider API) → translation; filled in by the modules that translate.
-TRANSLATIONS: dict[tuple[Api, ProviderApi], Translation] = {}
+_MESSAGES_OVER_CHAT = Translation(Api.CHAT, openai_chat.CHAT, messages_chat.messages_to_chat,
+                                  messages_chat.chat_answer_as_message, messages_chat.ChatStreamAsMessages)
+_CHAT_OVER_MESSAGES = Translation(Api.MESSAGES, anthropic_messages.WIRE, messages_chat.chat_to_messages,
+                                  messages_chat.message_answer_as_chat, messages_chat.MessagesStreamAsChat)
+_RESPONSES_OVER_CHAT = Translation(Api.CHAT, openai_chat.CHAT, responses_chat.responses_to_chat,
+                                   responses_chat.chat_answer_as_response,
+                                   responses_chat.ChatStreamAsResponses)
+
+# (client API, upstream's provider API; None for llama-server) → translation.
+TRANSLATIONS: dict[tuple[Api, ProviderApi | None], Translation] = {
+    (Api.MESSAGES, ProviderApi.OPENAI): _MESSAGES_OVER_CHAT,
+    (Api.CHAT, ProviderApi.ANTHROPIC): _CHAT_OVER_MESSAGES,
+    (Api.RESPONSES, None): _RESPONSES_OVER_CHAT,
+    (Api.RESPONSES, ProviderApi.OPENAI): _RESPONSES_OVER_CHAT,
+    (Api.RESPONSES, ProviderApi.ANTHROPIC): chain(_RESPONSES_OVER_CHAT, _CHAT_OVER_MESSAGES),
+}
 
 
 def speaks(model: Model) -> ProviderApi | None:
@@ -100,10 +117,10 @@ def plan(api: Api, model: Model) -> tuple[str, Translation | None]:
     provider = speaks(model)
     if api in SPEAKS[provider]:
         return PATHS[api], None
-    assert provider is not None  # llama-server speaks everything
     translation = TRANSLATIONS.get((api, provider))
     if translation is None:
+        spoken = provider.value if provider is not None else "its engine's"
         raise InvalidRequest(
-            f"model '{model.name}' is served by a provider that speaks the {provider.value} API "
-            f"only, and llmgw does not translate {api.value} requests to it", param="model")
+            f"model '{model.name}' is served by a provider that speaks the {spoken} API only, and "
+            f"llmgw does not translate {api.value} requests to it", param="model")
     return PATHS[translation.upstream], translation
