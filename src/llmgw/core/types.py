@@ -57,14 +57,26 @@ class HubSource(Frozen):
     _revision = field_validator("revision")(names.check_revision)
 
 
+class ProviderApi(StrEnum):
+    """Which dialect a remote provider speaks."""
+
+    # Chat completions, completions and embeddings: what OpenAI-compatible providers speak.
+    OPENAI = "openai"
+    # Anthropic's Messages API (`/messages`, `/messages/count_tokens`) and nothing else.
+    ANTHROPIC = "anthropic"
+
+
 class RemoteSource(Frozen):
-    """A remote OpenAI-compatible provider; its API key is read from an env var on the server."""
+    """A remote provider; its API key is read from an env var on the server."""
 
     kind: Literal["remote"] = "remote"
     base_url: str
     api_key_env: str | None = None
     # The provider's own name for the model, when it differs from the catalog name.
     model: str | None = None
+    # The dialect decides the path, the auth header and whether a request must be translated.
+    # Entries stored before it existed were all OpenAI-compatible, hence the default.
+    api: ProviderApi = ProviderApi.OPENAI
 
     @field_validator("base_url")
     @classmethod
