@@ -114,7 +114,7 @@ def model_add(
              "(--api anthropic) is appended: e.g. https://host/v1, or https://api.anthropic.com/v1 "
              "for Anthropic.")] = None,
     api: Annotated[ProviderApi | None, typer.Option(
-        help="The dialect the remote provider speaks [default: openai]; with --base-url only.",
+        help="The dialect the remote provider speaks, openai unless given; with --base-url only.",
         case_sensitive=False)] = None,
     api_key_env: Annotated[
         str | None, typer.Option(help="Env var on the server holding the remote API key: "
