@@ -17,6 +17,7 @@ from llmgw.core.types import (
     Model,
     Node,
     Profile,
+    ProviderApi,
     RemoteSource,
     Replica,
     ReplicaState,
@@ -126,11 +127,12 @@ def remote_model(
     base_url: str = "https://api.example.com/v1",
     api_key_env: str | None = "LLMGW_PROVIDER_EXAMPLE",
     upstream_name: str | None = None,
+    api: ProviderApi = ProviderApi.OPENAI,
 ) -> Model:
-    """A model proxied to a remote OpenAI-compatible provider."""
+    """A model proxied to a remote provider speaking `api`."""
     return Model(
         name=name,
-        source=RemoteSource(base_url=base_url, api_key_env=api_key_env, model=upstream_name),
+        source=RemoteSource(base_url=base_url, api_key_env=api_key_env, model=upstream_name, api=api),
         profiles=[Profile(engine=Engine.REMOTE, cpu_cores=0, min_memory_gb=0)],
     )
 

@@ -91,6 +91,39 @@ async def test_the_prefix_and_the_variables_config_lists_are_accepted(api: Api) 
     assert {"a", "b", "c"} <= await api.names()
 
 
+# --- the dialect a remote provider speaks -------------------------------------------------------
+
+
+async def test_a_remote_model_speaks_openai_unless_told_otherwise(api: Api) -> None:
+    status, body = await api.post("/admin/v1/models", remote("gpt", "LLMGW_PROVIDER_OPENAI"))
+    assert status == 201 and body["source"]["api"] == "openai"
+    claude = remote("claude", "LLMGW_PROVIDER_ANTHROPIC")
+    claude["source"] |= {"base_url": "https://api.anthropic.com/v1", "api": "anthropic"}
+    status, body = await api.post("/admin/v1/models", claude)
+    assert status == 201 and body["source"]["api"] == "anthropic"
+    resp = await api.client.get("/admin/v1/models/claude", headers=api.headers)
+    assert (await resp.json())["source"]["api"] == "anthropic"
+
+
+@pytest.mark.parametrize("value", ["gemini", "Anthropic ", "", 1, None])
+async def test_an_unknown_dialect_is_a_400_naming_the_field(api: Api, value: Any) -> None:
+    body = remote("m", "LLMGW_PROVIDER_X")
+    body["source"]["api"] = value
+    status, answer = await api.post("/admin/v1/models", body)
+    assert status == 400
+    assert answer["error"]["param"].startswith("source.") and answer["error"]["param"].endswith(".api")
+    assert "'openai' or 'anthropic'" in answer["error"]["message"]
+    assert "m" not in await api.names()
+
+
+async def test_a_dialect_is_for_remote_sources_only(api: Api) -> None:
+    body = local("m", str(api.extra_root / "m.gguf"))
+    body["source"]["api"] = "anthropic"
+    status, answer = await api.post("/admin/v1/models", body)
+    assert status == 400 and answer["error"]["param"].endswith("api")
+    assert "m" not in await api.names()
+
+
 # --- local files -------------------------------------------------------------------------------
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from tests.cli.test_ctl_guard import row
+from tests.cli.test_ctl_guard import flat, row
 from tests.conftest import DEMO
 from tests.e2e.server_process import LlmgwServer, run_cli, wait_for
 
@@ -87,3 +87,36 @@ def test_unreachable_server_is_one_line_not_a_traceback(demo_server: LlmgwServer
 def test_wrong_admin_key_is_refused(demo_server: LlmgwServer) -> None:
     proc = demo_server.ctl("--key", "sk-llmgw-nope", "model", "list", check=False)
     assert proc.returncode == 1 and "401" in proc.stderr
+
+
+def test_a_remote_model_is_added_with_the_dialect_its_provider_speaks(demo_server: LlmgwServer) -> None:
+    demo_server.ctl("model", "add", "claude", "--base-url", "https://api.anthropic.com/v1",
+                    "--api", "anthropic", "--api-key-env", "LLMGW_PROVIDER_ANTHROPIC")
+    demo_server.ctl("model", "add", "gpt", "--base-url", "https://api.example.com/v1")
+    try:
+        table = demo_server.ctl("model", "list").stdout
+        assert row(table, "claude")[1] == "https://api.anthropic.com/v1 (anthropic)"
+        assert row(table, "gpt")[1] == "https://api.example.com/v1 (openai)"
+        data = json.loads(demo_server.ctl("--json", "model", "list").stdout)["data"]
+        assert {m["name"]: m["source"].get("api") for m in data if m["name"] in ("claude", "gpt")} == {
+            "claude": "anthropic", "gpt": "openai"}
+        assert "(anthropic)" in demo_server.ctl("model", "resources", "claude").stdout
+    finally:
+        demo_server.ctl("model", "remove", "claude")
+        demo_server.ctl("model", "remove", "gpt")
+
+
+def test_a_dialect_goes_with_a_base_url_only(demo_server: LlmgwServer) -> None:
+    proc = demo_server.ctl("model", "add", "x", "--path", "/models/x.gguf", "--api", "anthropic",
+                           check=False)
+    assert proc.returncode == 2 and "--api" in proc.stderr and "--base-url" in proc.stderr
+    proc = demo_server.ctl("model", "add", "x", "--base-url", "https://h/v1", "--api", "gemini",
+                           check=False)
+    assert proc.returncode == 2 and "openai" in proc.stderr and "anthropic" in proc.stderr
+    assert "Traceback" not in proc.stderr
+    names = [m["name"] for m in json.loads(demo_server.ctl("--json", "model", "list").stdout)["data"]]
+    assert "x" not in names
+
+
+def test_model_add_help_says_where_the_anthropic_base_url_points(demo_server: LlmgwServer) -> None:
+    assert "https://api.anthropic.com/v1" in flat(demo_server.ctl("model", "add", "--help").stdout)

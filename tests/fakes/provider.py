@@ -2,8 +2,9 @@
 
 `FakeProvider` is a real aiohttp server answering `/v1/chat/completions` the way real providers
 misbehave: compressing whatever the client asked for, lying about usage, answering errors with
-HTML or its own headers, stalling. `GatewayRig` serves llmgw's real data-plane routes (error
-middleware, Gateway, limiter, usage meter) the way `server run` does, routing model `m` to it.
+HTML or its own headers, stalling. Offered tools, it calls the first one; given a tool's result,
+it quotes it. `GatewayRig` serves llmgw's real data-plane routes (error middleware, Gateway,
+limiter, usage meter) the way `server run` does, routing model `m` to it.
 """
 
 from __future__ import annotations
@@ -39,6 +40,53 @@ from tests.factories import KEY_SECRET, user_key
 ANSWER = "The sea is wide."
 WORDS = ["The", " sea", " is", " wide", "."]
 USAGE = {"prompt_tokens": 9, "completion_tokens": 5, "total_tokens": 14}
+TOOL_ARGUMENTS = {"city": "Paris", "unit": "celsius"}  # what the first offered tool is called with
+TOOL_RESULT_PREFIX = "The tool said:"  # how an answer to a tool's result starts
+
+
+def _said(content: Any) -> str:
+    """A tool message's content as text: a string, or its text parts joined."""
+    if isinstance(content, list):
+        return "".join(p.get("text", "") for p in content if isinstance(p, dict) and p.get("type") == "text")
+    return content if isinstance(content, str) else ""
+
+
+def _words(text: str) -> list[str]:
+    """Text in one-word pieces, spaces kept in front as tokenizers do."""
+    head, *rest = text.split(" ")
+    return [p for p in [head, *(" " + w for w in rest)] if p]
+
+
+@dataclass(frozen=True)
+class Answer:
+    """What a request is answered with: text in pieces, or a call of `tool` with its arguments in
+    pieces."""
+
+    pieces: list[str]
+    tool: str | None = None
+    call_id: str = "call_fake_1"
+
+    @classmethod
+    def to(cls, body: Any) -> Answer:
+        """The answer to a chat request: a call of the first tool offered, unless the last message
+        is a tool's result (then a quote of it) or tool_choice is "none"; else the fixed text."""
+        body = body if isinstance(body, dict) else {}
+        messages = body.get("messages") if isinstance(body.get("messages"), list) else []
+        last = messages[-1] if messages and isinstance(messages[-1], dict) else {}
+        if last.get("role") == "tool":
+            results: list[str] = []  # every result of the last turn's calls, in order
+            for m in reversed(messages):
+                if not (isinstance(m, dict) and m.get("role") == "tool"):
+                    break
+                results.insert(0, _said(m.get("content")))
+            return cls(_words(f"{TOOL_RESULT_PREFIX} {' '.join(results)}"))
+        tools = body.get("tools") if isinstance(body.get("tools"), list) else []
+        first = tools[0].get("function") if tools and isinstance(tools[0], dict) else None
+        if isinstance(first, dict) and body.get("tool_choice") != "none":
+            args = orjson.dumps(TOOL_ARGUMENTS).decode()
+            # In pieces that split keys and values, as providers stream arguments.
+            return cls([args[i:i + 7] for i in range(0, len(args), 7)], tool=str(first.get("name")))
+        return cls(list(WORDS))
 
 
 def compressor(encoding: str) -> Any:
@@ -60,6 +108,7 @@ class FakeProvider:
     accept_encodings: list[str | None] = field(default_factory=list)
     arrived: asyncio.Queue[None] = field(default_factory=asyncio.Queue)  # one per request
     left: asyncio.Queue[None] = field(default_factory=asyncio.Queue)  # closed before it finished
+    requests: list[dict[str, Any]] = field(default_factory=list)  # every body, in order of arrival
     server: TestServer | None = None
 
     @property
@@ -78,29 +127,56 @@ class FakeProvider:
         if self.server is not None:
             await self.server.close()
 
-    def whole(self) -> bytes:
+    def whole(self, answer: Answer | None = None) -> bytes:
+        answer = answer or Answer(list(WORDS))
+        message: dict[str, Any] = {"role": "assistant", "content": "".join(answer.pieces)}
+        if answer.tool is not None:
+            message = {"role": "assistant", "content": None, "tool_calls": [{
+                "id": answer.call_id, "type": "function",
+                "function": {"name": answer.tool, "arguments": "".join(answer.pieces)}}]}
         head = orjson.dumps({
             "id": "chatcmpl-1", "object": "chat.completion", "created": 1, "model": "m",
-            "choices": [{"index": 0, "finish_reason": "stop",
-                         "message": {"role": "assistant", "content": ANSWER}}],
+            "choices": [{"index": 0, "message": message,
+                         "finish_reason": "stop" if answer.tool is None else "tool_calls"}],
         })
         return head if self.usage is None else head[:-1] + b',"usage":' + self.usage + b"}"
 
-    def events(self) -> list[bytes]:
+    def events(self, answer: Answer | None = None, include_usage: bool = False) -> list[bytes]:
+        """The stream's events. Usage rides on the last choice chunk, as some providers send it,
+        unless the client asked for `stream_options.include_usage`: then it comes in a chunk of
+        its own with no choices, as OpenAI sends it."""
+        answer = answer or Answer(list(WORDS))
+
         def chunk(delta: dict[str, Any], finish: str | None = None) -> bytes:
             return b"data: " + orjson.dumps({
                 "id": "chatcmpl-1", "object": "chat.completion.chunk", "created": 1, "model": "m",
                 "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
             }) + b"\n\n"
 
-        last = chunk({}, "stop")
-        if self.usage is not None:
+        if answer.tool is None:
+            first = chunk({"role": "assistant", "content": ""})
+            deltas = [chunk({"content": p}) for p in answer.pieces]
+        else:
+            first = chunk({"role": "assistant", "content": None, "tool_calls": [{
+                "index": 0, "id": answer.call_id, "type": "function",
+                "function": {"name": answer.tool, "arguments": ""}}]})
+            deltas = [chunk({"tool_calls": [{"index": 0, "function": {"arguments": p}}]})
+                      for p in answer.pieces]
+        last = chunk({}, "stop" if answer.tool is None else "tool_calls")
+        tail = []
+        if self.usage is not None and include_usage:
+            tail.append(b'data: {"id":"chatcmpl-1","object":"chat.completion.chunk","created":1,'
+                        b'"model":"m","choices":[],"usage":' + self.usage + b"}\n\n")
+        elif self.usage is not None:
             last = last[: -len(b"}\n\n")] + b',"usage":' + self.usage + b"}\n\n"
-        return [chunk({"role": "assistant", "content": ""}),
-                *(chunk({"content": w}) for w in WORDS), last, b"data: [DONE]\n\n"]
+        return [first, *deltas, last, *tail, b"data: [DONE]\n\n"]
 
     async def chat(self, request: web.Request) -> web.StreamResponse:
         body = orjson.loads(await request.read())
+        self.requests.append(body)
+        answer = Answer.to(body)
+        options = body.get("stream_options") if isinstance(body, dict) else None
+        include_usage = isinstance(options, dict) and options.get("include_usage") is True
         self.accept_encodings.append(request.headers.get("Accept-Encoding"))
         self.arrived.put_nowait(None)
         finished = False
@@ -113,7 +189,7 @@ class FakeProvider:
                 if self.stall:
                     await asyncio.Event().wait()  # still "generating"; only a cancel ends it
                 finished = True
-                data = self.whole() if self.body is None else self.body
+                data = self.whole(answer) if self.body is None else self.body
                 if self.compress in ("gzip", "deflate"):
                     pack = compressor(self.compress)
                     data = pack.compress(data) + pack.flush()
@@ -129,7 +205,7 @@ class FakeProvider:
             if self.stall:
                 await asyncio.Event().wait()
             pack = compressor(self.compress) if self.compress in ("gzip", "deflate") else None
-            for event in self.events():
+            for event in self.events(answer, include_usage):
                 # Each event flushed on its own, as a provider streaming compressed SSE does.
                 await resp.write(event if pack is None
                                  else pack.compress(event) + pack.flush(zlib.Z_SYNC_FLUSH))

@@ -9,7 +9,7 @@ import pytest
 
 from llmgw.core.errors import Conflict, ModelNotFound
 from llmgw.core.jobs import ServeJob, ServeRequest
-from llmgw.core.types import LocalSource, Model, Profile, ReplicaState, Scaling
+from llmgw.core.types import LocalSource, Model, Profile, ProviderApi, RemoteSource, ReplicaState, Scaling
 from llmgw.store.db import schema_exists
 from llmgw.store.store import Store
 
@@ -100,3 +100,29 @@ def test_a_stored_job_that_breaks_a_newer_name_rule_does_not_hide_the_others(sto
     good = ServeJob(id="job-good", request=ServeRequest(name="b", source=LocalSource(path="/m.gguf")))
     store.jobs.create(good, NOW)
     assert [j.id for j in store.jobs.list()] == ["job-good"]
+
+
+def test_a_remote_model_stored_before_dialects_existed_reads_as_openai(store: Store) -> None:
+    # Rows written before `api` was a field have none in their spec: they were all OpenAI-compatible.
+    from sqlalchemy import insert
+
+    from llmgw.store.schema import models
+
+    spec = {"source": {"kind": "remote", "base_url": "https://api.example.com/v1",
+                       "api_key_env": "LLMGW_PROVIDER_X", "model": None},
+            "profiles": [], "scaling": {"min": 0, "max": 1}, "guard": False}
+    with store.engine.begin() as conn:
+        conn.execute(insert(models).values(name="old", spec=spec, by="op", created_at=NOW,
+                                           updated_at=NOW))
+    source = store.catalog.get("old").source
+    assert isinstance(source, RemoteSource) and source.api == ProviderApi.OPENAI
+
+
+def test_a_remote_model_speaking_anthropic_round_trips(store: Store) -> None:
+    model = Model(name="claude", source=RemoteSource(base_url="https://api.anthropic.com/v1",
+                                                     api_key_env="LLMGW_PROVIDER_ANTHROPIC",
+                                                     api=ProviderApi.ANTHROPIC))
+    store.catalog.add(model, "op", NOW)
+    [got] = store.catalog.list()
+    assert got.source == model.source
+    assert isinstance(got.source, RemoteSource) and got.source.api == ProviderApi.ANTHROPIC

@@ -10,6 +10,7 @@ import typer
 
 from llmgw.cli import render
 from llmgw.cli.client import AdminClient, CtlError, quote
+from llmgw.core.types import ProviderApi
 
 app = typer.Typer(help="Operate a running llmgw through its admin API.", no_args_is_help=True)
 model_app = typer.Typer(help="The model catalog.", no_args_is_help=True)
@@ -72,7 +73,10 @@ def _source(m: dict[str, Any]) -> str:
     s = m["source"]
     if s["kind"] == "hf":
         return f"hf:{s['repo']}/{s['file']}@{s['revision']}"
-    return str(s["path"] if s["kind"] == "local" else s["base_url"])
+    if s["kind"] == "local":
+        return str(s["path"])
+    # An entry written by a server older than the dialects has no `api`: it was OpenAI-compatible.
+    return f"{s['base_url']} ({s.get('api', 'openai')})"
 
 
 @model_app.command("list")
@@ -105,9 +109,13 @@ def model_add(
     name: Annotated[str, typer.Argument(help="Catalog name clients use as `model`.")],
     path: Annotated[str | None, typer.Option(
         help="Absolute path of a GGUF file in DATA_DIR/models or a model_roots directory.")] = None,
-    base_url: Annotated[
-        str | None, typer.Option(help="Remote OpenAI-compatible base URL, e.g. https://host/v1.")
-    ] = None,
+    base_url: Annotated[str | None, typer.Option(
+        help="A remote provider's base URL, to which /chat/completions (--api openai) or /messages "
+             "(--api anthropic) is appended: e.g. https://host/v1, or https://api.anthropic.com/v1 "
+             "for Anthropic.")] = None,
+    api: Annotated[ProviderApi | None, typer.Option(
+        help="The dialect the remote provider speaks, openai unless given; with --base-url only.",
+        case_sensitive=False)] = None,
     api_key_env: Annotated[
         str | None, typer.Option(help="Env var on the server holding the remote API key: "
                                  "LLMGW_PROVIDER_*, or one listed in provider_key_env.")
@@ -131,6 +139,9 @@ def model_add(
     if (path is None) == (base_url is None):
         render.error("give exactly one source: --path FILE or --base-url URL")
         raise typer.Exit(2)
+    if api is not None and path is not None:
+        render.error("--api is the dialect of a remote provider: give it with --base-url, not --path")
+        raise typer.Exit(2)
     selector: dict[str, str] = {}
     for pair in node_selector or []:
         key, sep, value = pair.partition("=")
@@ -144,6 +155,8 @@ def model_add(
     else:
         source = {"kind": "remote", "base_url": base_url, "api_key_env": api_key_env,
                   "model": upstream_model}
+        if api is not None:  # left out otherwise, so a server that predates `api` still accepts it
+            source["api"] = api.value
         engine = "remote"
     body = {
         "name": name,

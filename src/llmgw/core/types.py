@@ -58,10 +58,12 @@ class HubSource(Frozen):
 
 
 class ProviderApi(StrEnum):
-    """The dialect a remote provider speaks; llmgw translates the others to it."""
+    """Which dialect a remote provider speaks."""
 
-    OPENAI = "openai"  # chat completions, completions and embeddings: what most providers speak
-    ANTHROPIC = "anthropic"  # Anthropic's Messages API only
+    # Chat completions, completions and embeddings: what OpenAI-compatible providers speak.
+    OPENAI = "openai"
+    # Anthropic's Messages API (`/messages`, `/messages/count_tokens`) and nothing else.
+    ANTHROPIC = "anthropic"
 
 
 class RemoteSource(Frozen):
@@ -70,10 +72,11 @@ class RemoteSource(Frozen):
     kind: Literal["remote"] = "remote"
     base_url: str
     api_key_env: str | None = None
-    # Rows stored before providers had a dialect read as OpenAI's, which was the only one.
-    api: ProviderApi = ProviderApi.OPENAI
     # The provider's own name for the model, when it differs from the catalog name.
     model: str | None = None
+    # The dialect decides the path, the auth header and whether a request must be translated.
+    # Entries stored before it existed were all OpenAI-compatible, hence the default.
+    api: ProviderApi = ProviderApi.OPENAI
 
     @field_validator("base_url")
     @classmethod
