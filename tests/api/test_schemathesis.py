@@ -19,6 +19,7 @@ import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 from urllib.parse import quote
 
 import hypothesis
@@ -47,15 +48,28 @@ CONFIG = schemathesis.Config.from_dict({
 schema = schemathesis.openapi.from_dict(spec(), config=CONFIG)
 
 
+def anthropic_error(body: Any) -> bool:
+    """`{"type": "error", "error": {"type", "message"}}` and nothing else."""
+    error = body.get("error") if isinstance(body, dict) and body.get("type") == "error" else None
+    return (isinstance(body, dict) and set(body) == {"type", "error"} and isinstance(error, dict)
+            and set(error) == {"type", "message"} and isinstance(error["type"], str)
+            and isinstance(error["message"], str) and error["message"] != "")
+
+
 @schemathesis.check
 def openai_error_shape(ctx: CheckContext, response: Response, case: Case) -> bool | None:
-    """Every 4xx body is `{"error": {"message", "type", "param", "code"}}` and nothing else."""
+    """Every 4xx body is `{"error": {"message", "type", "param", "code"}}` and nothing else (on
+    Anthropic's paths, Anthropic's shape and nothing else)."""
     if not 400 <= response.status_code < 500:
         return None
     try:
         body = response.json()
     except ValueError:
         body = None
+    if case.path.startswith("/v1/messages"):
+        assert anthropic_error(body), (
+            f"{response.status_code} body is not an Anthropic error: {response.text[:500]}")
+        return True
     error = body.get("error") if isinstance(body, dict) and set(body) == {"error"} else None
     fine = (
         isinstance(error, dict)

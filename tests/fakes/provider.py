@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+import anthropic
 import openai
 import orjson
 from aiohttp import web
@@ -28,11 +29,12 @@ from llmgw.core.clock import SystemClock
 from llmgw.core.types import ApiKey, Limits, LocalSource, Model, Profile
 from llmgw.gateway.auth import KeyCache
 from llmgw.gateway.limits import Limiter
-from llmgw.gateway.transport import Transport
 from llmgw.gateway.routing import Route, RoutingTable, Upstream
 from llmgw.gateway.service import Gateway
 from llmgw.gateway.snapshot import Refresher, Snapshot
+from llmgw.gateway.transport import Transport
 from llmgw.gateway.usage import UsageMeter
+from llmgw.guard.enforcement import Guard
 from llmgw.server.run import app_runner
 from llmgw.store.store import Store
 from tests.factories import KEY_SECRET, user_key
@@ -233,6 +235,11 @@ class GatewayRig:
     _runner: web.AppRunner | None = None
     _client: Transport | None = None
     now: Callable[[], datetime] = lambda: datetime.now(UTC)
+    # Model `m` as the catalog has it (a local model by default; a remote one names its dialect),
+    # the headers its upstream gets, and the guard the gateway judges with.
+    model: Model | None = None
+    upstream_headers: dict[str, str] = field(default_factory=dict)
+    guard: Guard | None = None
 
     async def start(self) -> GatewayRig:
         self.plaintext, key = user_key()
@@ -240,12 +247,13 @@ class GatewayRig:
         self._client = Transport(timeout_s=30)
         await self._client.start()
         refresher = Refresher(self.store, KEY_SECRET)
-        model = Model(name="m", source=LocalSource(path="/m.gguf"), profiles=[Profile(name="cpu")])
-        route = Route(model, (Upstream("replica-1", self.provider.url),))
+        model = self.model or Model(name="m", source=LocalSource(path="/m.gguf"),
+                                    profiles=[Profile(name="cpu")])
+        route = Route(model, (Upstream("replica-1", self.provider.url, dict(self.upstream_headers)),))
         refresher.current = Snapshot(1, KeyCache(KEY_SECRET, [self.key]), RoutingTable({"m": route}))
         self.limiter = Limiter(self.store, self.now)
         self.meter = UsageMeter(self.store, self.now)
-        gateway = Gateway(refresher, self._client, SystemClock(), None, self.limiter, self.meter)
+        gateway = Gateway(refresher, self._client, SystemClock(), self.guard, self.limiter, self.meter)
         app = web.Application(middlewares=[openai_errors])
         app[GATEWAY] = gateway
         app.add_routes(routes())
@@ -267,3 +275,8 @@ class GatewayRig:
         """The official client, with this rig's key and no retries of its own."""
         return openai.AsyncOpenAI(base_url=self.url + "/v1", api_key=self.plaintext, max_retries=0,
                                   timeout=30)
+
+    def anthropic(self) -> anthropic.AsyncAnthropic:
+        """Anthropic's official client, with this rig's key and no retries of its own."""
+        return anthropic.AsyncAnthropic(base_url=self.url, api_key=self.plaintext, max_retries=0,
+                                        timeout=30)

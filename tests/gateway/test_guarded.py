@@ -16,11 +16,11 @@ from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
 from llmgw.api.errors import openai_errors
+from llmgw.api.replies import write
 from llmgw.core.errors import GuardUnavailable
 from llmgw.core.guard import Direction, InputMode, OnFailure, Outcome, Policy, VerdictRecord
 from llmgw.core.judges import DEFAULT_JUDGE, KNOWN
 from llmgw.core.types import LocalSource, Model, Profile
-from llmgw.api.replies import write
 from llmgw.gateway.call import Exchange
 from llmgw.gateway.guarded import Judged, forward_guarded
 from llmgw.gateway.relay import outbound

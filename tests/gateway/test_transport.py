@@ -17,9 +17,9 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
+from llmgw.api.replies import write
 from llmgw.core.errors import LlmgwError
 from llmgw.core.types import LocalSource, Model, Profile
-from llmgw.api.replies import write
 from llmgw.gateway import transport
 from llmgw.gateway.call import Exchange
 from llmgw.gateway.relay import outbound, send

@@ -1,4 +1,4 @@
-"""The OpenAI-compatible data plane: `/v1/*`."""
+"""The data plane, `/v1/*`: OpenAI's chat completions and Responses, Anthropic's Messages."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from llmgw.api.openapi import openapi_json
 from llmgw.api.replies import write
 from llmgw.core.errors import InvalidRequest
 from llmgw.core.types import ApiKey, KeyScope
+from llmgw.gateway.wire import anthropic_messages
 from llmgw.gateway.wire.dialect import Api
 from llmgw.guard import moderation
 
@@ -43,8 +44,12 @@ def _proxy(api: Api) -> Handler:
 
 
 async def list_models(request: web.Request) -> web.Response:
+    """The models this key may use, in Anthropic's shape when the caller sends `anthropic-version`."""
     gw = request.app[GATEWAY]
     key = client_key(request)
+    if "anthropic-version" in request.headers:
+        body = anthropic_messages.models_body([(m.name, m.created_at) for m in gw.models(key)])
+        return web.Response(body=body, content_type="application/json")
     data = [
         {
             "id": m.name,
@@ -100,6 +105,9 @@ def routes() -> list[web.RouteDef]:
         web.post("/v1/completions", _proxy(Api.COMPLETIONS)),
         web.post("/v1/embeddings", _proxy(Api.EMBEDDINGS)),
         web.post("/v1/rerank", _proxy(Api.RERANK)),
+        web.post("/v1/responses", _proxy(Api.RESPONSES)),
+        web.post("/v1/messages", _proxy(Api.MESSAGES)),
+        web.post("/v1/messages/count_tokens", _proxy(Api.COUNT_TOKENS)),
         web.get("/v1/models", list_models),
         web.post("/v1/moderations", moderations),
     ]

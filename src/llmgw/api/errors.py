@@ -1,15 +1,16 @@
-"""OpenAI-shaped errors on the wire, and the middleware that makes every error one."""
+"""Errors on the wire in the caller's dialect, and the middleware that makes every failure one."""
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable
 
-import orjson
 from aiohttp import web
 
 from llmgw.api import request_ids
 from llmgw.core.errors import LlmgwError, RateLimited
+from llmgw.gateway.wire import anthropic_messages
+from llmgw.gateway.wire.openai_errors import openai_error_body
 
 logger = logging.getLogger(__name__)
 
@@ -25,19 +26,28 @@ _HTTP_TYPES = {
 }
 
 
-def error_response(
-    status: int, message: str, type_: str, param: str | None = None, code: str | None = None
-) -> web.Response:
-    """`{"error": {"message", "type", "param", "code"}}` with `status`."""
-    body = {"error": {"message": message, "type": type_, "param": param, "code": code}}
-    return web.Response(body=orjson.dumps(body), status=status, content_type="application/json")
+def _anthropic(request: web.Request) -> bool:
+    """Whether the caller speaks Anthropic's dialect: its path, or its version header on `/v1`."""
+    path = request.path
+    return path.startswith("/v1/messages") or (
+        "anthropic-version" in request.headers and path.startswith("/v1/"))
 
 
-def from_error(exc: LlmgwError) -> web.Response:
-    resp = error_response(exc.status, exc.message, exc.type, exc.param, exc.code)
-    if isinstance(exc, RateLimited):
-        resp.headers["Retry-After"] = str(exc.retry_after_s)
+def error_response(request: web.Request, error: LlmgwError) -> web.Response:
+    """`error` in the caller's dialect: Anthropic's `{"type": "error", "error": {...}}` on its
+    paths, OpenAI's `{"error": {"message", "type", "param", "code"}}` everywhere else."""
+    body = anthropic_messages.error_body(error) if _anthropic(request) else openai_error_body(error)
+    resp = web.Response(body=body, status=error.status, content_type="application/json")
+    if isinstance(error, RateLimited):
+        resp.headers["Retry-After"] = str(error.retry_after_s)
     return resp
+
+
+def _plain(status: int, message: str, type_: str, code: str | None = None) -> LlmgwError:
+    """An error the HTTP layer itself found (unknown path, bad framing), as llmgw's own."""
+    error = LlmgwError(message, code=code)
+    error.status, error.type = status, type_
+    return error
 
 
 @web.middleware
@@ -54,7 +64,7 @@ async def _answer(request: web.Request, handler: Handler) -> web.StreamResponse:
     except LlmgwError as exc:
         if exc.status >= 500:
             logger.warning("%s %s -> %d: %s", request.method, request.path, exc.status, exc.message)
-        return from_error(exc)
+        return error_response(request, exc)
     except web.HTTPException as exc:
         if exc.status < 400:
             raise
@@ -63,17 +73,16 @@ async def _answer(request: web.Request, handler: Handler) -> web.StreamResponse:
             405: f"Method {request.method} is not allowed on {request.path}",
             413: "Request body is too large",
         }.get(exc.status, exc.reason)
-        return error_response(
-            exc.status, message, _HTTP_TYPES.get(exc.status, "server_error"), code=None
-        )
+        type_ = _HTTP_TYPES.get(exc.status, "server_error")
+        return error_response(request, _plain(exc.status, message, type_))
     except ConnectionError:
         raise  # the client went away; nobody to answer
     except web.RequestPayloadError:
         # The body's framing or encoding is broken (a bad chunk, gzip that is not): the
         # client's fault, and the parser's message may quote the body.
-        return error_response(400, "Request body is malformed (transfer or content encoding)",
-                              "invalid_request_error", code="invalid_request")
+        return error_response(request, _plain(400, "Request body is malformed (transfer or content "
+                                              "encoding)", "invalid_request_error", "invalid_request"))
     except Exception:
         # A database that is down arrives above as StoreUnavailable: the store translates it.
         logger.exception("unhandled error on %s %s", request.method, request.path)
-        return error_response(500, "Internal server error", "server_error")
+        return error_response(request, _plain(500, "Internal server error", "server_error"))

@@ -27,7 +27,7 @@ from llmgw.core.jobs import ServeRequest
 from llmgw.core.names import MODEL_NAME_MAX
 from llmgw.core.types import _REPO_RE, NAME_PATTERN, Limits, Model
 from llmgw.gateway.keys_admin import KeyRequest
-from llmgw.gateway.wire.openai_chat import MAX_TOKENS
+from llmgw.gateway.wire.checks import MAX_TOKENS
 
 JSON = "application/json"
 _MODELS: tuple[type[BaseModel], ...] = (
@@ -81,6 +81,19 @@ _ERROR: Schema = {
 
 # The OpenAI bodies: what llmgw checks before it forwards, nothing more.
 _MESSAGE = _obj(("role", "content"), role=_STR, content={"type": ["string", "array", "null"]})
+_TURN = _obj(("role", "content"), role={"enum": ["user", "assistant"]},
+             content={"type": ["string", "array"]})
+_RERANK = _obj(("model", "query", "documents"), model=_STR, query=_STR,
+               documents={"type": "array"})
+_ANTHROPIC_ERROR: Schema = {
+    "type": "object",
+    "description": "Every error on Anthropic's paths, in Anthropic's shape.",
+    "required": ["type", "error"],
+    "properties": {
+        "type": {"const": "error"},
+        "error": _obj(("type", "message"), type=_STR, message=_STR),
+    },
+}
 _EMBEDDING = _obj(("model", "input"), model=_STR, input=_TEXT_OR_ARRAY)
 _MODERATION = _obj(("input",), input={"oneOf": [
     _STR, {"type": "array", "minItems": 1, "items": _STR}]}, model=_STR)
@@ -140,15 +153,20 @@ def _components() -> Schema:
                       "additionalProperties": {"type": "string", "pattern": LABEL_VALUE_PATTERN}}
     labels["remove"] |= {"maxItems": MAX_LABELS}
     schemas["Error"] = _ERROR
+    schemas["AnthropicError"] = _ANTHROPIC_ERROR
     return {
         "schemas": schemas,
         "responses": {
             "Error": {"description": "An error in OpenAI's shape.",
                       "content": {JSON: {"schema": _ref("Error")}}},
+            "AnthropicError": {"description": "An error in Anthropic's shape (the Messages API).",
+                               "content": {JSON: {"schema": _ref("AnthropicError")}}},
         },
         "securitySchemes": {
             "bearer": {"type": "http", "scheme": "bearer",
                        "description": "An llmgw API key: `Authorization: Bearer sk-llmgw-...`."},
+            "x-api-key": {"type": "apiKey", "in": "header", "name": "x-api-key",
+                          "description": "The same key as Anthropic's clients send it."},
         },
     }
 
@@ -164,6 +182,7 @@ def _op(
     query: dict[str, Schema] | None = None,
     public: bool = False,
     example: Schema | None = None,
+    errors: str = "Error",
 ) -> Schema:
     op: Schema = {
         "summary": summary,
@@ -174,8 +193,8 @@ def _op(
                 "content": {ct: {"schema": returns or _OPEN} if ct == JSON else {"schema": _STR}
                             for ct in content},
             },
-            "4XX": {"$ref": "#/components/responses/Error"},
-            "5XX": {"$ref": "#/components/responses/Error"},
+            "4XX": {"$ref": f"#/components/responses/{errors}"},
+            "5XX": {"$ref": f"#/components/responses/{errors}"},
         },
     }
     if body is not None:
@@ -196,6 +215,16 @@ def _paths() -> dict[str, dict[str, Schema]]:
     chat = _generation(("model", "messages"),
                        messages={"type": "array", "minItems": 1, "items": _MESSAGE})
     completion = _generation(("model", "prompt"), prompt=_TEXT_OR_ARRAY)
+    tokens = {"type": "integer", "minimum": 1, "maximum": MAX_TOKENS}
+    turns = {"type": "array", "minItems": 1, "items": _TURN}
+    messages = _obj(("model", "messages", "max_tokens"), model=_STR, messages=turns,
+                    max_tokens=tokens, stream={"type": "boolean"},
+                    system={"type": ["string", "array"]})
+    counted = _obj(("model", "messages"), model=_STR, messages=turns)
+    responses = _obj(("model", "input"), model=_STR, input=_TEXT_OR_ARRAY,
+                     instructions={"type": ["string", "null"]}, max_output_tokens=tokens,
+                     stream={"type": "boolean"})
+    sse = (JSON, "text/event-stream")
     return {
         "/health": {"get": _op("Liveness", "meta", public=True,
                                returns=_obj(("status",), status={"const": "ok"}))},
@@ -207,6 +236,18 @@ def _paths() -> dict[str, dict[str, Schema]]:
         "/v1/completions": {"post": _op("Text completion", v1, body=completion,
                                         content=(JSON, "text/event-stream"))},
         "/v1/embeddings": {"post": _op("Embeddings", v1, body=_EMBEDDING)},
+        "/v1/rerank": {"post": _op("Rerank documents (engines that serve it)", v1, body=_RERANK)},
+        "/v1/responses": {"post": _op("OpenAI Responses (served from chat completions)", v1,
+                                      body=responses, content=sse,
+                                      example={"model": "gemma3-270m", "input": "Hello"})},
+        "/v1/messages": {"post": _op("Anthropic Messages", "anthropic", body=messages, content=sse,
+                                     errors="AnthropicError",
+                                     example={"model": "gemma3-270m", "max_tokens": 32,
+                                              "messages": [{"role": "user", "content": "Hello"}]})},
+        "/v1/messages/count_tokens": {"post": _op("Anthropic token count", "anthropic", body=counted,
+                                                  errors="AnthropicError",
+                                                  returns=_obj(("input_tokens",),
+                                                               input_tokens={"type": "integer"}))},
         "/v1/models": {"get": _op("Models this key may use", v1, returns=_OPENAI_MODELS)},
         "/v1/moderations": {"post": _op("Moderation by the guard's judges", v1, body=_MODERATION)},
         "/admin/v1/models": {

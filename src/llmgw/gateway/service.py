@@ -5,9 +5,12 @@ It knows no web framework: `api/` hands it a request's parts and writes the `Rep
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import math
 import time
 from typing import Any
+
+import orjson
 
 from llmgw.core.clock import Clock
 from llmgw.core.errors import Forbidden, GuardBlocked, LlmgwError, ModelNotFound
@@ -21,8 +24,8 @@ from llmgw.gateway.metrics import Metrics
 from llmgw.gateway.relay import Outbound, outbound, send
 from llmgw.gateway.snapshot import Refresher
 from llmgw.gateway.transport import Transport
-from llmgw.gateway.usage import UsageMeter, UsageTap
-from llmgw.gateway.wire import openai_chat
+from llmgw.gateway.usage import Tokens, UsageMeter, UsageTap
+from llmgw.gateway.wire import anthropic_messages, openai_chat, openai_responses, translate
 from llmgw.gateway.wire.dialect import Api, Wire
 from llmgw.guard.enforcement import Guard, RequestInfo
 
@@ -41,6 +44,10 @@ WIRES: dict[Api, Wire] = {
     Api.COMPLETIONS: openai_chat.COMPLETIONS,
     Api.EMBEDDINGS: openai_chat.EMBEDDINGS,
     Api.RERANK: openai_chat.RERANK,
+    Api.RESPONSES: openai_responses.WIRE,
+    Api.MESSAGES: anthropic_messages.WIRE,
+    Api.COUNT_TOKENS: dataclasses.replace(anthropic_messages.WIRE, name="count_tokens",
+                                          read=anthropic_messages.count_tokens_check),
 }
 
 # The status metrics show for a request whose client went away (nginx's): not an upstream error.
@@ -97,14 +104,21 @@ class Gateway:
         sent = time.monotonic()
         call = UpstreamCall(route, body, payload, api, wire, ask, request_id, key,
                             started if started is not None else sent)
+        free = api == Api.COUNT_TOKENS  # counting generates nothing: it costs a request, no tokens
+        limiter = self.limiter
+        ticket = limiter.admit(key, 0 if free else reserve_estimate(ask.max_tokens, len(body))) \
+            if limiter else None
+        if free and Api.COUNT_TOKENS not in translate.SPEAKS[translate.speaks(route.model)]:
+            if ticket is not None:
+                ticket.settle(0)
+            # A provider without a counting endpoint: about one token per 4 bytes of the request.
+            return Reply(body=orjson.dumps({"input_tokens": math.ceil(len(body) / 4)}))
         out = outbound(call)
         exchange = Exchange(UsageTap(out.wire.usage, out.wire.answer_text))
-        limiter = self.limiter
-        ticket = limiter.admit(key, reserve_estimate(ask.max_tokens, len(body))) if limiter else None
 
         def account(status: int, code: str = "", blocked: bool = False) -> None:
             # Also when the client went away mid-stream: what was used is settled and counted.
-            tokens = exchange.tap.result(prompt_estimate=math.ceil(len(body) / 4))
+            tokens = Tokens() if free else exchange.tap.result(prompt_estimate=math.ceil(len(body) / 4))
             if ticket is not None:
                 ticket.settle(tokens.total)
             if self.meter is not None:

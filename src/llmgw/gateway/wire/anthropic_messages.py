@@ -16,7 +16,7 @@ import orjson
 
 from llmgw.core.errors import InvalidRequest, LlmgwError
 from llmgw.gateway.wire import checks
-from llmgw.gateway.wire.dialect import Ask, SentSoFar, UsageFormat, Wire
+from llmgw.gateway.wire.dialect import NOTHING_SENT, Ask, SentSoFar, UsageFormat, Wire
 from llmgw.gateway.wire.judged import tool_text
 from llmgw.gateway.wire.sse import event, json_of
 from llmgw.guard.prompts import Role, Turn
@@ -207,7 +207,7 @@ def error_body(error: LlmgwError) -> bytes:
     return orjson.dumps(_error(error_type(error.status), error.message))
 
 
-def blocked_ending(model: str, error: LlmgwError, _sent: SentSoFar = SentSoFar()) -> bytes:
+def blocked_ending(model: str, error: LlmgwError, _sent: SentSoFar = NOTHING_SENT) -> bytes:
     """How a stream the guard stopped ends: a refusal stop, then an `error` event.
 
     The `message_delta` with `stop_reason: "refusal"` is how Anthropic itself ends a stream its

@@ -65,6 +65,9 @@ class SentSoFar:
     events: int = 0  # how many events were sent
 
 
+NOTHING_SENT = SentSoFar()
+
+
 @dataclass(frozen=True)
 class Wire:
     """One dialect: its functions, as a value the request path passes around."""

@@ -10,7 +10,7 @@ import orjson
 
 from llmgw.core.errors import InvalidRequest, LlmgwError
 from llmgw.gateway.wire import checks
-from llmgw.gateway.wire.dialect import Ask, SentSoFar, UsageFormat, Wire
+from llmgw.gateway.wire.dialect import NOTHING_SENT, Ask, SentSoFar, UsageFormat, Wire
 from llmgw.gateway.wire.judged import tool_text
 from llmgw.gateway.wire.openai_errors import openai_error_body
 from llmgw.gateway.wire.sse import DONE
@@ -149,7 +149,7 @@ def _chunk_text(obj: Any) -> str:
     return "".join(parts)
 
 
-def blocked_ending(model: str, error: LlmgwError, _sent: SentSoFar = SentSoFar()) -> bytes:
+def blocked_ending(model: str, error: LlmgwError, _sent: SentSoFar = NOTHING_SENT) -> bytes:
     """How a blocked stream ends: a content_filter finish, an error event, and [DONE]."""
     finish = {
         "object": "chat.completion.chunk",

@@ -19,7 +19,7 @@ import orjson
 
 from llmgw.core.errors import InvalidRequest, LlmgwError
 from llmgw.gateway.wire import checks
-from llmgw.gateway.wire.dialect import Ask, SentSoFar, UsageFormat, Wire
+from llmgw.gateway.wire.dialect import NOTHING_SENT, Ask, SentSoFar, UsageFormat, Wire
 from llmgw.gateway.wire.judged import tool_text
 from llmgw.gateway.wire.openai_errors import openai_error_body
 from llmgw.gateway.wire.sse import event, json_of
@@ -211,7 +211,7 @@ def error_body(error: LlmgwError) -> bytes:
     return openai_error_body(error)
 
 
-def blocked_ending(model: str, error: LlmgwError, sent: SentSoFar = SentSoFar()) -> bytes:
+def blocked_ending(model: str, error: LlmgwError, sent: SentSoFar = NOTHING_SENT) -> bytes:
     """How a stream the guard stopped ends: an `error` event, then the response's end.
 
     The `error` event comes first because it is what every Responses client reports as a
