@@ -27,7 +27,15 @@ from llmgw.store.store import Store
 from tests.factories import remote_model
 from tests.fakes import anthropic_provider as claude
 from tests.fakes.anthropic_provider import FakeAnthropicProvider
-from tests.fakes.provider import ANSWER, TOOL_ARGUMENTS, TOOL_RESULT_PREFIX, USAGE, FakeProvider, GatewayRig
+from tests.fakes.provider import (
+    ANSWER,
+    TOOL_ARGUMENTS,
+    TOOL_RESULT_PREFIX,
+    USAGE,
+    WORDS,
+    FakeProvider,
+    GatewayRig,
+)
 
 QUESTION = "How wide is the sea?"
 WEATHER_SCHEMA = {"type": "object", "properties": {"city": {"type": "string"}, "unit": {"type": "string"}},
@@ -505,16 +513,41 @@ async def test_a_request_rate_admits_exactly_its_limit_of_a_concurrent_burst_of_
 # --- 5. an upstream that lies about usage -------------------------------------------------------
 
 
+LIE = b'{"prompt_tokens":100000000000000000000,"completion_tokens":-4}'
+
+
 async def test_absurd_usage_behind_a_messages_client_is_clamped_as_for_chat(store: Store) -> None:
-    liar = FakeProvider(usage=b'{"prompt_tokens":100000000000000000000,"completion_tokens":-4}')
-    async with chat_only(store, liar) as (rig, _), rig.anthropic() as client:
+    async with chat_only(store, FakeProvider(usage=LIE)) as (rig, _), rig.anthropic() as client:
         message = await client.messages.create(model="m", max_tokens=64,
                                                messages=[{"role": "user", "content": QUESTION}])
-        assert text_of(message) == ANSWER
+        async with client.messages.stream(model="m", max_tokens=64,
+                                          messages=[{"role": "user", "content": QUESTION}]) as stream:
+            streamed = await stream.get_final_message()
         assert rig.meter is not None and rig.limiter is not None
         await rig.limiter.sync(rig.meter.flush)
+    assert text_of(message) == text_of(streamed) == ANSWER
+    # The client is not shown the lie; the meter counts the prompt as MAX_COUNT tokens each time
+    # (it still hits the key's budget) and the negative completion as an estimate: a whole
+    # answer's text at 4 bytes a token, a stream's text deltas one token each.
+    for usage in (message.usage, streamed.usage):
+        assert 0 <= usage.input_tokens <= MAX_COUNT and usage.output_tokens >= 0
     [row] = store.usage.usage()
-    # The lie counts as MAX_COUNT prompt tokens; the negative completion as an estimate of the text.
-    assert row.requests == 1
-    assert row.prompt_tokens == MAX_COUNT
-    assert row.completion_tokens == math.ceil(len(ANSWER) / 4)
+    assert (row.requests, row.errors) == (2, 0)
+    assert row.prompt_tokens == 2 * MAX_COUNT
+    assert row.completion_tokens == math.ceil(len(ANSWER) / 4) + len(WORDS)  # whole; one per delta
+
+
+async def test_absurd_usage_behind_a_responses_client_still_answers_and_is_clamped(store: Store) -> None:
+    async with chat_only(store, FakeProvider(usage=LIE)) as (rig, _), rig.openai() as client:
+        response = await client.responses.create(model="m", input=QUESTION)
+        async with client.responses.stream(model="m", input=QUESTION) as stream:
+            streamed = await stream.get_final_response()
+        assert rig.meter is not None and rig.limiter is not None
+        await rig.limiter.sync(rig.meter.flush)
+    assert response.output_text == streamed.output_text == ANSWER
+    for usage in (response.usage, streamed.usage):
+        assert usage is not None and 0 <= usage.input_tokens <= MAX_COUNT and usage.output_tokens >= 0
+    [row] = store.usage.usage()
+    assert (row.requests, row.errors) == (2, 0)
+    assert row.prompt_tokens == 2 * MAX_COUNT
+    assert row.completion_tokens == math.ceil(len(ANSWER) / 4) + len(WORDS)  # whole; one per delta
