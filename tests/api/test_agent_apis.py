@@ -38,6 +38,7 @@ from tests.fakes.provider import (
 )
 
 QUESTION = "How wide is the sea?"
+ASK: list[Any] = [{"role": "user", "content": QUESTION}]  # the same question, as messages
 WEATHER_SCHEMA = {"type": "object", "properties": {"city": {"type": "string"}, "unit": {"type": "string"}},
                   "required": ["city"]}
 CLAUDE_TOOL = {"name": "weather", "description": "The weather in a city.", "input_schema": WEATHER_SCHEMA}
@@ -93,7 +94,7 @@ async def test_a_message_through_a_chat_only_provider(store: Store) -> None:
     async with chat_only(store) as (rig, provider), rig.anthropic() as client:
         message = await client.messages.create(
             model="m", max_tokens=64, system="Answer in one sentence.",
-            messages=[{"role": "user", "content": QUESTION}])
+            messages=ASK)
     assert text_of(message) == ANSWER
     assert message.role == "assistant" and message.stop_reason == "end_turn"
     # The provider's own count, not an estimate.
@@ -109,7 +110,7 @@ async def test_a_message_through_a_chat_only_provider(store: Store) -> None:
 async def test_a_message_stream_through_a_chat_only_provider(store: Store) -> None:
     async with chat_only(store) as (rig, provider), rig.anthropic() as client:
         async with client.messages.stream(model="m", max_tokens=64,
-                                          messages=[{"role": "user", "content": QUESTION}]) as stream:
+                                          messages=ASK) as stream:
             deltas = [text async for text in stream.text_stream]
             final = await stream.get_final_message()
     assert len([d for d in deltas if d]) > 1 and "".join(deltas) == ANSWER
@@ -145,8 +146,48 @@ async def test_a_tool_round_trip_in_messages_through_a_chat_only_provider(store:
 async def test_stop_sequences_reach_a_chat_only_provider_as_stop(store: Store) -> None:
     async with chat_only(store) as (rig, provider), rig.anthropic() as client:
         await client.messages.create(model="m", max_tokens=64, stop_sequences=["wide", "\n\n"],
-                                     messages=[{"role": "user", "content": QUESTION}])
+                                     messages=ASK)
     assert provider.requests[-1]["stop"] == ["wide", "\n\n"]
+
+
+async def test_a_streamed_tool_call_in_messages_through_a_chat_only_provider(store: Store) -> None:
+    async with chat_only(store) as (rig, _), rig.anthropic() as client:
+        async with client.messages.stream(model="m", max_tokens=64, tools=[CLAUDE_TOOL],
+                                          messages=[{"role": "user", "content": "Paris weather?"}]) as stream:
+            pieces = [e.partial_json async for e in stream if e.type == "input_json"]
+            final = await stream.get_final_message()
+    # The arguments arrive in pieces, as the provider streamed them, and add up to the call.
+    assert len(pieces) > 1 and json.loads("".join(pieces)) == TOOL_ARGUMENTS
+    [call] = final.content
+    assert call.type == "tool_use" and call.name == "weather" and call.input == TOOL_ARGUMENTS
+    assert final.stop_reason == "tool_use"
+
+
+async def test_a_chat_answer_cut_at_its_limit_is_max_tokens_in_messages(store: Store) -> None:
+    cut = FakeProvider(body=b'{"id":"c","object":"chat.completion","created":1,"model":"m",'
+                            b'"choices":[{"index":0,"message":{"role":"assistant","content":"The sea"},'
+                            b'"finish_reason":"length"}],"usage":{"prompt_tokens":9,"completion_tokens":2}}')
+    async with chat_only(store, cut) as (rig, _), rig.anthropic() as client:
+        message = await client.messages.create(model="m", max_tokens=2,
+                                               messages=ASK)
+    assert text_of(message) == "The sea" and message.stop_reason == "max_tokens"
+    assert message.usage.output_tokens == 2
+
+
+@pytest.mark.parametrize("choice, sent", [
+    ({"type": "any"}, "required"),
+    ({"type": "tool", "name": "weather"}, {"type": "function", "function": {"name": "weather"}}),
+    ({"type": "none"}, "none"),
+])
+async def test_tool_choice_reaches_a_chat_only_provider_in_chats_terms(
+    store: Store, choice: dict[str, str], sent: Any,
+) -> None:
+    async with chat_only(store) as (rig, provider), rig.anthropic() as client:
+        message = await client.messages.create(model="m", max_tokens=64, tools=[CLAUDE_TOOL],
+                                               tool_choice=choice,
+                                               messages=[{"role": "user", "content": "Paris weather?"}])
+    assert provider.requests[-1]["tool_choice"] == sent
+    assert message.stop_reason == ("end_turn" if choice["type"] == "none" else "tool_use")
 
 
 async def test_count_tokens_on_a_chat_only_provider_is_llmgws_estimate(store: Store) -> None:
@@ -161,7 +202,7 @@ async def test_count_tokens_on_a_chat_only_provider_is_llmgws_estimate(store: St
             http_client=anthropic.DefaultAsyncHttpxClient(event_hooks={"request": [record]}))
         async with client:
             counted = await client.messages.count_tokens(
-                model="m", system="Be brief.", messages=[{"role": "user", "content": QUESTION}])
+                model="m", system="Be brief.", messages=ASK)
     # About one token per 4 bytes of what the client sent; the provider was not asked.
     [body] = sent
     assert counted.input_tokens == math.ceil(len(body) / 4)
@@ -212,6 +253,18 @@ async def test_a_function_tool_round_trip_in_responses_through_a_chat_only_provi
     assert second["messages"][-1] == {"role": "tool", "tool_call_id": call.call_id, "content": "18 degrees"}
 
 
+async def test_a_streamed_function_call_in_responses_through_a_chat_only_provider(store: Store) -> None:
+    async with chat_only(store) as (rig, _), rig.openai() as client:
+        async with client.responses.stream(model="m", input="Paris weather?",
+                                           tools=[RESPONSES_TOOL]) as stream:
+            pieces = [e.delta async for e in stream if e.type == "response.function_call_arguments.delta"]
+            final = await stream.get_final_response()
+    assert len(pieces) > 1 and json.loads("".join(pieces)) == TOOL_ARGUMENTS
+    [call] = final.output
+    assert call.type == "function_call" and call.name == "weather"
+    assert json.loads(call.arguments) == TOOL_ARGUMENTS and final.status == "completed"
+
+
 @pytest.mark.parametrize("field, value", [("previous_response_id", "resp_123"), ("store", True)])
 async def test_stored_responses_are_refused_naming_the_field(store: Store, field: str, value: Any) -> None:
     async with chat_only(store) as (rig, provider), rig.openai() as client:
@@ -244,7 +297,7 @@ async def test_a_chat_completion_through_a_messages_only_provider(store: Store) 
 async def test_a_chat_stream_through_a_messages_only_provider(store: Store) -> None:
     async with messages_only(store) as (rig, provider), rig.openai() as client:
         stream = await client.chat.completions.create(
-            model="m", messages=[{"role": "user", "content": QUESTION}], stream=True,
+            model="m", messages=ASK, stream=True,
             stream_options={"include_usage": True})
         chunks = [chunk async for chunk in stream]
     deltas = [c.choices[0].delta.content for c in chunks if c.choices and c.choices[0].delta.content]
@@ -283,7 +336,7 @@ async def test_a_chat_tool_round_trip_through_a_messages_only_provider(store: St
 async def test_a_message_to_a_messages_only_provider_passes_through_with_its_own_key(store: Store) -> None:
     async with messages_only(store) as (rig, provider), rig.anthropic() as client:
         message = await client.messages.create(model="m", max_tokens=3,
-                                               messages=[{"role": "user", "content": QUESTION}])
+                                               messages=ASK)
     # Natively: the provider's own cut at max_tokens and its own usage, untouched.
     assert text_of(message) == "".join(claude.WORDS[:3]) and message.stop_reason == "max_tokens"
     assert message.usage.output_tokens == 3 and message.usage.input_tokens == claude.INPUT_TOKENS
@@ -303,6 +356,41 @@ async def test_a_response_through_a_messages_only_provider_takes_two_translation
     assert len(deltas) > 1 and final.output_text == "".join(deltas) == claude.ANSWER
     assert provider.requests[0]["system"] == "Be brief."
     assert all(isinstance(r["max_tokens"], int) for r in provider.requests)
+
+
+async def test_chat_stop_and_token_limits_are_honoured_by_a_messages_only_provider(store: Store) -> None:
+    async with messages_only(store) as (rig, provider), rig.openai() as client:
+        stopped = await client.chat.completions.create(model="m", messages=ASK, stop=["wide"])
+        sent_stop = provider.requests[-1]
+        cut = await client.chat.completions.create(model="m", messages=ASK, max_tokens=3)
+        sent_cut = provider.requests[-1]
+        response = await client.responses.create(model="m", input=QUESTION, max_output_tokens=3)
+    assert sent_stop["stop_sequences"] == ["wide"]
+    assert (stopped.choices[0].message.content, stopped.choices[0].finish_reason) == ("The sea is ", "stop")
+    assert sent_cut["max_tokens"] == 3
+    assert (cut.choices[0].message.content, cut.choices[0].finish_reason) == ("The sea is", "length")
+    assert response.status == "incomplete" and response.incomplete_details is not None
+    assert response.incomplete_details.reason == "max_output_tokens" and response.output_text == "The sea is"
+
+
+@pytest.mark.parametrize("field, value", [("n", 2), ("logprobs", True)])
+async def test_chat_fields_messages_cannot_carry_are_a_400_naming_them(
+    store: Store, field: str, value: Any,
+) -> None:
+    async with messages_only(store) as (rig, provider), rig.openai() as client:
+        with pytest.raises(openai.BadRequestError) as refused:
+            await client.chat.completions.create(model="m", messages=ASK,
+                                                 **{field: value})
+    assert refused.value.param == field and "cannot be carried" in refused.value.message
+    assert provider.requests == []
+
+
+async def test_count_tokens_on_a_messages_only_provider_is_the_providers_count(store: Store) -> None:
+    async with messages_only(store) as (rig, provider), rig.anthropic() as client:
+        counted = await client.messages.count_tokens(model="m", system="Be brief.",
+                                                     messages=ASK)
+    [body] = provider.counted
+    assert counted.input_tokens == claude.count_tokens(body) and body["system"] == "Be brief."
 
 
 async def test_completions_and_embeddings_on_a_messages_only_provider_are_a_clear_400(store: Store) -> None:
@@ -332,7 +420,7 @@ async def test_a_bad_key_on_messages_is_anthropics_401(store: Store) -> None:
         async with anthropic.AsyncAnthropic(base_url=rig.url, api_key="sk-wrong", max_retries=0) as client:
             with pytest.raises(anthropic.AuthenticationError) as refused:
                 await client.messages.create(model="m", max_tokens=8,
-                                             messages=[{"role": "user", "content": QUESTION}])
+                                             messages=ASK)
     assert refused.value.status_code == 401
     anthropic_error(refused.value, "authentication_error")
     assert provider.requests == []
@@ -352,7 +440,7 @@ async def test_an_unknown_model_on_messages_is_anthropics_404(store: Store) -> N
     async with chat_only(store) as (rig, _), rig.anthropic() as client:
         with pytest.raises(anthropic.NotFoundError) as refused:
             await client.messages.create(model="nope", max_tokens=8,
-                                         messages=[{"role": "user", "content": QUESTION}])
+                                         messages=ASK)
     assert "nope" in anthropic_error(refused.value, "not_found_error")
 
 
@@ -369,13 +457,26 @@ async def test_a_message_without_max_tokens_is_anthropics_400_naming_it(store: S
 async def test_a_key_over_its_request_rate_gets_anthropics_429_with_retry_after(store: Store) -> None:
     async with chat_only(store, limits=Limits(rpm=1)) as (rig, provider), rig.anthropic() as client:
         await client.messages.create(model="m", max_tokens=8,
-                                     messages=[{"role": "user", "content": QUESTION}])
+                                     messages=ASK)
         with pytest.raises(anthropic.RateLimitError) as refused:
             await client.messages.create(model="m", max_tokens=8,
-                                         messages=[{"role": "user", "content": QUESTION}])
+                                         messages=ASK)
     anthropic_error(refused.value, "rate_limit_error")
     assert int(refused.value.response.headers["retry-after"]) >= 1
     assert len(provider.requests) == 1
+
+
+async def test_a_spent_daily_token_budget_is_anthropics_429(store: Store) -> None:
+    budget = 2 * (USAGE["prompt_tokens"] + USAGE["completion_tokens"])
+    async with chat_only(store, limits=Limits(tokens_per_day=budget)) as (rig, provider), \
+            rig.anthropic() as client:
+        for _ in range(2):
+            await client.messages.create(model="m", max_tokens=5, messages=ASK)
+        with pytest.raises(anthropic.RateLimitError) as refused:
+            await client.messages.create(model="m", max_tokens=5, messages=ASK)
+    assert f"its {budget} tokens for today" in anthropic_error(refused.value, "rate_limit_error")
+    assert int(refused.value.response.headers["retry-after"]) >= 1
+    assert len(provider.requests) == 2
 
 
 async def test_a_provider_that_is_down_is_anthropics_5xx(store: Store) -> None:
@@ -386,7 +487,7 @@ async def test_a_provider_that_is_down_is_anthropics_5xx(store: Store) -> None:
         async with rig.anthropic() as client:
             with pytest.raises(anthropic.InternalServerError) as failed:
                 await client.messages.create(model="m", max_tokens=8,
-                                             messages=[{"role": "user", "content": QUESTION}])
+                                             messages=ASK)
     finally:
         await rig.close()
     assert failed.value.status_code >= 500
@@ -499,7 +600,7 @@ async def test_a_request_rate_admits_exactly_its_limit_of_a_concurrent_burst_of_
     limit, burst = 4, 12
     async with chat_only(store, limits=Limits(rpm=limit)) as (rig, provider), rig.anthropic() as client:
         results = await asyncio.gather(*(
-            client.messages.create(model="m", max_tokens=8, messages=[{"role": "user", "content": QUESTION}])
+            client.messages.create(model="m", max_tokens=8, messages=ASK)
             for _ in range(burst)), return_exceptions=True)
     answered = [r for r in results if isinstance(r, anthropic.types.Message)]
     refused = [r for r in results if isinstance(r, anthropic.RateLimitError)]
@@ -519,9 +620,9 @@ LIE = b'{"prompt_tokens":100000000000000000000,"completion_tokens":-4}'
 async def test_absurd_usage_behind_a_messages_client_is_clamped_as_for_chat(store: Store) -> None:
     async with chat_only(store, FakeProvider(usage=LIE)) as (rig, _), rig.anthropic() as client:
         message = await client.messages.create(model="m", max_tokens=64,
-                                               messages=[{"role": "user", "content": QUESTION}])
+                                               messages=ASK)
         async with client.messages.stream(model="m", max_tokens=64,
-                                          messages=[{"role": "user", "content": QUESTION}]) as stream:
+                                          messages=ASK) as stream:
             streamed = await stream.get_final_message()
         assert rig.meter is not None and rig.limiter is not None
         await rig.limiter.sync(rig.meter.flush)
