@@ -494,6 +494,40 @@ async def test_a_provider_that_is_down_is_anthropics_5xx(store: Store) -> None:
     anthropic_error(failed.value, "api_error")
 
 
+@pytest.mark.parametrize("status, error, type_", [
+    (429, anthropic.RateLimitError, "rate_limit_error"),
+    (400, anthropic.BadRequestError, "invalid_request_error"),
+    (500, anthropic.InternalServerError, "api_error"),
+])
+async def test_a_chat_providers_error_is_anthropics_shape_without_its_body(
+    store: Store, status: int, error: type[anthropic.APIStatusError], type_: str,
+) -> None:
+    failing = FakeProvider(status=status, error_body=b'{"error":{"message":"sk-upstream-secret is wrong"}}',
+                           error_headers={"Content-Type": "application/json", "Retry-After": "7"})
+    async with chat_only(store, failing) as (rig, _), rig.anthropic() as client:
+        with pytest.raises(error) as whole:
+            await client.messages.create(model="m", max_tokens=8, messages=ASK)
+        with pytest.raises(error) as streamed:
+            async with client.messages.stream(model="m", max_tokens=8, messages=ASK) as stream:
+                await stream.get_final_message()
+    for exc in (whole.value, streamed.value):
+        assert "secret" not in anthropic_error(exc, type_)
+        if status == 429:  # the provider's wait, passed on so the SDK waits as long
+            assert exc.response.headers["retry-after"] == "7"
+
+
+async def test_a_messages_providers_rate_limit_is_openais_429_for_openai_clients(store: Store) -> None:
+    async with messages_only(store) as (rig, provider), rig.openai() as client:
+        provider.status = 429
+        with pytest.raises(openai.RateLimitError) as chat:
+            await client.chat.completions.create(model="m", messages=ASK)
+        with pytest.raises(openai.RateLimitError) as responses:
+            await client.responses.create(model="m", input=QUESTION)
+    for exc in (chat.value, responses.value):
+        body = exc.response.json()
+        assert set(body) == {"error"} and body["error"]["type"] == "rate_limit_error", body
+
+
 async def test_errors_on_responses_are_openais_shape(store: Store) -> None:
     async with chat_only(store) as (rig, _):
         async with openai.AsyncOpenAI(base_url=rig.url + "/v1", api_key="sk-wrong", max_retries=0) as bad:
