@@ -628,6 +628,20 @@ async def test_usage_after_concurrent_requests_equals_what_each_dialects_clients
             before = now
 
 
+@pytest.mark.parametrize("upstream", ["chat", "messages"])
+async def test_counting_tokens_costs_a_request_but_no_tokens(store: Store, upstream: str) -> None:
+    async with provider_speaking(upstream, store, limits=Limits(rpm=2)) as rig, rig.anthropic() as client:
+        for _ in range(2):
+            await client.messages.count_tokens(model="m", messages=ASK)
+        with pytest.raises(anthropic.RateLimitError) as refused:
+            await client.messages.count_tokens(model="m", messages=ASK)
+        assert rig.meter is not None and rig.limiter is not None
+        await rig.limiter.sync(rig.meter.flush)
+    anthropic_error(refused.value, "rate_limit_error")
+    [row] = store.usage.usage()
+    assert (row.requests, row.prompt_tokens, row.completion_tokens) == (2, 0, 0)
+
+
 async def test_a_request_rate_admits_exactly_its_limit_of_a_concurrent_burst_of_messages(
     store: Store,
 ) -> None:

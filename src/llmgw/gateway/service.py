@@ -111,6 +111,12 @@ class Gateway:
         if free and Api.COUNT_TOKENS not in translate.SPEAKS[translate.speaks(route.model)]:
             if ticket is not None:
                 ticket.settle(0)
+            # Counted in usage and metrics as a native count is: a request, no tokens.
+            if self.meter is not None:
+                self.meter.record(key.id, ask.model, Tokens(), error=False, blocked=False)
+            if self.metrics is not None:
+                self.metrics.request(ask.model, 200, key.prefix, api.value, time.monotonic() - call.started,
+                                     max(sent - call.started, 0.0), None, "")
             # A provider without a counting endpoint: about one token per 4 bytes of the request.
             return Reply(body=orjson.dumps({"input_tokens": math.ceil(len(body) / 4)}))
         out = outbound(call)
