@@ -550,7 +550,9 @@ class ChatStreamAsMessages:
         message: dict[str, Any] = {"id": _message_id(upstream_id), "type": "message", "role": "assistant",
                                    "model": self._model, "content": [], "stop_reason": None,
                                    "stop_sequence": None, "usage": {"input_tokens": 0, "output_tokens": 0}}
-        return [event({"type": "message_start", "message": message}, "message_start")]
+        # A ping follows, as Anthropic's own streams send one early: clients expect the event.
+        return [event({"type": "message_start", "message": message}, "message_start"),
+                event({"type": "ping"}, "ping")]
 
     def _tool_call(self, call: dict[str, Any]) -> list[bytes]:
         out: list[bytes] = []
