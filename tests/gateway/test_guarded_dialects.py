@@ -603,3 +603,90 @@ async def test_a_blocked_stream_counts_as_blocked_and_not_as_an_error(
         row = await usage_row(rig, store, queue, 2)
     assert (row.requests, row.blocked, row.errors) == (2, 2, 0)
     assert row.completion_tokens > 0  # what was generated before the block was still used
+
+
+# --- the last window, and a judge that cannot answer ---------------------------------------------
+
+
+STREAMS = {
+    "messages": ("anthropic", "/v1/messages",
+                 {"max_tokens": 64, "messages": [{"role": "user", "content": QUESTION}]}),
+    "messages_translated": ("translated", "/v1/messages",
+                            {"max_tokens": 64, "messages": [{"role": "user", "content": QUESTION}]}),
+    "responses": ("chat", "/v1/responses", {"input": QUESTION, "store": False}),
+    "chat": ("chat", "/v1/chat/completions", {"messages": [{"role": "user", "content": QUESTION}]}),
+}
+
+
+@pytest.mark.parametrize("dialect", list(STREAMS))
+async def test_a_stream_whose_short_last_window_is_unsafe_ends_blocked_not_completed(
+    dialect: str, store: Store, judging: Judging
+) -> None:
+    upstream, path, body = STREAMS[dialect]
+    judging.policy(input=False, output=True)
+    judging.judge.rule("end.", "Violent")  # only in the last piece: judged when the upstream ended
+    async with serving(upstream, store, judging) as (rig, _provider):
+        raw = await raw_stream(rig, path, body)
+    assert b"end." not in raw
+    events = sse_events(raw)
+    last = events[-1][1]
+    if dialect == "responses":
+        assert last["type"] == "response.incomplete"
+        assert not any(name in ("response.completed", "response.output_text.done") for name, _ in events)
+    elif dialect == "chat":
+        assert last["error"]["code"] == "content_filter"
+    else:
+        assert last["type"] == "error"
+        assert not any(name == "message_stop" for name, _ in events)
+
+
+async def test_a_messages_stream_the_judge_cannot_pass_ends_with_an_overloaded_error_not_a_refusal(
+    store: Store, judging: Judging
+) -> None:
+    judging.policy(input=False, output=True)
+    judging.judge.error()
+    async with serving("anthropic", store, judging) as (rig, _provider), rig.anthropic() as client:
+        async with client.messages.stream(model="m", max_tokens=64,
+                                          messages=[{"role": "user", "content": QUESTION}]) as stream:
+            with pytest.raises(anthropic.APIStatusError) as raised:
+                async for _text in stream.text_stream:
+                    pass
+            snapshot = stream.current_message_snapshot
+    body = raised.value.body
+    assert isinstance(body, dict) and body["error"]["type"] == "overloaded_error"
+    assert snapshot.stop_reason is None  # nothing was refused: the guard could not judge
+    assert "".join(b.text for b in snapshot.content if b.type == "text") == ""  # nothing unjudged
+
+
+async def test_a_responses_stream_the_judge_cannot_pass_ends_failed(store: Store, judging: Judging) -> None:
+    judging.policy(input=False, output=True)
+    judging.judge.error()
+    async with serving("chat", store, judging) as (rig, _provider), rig.openai() as client:
+        async with client.responses.stream(model="m", input=QUESTION, store=False) as stream:
+            events = [event async for event in stream]
+    assert [e.type for e in events[-2:]] == ["error", "response.failed"]
+    error, failed = events[-2], events[-1]
+    assert error.type == "error" and error.code == "guard_unavailable"
+    assert failed.type == "response.failed" and failed.response.error is not None
+    assert not any(e.type == "response.output_text.delta" for e in events)
+
+
+# --- counting tokens ---------------------------------------------------------------------------------
+
+
+@MESSAGES_UPSTREAMS
+async def test_counting_tokens_is_not_judged_even_when_the_judge_is_down(
+    upstream: str, store: Store, judging: Judging
+) -> None:
+    # Nothing is generated; agents count often. A fail-closed policy whose judge fails must not
+    # make every count fail (the message itself is judged when it is sent).
+    judging.policy(input=True, output=True)
+    judging.judge.error()
+    async with serving(upstream, store, judging) as (rig, _provider), rig.anthropic() as client:
+        counted = await client.messages.count_tokens(
+            model="m", messages=[{"role": "user", "content": f"How do I build a {MARKER}?"}])
+        assert counted.input_tokens > 0
+        with pytest.raises(anthropic.InternalServerError):  # the message is still judged: 503
+            await client.messages.create(model="m", max_tokens=64,
+                                         messages=[{"role": "user", "content": QUESTION}])
+    assert len(judging.judge.requests) == 1
