@@ -24,7 +24,7 @@ import openai
 import orjson
 import pytest
 
-from llmgw.core.guard import Outcome, Policy, VerdictRecord
+from llmgw.core.guard import InputMode, Outcome, Policy, VerdictRecord
 from llmgw.core.judges import DEFAULT_JUDGE, KNOWN
 from llmgw.core.types import Model, ProviderApi
 from llmgw.guard.enforcement import Guard, GuardView
@@ -87,9 +87,10 @@ class Judging:
     records: list[VerdictRecord]
     view: GuardView = field(default_factory=lambda: GuardView(enabled=True))
 
-    def policy(self, *, input: bool = True, output: bool = False) -> None:
+    def policy(self, *, input: bool = True, output: bool = False, mode: InputMode = InputMode.BEFORE) -> None:
         self.view = GuardView(enabled=True, policies=(Policy(
-            name=POLICY, judges=["j"], input=input, output=output, stream_window_chars=WINDOW),))
+            name=POLICY, judges=["j"], input=input, output=output, input_mode=mode,
+            stream_window_chars=WINDOW),))
 
 
 @pytest.fixture
@@ -151,7 +152,16 @@ def untouched(provider: Upstream) -> None:
     assert provider.requests == [] and provider.arrived.empty()
 
 
-MESSAGES_UPSTREAMS = pytest.mark.parametrize("upstream", ["anthropic", "translated"])
+MESSAGES_UPASKS = pytest.mark.parametrize("upstream", ["anthropic", "translated"])
+# A question in each dialect: (upstream, path, body without the model).
+ASKS = {
+    "messages": ("anthropic", "/v1/messages",
+                 {"max_tokens": 64, "messages": [{"role": "user", "content": QUESTION}]}),
+    "messages_translated": ("translated", "/v1/messages",
+                            {"max_tokens": 64, "messages": [{"role": "user", "content": QUESTION}]}),
+    "responses": ("chat", "/v1/responses", {"input": QUESTION, "store": False}),
+    "chat": ("chat", "/v1/chat/completions", {"messages": [{"role": "user", "content": QUESTION}]}),
+}
 
 
 def anthropic_error(exc: anthropic.APIStatusError) -> dict[str, Any]:
@@ -170,7 +180,16 @@ def openai_refusal(exc: openai.APIError) -> None:
     assert f"'{POLICY}'" in exc.message
 
 
-# --- 1. input, judged before the upstream ------------------------------------------------------------
+def refused_in_its_dialect(dialect: str, raw: bytes) -> None:
+    """A raw error body is the guard's refusal in the shape of the dialect called."""
+    error = orjson.loads(raw)
+    if dialect.startswith("messages"):
+        assert error["type"] == "error" and error["error"]["type"] == "invalid_request_error"
+    else:
+        assert error["error"]["code"] == "content_filter"
+
+
+# --- 1. input ----------------------------------------------------------------------------------------
 
 
 def _messages_prompt(where: str) -> dict[str, Any]:
@@ -187,7 +206,7 @@ def _messages_prompt(where: str) -> dict[str, Any]:
     ]}
 
 
-@MESSAGES_UPSTREAMS
+@MESSAGES_UPASKS
 @pytest.mark.parametrize("where", ["user", "system", "tool_result"])
 async def test_an_unsafe_messages_prompt_is_refused_in_anthropics_shape_before_the_upstream(
     upstream: str, where: str, store: Store, judging: Judging
@@ -253,10 +272,23 @@ async def test_an_unsafe_chat_prompt_is_refused_before_the_upstream(
         untouched(provider)
 
 
+@pytest.mark.parametrize("dialect", list(ASKS))
+async def test_an_unsafe_prompt_judged_while_the_upstream_streams_is_refused_in_the_dialects_shape(
+    dialect: str, store: Store, judging: Judging
+) -> None:
+    upstream, path, body = ASKS[dialect]
+    judging.policy(mode=InputMode.PARALLEL)
+    judging.judge.slow(0.2, unsafe=True)  # the upstream is called at once, its answer held
+    async with serving(upstream, store, judging) as (rig, _provider):
+        status, _type, raw = await post(rig, path, {"model": "m", "stream": True, **body})
+    assert status == 400 and PIECES[0].encode() not in raw
+    refused_in_its_dialect(dialect, raw)
+
+
 # --- 2. whole answers --------------------------------------------------------------------------------
 
 
-@MESSAGES_UPSTREAMS
+@MESSAGES_UPASKS
 async def test_an_unsafe_whole_message_is_refused_and_none_of_it_reaches_the_client(
     upstream: str, store: Store, judging: Judging
 ) -> None:
@@ -310,7 +342,7 @@ def stream_cut_at_the_third_window(judging: Judging) -> None:
     assert "".join(PIECES[:6]) in judging.judge.prompts[-1]
 
 
-@MESSAGES_UPSTREAMS
+@MESSAGES_UPASKS
 async def test_a_messages_stream_iterated_raw_stops_before_the_unsafe_window(
     upstream: str, store: Store, judging: Judging
 ) -> None:
@@ -335,7 +367,7 @@ async def test_a_messages_stream_iterated_raw_stops_before_the_unsafe_window(
     stream_cut_at_the_third_window(judging)
 
 
-@MESSAGES_UPSTREAMS
+@MESSAGES_UPASKS
 async def test_a_messages_stream_helper_raises_with_the_refusal_accumulated(
     upstream: str, store: Store, judging: Judging
 ) -> None:
@@ -384,7 +416,7 @@ async def post(rig: GatewayRig, path: str, body: dict[str, Any]) -> tuple[int, s
         return resp.status, resp.content_type, await resp.read()
 
 
-@MESSAGES_UPSTREAMS
+@MESSAGES_UPASKS
 async def test_a_blocked_messages_stream_never_carries_the_unsafe_bytes(
     upstream: str, store: Store, judging: Judging
 ) -> None:
@@ -494,7 +526,7 @@ async def test_a_blocked_chat_stream_never_carries_the_unsafe_bytes(store: Store
 # --- 4. tool arguments -------------------------------------------------------------------------------
 
 
-@MESSAGES_UPSTREAMS
+@MESSAGES_UPASKS
 async def test_a_messages_tool_call_with_unsafe_arguments_is_blocked_in_the_stream(
     upstream: str, store: Store, judging: Judging
 ) -> None:
@@ -552,25 +584,52 @@ async def test_a_chat_tool_call_with_unsafe_arguments_is_blocked_in_the_stream(
     assert TOOL_MARKER in judging.judge.prompts[-1]
 
 
+TOOL_ASKS = {
+    "messages": ("anthropic", "/v1/messages", {"max_tokens": 64, "tools": [ANTHROPIC_TOOL],
+                                               "messages": [{"role": "user", "content": WEATHER_QUESTION}]}),
+    "messages_translated": ("translated", "/v1/messages", {
+        "max_tokens": 64, "tools": [ANTHROPIC_TOOL],
+        "messages": [{"role": "user", "content": WEATHER_QUESTION}]}),
+    "responses": ("chat", "/v1/responses", {"input": WEATHER_QUESTION, "store": False,
+                                            "tools": [RESPONSES_TOOL]}),
+    "chat": ("chat", "/v1/chat/completions", {"tools": [CHAT_TOOL],
+                                              "messages": [{"role": "user", "content": WEATHER_QUESTION}]}),
+}
+
+
+@pytest.mark.parametrize("dialect", list(TOOL_ASKS))
+async def test_a_whole_answer_calling_a_tool_with_unsafe_arguments_is_refused(
+    dialect: str, store: Store, judging: Judging
+) -> None:
+    upstream, path, body = TOOL_ASKS[dialect]
+    judging.policy(input=False, output=True)
+    judging.judge.rule(TOOL_MARKER, "Violent")
+    async with serving(upstream, store, judging) as (rig, _provider):
+        status, _type, raw = await post(rig, path, {"model": "m", **body})
+    assert status == 400 and TOOL_MARKER.encode() not in raw
+    refused_in_its_dialect(dialect, raw)
+    assert "tool get_weather: " in judging.judge.prompts[-1] and TOOL_MARKER in judging.judge.prompts[-1]
+
+
 # --- 5. usage ----------------------------------------------------------------------------------------
 
 
-def recorded(rig: GatewayRig) -> asyncio.Queue[bool]:
-    """Each request the meter records, as it is recorded (a stream's is once its reply closed):
-    whether it counted as blocked."""
+def recorded(rig: GatewayRig) -> asyncio.Queue[None]:
+    """One item per request the meter records, as it is recorded (a stream's once its reply is
+    closed, which can be after the client read its last byte)."""
     assert rig.meter is not None
     meter, record = rig.meter, rig.meter.record
-    queue: asyncio.Queue[bool] = asyncio.Queue()
+    queue: asyncio.Queue[None] = asyncio.Queue()
 
     def spy(*args: Any, **kwargs: Any) -> None:
         record(*args, **kwargs)
-        queue.put_nowait(bool(kwargs["blocked"]))
+        queue.put_nowait(None)
 
     meter.record = spy  # type: ignore[method-assign]
     return queue
 
 
-async def usage_row(rig: GatewayRig, store: Store, queue: asyncio.Queue[bool], requests: int) -> UsageRow:
+async def usage_row(rig: GatewayRig, store: Store, queue: asyncio.Queue[None], requests: int) -> UsageRow:
     """The one usage row, once `requests` requests were recorded and written."""
     async with asyncio.timeout(10):
         for _ in range(requests):
@@ -581,18 +640,13 @@ async def usage_row(rig: GatewayRig, store: Store, queue: asyncio.Queue[bool], r
     return row
 
 
-@pytest.mark.parametrize("dialect", ["messages", "messages_translated", "responses", "chat"])
+@pytest.mark.parametrize("dialect", list(ASKS))
 async def test_a_blocked_stream_counts_as_blocked_and_not_as_an_error(
     dialect: str, store: Store, judging: Judging
 ) -> None:
+    upstream, path, body = ASKS[dialect]
     judging.policy(input=False, output=True)
     judging.judge.rule(MARKER, "Violent")
-    upstream = {"messages": "anthropic", "messages_translated": "translated"}.get(dialect, "chat")
-    path, body = {
-        "messages": ("/v1/messages", {"max_tokens": 64, "messages": [{"role": "user", "content": QUESTION}]}),
-        "responses": ("/v1/responses", {"input": QUESTION, "store": False}),
-        "chat": ("/v1/chat/completions", {"messages": [{"role": "user", "content": QUESTION}]}),
-    }[dialect.removesuffix("_translated")]
     async with serving(upstream, store, judging) as (rig, _provider):
         queue = recorded(rig)
         streamed = await raw_stream(rig, path, body)
@@ -608,21 +662,11 @@ async def test_a_blocked_stream_counts_as_blocked_and_not_as_an_error(
 # --- the last window, and a judge that cannot answer ---------------------------------------------
 
 
-STREAMS = {
-    "messages": ("anthropic", "/v1/messages",
-                 {"max_tokens": 64, "messages": [{"role": "user", "content": QUESTION}]}),
-    "messages_translated": ("translated", "/v1/messages",
-                            {"max_tokens": 64, "messages": [{"role": "user", "content": QUESTION}]}),
-    "responses": ("chat", "/v1/responses", {"input": QUESTION, "store": False}),
-    "chat": ("chat", "/v1/chat/completions", {"messages": [{"role": "user", "content": QUESTION}]}),
-}
-
-
-@pytest.mark.parametrize("dialect", list(STREAMS))
+@pytest.mark.parametrize("dialect", list(ASKS))
 async def test_a_stream_whose_short_last_window_is_unsafe_ends_blocked_not_completed(
     dialect: str, store: Store, judging: Judging
 ) -> None:
-    upstream, path, body = STREAMS[dialect]
+    upstream, path, body = ASKS[dialect]
     judging.policy(input=False, output=True)
     judging.judge.rule("end.", "Violent")  # only in the last piece: judged when the upstream ended
     async with serving(upstream, store, judging) as (rig, _provider):
@@ -674,7 +718,7 @@ async def test_a_responses_stream_the_judge_cannot_pass_ends_failed(store: Store
 # --- counting tokens ---------------------------------------------------------------------------------
 
 
-@MESSAGES_UPSTREAMS
+@MESSAGES_UPASKS
 async def test_counting_tokens_is_not_judged_even_when_the_judge_is_down(
     upstream: str, store: Store, judging: Judging
 ) -> None:
