@@ -32,9 +32,9 @@ from llmgw.guard.judge_client import JudgeClient, JudgeTarget
 from llmgw.store.store import Store
 from llmgw.store.usage_repo import UsageRow
 from tests.factories import remote_model
-from tests.fakes.anthropic_provider import API_KEY, FakeAnthropicProvider
+from tests.fakes.anthropic_provider import API_KEY, TOOL_INPUT, FakeAnthropicProvider
 from tests.fakes.judge import FakeJudge
-from tests.fakes.provider import WORDS, Answer, FakeProvider, GatewayRig
+from tests.fakes.provider import TOOL_ARGUMENTS, WORDS, Answer, FakeProvider, GatewayRig
 
 MARKER = "BOMB"
 WINDOW = 10
@@ -44,6 +44,7 @@ PIECES = ["Calm ", "seas ", "today", " and ", "then ", "BOMB!", " more", " text"
 assert all(len(p) == 5 for p in PIECES)
 SAFE_TEXT = "".join(PIECES[:4])
 TOOL_MARKER = "Paris"  # in the arguments both fakes call the first offered tool with
+assert TOOL_MARKER in TOOL_ARGUMENTS.values() and TOOL_MARKER in TOOL_INPUT.values()
 QUESTION = "Tell me about the sea."
 WEATHER_QUESTION = "What is the weather like?"
 POLICY = "dialects"
