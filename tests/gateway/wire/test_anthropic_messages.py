@@ -162,11 +162,14 @@ def test_a_bad_request_is_refused_naming_the_field(change: dict[str, Any], param
     assert param.split(".")[0] in refused.value.message
 
 
-def test_count_tokens_takes_no_max_tokens_and_never_streams() -> None:
+def test_count_tokens_takes_no_max_tokens_never_streams_and_gives_judges_nothing() -> None:
     ask = am.count_tokens_check({"model": "m", "system": "Be brief.", "messages": HI, "tools": []})
     assert ask.max_tokens is None
     assert ask.stream is False
-    assert ask.turns == [Turn("system", "Be brief."), Turn("user", "Say hi")]
+    assert ask.turns == []  # nothing is generated: not judged
+    with pytest.raises(InvalidRequest) as refused:
+        am.count_tokens_check({"model": "m", "system": 3, "messages": HI})
+    assert refused.value.param == "system"
     with pytest.raises(InvalidRequest) as refused:
         am.count_tokens_check({"model": "m", "messages": []})
     assert refused.value.param == "messages"

@@ -57,10 +57,15 @@ def read(payload: dict[str, Any]) -> Ask:
 
 
 def count_tokens_check(payload: dict[str, Any]) -> Ask:
-    """A `/v1/messages/count_tokens` body (no `max_tokens`, never streamed)."""
+    """A `/v1/messages/count_tokens` body (no `max_tokens`, never streamed), checked as a message's.
+
+    No turns for judges: counting generates nothing (as embeddings, it is not judged), and agents
+    count often, so a judge's latency, or its outage under a fail-closed policy, must not land on
+    every count. The same conversation is judged when it is sent to `/v1/messages`.
+    """
     ask = _read(payload)
     checks.optional(payload, "tools", list, "an array of tools")
-    return ask
+    return Ask(ask.model, [], None, False)
 
 
 def _read(payload: dict[str, Any]) -> Ask:
