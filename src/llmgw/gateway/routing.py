@@ -75,14 +75,17 @@ class RoutingTable:
     def choose(self, route: Route, exclude: frozenset[str] = frozenset()) -> Upstream:
         """An upstream for one attempt; NoReadyReplica with the reason when there is none."""
         self._turn += 1
-        up = pick(route.upstreams, exclude, self._turn, time.monotonic())
-        if up is None:
-            if exclude:
-                raise NoReadyReplica(
-                    f"model '{route.model.name}': no other ready replica to retry on"
-                )
-            raise NoReadyReplica(f"model '{route.model.name}' has no ready replica: {route.unavailable}")
-        return up
+        return choose(route, exclude, self._turn)
+
+
+def choose(route: Route, exclude: frozenset[str], turn: int) -> Upstream:
+    """The upstream `pick` chooses now; NoReadyReplica with the reason when there is none."""
+    up = pick(route.upstreams, exclude, turn, time.monotonic())
+    if up is None:
+        if exclude:
+            raise NoReadyReplica(f"model '{route.model.name}': no other ready replica to retry on")
+        raise NoReadyReplica(f"model '{route.model.name}' has no ready replica: {route.unavailable}")
+    return up
 
 
 def unavailable_reason(replicas: list[Replica]) -> str:

@@ -105,10 +105,15 @@ class Gateway:
         call = UpstreamCall(route, body, payload, api, wire, ask, request_id, key,
                             started if started is not None else sent)
         free = api == Api.COUNT_TOKENS  # counting generates nothing: it costs a request, no tokens
+        # A provider without a counting endpoint gets no call: llmgw estimates. Otherwise the
+        # upstream request is built (translated) before admission, so a request the translation
+        # refuses never holds a reservation.
+        estimated = free and Api.COUNT_TOKENS not in translate.SPEAKS[translate.speaks(route.model)]
+        out = None if estimated else outbound(call)
         limiter = self.limiter
         ticket = limiter.admit(key, 0 if free else reserve_estimate(ask.max_tokens, len(body))) \
             if limiter else None
-        if free and Api.COUNT_TOKENS not in translate.SPEAKS[translate.speaks(route.model)]:
+        if out is None:
             if ticket is not None:
                 ticket.settle(0)
             # Counted in usage and metrics as a native count is: a request, no tokens.
@@ -117,9 +122,8 @@ class Gateway:
             if self.metrics is not None:
                 self.metrics.request(ask.model, 200, key.prefix, api.value, time.monotonic() - call.started,
                                      max(sent - call.started, 0.0), None, "")
-            # A provider without a counting endpoint: about one token per 4 bytes of the request.
+            # About one token per 4 bytes of the request, as for every estimate llmgw makes.
             return Reply(body=orjson.dumps({"input_tokens": math.ceil(len(body) / 4)}))
-        out = outbound(call)
         exchange = Exchange(UsageTap(out.wire.usage, out.wire.answer_text))
 
         def account(status: int, code: str = "", blocked: bool = False) -> None:

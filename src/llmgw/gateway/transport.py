@@ -16,8 +16,8 @@ from collections.abc import AsyncIterator, Iterator
 
 import aiohttp
 
-from llmgw.core.errors import LlmgwError, NoReadyReplica, UpstreamError, UpstreamTimeout
-from llmgw.gateway.routing import Route, Upstream, pick
+from llmgw.core.errors import LlmgwError, UpstreamError, UpstreamTimeout
+from llmgw.gateway.routing import Route, Upstream, choose
 from llmgw.gateway.upstream_errors import MAX_ERROR_BODY, upstream_failure
 
 logger = logging.getLogger(__name__)
@@ -142,23 +142,14 @@ class Transport:
         if self._session is not None:
             await self._session.close()
 
-    def choose(self, route: Route, exclude: frozenset[str] = frozenset()) -> Upstream:
-        """An upstream for one attempt; NoReadyReplica with the reason when there is none."""
-        self._turn += 1
-        up = pick(route.upstreams, exclude, self._turn, time.monotonic())
-        if up is None:
-            if exclude:
-                raise NoReadyReplica(f"model '{route.model.name}': no other ready replica to retry on")
-            raise NoReadyReplica(f"model '{route.model.name}' has no ready replica: {route.unavailable}")
-        return up
-
     async def connect(self, route: Route, path: str, body: bytes) -> Connection:
         """POST `body` to `path` of the least busy upstream of `route` and wait for the answer's
         headers; a refused connection is retried once on another upstream."""
         assert self._session is not None, "Transport.start() was not called"
         tried: frozenset[str] = frozenset()
         while True:
-            up = self.choose(route, tried)
+            self._turn += 1
+            up = choose(route, tried, self._turn)
             headers = {"Content-Type": "application/json", "Accept-Encoding": "identity",
                        **up.headers}
             up.outstanding += 1

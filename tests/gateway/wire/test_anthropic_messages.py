@@ -28,7 +28,7 @@ from llmgw.core.errors import (
     UpstreamTimeout,
 )
 from llmgw.gateway.wire import anthropic_messages as am
-from llmgw.gateway.wire.sse import SseSplitter, json_of
+from llmgw.gateway.wire.sse import SseSplitter, event, json_of
 from llmgw.guard.prompts import Turn
 
 EVENTS = TypeAdapter(RawMessageStreamEvent)
@@ -162,11 +162,14 @@ def test_a_bad_request_is_refused_naming_the_field(change: dict[str, Any], param
     assert param.split(".")[0] in refused.value.message
 
 
-def test_count_tokens_takes_no_max_tokens_and_never_streams() -> None:
+def test_count_tokens_takes_no_max_tokens_never_streams_and_gives_judges_nothing() -> None:
     ask = am.count_tokens_check({"model": "m", "system": "Be brief.", "messages": HI, "tools": []})
     assert ask.max_tokens is None
     assert ask.stream is False
-    assert ask.turns == [Turn("system", "Be brief."), Turn("user", "Say hi")]
+    assert ask.turns == []  # nothing is generated: not judged
+    with pytest.raises(InvalidRequest) as refused:
+        am.count_tokens_check({"model": "m", "system": 3, "messages": HI})
+    assert refused.value.param == "system"
     with pytest.raises(InvalidRequest) as refused:
         am.count_tokens_check({"model": "m", "messages": []})
     assert refused.value.param == "messages"
@@ -313,3 +316,13 @@ def test_models_list_in_anthropics_shape() -> None:
     assert (info.id, info.display_name, info.type) == ("qwen", "qwen", "model")
     empty = orjson.loads(am.models_body([]))
     assert empty == {"data": [], "has_more": False, "first_id": None, "last_id": None}
+
+
+def test_reasoning_is_judged_like_the_answer_it_comes_with() -> None:
+    # A client shows thinking to its user: the guard must see it, streamed or whole.
+    delta = event({"type": "content_block_delta", "index": 0,
+                   "delta": {"type": "thinking_delta", "thinking": "plan the attack"}}, "content_block_delta")
+    assert am.event_text(delta.rstrip(b"\n")) == "plan the attack"
+    whole = orjson.dumps({"content": [{"type": "thinking", "thinking": "plan", "signature": "s"},
+                                      {"type": "text", "text": "done"}]})
+    assert am.answer_text(whole) == "plan\ndone"

@@ -379,6 +379,8 @@ def read_anthropic(stream: bytes) -> tuple[list[str], Any]:
         assert name.startswith(b"event: ") and data.startswith(b"data: ")
         payload = orjson.loads(data[6:])
         assert name[7:].decode() == payload["type"]
+        if payload == {"type": "ping"}:  # the SDK skips pings before its types see them
+            continue
         parsed = ANTHROPIC_EVENT.validate_python(payload)
         types.append(payload["type"])
         snapshot = accumulate_event(event=parsed, current_snapshot=snapshot, json_bufs=bufs)
@@ -417,6 +419,11 @@ def test_a_chat_text_stream_reads_as_an_anthropic_stream(piece: int) -> None:
     assert message.content[0].text == "Hello, world!"
     assert message.stop_reason == "end_turn"
     assert (message.usage.input_tokens, message.usage.output_tokens) == (9, 4)
+
+
+def test_a_translated_stream_pings_after_its_start_as_anthropic_does() -> None:
+    events = SseSplitter().feed(translate(ChatStreamAsMessages("m"), CHAT_TEXT_STREAM, 4096))
+    assert [e.split(b"\n")[0] for e in events[:2]] == [b"event: message_start", b"event: ping"]
 
 
 def test_a_chat_stream_cut_short_still_ends_well_formed() -> None:

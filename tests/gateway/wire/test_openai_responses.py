@@ -266,3 +266,15 @@ def test_the_sdk_reports_a_blocked_stream() -> None:
     assert [e.type for e in streamed][-3:] == ["response.output_text.delta", "error", "response.incomplete"]
     assert streamed[-3].snapshot == "Once upon"
     assert streamed[-1].response.incomplete_details.reason == "content_filter"
+
+
+def test_reasoning_is_judged_like_the_answer_it_comes_with() -> None:
+    delta = event({"type": "response.reasoning_text.delta", "item_id": "rs_1", "output_index": 0,
+                   "content_index": 0, "delta": "plan the attack", "sequence_number": 3},
+                  "response.reasoning_text.delta")
+    assert rs.event_text(delta.rstrip(b"\n")) == "plan the attack"
+    whole = orjson.dumps({"output": [
+        {"type": "reasoning", "id": "rs_1", "summary": [],
+         "content": [{"type": "reasoning_text", "text": "plan"}]},
+        {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "done"}]}]})
+    assert rs.answer_text(whole) == "plan\ndone"

@@ -57,10 +57,15 @@ def read(payload: dict[str, Any]) -> Ask:
 
 
 def count_tokens_check(payload: dict[str, Any]) -> Ask:
-    """A `/v1/messages/count_tokens` body (no `max_tokens`, never streamed)."""
+    """A `/v1/messages/count_tokens` body (no `max_tokens`, never streamed), checked as a message's.
+
+    No turns for judges: counting generates nothing (as embeddings, it is not judged), and agents
+    count often, so a judge's latency, or its outage under a fail-closed policy, must not land on
+    every count. The same conversation is judged when it is sent to `/v1/messages`.
+    """
     ask = _read(payload)
     checks.optional(payload, "tools", list, "an array of tools")
-    return ask
+    return Ask(ask.model, [], None, False)
 
 
 def _read(payload: dict[str, Any]) -> Ask:
@@ -158,14 +163,16 @@ def answer_text(raw: bytes) -> str:
             continue
         if block.get("type") == "text" and isinstance(block.get("text"), str):
             parts.append(block["text"])
+        elif block.get("type") == "thinking" and isinstance(block.get("thinking"), str):
+            parts.append(block["thinking"])
         elif block.get("type") == "tool_use" and isinstance(block.get("name"), str):
             parts.append(tool_text(block["name"], orjson.dumps(block.get("input")).decode()))
     return "\n".join(parts)
 
 
 def event_text(sse: bytes) -> str:
-    """The text one streamed event carries: a text delta, a tool's partial input, or the head of
-    a tool call (its name, on its own line as in `answer_text`)."""
+    """The text one streamed event carries: a text or thinking delta, a tool's partial input, or
+    the head of a tool call (its name, on its own line as in `answer_text`)."""
     obj = json_of(sse)
     if obj is None:
         return ""
@@ -178,6 +185,8 @@ def event_text(sse: bytes) -> str:
             text = delta.get("text")
         elif delta.get("type") == "input_json_delta":
             text = delta.get("partial_json")
+        elif delta.get("type") == "thinking_delta":  # the client reads reasoning too: judged
+            text = delta.get("thinking")
         else:
             return ""
         return text if isinstance(text, str) else ""

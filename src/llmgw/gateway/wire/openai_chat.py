@@ -108,8 +108,9 @@ def answer_text(raw: bytes) -> str:
         return ""
     message = choice.get("message")
     if isinstance(message, dict):
+        reasoning = message.get("reasoning_content")
         text, calls = content_text(message.get("content")), _tool_calls_text(message.get("tool_calls"))
-        return "\n".join(t for t in (text, calls) if t)
+        return "\n".join(t for t in (reasoning if isinstance(reasoning, str) else "", text, calls) if t)
     return str(choice.get("text") or "")
 
 
@@ -140,6 +141,8 @@ def _chunk_text(obj: Any) -> str:
         if isinstance(delta, dict):
             if isinstance(delta.get("content"), str):
                 parts.append(delta["content"])
+            if isinstance(delta.get("reasoning_content"), str):  # the client reads it too
+                parts.append(delta["reasoning_content"])
             for call in delta.get("tool_calls") or []:
                 function = call.get("function") if isinstance(call, dict) else None
                 if isinstance(function, dict) and isinstance(function.get("arguments"), str):

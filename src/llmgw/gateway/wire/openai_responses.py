@@ -172,18 +172,21 @@ def _output_item_texts(output: list[Any]) -> list[str]:
                       and (t := _part_text(p))]
         elif item.get("type") == "function_call" and isinstance(item.get("name"), str):
             texts.append(tool_text(item["name"], str(item.get("arguments") or "")))
+        elif item.get("type") == "reasoning" and isinstance(item.get("content"), list):
+            texts += [p["text"] for p in item["content"] if isinstance(p, dict)
+                      and isinstance(p.get("text"), str) and p["text"]]
     return texts
 
 
 def event_text(sse: bytes) -> str:
-    """The text one streamed event carries: an output text, refusal or arguments delta, or the
-    head of a function call (its name, on its own line as in `answer_text`)."""
+    """The text one streamed event carries: an output text, refusal, reasoning or arguments delta,
+    or the head of a function call (its name, on its own line as in `answer_text`)."""
     obj = json_of(sse)
     if obj is None:
         return ""
     kind = obj.get("type")
     if kind in ("response.output_text.delta", "response.function_call_arguments.delta",
-                "response.refusal.delta"):
+                "response.refusal.delta", "response.reasoning_text.delta"):
         delta = obj.get("delta")
         return delta if isinstance(delta, str) else ""
     if kind == "response.output_item.added":
