@@ -426,14 +426,22 @@ async def test_a_bad_key_on_messages_is_anthropics_401(store: Store) -> None:
     assert provider.requests == []
 
 
-async def test_a_key_in_x_api_key_alone_is_accepted(store: Store) -> None:
-    async with chat_only(store) as (rig, _), aiohttp.ClientSession() as http:
-        resp = await http.post(rig.url + "/v1/messages", headers={"x-api-key": rig.plaintext},
-                               json={"model": "m", "max_tokens": 8,
-                                     "messages": [{"role": "user", "content": QUESTION}]})
-        assert resp.status == 200
-        body = await resp.json()
+async def test_a_key_in_x_api_key_alone_or_as_a_bearer_token_is_accepted(
+    store: Store, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)  # else the SDK would send it as x-api-key
+    async with chat_only(store) as (rig, _):
+        async with aiohttp.ClientSession() as http:
+            resp = await http.post(rig.url + "/v1/messages", headers={"x-api-key": rig.plaintext},
+                                   json={"model": "m", "max_tokens": 8, "messages": ASK})
+            assert resp.status == 200
+            body = await resp.json()
+        # As Claude Code sends ANTHROPIC_AUTH_TOKEN: `Authorization: Bearer`, no x-api-key.
+        async with anthropic.AsyncAnthropic(base_url=rig.url, auth_token=rig.plaintext,
+                                            max_retries=0) as bearer:
+            message = await bearer.messages.create(model="m", max_tokens=8, messages=ASK)
     assert body["type"] == "message" and body["content"] == [{"type": "text", "text": ANSWER}]
+    assert text_of(message) == ANSWER
 
 
 async def test_an_unknown_model_on_messages_is_anthropics_404(store: Store) -> None:
