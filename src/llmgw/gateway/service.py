@@ -116,6 +116,12 @@ class Gateway:
         if out is None:
             if ticket is not None:
                 ticket.settle(0)
+            # Counted in usage and metrics as a native count is: a request, no tokens.
+            if self.meter is not None:
+                self.meter.record(key.id, ask.model, Tokens(), error=False, blocked=False)
+            if self.metrics is not None:
+                self.metrics.request(ask.model, 200, key.prefix, api.value, time.monotonic() - call.started,
+                                     max(sent - call.started, 0.0), None, "")
             # About one token per 4 bytes of the request, as for every estimate llmgw makes.
             return Reply(body=orjson.dumps({"input_tokens": math.ceil(len(body) / 4)}))
         exchange = Exchange(UsageTap(out.wire.usage, out.wire.answer_text))

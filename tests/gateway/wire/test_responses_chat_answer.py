@@ -41,6 +41,20 @@ def test_a_text_answer_is_a_completed_response_with_its_text_and_usage() -> None
     assert (usage.input_tokens, usage.output_tokens, usage.total_tokens) == (12, 5, 17)
 
 
+@pytest.mark.parametrize("usage", [
+    {"prompt_tokens": 1e20, "completion_tokens": -4, "total_tokens": "many"},
+    {"prompt_tokens": "nine", "completion_tokens": True, "prompt_tokens_details": "none",
+     "completion_tokens_details": [1]},
+])
+def test_usage_an_upstream_lies_about_is_shown_as_zero_not_a_failure(usage: dict[str, Any]) -> None:
+    # The meter counts the lie apart (clamped); the client still gets an answer its SDK reads.
+    body = orjson.dumps(chat_answer_as_response({**chat_answer({"content": "Hi."}), "usage": usage}, "m"))
+    response = sdk_client(body, "application/json").responses.create(model="m", input="Hi")
+    assert response.output_text == "Hi." and response.usage is not None
+    shown = response.usage
+    assert (shown.input_tokens, shown.output_tokens, shown.total_tokens) == (0, 0, 0)
+
+
 def test_tool_calls_are_function_call_items() -> None:
     body = chat_answer_as_response(chat_answer({"content": None, "tool_calls": [
         {"id": "call_a", "type": "function", "function": {"name": "weather", "arguments": PARIS}},

@@ -21,19 +21,30 @@ def _id(prefix: str) -> str:
     return prefix + uuid.uuid4().hex
 
 
+def _count(value: Any) -> int:
+    # Only a plain non-negative integer is shown: an upstream's lie (1e20, -4, "nine") would
+    # break this answer's encoding or the SDK's parsing. The meter counts it apart, clamped.
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else 0
+
+
+def _detail(usage: dict[str, Any], part: str, name: str) -> int:
+    details = usage.get(part)
+    return _count(details.get(name)) if isinstance(details, dict) else 0
+
+
 def _usage(usage: Any) -> dict[str, Any] | None:
     if not isinstance(usage, dict):
         return None
-    prompt = int(usage.get("prompt_tokens") or 0)
-    completion = int(usage.get("completion_tokens") or 0)
-    cached = (usage.get("prompt_tokens_details") or {}).get("cached_tokens") or 0
-    reasoning = (usage.get("completion_tokens_details") or {}).get("reasoning_tokens") or 0
+    prompt = _count(usage.get("prompt_tokens"))
+    completion = _count(usage.get("completion_tokens"))
     return {
         "input_tokens": prompt,
-        "input_tokens_details": {"cached_tokens": int(cached), "cache_write_tokens": 0},
+        "input_tokens_details": {"cached_tokens": _detail(usage, "prompt_tokens_details", "cached_tokens"),
+                                 "cache_write_tokens": 0},
         "output_tokens": completion,
-        "output_tokens_details": {"reasoning_tokens": int(reasoning)},
-        "total_tokens": int(usage.get("total_tokens") or prompt + completion),
+        "output_tokens_details": {
+            "reasoning_tokens": _detail(usage, "completion_tokens_details", "reasoning_tokens")},
+        "total_tokens": _count(usage.get("total_tokens")) or prompt + completion,
     }
 
 
