@@ -19,7 +19,7 @@ from llmgw.core.types import ApiKey, KeyScope, Model
 from llmgw.gateway.auth import may_use
 from llmgw.gateway.call import Exchange, Reply, UpstreamCall
 from llmgw.gateway.guarded import Judged, forward_guarded
-from llmgw.gateway.limits import Limiter, reserve_estimate
+from llmgw.gateway.limits import Limiter, Ticket, reserve_estimate
 from llmgw.gateway.metrics import Metrics
 from llmgw.gateway.relay import Outbound, outbound, send
 from llmgw.gateway.snapshot import Refresher
@@ -113,35 +113,15 @@ class Gateway:
         limiter = self.limiter
         ticket = limiter.admit(key, 0 if free else reserve_estimate(ask.max_tokens, len(body))) \
             if limiter else None
-        if out is None:
-            if ticket is not None:
-                ticket.settle(0)
-            # Counted in usage and metrics as a native count is: a request, no tokens.
-            if self.meter is not None:
-                self.meter.record(key.id, ask.model, Tokens(), error=False, blocked=False)
-            if self.metrics is not None:
-                self.metrics.request(ask.model, 200, key.prefix, api.value, time.monotonic() - call.started,
-                                     max(sent - call.started, 0.0), None, "")
-            # About one token per 4 bytes of the request, as for every estimate llmgw makes.
-            return Reply(body=orjson.dumps({"input_tokens": math.ceil(len(body) / 4)}))
-        exchange = Exchange(UsageTap(out.wire.usage, out.wire.answer_text))
+        exchange = Exchange(UsageTap(out.wire.usage, out.wire.answer_text) if out else UsageTap())
 
         def account(status: int, code: str = "", blocked: bool = False) -> None:
-            # Also when the client went away mid-stream: what was used is settled and counted.
-            tokens = Tokens() if free else exchange.tap.result(prompt_estimate=math.ceil(len(body) / 4))
-            if ticket is not None:
-                ticket.settle(tokens.total)
-            if self.meter is not None:
-                self.meter.record(key.id, ask.model, tokens,
-                                  error=status >= 400 and status != CLIENT_CLOSED and not blocked,
-                                  blocked=blocked)
-            if self.metrics is not None:
-                tap = exchange.tap
-                ttft = tap.first_chunk_at - call.started if tap.first_chunk_at is not None else None
-                self.metrics.request(ask.model, status, key.prefix, api.value,
-                                     time.monotonic() - call.started, max(sent - call.started, 0.0),
-                                     ttft, code)
+            self._account(call, exchange, ticket, sent, status, code, blocked)
 
+        if out is None:
+            account(200)  # counted as a native count is: a request, no tokens
+            # About one token per 4 bytes of the request, as for every estimate llmgw makes.
+            return Reply(body=orjson.dumps({"input_tokens": math.ceil(len(body) / 4)}))
         try:
             reply = await self._send(call, out, exchange)
         except LlmgwError as exc:
@@ -159,6 +139,25 @@ class Gateway:
             reply.stream.on_close(
                 lambda completed: account(200 if completed else CLIENT_CLOSED, blocked=exchange.blocked))
         return reply
+
+    def _account(self, call: UpstreamCall, exchange: Exchange, ticket: Ticket | None, sent: float,
+                 status: int, code: str, blocked: bool) -> None:
+        """Settle the reservation and count the request, as it ended (also when the client went
+        away mid-stream: what was used is settled and counted)."""
+        free = call.api == Api.COUNT_TOKENS
+        tokens = Tokens() if free else exchange.tap.result(prompt_estimate=math.ceil(len(call.body) / 4))
+        if ticket is not None:
+            ticket.settle(tokens.total)
+        model, key = call.ask.model, call.key
+        if self.meter is not None:
+            self.meter.record(key.id, model, tokens,
+                              error=status >= 400 and status != CLIENT_CLOSED and not blocked,
+                              blocked=blocked)
+        if self.metrics is not None:
+            tap = exchange.tap
+            ttft = tap.first_chunk_at - call.started if tap.first_chunk_at is not None else None
+            self.metrics.request(model, status, key.prefix, call.api.value, time.monotonic() - call.started,
+                                 max(sent - call.started, 0.0), ttft, code)
 
     async def _send(self, call: UpstreamCall, out: Outbound, exchange: Exchange) -> Reply:
         guard = self.guard
