@@ -112,6 +112,21 @@ def test_message_answers_with_text_stop_reason_and_usage(claude: anthropic.Anthr
     assert msg.model == DEMO  # the catalog name, not the engine's file path
 
 
+def raw_event_types(stream: Any) -> list[str]:
+    """The types of a Messages stream's events as sent (the SDK's own helper events left out)."""
+    helpers = {"text", "input_json", "citation", "thinking", "signature"}
+    return [e.type for e in stream if e.type not in helpers]
+
+
+def assert_messages_sequence(types: list[str]) -> None:
+    """Anthropic's event order: start, blocks (start, deltas, stop), delta, stop; pings anywhere."""
+    types = [t for t in types if t != "ping"]
+    assert types[0] == "message_start" and types[-2:] == ["message_delta", "message_stop"]
+    blocks = types[1:-2]
+    assert blocks[0] == "content_block_start" and blocks[-1] == "content_block_stop"
+    assert set(blocks) == {"content_block_start", "content_block_delta", "content_block_stop"}
+
+
 def test_message_stream_arrives_in_several_deltas(claude: anthropic.Anthropic) -> None:
     with claude.messages.stream(model=DEMO, max_tokens=16,
                                 messages=[{"role": "user", "content": HELLO}]) as stream:
@@ -121,6 +136,12 @@ def test_message_stream_arrives_in_several_deltas(claude: anthropic.Anthropic) -
     assert text_of(final) == "".join(pieces)
     assert final.usage.input_tokens > 0 and final.usage.output_tokens > 0
     assert final.model == DEMO
+
+
+def test_message_stream_events_come_in_anthropics_order(claude: anthropic.Anthropic) -> None:
+    with claude.messages.stream(model=DEMO, max_tokens=8,
+                                messages=[{"role": "user", "content": HELLO}]) as stream:
+        assert_messages_sequence(raw_event_types(stream))
 
 
 def test_system_prompt_and_several_turns(claude: anthropic.Anthropic) -> None:
@@ -149,6 +170,19 @@ def test_tool_use_and_tool_result_round_trip(claude: anthropic.Anthropic) -> Non
     assert msg.type == "message" and msg.content
     assert msg.stop_reason in {"end_turn", "max_tokens", "tool_use"}
     assert msg.usage.input_tokens > 0
+
+
+def test_beta_messages_as_claude_code_sends_them(claude: anthropic.Anthropic) -> None:
+    # Claude Code uses the SDK's beta client: `?beta=true` and an `anthropic-beta` header.
+    msg = claude.beta.messages.create(
+        model=DEMO, max_tokens=8, betas=["fine-grained-tool-streaming-2025-05-14"],
+        system=[{"type": "text", "text": "Be brief.", "cache_control": {"type": "ephemeral"}}],
+        tools=[WEATHER_TOOL],  # type: ignore[list-item]
+        messages=[{"role": "user", "content": [{"type": "text", "text": HELLO}]}],
+    )
+    assert msg.content and msg.usage.output_tokens > 0
+    counted = claude.beta.messages.count_tokens(model=DEMO, messages=[{"role": "user", "content": HELLO}])
+    assert counted.input_tokens > 0
 
 
 def test_stop_sequence_ends_the_answer(claude: anthropic.Anthropic) -> None:
@@ -243,6 +277,7 @@ def test_instructions_and_input_items(client: openai.OpenAI) -> None:
 def streamed_response(stream: Any) -> tuple[list[str], Any]:
     """The text deltas of a Responses stream and the response its last event carries."""
     events = list(stream)
+    assert [e.type for e in events[:2]] == ["response.created", "response.in_progress"]
     deltas = [e.delta for e in events if e.type == "response.output_text.delta"]
     ending = events[-1]
     assert ending.type in {"response.completed", "response.incomplete"}
@@ -269,6 +304,17 @@ def test_function_call_round_trip(client: openai.OpenAI) -> None:
     assert resp.status in {"completed", "incomplete"}
     assert resp.output
     assert resp.usage is not None and resp.usage.input_tokens > 0
+
+
+def test_a_request_as_codex_sends_it(client: openai.OpenAI) -> None:
+    # Codex streams, stores nothing, and sends its tools and input as typed items.
+    with client.responses.stream(
+        model=DEMO, store=False, tools=[FUNCTION_TOOL], tool_choice="auto", parallel_tool_calls=False,
+        instructions="You are a coding agent.", max_output_tokens=16,
+        input=[{"type": "message", "role": "user", "content": [{"type": "input_text", "text": HELLO}]}],
+    ) as stream:
+        deltas, final = streamed_response(stream)
+    assert deltas and final.usage is not None and final.usage.input_tokens > 0
 
 
 def test_previous_response_id_is_refused_by_name(client: openai.OpenAI) -> None:
@@ -363,6 +409,13 @@ def test_messages_stream_over_a_chat_only_provider(claude: anthropic.Anthropic) 
     assert len(pieces) >= 3
     assert text_of(final) == "".join(pieces)
     assert final.usage.output_tokens > 0
+
+
+@pytest.mark.usefixtures("remote_models")
+def test_messages_stream_events_over_a_chat_only_provider(claude: anthropic.Anthropic) -> None:
+    with claude.messages.stream(model=VIA_CHAT, max_tokens=8,
+                                messages=[{"role": "user", "content": HELLO}]) as stream:
+        assert_messages_sequence(raw_event_types(stream))
 
 
 @pytest.mark.usefixtures("remote_models")
