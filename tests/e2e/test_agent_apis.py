@@ -153,23 +153,32 @@ def test_system_prompt_and_several_turns(claude: anthropic.Anthropic) -> None:
     assert prompt_tokens(msg) > short.input_tokens + 5
 
 
+TOOL_ROUND_TRIP: Any = [
+    {"role": "user", "content": "What is the weather in Paris?"},
+    {"role": "assistant", "content": [
+        {"type": "text", "text": "Let me look."},
+        {"type": "tool_use", "id": "toolu_1", "name": "get_weather", "input": {"city": "Paris"}},
+    ]},
+    {"role": "user", "content": [
+        {"type": "tool_result", "tool_use_id": "toolu_1", "content": "Sunny, 21 C."},
+    ]},
+]
+
+
 def test_tool_use_and_tool_result_round_trip(claude: anthropic.Anthropic) -> None:
-    msg = claude.messages.create(
-        model=DEMO, max_tokens=16, tools=[WEATHER_TOOL],  # type: ignore[list-item]
-        messages=[
-            {"role": "user", "content": "What is the weather in Paris?"},
-            {"role": "assistant", "content": [
-                {"type": "text", "text": "Let me look."},
-                {"type": "tool_use", "id": "toolu_1", "name": "get_weather", "input": {"city": "Paris"}},
-            ]},
-            {"role": "user", "content": [
-                {"type": "tool_result", "tool_use_id": "toolu_1", "content": "Sunny, 21 C."},
-            ]},
-        ],
-    )
+    msg = claude.messages.create(model=DEMO, max_tokens=16, tools=[WEATHER_TOOL],  # type: ignore[list-item]
+                                 messages=TOOL_ROUND_TRIP)
     assert msg.type == "message" and msg.content
     assert msg.stop_reason in {"end_turn", "max_tokens", "tool_use"}
     assert msg.usage.input_tokens > 0
+
+
+def test_tool_round_trip_streamed(claude: anthropic.Anthropic) -> None:
+    # What Claude Code sends after running a tool: tools on, streamed.
+    with claude.messages.stream(model=DEMO, max_tokens=16, tools=[WEATHER_TOOL],  # type: ignore[list-item]
+                                messages=TOOL_ROUND_TRIP) as stream:
+        final = stream.get_final_message()
+    assert final.content and final.usage.output_tokens > 0
 
 
 def test_beta_messages_as_claude_code_sends_them(claude: anthropic.Anthropic) -> None:
@@ -420,18 +429,8 @@ def test_messages_stream_events_over_a_chat_only_provider(claude: anthropic.Anth
 
 @pytest.mark.usefixtures("remote_models")
 def test_tool_round_trip_over_a_chat_only_provider(claude: anthropic.Anthropic) -> None:
-    msg = claude.messages.create(
-        model=VIA_CHAT, max_tokens=16, tools=[WEATHER_TOOL],  # type: ignore[list-item]
-        messages=[
-            {"role": "user", "content": "What is the weather in Paris?"},
-            {"role": "assistant", "content": [
-                {"type": "tool_use", "id": "toolu_1", "name": "get_weather", "input": {"city": "Paris"}},
-            ]},
-            {"role": "user", "content": [
-                {"type": "tool_result", "tool_use_id": "toolu_1", "content": "Sunny, 21 C."},
-            ]},
-        ],
-    )
+    msg = claude.messages.create(model=VIA_CHAT, max_tokens=16, tools=[WEATHER_TOOL],  # type: ignore[list-item]
+                                 messages=TOOL_ROUND_TRIP)
     assert msg.type == "message" and msg.content
     assert msg.usage.input_tokens > 0
 
