@@ -107,8 +107,8 @@ def test_message_answers_with_text_stop_reason_and_usage(claude: anthropic.Anthr
                                  messages=[{"role": "user", "content": HELLO}])
     assert msg.type == "message" and msg.role == "assistant"
     assert text_of(msg).strip()
-    assert msg.stop_reason in {"end_turn", "max_tokens"}
     assert msg.usage.input_tokens > 0 and msg.usage.output_tokens > 0
+    assert msg.stop_reason == ("max_tokens" if msg.usage.output_tokens >= 16 else "end_turn")
     assert msg.model == DEMO  # the catalog name, not the engine's file path
 
 
@@ -271,6 +271,12 @@ def test_response_has_output_text_and_usage(client: openai.OpenAI) -> None:
     assert resp.usage is not None
     assert resp.usage.input_tokens > 0 and resp.usage.output_tokens > 0
     assert resp.usage.total_tokens == resp.usage.input_tokens + resp.usage.output_tokens
+    if resp.usage.output_tokens >= 16:
+        assert resp.status == "incomplete"
+        assert resp.incomplete_details is not None
+        assert resp.incomplete_details.reason == "max_output_tokens"
+    else:
+        assert resp.status == "completed"
 
 
 def test_instructions_and_input_items(client: openai.OpenAI) -> None:
@@ -433,6 +439,25 @@ def test_tool_round_trip_over_a_chat_only_provider(claude: anthropic.Anthropic) 
                                  messages=TOOL_ROUND_TRIP)
     assert msg.type == "message" and msg.content
     assert msg.usage.input_tokens > 0
+
+
+@pytest.mark.usefixtures("remote_models")
+def test_stop_sequences_over_a_chat_only_provider(claude: anthropic.Anthropic) -> None:
+    ask: Any = {"model": VIA_CHAT, "max_tokens": 24, "extra_body": {"temperature": 0},
+                "messages": [{"role": "user", "content": HELLO}]}
+    words = re.findall(r"[A-Za-z]{3,}", text_of(claude.messages.create(**ask)))
+    assert len(words) >= 2, "the engine's answer has too few words to pick a stop sequence from"
+    msg = claude.messages.create(**ask, stop_sequences=[words[1]])
+    # Chat completions' finish_reason "stop" does not say whether a stop sequence ended the answer.
+    assert words[1] not in text_of(msg)
+    assert msg.stop_reason == "end_turn"
+
+
+@pytest.mark.usefixtures("remote_models")
+def test_count_tokens_on_a_messages_only_provider(claude: anthropic.Anthropic) -> None:
+    direct = claude.messages.count_tokens(model=DEMO, messages=[{"role": "user", "content": HELLO}])
+    remote = claude.messages.count_tokens(model=VIA_MESSAGES, messages=[{"role": "user", "content": HELLO}])
+    assert remote.input_tokens == direct.input_tokens > 0
 
 
 @pytest.mark.usefixtures("remote_models")
