@@ -49,6 +49,29 @@ def demo_model_path(models_dir: Path) -> Path:
     return Path(demo.assemble(models_dir / demo.MODEL_NAME))
 
 
+# Gemma's turns in Jinja: system text opens the first user turn, tool results are user turns.
+# Earlier tool calls are left out on purpose: a template that renders them makes llama-server
+# parse the answer as a tool call, and a model that does not call tools then gets a 500.
+DEMO_TEMPLATE = (
+    '{%- set ns = namespace(prefix="") -%}'
+    "{%- for message in messages -%}"
+    '{%- if message.role == "system" -%}'
+    "{%- set ns.prefix = ns.prefix + (message.content if message.content is string"
+    ' else message.content | map(attribute="text") | join("")) + "\\n\\n" -%}'
+    "{%- else -%}"
+    '{{- "<start_of_turn>" + ("model" if message.role == "assistant" else "user") + "\\n" + ns.prefix -}}'
+    '{%- set ns.prefix = "" -%}'
+    "{%- if message.content is string -%}{{- message.content | trim -}}"
+    "{%- elif message.content -%}"
+    '{%- for part in message.content if part.type == "text" -%}{{- part.text | trim -}}{%- endfor -%}'
+    "{%- endif -%}"
+    '{{- "<end_of_turn>\\n" -}}'
+    "{%- endif -%}"
+    "{%- endfor -%}"
+    '{%- if add_generation_prompt -%}{{- "<start_of_turn>model\\n" -}}{%- endif -%}'
+)
+
+
 def demo_model(path: Path) -> Model:
     """The demo model with one small CPU profile."""
     return Model(
@@ -61,9 +84,9 @@ def demo_model(path: Path) -> Model:
                 # A small context and no prompt cache keep the demo under 1 GB.
                 args=[
                     "--ctx-size", "4096", "--cache-ram", "0", "--parallel", "2",
-                    # The GGUF carries no chat template; llama.cpp's built-in Gemma one is
-                    # taken by name only with Jinja templates off.
-                    "--no-jinja", "--chat-template", "gemma",
+                    # The GGUF carries no chat template, and llama-server accepts `tools` only
+                    # with a Jinja one (agents' clients send them on every request).
+                    "--jinja", "--chat-template", DEMO_TEMPLATE,
                 ],
                 cpu_cores=1,
                 min_memory_gb=1.0,
