@@ -11,6 +11,7 @@ from pathlib import Path
 import openai
 import pytest
 
+from llmgw.core.judges import DEMO_JUDGE
 from llmgw.store.store import Store
 from tests.e2e.server_process import LlmgwServer
 from tests.pg import fresh_database, postgres_url
@@ -73,6 +74,8 @@ def demo_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LlmgwServe
     server.start()
     try:
         server.wait_ready(DEMO)
+        # The demo guard judges every request and fails closed: its judge must be up too.
+        server.wait_ready(DEMO_JUDGE)
         yield server
     except BaseException:
         print(server.log()[-5000:])  # noqa: T201 - the server's side of a failed start

@@ -18,7 +18,6 @@ import anthropic
 import openai
 import pytest
 
-from llmgw.core.judges import DEMO_JUDGE
 from tests.conftest import DEMO
 from tests.e2e.server_process import LlmgwServer, wait_for
 
@@ -49,12 +48,6 @@ FUNCTION_ROUND_TRIP: Any = [
 ]
 VIA_MESSAGES = "remote-messages"  # a remote model whose provider speaks only Anthropic's Messages
 VIA_CHAT = "remote-chat"  # a remote model whose provider speaks only chat completions
-
-
-@pytest.fixture(scope="module", autouse=True)
-def judge_ready(demo_server: LlmgwServer) -> None:
-    """The demo guard judges every request and fails closed: wait for its judge too."""
-    demo_server.wait_ready(DEMO_JUDGE)
 
 
 @pytest.fixture
