@@ -1,7 +1,8 @@
 """Turn the run's result lines into the Markdown table and the goal verdicts.
 
-Input: a file of whitespace-separated rows `api target mode conc rps p50_ms p99_ms errors`,
-as `bench/run.sh` writes them. Prints the report and writes it to `--out`.
+Input: a file of whitespace-separated rows `api target mode conc rps p50_ms p99_ms errors cpu_us`,
+as `bench/run.sh` writes them (cpu_us: the proxy's CPU per request, `-` for direct). Prints the
+report and writes it to `--out`.
 Exit status is 0 whatever the verdicts; the report says PASS or FAIL.
 """
 
@@ -9,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from statistics import median
 from typing import NamedTuple
 
 TARGETS = ("direct", "llmgw", "passthrough")
@@ -36,6 +38,7 @@ class Row(NamedTuple):
     p50: float
     p99: float
     errors: int
+    cpu_us: int | None  # CPU the proxy under test used per request; None for direct
 
 
 Rows = dict[tuple[str, str, str, int], Row]
@@ -47,13 +50,21 @@ def upstream_api(api: str) -> str:
 
 
 def read_rows(path: Path) -> Rows:
-    rows = {}
+    """One row per cell: the median of its rounds (errors summed)."""
+    rounds: dict[tuple[str, str, str, int], list[Row]] = {}
     for line in path.read_text().splitlines():
         if not line.strip():
             continue
-        a, t, m, c, rps, p50, p99, err = line.split()
-        row = Row(a, t, m, int(c), float(rps), float(p50), float(p99), int(err))
-        rows[(a, t, m, row.conc)] = row
+        a, t, m, c, rps, p50, p99, err, cpu = line.split()
+        row = Row(a, t, m, int(c), float(rps), float(p50), float(p99), int(err),
+                  None if cpu == "-" else int(cpu))
+        rounds.setdefault((a, t, m, row.conc), []).append(row)
+    rows = {}
+    for key, runs in rounds.items():
+        cpus = [r.cpu_us for r in runs if r.cpu_us is not None]
+        rows[key] = Row(*key, median([r.rps for r in runs]), median([r.p50 for r in runs]),
+                        median([r.p99 for r in runs]), sum(r.errors for r in runs),
+                        round(median(cpus)) if cpus else None)
     return rows
 
 
@@ -66,8 +77,8 @@ def added_p50(rows: Rows, row: Row) -> float | None:
 def render(rows: Rows, header: list[str]) -> str:
     out = list(header)
     out += [
-        "| API | target | mode | conc | rps | p50 ms | p99 ms | added p50 ms | errors |",
-        "|---|---|---|---:|---:|---:|---:|---:|---:|",
+        "| API | target | mode | conc | rps | p50 ms | p99 ms | added p50 ms | CPU µs/req | errors |",
+        "|---|---|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
     concs = sorted({k[3] for k in rows})
     for conc in concs:
@@ -81,7 +92,7 @@ def render(rows: Rows, header: list[str]) -> str:
                     shown = "-" if target == "direct" or added is None else f"{added:+.3f}"
                     out.append(
                         f"| {label} | {target} | {mode} | {conc} | {r.rps:,.0f} | {r.p50:.3f} "
-                        f"| {r.p99:.3f} | {shown} | {r.errors} |"
+                        f"| {r.p99:.3f} | {shown} | {'-' if r.cpu_us is None else r.cpu_us} | {r.errors} |"
                     )
     out.append("")
     out += verdicts(rows)
@@ -142,8 +153,9 @@ def dialect_table(rows: Rows) -> list[str]:
         f"{DIALECT_P50_SLACK_MS:g} ms above chat's, requests/s at c{high} at least "
         f"{DIALECT_RPS_SHARE:.0%} of chat's):",
         "",
-        f"| API | mode | added p50 c{low} | chat's | diff ms | rps c{high} | chat's | ratio | verdict |",
-        "|---|---|---:|---:|---:|---:|---:|---:|---|",
+        f"| API | mode | added p50 c{low} | chat's | diff ms | rps c{high} | chat's | ratio | verdict "
+        f"| CPU µs/req c{high} | chat's | ratio |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|",
     ]
     failed, checked = [], 0
     for api, label in APIS.items():
@@ -163,9 +175,12 @@ def dialect_table(rows: Rows) -> list[str]:
             checked += 1
             if not ok:
                 failed.append(f"{label} {mode}")
+            cpu = "- | - | -"
+            if hi.cpu_us is not None and chat_hi.cpu_us:
+                cpu = f"{hi.cpu_us} | {chat_hi.cpu_us} | {hi.cpu_us / chat_hi.cpu_us:.2f}"
             out.append(
                 f"| {label} | {mode} | {added:+.3f} | {chat_added:+.3f} | {diff:+.3f} | {hi.rps:,.0f} "
-                f"| {chat_hi.rps:,.0f} | {ratio:.2f} | {'PASS' if ok else 'FAIL'} |"
+                f"| {chat_hi.rps:,.0f} | {ratio:.2f} | {'PASS' if ok else 'FAIL'} | {cpu} |"
             )
     if not checked:
         return []
@@ -175,6 +190,10 @@ def dialect_table(rows: Rows) -> list[str]:
     out.append(
         f"- {verdict}: other dialects within {DIALECT_P50_SLACK_MS:g} ms of chat completions' added p50 "
         f"(c{low}) and {1 - DIALECT_RPS_SHARE:.0%} of its requests/s (c{high}): {detail}"
+    )
+    out.append(
+        "  (CPU µs/req: what llmgw's process used per request during the run; on a shared machine it "
+        "moves less than rps, and rps at saturation is about its inverse.)"
     )
     return out
 

@@ -8,8 +8,9 @@
 #
 # Env knobs: BENCH_DURATION (s per measured run, default 10), BENCH_WARMUP (s, default 2),
 # BENCH_CONCS (default "1 32"), BENCH_APIS (default "chat messages messages_via_chat
-# responses_via_chat"; chat is always measured, it is the yardstick), BENCH_KEEP_TMP=1 (keep the
-# temp dir with the logs).
+# responses_via_chat"; chat is always measured, it is the yardstick), BENCH_MODES (default
+# "json stream"), BENCH_ROUNDS (default 1; each cell's median over the rounds is reported),
+# BENCH_KEEP_TMP=1 (keep the temp dir with the logs).
 set -euo pipefail
 # shellcheck source=bench/lib.sh
 source "$(dirname "$0")/lib.sh"
@@ -288,21 +289,33 @@ CELLS+=" chat:llmgw"
 for a in $APIS; do [[ $a == chat ]] || CELLS+=" $a:llmgw"; done
 CELLS+=" chat:passthrough"
 [[ " $APIS " == *" messages "* ]] && CELLS+=" messages:passthrough"
-MODES="json stream"
+MODES=${BENCH_MODES:-"json stream"}
+ROUNDS=${BENCH_ROUNDS:-1}
 for cell in $CELLS; do for m in $MODES; do smoke "${cell%%:*}" "${cell#*:}" "$m"; done; done
 log "smoke checks passed (200, full answers in the client's dialect) for every cell and mode"
 
-# wrk_run API TARGET MODE CONC SECONDS -> "rps p50_ms p99_ms errors"
+# cpu_ticks PID: user + system CPU time the process has used, in clock ticks (all its threads).
+cpu_ticks() { sed 's/.*) //' "/proc/$1/stat" | awk '{ print $12 + $13 }'; }
+TICK_US=$((1000000 / $(getconf CLK_TCK)))
+
+# wrk_run API TARGET MODE CONC SECONDS -> "rps p50_ms p99_ms errors cpu_us"
+# cpu_us: CPU the proxy under test (llmgw or the passthrough) used per request during the run,
+# in microseconds; "-" for direct. Unlike rps it hardly depends on what else the machine runs.
 wrk_run() {
-    local threads=2 out line
+    local threads=2 out line pid="" before=0 cpu=-
     (($4 < 2)) && threads=1
+    case $2 in llmgw) pid=$GW_PID ;; passthrough) pid=$PT_PID ;; esac
+    [[ -n $pid ]] && before=$(cpu_ticks "$pid")
     out=$(BENCH_API=$(client_api "$1") BENCH_MODEL=$(model_for "$1" "$3") BENCH_STREAM=$(stream_for "$3") \
         BENCH_KEY=$KEY wrk -t"$threads" -c"$4" -d"$5"s -s bench/chat.lua "$(url_for "$1" "$2" "$3")" 2>&1) \
         || die "wrk failed for $1 $2 $3 c$4: $out"
     line=$(grep '^RESULT ' <<<"$out") || die "no RESULT line from wrk: $out"
-    [[ $line =~ rps=([^ ]+)\ p50_ms=([^ ]+)\ p99_ms=([^ ]+)\ requests=[0-9]+\ errors=([0-9]+) ]] \
+    [[ $line =~ rps=([^ ]+)\ p50_ms=([^ ]+)\ p99_ms=([^ ]+)\ requests=([0-9]+)\ errors=([0-9]+) ]] \
         || die "cannot parse: $line"
-    echo "${BASH_REMATCH[1]} ${BASH_REMATCH[2]} ${BASH_REMATCH[3]} ${BASH_REMATCH[4]}"
+    if [[ -n $pid ]] && ((BASH_REMATCH[4] > 0)); then
+        cpu=$((($(cpu_ticks "$pid") - before) * TICK_US / BASH_REMATCH[4]))
+    fi
+    echo "${BASH_REMATCH[1]} ${BASH_REMATCH[2]} ${BASH_REMATCH[3]} ${BASH_REMATCH[5]} $cpu"
 }
 
 RESULTS=$TMP/results.txt
@@ -312,15 +325,20 @@ n_runs=$(($(wc -w <<<"$CELLS") * $(wc -w <<<"$MODES") * $(wc -w <<<"$CONCS")))
 load=$(cut -d' ' -f1 /proc/loadavg)
 awk -v l="$load" -v n="$(nproc)" 'BEGIN { exit !(l > n / 2) }' \
     && log "warning: load average is $load before the runs; other work on this machine skews the numbers"
-log "measuring: $n_runs runs of ${DURATION}s (+ ${WARMUP}s warm-up per cell and mode)"
-for m in $MODES; do
-    for cell in $CELLS; do
-        a=${cell%%:*} t=${cell#*:}
-        wrk_run "$a" "$t" "$m" "$max_conc" "$WARMUP" >/dev/null
-        for c in $CONCS; do
-            r=$(wrk_run "$a" "$t" "$m" "$c" "$DURATION")
-            log "$(printf '%-18s %-11s %-6s c%-3s -> rps p50 p99 errors: %s' "$a" "$t" "$m" "$c" "$r")"
-            echo "$a $t $m $c $r" >>"$RESULTS"
+log "measuring: $ROUNDS × $n_runs runs of ${DURATION}s (+ ${WARMUP}s warm-up per cell and mode)"
+# Rounds repeat the whole matrix, so a burst of other work on the machine lands in one round's
+# figures; the report takes each cell's median over the rounds.
+for ((round = 1; round <= ROUNDS; round++)); do
+    for m in $MODES; do
+        for cell in $CELLS; do
+            a=${cell%%:*} t=${cell#*:}
+            ((round > 1)) || wrk_run "$a" "$t" "$m" "$max_conc" "$WARMUP" >/dev/null
+            for c in $CONCS; do
+                r=$(wrk_run "$a" "$t" "$m" "$c" "$DURATION")
+                log "$(printf 'round %s %-18s %-11s %-6s c%-3s -> rps p50 p99 errors cpu_us: %s' \
+                    "$round" "$a" "$t" "$m" "$c" "$r")"
+                echo "$a $t $m $c $r" >>"$RESULTS"
+            done
         done
     done
 done
@@ -335,7 +353,7 @@ echo
 "$PY" bench/report.py "$RESULTS" --out bench/results/latest.md \
     --header "# llmgw bench, $(date -u '+%Y-%m-%d %H:%M UTC')" \
     --header "" \
-    --header "commit $commit; ${DURATION}s per run; $(nproc) cores${cpu:+ ($cpu)}; load average $load before, $(cut -d' ' -f1 /proc/loadavg) after; wrk -t1 -c1 and -t2 -cN; fake upstream: nginx $(nginx -v 2>&1 | sed 's|.*/||')"
+    --header "commit $commit; ${DURATION}s per run, median of $ROUNDS round(s); $(nproc) cores${cpu:+ ($cpu)}; load average $load before, $(cut -d' ' -f1 /proc/loadavg) after; wrk -t1 -c1 and -t2 -cN; fake upstream: nginx $(nginx -v 2>&1 | sed 's|.*/||')"
 
 append_warnings "$TMP/llmgw.log" bench/results/latest.md
 log "written bench/results/latest.md"
