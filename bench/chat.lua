@@ -1,17 +1,31 @@
--- wrk script: POST a one-message chat completion, then print one machine-readable line.
+-- wrk script: POST a one-message request in one of llmgw's dialects, then print one
+-- machine-readable line.
 --
--- Env: BENCH_MODEL (model name), BENCH_STREAM ("true" or "false"), BENCH_KEY (bearer key).
+-- Env: BENCH_API ("chat" for /v1/chat/completions, "messages" for Anthropic's /v1/messages,
+-- "responses" for OpenAI's /v1/responses; default chat), BENCH_MODEL (model name),
+-- BENCH_STREAM ("true" or "false"), BENCH_KEY (bearer key).
 -- Output: RESULT rps=<float> p50_ms=<float> p99_ms=<float> requests=<int> errors=<int> ...
 -- errors = non-2xx/3xx responses (wrk counts status > 399) + connect/read/write/timeout errors.
 
+local api = os.getenv("BENCH_API") or "chat"
 local model = os.getenv("BENCH_MODEL") or "fake-json"
 local stream = os.getenv("BENCH_STREAM") == "true" and "true" or "false"
 local key = os.getenv("BENCH_KEY") or ""
 
 wrk.method = "POST"
-wrk.body = string.format(
-  '{"model": "%s", "messages": [{"role": "user", "content": "hello"}], "stream": %s}',
-  model, stream)
+if api == "messages" then
+  -- Anthropic requires max_tokens; the SDK sends anthropic-version with every request.
+  wrk.body = string.format(
+    '{"model": "%s", "max_tokens": 64, "messages": [{"role": "user", "content": "hello"}], "stream": %s}',
+    model, stream)
+  wrk.headers["anthropic-version"] = "2023-06-01"
+elseif api == "responses" then
+  wrk.body = string.format('{"model": "%s", "input": "hello", "stream": %s}', model, stream)
+else
+  wrk.body = string.format(
+    '{"model": "%s", "messages": [{"role": "user", "content": "hello"}], "stream": %s}',
+    model, stream)
+end
 wrk.headers["Content-Type"] = "application/json"
 wrk.headers["Authorization"] = "Bearer " .. key
 

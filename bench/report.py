@@ -1,7 +1,8 @@
-"""Turn the run's result lines into the Markdown table and the two goal verdicts.
+"""Turn the run's result lines into the Markdown table and the goal verdicts.
 
-Input: a file of whitespace-separated rows `target mode conc rps p50_ms p99_ms errors`,
-as `bench/run.sh` writes them. Prints the report and writes it to `--out`.
+Input: a file of whitespace-separated rows `api target mode conc rps p50_ms p99_ms errors cpu_us`,
+as `bench/run.sh` writes them (cpu_us: the proxy's CPU per request, `-` for direct). Prints the
+report and writes it to `--out`.
 Exit status is 0 whatever the verdicts; the report says PASS or FAIL.
 """
 
@@ -9,15 +10,27 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from statistics import median
 from typing import NamedTuple
 
 TARGETS = ("direct", "llmgw", "passthrough")
 MODES = ("json", "stream")
+# The client's API, and what it is called in the table. Chat completions is the yardstick the
+# other dialects are held to.
+APIS = {
+    "chat": "chat completions",
+    "messages": "messages",
+    "messages_via_chat": "messages → chat",
+    "responses_via_chat": "responses → chat",
+}
 ADDED_P50_GOAL_MS = 1.0
 RPS_SHARE_GOAL = 0.60
+DIALECT_P50_SLACK_MS = 0.1
+DIALECT_RPS_SHARE = 0.90
 
 
 class Row(NamedTuple):
+    api: str
     target: str
     mode: str
     conc: int
@@ -25,54 +38,81 @@ class Row(NamedTuple):
     p50: float
     p99: float
     errors: int
+    cpu_us: int | None  # CPU the proxy under test used per request; None for direct
 
 
-def read_rows(path: Path) -> dict[tuple[str, str, int], Row]:
-    rows = {}
+Rows = dict[tuple[str, str, str, int], Row]
+
+
+def upstream_api(api: str) -> str:
+    """What the fake upstream is asked: its direct row is the one to subtract."""
+    return "messages" if api == "messages" else "chat"
+
+
+def read_rows(path: Path) -> Rows:
+    """One row per cell: the median of its rounds (errors summed)."""
+    rounds: dict[tuple[str, str, str, int], list[Row]] = {}
     for line in path.read_text().splitlines():
         if not line.strip():
             continue
-        t, m, c, rps, p50, p99, err = line.split()
-        row = Row(t, m, int(c), float(rps), float(p50), float(p99), int(err))
-        rows[(t, m, row.conc)] = row
+        a, t, m, c, rps, p50, p99, err, cpu = line.split()
+        row = Row(a, t, m, int(c), float(rps), float(p50), float(p99), int(err),
+                  None if cpu == "-" else int(cpu))
+        rounds.setdefault((a, t, m, row.conc), []).append(row)
+    rows = {}
+    for key, runs in rounds.items():
+        cpus = [r.cpu_us for r in runs if r.cpu_us is not None]
+        rows[key] = Row(*key, median([r.rps for r in runs]), median([r.p50 for r in runs]),
+                        median([r.p99 for r in runs]), sum(r.errors for r in runs),
+                        round(median(cpus)) if cpus else None)
     return rows
 
 
-def render(rows: dict[tuple[str, str, int], Row], header: list[str]) -> str:
+def added_p50(rows: Rows, row: Row) -> float | None:
+    """p50 of `row` minus p50 of the upstream asked directly, same mode and concurrency."""
+    direct = rows.get((upstream_api(row.api), "direct", row.mode, row.conc))
+    return None if direct is None else row.p50 - direct.p50
+
+
+def render(rows: Rows, header: list[str]) -> str:
     out = list(header)
     out += [
-        "| target | mode | conc | rps | p50 ms | p99 ms | added p50 ms | errors |",
-        "|---|---|---:|---:|---:|---:|---:|---:|",
+        "| API | target | mode | conc | rps | p50 ms | p99 ms | added p50 ms | CPU µs/req | errors |",
+        "|---|---|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
-    concs = sorted({k[2] for k in rows})
+    concs = sorted({k[3] for k in rows})
     for conc in concs:
         for mode in MODES:
-            direct = rows.get(("direct", mode, conc))
             for target in TARGETS:
-                r = rows.get((target, mode, conc))
-                if r is None:
-                    continue
-                added = "-" if target == "direct" or direct is None else f"{r.p50 - direct.p50:+.3f}"
-                out.append(
-                    f"| {target} | {mode} | {conc} | {r.rps:,.0f} | {r.p50:.3f} | {r.p99:.3f} "
-                    f"| {added} | {r.errors} |"
-                )
+                for api, label in APIS.items():
+                    r = rows.get((api, target, mode, conc))
+                    if r is None:
+                        continue
+                    added = added_p50(rows, r)
+                    shown = "-" if target == "direct" or added is None else f"{added:+.3f}"
+                    out.append(
+                        f"| {label} | {target} | {mode} | {conc} | {r.rps:,.0f} | {r.p50:.3f} "
+                        f"| {r.p99:.3f} | {shown} | {'-' if r.cpu_us is None else r.cpu_us} | {r.errors} |"
+                    )
     out.append("")
     out += verdicts(rows)
+    dialects = dialect_table(rows)
+    if dialects:
+        out += ["", *dialects]
     total_errors = sum(r.errors for r in rows.values())
     if total_errors:
         out.append(f"WARNING: {total_errors} errors (non-2xx or socket) during the measured runs")
     return "\n".join(out) + "\n"
 
 
-def verdicts(rows: dict[tuple[str, str, int], Row]) -> list[str]:
+def verdicts(rows: Rows) -> list[str]:
     lines = []
-    low = min(k[2] for k in rows)
-    high = max(k[2] for k in rows)
+    low = min(k[3] for k in rows)
+    high = max(k[3] for k in rows)
 
     parts, ok = [], True
     for mode in MODES:
-        gw, direct = rows.get(("llmgw", mode, low)), rows.get(("direct", mode, low))
+        gw, direct = rows.get(("chat", "llmgw", mode, low)), rows.get(("chat", "direct", mode, low))
         if gw is None or direct is None:
             parts.append(f"{mode} n/a")
             ok = False
@@ -81,13 +121,13 @@ def verdicts(rows: dict[tuple[str, str, int], Row]) -> list[str]:
         ok &= added < ADDED_P50_GOAL_MS
         parts.append(f"{mode} {added:+.3f} ms ({gw.p50:.3f} vs direct {direct.p50:.3f})")
     lines.append(
-        f"- {'PASS' if ok else 'FAIL'}: llmgw adds < {ADDED_P50_GOAL_MS:g} ms at p50, "
+        f"- {'PASS' if ok else 'FAIL'}: llmgw adds < {ADDED_P50_GOAL_MS:g} ms at p50 to chat completions, "
         f"concurrency {low}: " + "; ".join(parts)
     )
 
     parts, ok = [], True
     for mode in MODES:
-        gw, floor = rows.get(("llmgw", mode, high)), rows.get(("passthrough", mode, high))
+        gw, floor = rows.get(("chat", "llmgw", mode, high)), rows.get(("chat", "passthrough", mode, high))
         if gw is None or floor is None or floor.rps <= 0:
             parts.append(f"{mode} n/a")
             ok = False
@@ -97,9 +137,65 @@ def verdicts(rows: dict[tuple[str, str, int], Row]) -> list[str]:
         parts.append(f"{mode} {share:.0%} ({gw.rps:,.0f} vs passthrough {floor.rps:,.0f} rps)")
     lines.append(
         f"- {'PASS' if ok else 'FAIL'}: llmgw serves >= {RPS_SHARE_GOAL:.0%} of the passthrough's "
-        f"requests/s, concurrency {high}: " + "; ".join(parts)
+        f"chat completions requests/s, concurrency {high}: " + "; ".join(parts)
     )
     return lines
+
+
+def dialect_table(rows: Rows) -> list[str]:
+    """Each other dialect through llmgw against chat completions through llmgw, same run: added
+    p50 at the lowest concurrency within DIALECT_P50_SLACK_MS of chat's, requests/s at the highest
+    at least DIALECT_RPS_SHARE of chat's."""
+    low = min(k[3] for k in rows)
+    high = max(k[3] for k in rows)
+    out = [
+        f"Dialects against chat completions through llmgw (goal: added p50 at c{low} at most "
+        f"{DIALECT_P50_SLACK_MS:g} ms above chat's, requests/s at c{high} at least "
+        f"{DIALECT_RPS_SHARE:.0%} of chat's):",
+        "",
+        f"| API | mode | added p50 c{low} | chat's | diff ms | rps c{high} | chat's | ratio | verdict "
+        f"| CPU µs/req c{high} | chat's | ratio |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|",
+    ]
+    failed, checked = [], 0
+    for api, label in APIS.items():
+        if api == "chat":
+            continue
+        for mode in MODES:
+            lo, hi = rows.get((api, "llmgw", mode, low)), rows.get((api, "llmgw", mode, high))
+            chat_lo, chat_hi = rows.get(("chat", "llmgw", mode, low)), rows.get(("chat", "llmgw", mode, high))
+            if None in (lo, hi, chat_lo, chat_hi):
+                continue
+            assert lo is not None and hi is not None and chat_lo is not None and chat_hi is not None
+            added, chat_added = added_p50(rows, lo), added_p50(rows, chat_lo)
+            if added is None or chat_added is None or chat_hi.rps <= 0:
+                continue
+            diff, ratio = added - chat_added, hi.rps / chat_hi.rps
+            ok = round(diff, 3) <= DIALECT_P50_SLACK_MS and round(ratio, 2) >= DIALECT_RPS_SHARE
+            checked += 1
+            if not ok:
+                failed.append(f"{label} {mode}")
+            cpu = "- | - | -"
+            if hi.cpu_us is not None and chat_hi.cpu_us:
+                cpu = f"{hi.cpu_us} | {chat_hi.cpu_us} | {hi.cpu_us / chat_hi.cpu_us:.2f}"
+            out.append(
+                f"| {label} | {mode} | {added:+.3f} | {chat_added:+.3f} | {diff:+.3f} | {hi.rps:,.0f} "
+                f"| {chat_hi.rps:,.0f} | {ratio:.2f} | {'PASS' if ok else 'FAIL'} | {cpu} |"
+            )
+    if not checked:
+        return []
+    out.append("")
+    verdict = "PASS" if not failed else "FAIL"
+    detail = "every row" if not failed else "failing: " + ", ".join(failed)
+    out.append(
+        f"- {verdict}: other dialects within {DIALECT_P50_SLACK_MS:g} ms of chat completions' added p50 "
+        f"(c{low}) and {1 - DIALECT_RPS_SHARE:.0%} of its requests/s (c{high}): {detail}"
+    )
+    out.append(
+        "  (CPU µs/req: what llmgw's process used per request during the run; on a shared machine it "
+        "moves less than rps, and rps at saturation is about its inverse.)"
+    )
+    return out
 
 
 def main() -> None:

@@ -1,11 +1,16 @@
 #!/usr/bin/env bash
 # Measure what llmgw adds to a request: the same load against a fake upstream (nginx) directly,
-# through llmgw, and through a bare aiohttp pass-through proxy. See bench/README.md.
+# through llmgw, and through a bare aiohttp pass-through proxy; and what llmgw adds in the other
+# dialects (Anthropic Messages natively and translated to chat completions, OpenAI Responses over
+# chat completions) next to chat completions. See bench/README.md.
 #
 #   bash bench/run.sh
 #
 # Env knobs: BENCH_DURATION (s per measured run, default 10), BENCH_WARMUP (s, default 2),
-# BENCH_CONCS (default "1 32"), BENCH_KEEP_TMP=1 (keep the temp dir with the logs).
+# BENCH_CONCS (default "1 32"), BENCH_APIS (default "chat messages messages_via_chat
+# responses_via_chat"; chat is always measured, it is the yardstick), BENCH_MODES (default
+# "json stream"), BENCH_ROUNDS (default 1; each cell's median over the rounds is reported),
+# BENCH_KEEP_TMP=1 (keep the temp dir with the logs).
 set -euo pipefail
 # shellcheck source=bench/lib.sh
 source "$(dirname "$0")/lib.sh"
@@ -14,11 +19,15 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 DURATION=${BENCH_DURATION:-10}
 WARMUP=${BENCH_WARMUP:-2}
 CONCS=${BENCH_CONCS:-"1 32"}
+APIS=${BENCH_APIS:-"chat messages messages_via_chat responses_via_chat"}
 export PATH="$PATH:/usr/sbin:/sbin"
 export no_proxy=127.0.0.1,localhost NO_PROXY=127.0.0.1,localhost
 
 log() { printf '[bench] %s\n' "$*" >&2; }
 die() { log "error: $*"; exit 1; }
+for a in $APIS; do
+    case $a in chat | messages | messages_via_chat | responses_via_chat) ;; *) die "unknown api in BENCH_APIS: $a" ;; esac
+done
 
 # --- 1. tools -------------------------------------------------------------------------------
 
@@ -83,8 +92,9 @@ for s in socks:
 print(*(s.getsockname()[1] for s in socks))
 ')
 
-# The fake upstream. nginx refuses POST to static files, so the bodies are `return`ed from two
-# locations; the path, not the request body, decides JSON or SSE.
+# The fake upstream. nginx refuses POST to static files, so the bodies are `return`ed from one
+# location per API and mode; the path, not the request body, decides JSON or SSE. Chat
+# completions and Messages carry the same text: the whole answer's, or 18 deltas in a stream.
 CREATED=1700000000
 JSON_BODY='{"id":"chatcmpl-bench","object":"chat.completion","created":'$CREATED',"model":"fake","choices":[{"index":0,"message":{"role":"assistant","content":"Hello! This is a fixed answer from the benchmark upstream."},"logprobs":null,"finish_reason":"stop"}],"usage":{"prompt_tokens":9,"completion_tokens":20,"total_tokens":29}}'
 chunk() { # chunk DELTA FINISH
@@ -95,11 +105,31 @@ SSE_BODY=$(
     chunk '{"role":"assistant","content":""}' null
     for i in $(seq 2 19); do chunk '{"content":"tok'"$i"' "}' null; done
     chunk '{}' '"stop"'
+    # The usage chunk an upstream sends when asked (stream_options.include_usage, which llmgw's
+    # translations ask for); OpenAI and llama-server send it after the last choice.
+    printf 'data: {"id":"chatcmpl-bench","object":"chat.completion.chunk","created":%s,"model":"fake","choices":[],"usage":{"prompt_tokens":9,"completion_tokens":20,"total_tokens":29}}\n\n' "$CREATED"
     printf 'data: [DONE]\n\n'
 )$'\n\n' # $(...) strips trailing newlines; put the final blank line back
 # nginx single-quoted strings: escape backslashes and single quotes; `$` would be a variable.
 nginx_quote() { local s=${1//\\/\\\\}; s=${s//\'/\\\'}; printf "'%s'" "$s"; }
-[[ $JSON_BODY$SSE_BODY != *'$'* ]] || die "fake bodies must not contain \$"
+# Anthropic's Messages answer, in the shapes llama-server gives: the whole message, and the
+# stream of message_start, a text block's start, deltas and stop, message_delta (stop reason and
+# output tokens), message_stop.
+ANSWER_TEXT="Hello! This is a fixed answer from the benchmark upstream."
+STREAM_TEXT=$(for i in $(seq 2 19); do printf 'tok%s ' "$i"; done)
+MSG_JSON_BODY='{"id":"msg_bench","type":"message","role":"assistant","content":[{"type":"text","text":"'$ANSWER_TEXT'"}],"model":"fake","stop_reason":"end_turn","stop_sequence":null,"usage":{"input_tokens":9,"output_tokens":20}}'
+msg_event() { printf 'event: %s\ndata: %s\n\n' "$1" "$2"; }
+MSG_SSE_BODY=$(
+    msg_event message_start '{"type":"message_start","message":{"id":"msg_bench","type":"message","role":"assistant","content":[],"model":"fake","stop_reason":null,"stop_sequence":null,"usage":{"input_tokens":9,"output_tokens":0}}}'
+    msg_event content_block_start '{"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}'
+    for i in $(seq 2 19); do
+        msg_event content_block_delta '{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"tok'"$i"' "}}'
+    done
+    msg_event content_block_stop '{"type":"content_block_stop","index":0}'
+    msg_event message_delta '{"type":"message_delta","delta":{"stop_reason":"end_turn","stop_sequence":null},"usage":{"output_tokens":20}}'
+    msg_event message_stop '{"type":"message_stop"}'
+)$'\n\n'
+[[ $JSON_BODY$SSE_BODY$MSG_JSON_BODY$MSG_SSE_BODY != *'$'* ]] || die "fake bodies must not contain \$"
 
 mkdir -p "$TMP/nginx"
 cat >"$TMP/nginx/nginx.conf" <<EOF
@@ -128,6 +158,15 @@ http {
             add_header Cache-Control no-cache;
             return 200 $(nginx_quote "$SSE_BODY");
         }
+        location = /json/v1/messages {
+            default_type application/json;
+            return 200 $(nginx_quote "$MSG_JSON_BODY");
+        }
+        location = /sse/v1/messages {
+            default_type text/event-stream;
+            add_header Cache-Control no-cache;
+            return 200 $(nginx_quote "$MSG_SSE_BODY");
+        }
     }
 }
 EOF
@@ -147,9 +186,14 @@ KEY=$(grep -o '^ *sk-llmgw-[A-Za-z0-9_-]*$' "$TMP/init.log" | tail -n 1 | tr -d 
 PIDS+=($!)
 GW_PID=$!
 wait_for "llmgw /health" 30 "$GW_PID" curl -fsS "http://127.0.0.1:$GW_PORT/health"
+# fake-json and fake-sse speak chat completions (--api openai): llmgw translates Messages and
+# Responses to chat for them. fake-msg-json and fake-msg-sse speak Messages (--api anthropic), so
+# a Messages request goes through natively, as to a llama-server.
 for m in json sse; do
     LLMGW_URL=http://127.0.0.1:$GW_PORT LLMGW_ADMIN_KEY=$KEY "$LLMGW" ctl model add "fake-$m" \
         --base-url "http://127.0.0.1:$NGINX_PORT/$m/v1" >>"$TMP/ctl.log" 2>&1 || die "ctl model add fake-$m failed"
+    LLMGW_URL=http://127.0.0.1:$GW_PORT LLMGW_ADMIN_KEY=$KEY "$LLMGW" ctl model add "fake-msg-$m" --api anthropic \
+        --base-url "http://127.0.0.1:$NGINX_PORT/$m/v1" >>"$TMP/ctl.log" 2>&1 || die "ctl model add fake-msg-$m failed"
 done
 # Traffic goes through a user key with every kind of limit set (high enough never to refuse),
 # so the limiter, the usage meter and the metrics are in the figures.
@@ -161,9 +205,9 @@ KEY=$(LLMGW_URL=http://127.0.0.1:$GW_PORT LLMGW_ADMIN_KEY=$ADMIN_KEY COLUMNS=200
 models_listed() {
     local out
     out=$(curl -fsS -H "Authorization: Bearer $KEY" "http://127.0.0.1:$GW_PORT/v1/models") || return 1
-    [[ $out == *'"fake-json"'* && $out == *'"fake-sse"'* ]]
+    [[ $out == *'"fake-json"'* && $out == *'"fake-sse"'* && $out == *'"fake-msg-json"'* && $out == *'"fake-msg-sse"'* ]]
 }
-wait_for "llmgw routing fake-json and fake-sse" 15 "$GW_PID" models_listed
+wait_for "llmgw routing the fake models" 15 "$GW_PID" models_listed
 log "llmgw (pid $GW_PID) on :$GW_PORT"
 
 # The floor.
@@ -175,69 +219,126 @@ log "passthrough (pid $PT_PID) on :$PT_PORT"
 
 # --- 3. load ---------------------------------------------------------------------------------
 
-url_for() { # TARGET MODE
-    local prefix=json
-    [[ $2 == stream ]] && prefix=sse
-    case $1 in
-        direct) echo "http://127.0.0.1:$NGINX_PORT/$prefix/v1/chat/completions" ;;
-        llmgw) echo "http://127.0.0.1:$GW_PORT/v1/chat/completions" ;;
-        passthrough) echo "http://127.0.0.1:$PT_PORT/$prefix/v1/chat/completions" ;;
+# A cell is API:TARGET. API names what the client sends and what the upstream answers: chat
+# (chat completions both ways), messages (Messages both ways), messages_via_chat and
+# responses_via_chat (the client's dialect, translated by llmgw to chat completions). Direct and
+# passthrough rows exist where the upstream is asked in the client's own dialect.
+client_api() { case $1 in chat) echo chat ;; messages | messages_via_chat) echo messages ;; *) echo responses ;; esac; }
+upstream_api() { [[ $1 == messages ]] && echo messages || echo chat; }
+url_for() { # API TARGET MODE
+    local prefix=json path
+    [[ $3 == stream ]] && prefix=sse
+    case $(upstream_api "$1") in chat) path=chat/completions ;; messages) path=messages ;; esac
+    case $2 in
+        direct) echo "http://127.0.0.1:$NGINX_PORT/$prefix/v1/$path" ;;
+        passthrough) echo "http://127.0.0.1:$PT_PORT/$prefix/v1/$path" ;;
+        llmgw)
+            case $(client_api "$1") in
+                chat) echo "http://127.0.0.1:$GW_PORT/v1/chat/completions" ;;
+                messages) echo "http://127.0.0.1:$GW_PORT/v1/messages" ;;
+                responses) echo "http://127.0.0.1:$GW_PORT/v1/responses" ;;
+            esac ;;
     esac
 }
-model_for() { [[ $1 == stream ]] && echo fake-sse || echo fake-json; }
+model_for() { # API MODE
+    local m=json
+    [[ $2 == stream ]] && m=sse
+    [[ $1 == messages ]] && echo "fake-msg-$m" || echo "fake-$m"
+}
 stream_for() { [[ $1 == stream ]] && echo true || echo false; }
-
-# One request per target and mode before any load: status 200 and the whole body relayed.
-smoke() { # TARGET MODE
-    local body status out
-    body='{"model":"'$(model_for "$2")'","messages":[{"role":"user","content":"hello"}],"stream":'$(stream_for "$2")'}'
-    out=$(curl -sS -o "$TMP/smoke.out" -w '%{http_code}' -H "Authorization: Bearer $KEY" \
-        -H 'Content-Type: application/json' -d "$body" "$(url_for "$1" "$2")") || die "smoke $1 $2: curl failed"
-    status=$out
-    [[ $status == 200 ]] || die "smoke $1 $2: HTTP $status: $(head -c 300 "$TMP/smoke.out")"
-    if [[ $2 == stream ]]; then
-        if [[ $(grep -c '^data: ' "$TMP/smoke.out") != 21 ]] || ! grep -q '^data: \[DONE\]' "$TMP/smoke.out"; then
-            die "smoke $1 $2: expected 20 chunks and [DONE], got: $(head -c 300 "$TMP/smoke.out")"
-        fi
-    else
-        cmp -s "$TMP/smoke.out" <(printf '%s' "$JSON_BODY") \
-            || die "smoke $1 $2: body differs: $(head -c 300 "$TMP/smoke.out")"
-    fi
+body_for() { # API MODE: what bench/chat.lua sends, for the smoke check
+    local model stream
+    model=$(model_for "$1" "$2")
+    stream=$(stream_for "$2")
+    case $(client_api "$1") in
+        chat) echo '{"model":"'"$model"'","messages":[{"role":"user","content":"hello"}],"stream":'"$stream"'}' ;;
+        messages) echo '{"model":"'"$model"'","max_tokens":64,"messages":[{"role":"user","content":"hello"}],"stream":'"$stream"'}' ;;
+        responses) echo '{"model":"'"$model"'","input":"hello","stream":'"$stream"'}' ;;
+    esac
 }
 
-TARGETS="direct llmgw passthrough"
-MODES="json stream"
-for t in $TARGETS; do for m in $MODES; do smoke "$t" "$m"; done; done
-log "smoke checks passed (200, full bodies) for every target and mode"
+# One request per cell and mode before any load: status 200 and the whole answer, in the
+# client's dialect (a native answer byte for byte; a translated one with all its text and its end).
+smoke() { # API TARGET MODE
+    local status api
+    api=$(client_api "$1")
+    status=$(curl -sS -o "$TMP/smoke.out" -w '%{http_code}' -H "Authorization: Bearer $KEY" \
+        -H 'anthropic-version: 2023-06-01' -H 'Content-Type: application/json' -d "$(body_for "$1" "$3")" \
+        "$(url_for "$1" "$2" "$3")") || die "smoke $1 $2 $3: curl failed"
+    [[ $status == 200 ]] || die "smoke $1 $2 $3: HTTP $status: $(head -c 300 "$TMP/smoke.out")"
+    case $1:$3 in
+        chat:stream)
+            if [[ $(grep -c '^data: ' "$TMP/smoke.out") != 22 ]] || ! grep -q '^data: \[DONE\]' "$TMP/smoke.out"; then
+                die "smoke $1 $2 $3: expected 20 chunks, a usage chunk and [DONE], got: $(head -c 300 "$TMP/smoke.out")"
+            fi ;;
+        chat:json) cmp -s "$TMP/smoke.out" <(printf '%s' "$JSON_BODY") \
+            || die "smoke $1 $2 $3: body differs: $(head -c 300 "$TMP/smoke.out")" ;;
+        messages:json) cmp -s "$TMP/smoke.out" <(printf '%s' "$MSG_JSON_BODY") \
+            || die "smoke $1 $2 $3: body differs: $(head -c 300 "$TMP/smoke.out")" ;;
+    esac
+    local text=$ANSWER_TEXT
+    [[ $3 == stream ]] && text=$STREAM_TEXT
+    "$PY" bench/check_answer.py "$api" "$3" "$TMP/smoke.out" "$text" \
+        || die "smoke $1 $2 $3: $(head -c 300 "$TMP/smoke.out")"
+}
 
-# wrk_run TARGET MODE CONC SECONDS -> "rps p50_ms p99_ms errors"
+# The cells, ordered so that llmgw's rows of every dialect run one after the other.
+CELLS="chat:direct"
+[[ " $APIS " == *" messages "* ]] && CELLS+=" messages:direct"
+CELLS+=" chat:llmgw"
+for a in $APIS; do [[ $a == chat ]] || CELLS+=" $a:llmgw"; done
+CELLS+=" chat:passthrough"
+[[ " $APIS " == *" messages "* ]] && CELLS+=" messages:passthrough"
+MODES=${BENCH_MODES:-"json stream"}
+ROUNDS=${BENCH_ROUNDS:-1}
+for cell in $CELLS; do for m in $MODES; do smoke "${cell%%:*}" "${cell#*:}" "$m"; done; done
+log "smoke checks passed (200, full answers in the client's dialect) for every cell and mode"
+
+# cpu_ticks PID: user + system CPU time the process has used, in clock ticks (all its threads).
+cpu_ticks() { sed 's/.*) //' "/proc/$1/stat" | awk '{ print $12 + $13 }'; }
+TICK_US=$((1000000 / $(getconf CLK_TCK)))
+
+# wrk_run API TARGET MODE CONC SECONDS -> "rps p50_ms p99_ms errors cpu_us"
+# cpu_us: CPU the proxy under test (llmgw or the passthrough) used per request during the run,
+# in microseconds; "-" for direct. Unlike rps it hardly depends on what else the machine runs.
 wrk_run() {
-    local threads=2 out line
-    (($3 < 2)) && threads=1
-    out=$(BENCH_MODEL=$(model_for "$2") BENCH_STREAM=$(stream_for "$2") BENCH_KEY=$KEY \
-        wrk -t"$threads" -c"$3" -d"$4"s -s bench/chat.lua "$(url_for "$1" "$2")" 2>&1) \
-        || die "wrk failed for $1 $2 c$3: $out"
+    local threads=2 out line pid="" before=0 cpu=-
+    (($4 < 2)) && threads=1
+    case $2 in llmgw) pid=$GW_PID ;; passthrough) pid=$PT_PID ;; esac
+    [[ -n $pid ]] && before=$(cpu_ticks "$pid")
+    out=$(BENCH_API=$(client_api "$1") BENCH_MODEL=$(model_for "$1" "$3") BENCH_STREAM=$(stream_for "$3") \
+        BENCH_KEY=$KEY wrk -t"$threads" -c"$4" -d"$5"s -s bench/chat.lua "$(url_for "$1" "$2" "$3")" 2>&1) \
+        || die "wrk failed for $1 $2 $3 c$4: $out"
     line=$(grep '^RESULT ' <<<"$out") || die "no RESULT line from wrk: $out"
-    [[ $line =~ rps=([^ ]+)\ p50_ms=([^ ]+)\ p99_ms=([^ ]+)\ requests=[0-9]+\ errors=([0-9]+) ]] \
+    [[ $line =~ rps=([^ ]+)\ p50_ms=([^ ]+)\ p99_ms=([^ ]+)\ requests=([0-9]+)\ errors=([0-9]+) ]] \
         || die "cannot parse: $line"
-    echo "${BASH_REMATCH[1]} ${BASH_REMATCH[2]} ${BASH_REMATCH[3]} ${BASH_REMATCH[4]}"
+    if [[ -n $pid ]] && ((BASH_REMATCH[4] > 0)); then
+        cpu=$((($(cpu_ticks "$pid") - before) * TICK_US / BASH_REMATCH[4]))
+    fi
+    echo "${BASH_REMATCH[1]} ${BASH_REMATCH[2]} ${BASH_REMATCH[3]} ${BASH_REMATCH[5]} $cpu"
 }
 
 RESULTS=$TMP/results.txt
 : >"$RESULTS"
 max_conc=$(tr ' ' '\n' <<<"$CONCS" | sort -n | tail -n 1)
-n_runs=$(($(wc -w <<<"$TARGETS") * $(wc -w <<<"$MODES") * $(wc -w <<<"$CONCS")))
+n_runs=$(($(wc -w <<<"$CELLS") * $(wc -w <<<"$MODES") * $(wc -w <<<"$CONCS")))
 load=$(cut -d' ' -f1 /proc/loadavg)
 awk -v l="$load" -v n="$(nproc)" 'BEGIN { exit !(l > n / 2) }' \
     && log "warning: load average is $load before the runs; other work on this machine skews the numbers"
-log "measuring: $n_runs runs of ${DURATION}s (+ ${WARMUP}s warm-up per target and mode)"
-for m in $MODES; do
-    for t in $TARGETS; do
-        wrk_run "$t" "$m" "$max_conc" "$WARMUP" >/dev/null
-        for c in $CONCS; do
-            r=$(wrk_run "$t" "$m" "$c" "$DURATION")
-            log "$(printf '%-11s %-6s c%-3s -> rps p50 p99 errors: %s' "$t" "$m" "$c" "$r")"
-            echo "$t $m $c $r" >>"$RESULTS"
+log "measuring: $ROUNDS × $n_runs runs of ${DURATION}s (+ ${WARMUP}s warm-up per cell and mode)"
+# Rounds repeat the whole matrix, so a burst of other work on the machine lands in one round's
+# figures; the report takes each cell's median over the rounds.
+for ((round = 1; round <= ROUNDS; round++)); do
+    for m in $MODES; do
+        for cell in $CELLS; do
+            a=${cell%%:*} t=${cell#*:}
+            ((round > 1)) || wrk_run "$a" "$t" "$m" "$max_conc" "$WARMUP" >/dev/null
+            for c in $CONCS; do
+                r=$(wrk_run "$a" "$t" "$m" "$c" "$DURATION")
+                log "$(printf 'round %s %-18s %-11s %-6s c%-3s -> rps p50 p99 errors cpu_us: %s' \
+                    "$round" "$a" "$t" "$m" "$c" "$r")"
+                echo "$a $t $m $c $r" >>"$RESULTS"
+            done
         done
     done
 done
@@ -252,7 +353,7 @@ echo
 "$PY" bench/report.py "$RESULTS" --out bench/results/latest.md \
     --header "# llmgw bench, $(date -u '+%Y-%m-%d %H:%M UTC')" \
     --header "" \
-    --header "commit $commit; ${DURATION}s per run; $(nproc) cores${cpu:+ ($cpu)}; load average $load; wrk -t1 -c1 and -t2 -cN; fake upstream: nginx $(nginx -v 2>&1 | sed 's|.*/||')"
+    --header "commit $commit; ${DURATION}s per run, median of $ROUNDS round(s); $(nproc) cores${cpu:+ ($cpu)}; load average $load before, $(cut -d' ' -f1 /proc/loadavg) after; wrk -t1 -c1 and -t2 -cN; fake upstream: nginx $(nginx -v 2>&1 | sed 's|.*/||')"
 
 append_warnings "$TMP/llmgw.log" bench/results/latest.md
 log "written bench/results/latest.md"
