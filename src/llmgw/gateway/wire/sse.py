@@ -36,7 +36,9 @@ def data_of(event: bytes) -> bytes | None:
 
 def json_of(event: bytes) -> dict[str, Any] | None:
     """The event's data as a JSON object, or None (no data, `[DONE]`, not JSON, not an object)."""
-    data = data_of(event)
+    # Most events are one `data:` line: no split and join for them (translators call this on
+    # every event of a stream).
+    data = event[6:] if event.startswith(b"data: ") and b"\n" not in event else data_of(event)
     if not data or data == b"[DONE]":
         return None
     try:
