@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 import orjson
 
-from llmgw.core.errors import LlmgwError, UpstreamError
+from llmgw.core.errors import UpstreamError
 from llmgw.gateway.call import Exchange, Reply, Stream, UpstreamCall
 from llmgw.gateway.transport import Connection, Transport
 from llmgw.gateway.usage import UsageTap
@@ -91,16 +91,10 @@ def streamed(conn: Connection, chunks: AsyncIterator[bytes]) -> Reply:
     return Reply(200, content_type=SSE, stream=stream)
 
 
-async def passthrough(conn: Connection, tap: UsageTap, wire: Wire) -> AsyncIterator[bytes]:
+def passthrough(conn: Connection, tap: UsageTap, wire: Wire) -> AsyncIterator[bytes]:
     """The upstream's chunks as they come (counted on the way); its failure ends the stream with
     the dialect's error event."""
-    try:
-        async for chunk in conn.chunks():
-            tap.chunk(chunk)
-            yield chunk
-    except LlmgwError as exc:
-        logger.warning("upstream stream broke: %s", exc.message)
-        yield wire.stream_broke()
+    return conn.chunks(tap.chunk, wire.stream_broke())
 
 
 async def events(
@@ -110,22 +104,21 @@ async def events(
     upstream chunk; its failure ends it with the dialect's error event."""
     splitter = SseSplitter()
     translator = translation.stream(model) if translation is not None else None
-    try:
-        async for chunk in conn.chunks():
-            tap.chunk(chunk)
-            batch = splitter.feed(chunk)
-            if translator is None:
-                yield [e + b"\n\n" for e in batch]
-            else:
-                yield [out for e in batch for out in translator.feed(e)]
-        rest = splitter.rest()
+    broke = wire.stream_broke()
+    async for chunk in conn.chunks(tap.chunk, broke):
+        if chunk is broke:  # the upstream broke: what was split so far is all there is
+            yield [broke]
+            return
+        batch = splitter.feed(chunk)
         if translator is None:
-            yield [e + b"\n\n" for e in rest]
+            yield [e + b"\n\n" for e in batch]
         else:
-            yield [out for e in rest for out in translator.feed(e)] + translator.end()
-    except LlmgwError as exc:
-        logger.warning("upstream stream broke: %s", exc.message)
-        yield [wire.stream_broke()]
+            yield [out for e in batch for out in translator.feed(e)]
+    rest = splitter.rest()
+    if translator is None:
+        yield [e + b"\n\n" for e in rest]
+    else:
+        yield [out for e in rest for out in translator.feed(e)] + translator.end()
 
 
 async def joined(batches: AsyncIterator[list[bytes]]) -> AsyncIterator[bytes]:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 
 import aiohttp
 
@@ -91,8 +91,10 @@ class Connection:
                 data += part
         return upstream_failure(self.name, self.status, self._resp.headers, bytes(data))
 
-    async def chunks(self) -> AsyncIterator[bytes]:
-        """The answer's chunks as they arrive; UpstreamError/UpstreamTimeout when it breaks."""
+    async def chunks(self, on_chunk: Callable[[bytes], None], broke: bytes) -> AsyncIterator[bytes]:
+        """The answer's chunks as they arrive, each seen by `on_chunk` first; when the upstream
+        breaks (UpstreamError/UpstreamTimeout, logged) the stream ends with `broke`, the client
+        dialect's error event. One generator, not two: this runs for every chunk relayed."""
         it = self._resp.content.iter_any()
         while True:
             # Not `mapped()`: a context manager per chunk costs the relay.
@@ -100,10 +102,15 @@ class Connection:
                 chunk = await it.__anext__()
             except StopAsyncIteration:
                 return
-            except TimeoutError as exc:
-                raise UpstreamTimeout(f"upstream {self.name} did not answer in time") from exc
-            except aiohttp.ClientError as exc:
-                raise UpstreamError(f"upstream {self.name} failed: {type(exc).__name__}") from exc
+            except (TimeoutError, aiohttp.ClientError) as exc:
+                failure = (UpstreamTimeout(f"upstream {self.name} did not answer in time")
+                           if isinstance(exc, TimeoutError)
+                           else UpstreamError(f"upstream {self.name} failed: {type(exc).__name__}"))
+                logger.warning("upstream stream broke: %s", failure.message)
+                if broke:
+                    yield broke
+                return
+            on_chunk(chunk)
             yield chunk
 
     def _mapped(self) -> contextlib.AbstractContextManager[None]:

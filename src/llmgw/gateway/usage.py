@@ -42,9 +42,18 @@ def _patterns(fmt: UsageFormat) -> tuple[re.Pattern[bytes], re.Pattern[bytes], t
     return _pattern(fmt.prompt), _pattern(fmt.completion), tuple(_pattern(k) for k in fmt.prompt_also)
 
 
-def _text_events(data: bytes, markers: tuple[bytes, ...]) -> int:
+def _text_events(data: bytes, markers: tuple[tuple[bytes, bytes], ...]) -> int:
     """Events carrying text: each marker counts, except where it opens an empty string."""
-    return sum(data.count(m) - data.count(m + b'"') for m in markers)
+    n = 0
+    for marker, empty in markers:  # a loop, not sum() over a generator: this runs per chunk
+        n += data.count(marker) - data.count(empty)
+    return n
+
+
+@functools.cache
+def _markers(fmt: UsageFormat) -> tuple[tuple[bytes, bytes], ...]:
+    """Each text marker with its empty-string form, made once per dialect."""
+    return tuple((m, m + b'"') for m in fmt.text_markers)
 
 
 @dataclass
@@ -78,6 +87,7 @@ class UsageTap:
     def __init__(self, fmt: UsageFormat = openai_chat.USAGE,
                  answer_text: Callable[[bytes], str] = openai_chat.answer_text) -> None:
         self._fmt = fmt
+        self._markers = _markers(fmt)
         self._answer_text = answer_text
         self._first: bytes | None = None  # a stream's first chunk, when its prompt count is there
         # The last chunks, by reference (no copies on the hot path): usage sits in the last event.
@@ -101,7 +111,7 @@ class UsageTap:
             if self._fmt.prompt_first:
                 self._first = data
         # bytes.count is a C scan: a regex over every streamed byte cost a tenth of the relay.
-        markers = self._fmt.text_markers
+        markers = self._markers
         n = _text_events(data, markers)
         if self._carry:  # a marker cut by the network: count what the join adds, once
             head = data[:_CARRY]
