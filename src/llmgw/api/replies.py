@@ -20,10 +20,10 @@ async def write(request: web.Request, reply: Reply) -> web.StreamResponse:
     client leaving drops the upstream, so the engine stops generating)."""
     if reply.stream is None:
         return web.Response(body=reply.body, status=reply.status,
-                            headers={**reply.headers, "Content-Type": reply.content_type})
+                            headers={"Content-Type": reply.content_type})
     stream, completed = reply.stream, False
     out = web.StreamResponse(status=reply.status,
-                             headers=response_headers(request, {**SSE_HEADERS, **reply.headers}))
+                             headers=response_headers(request, SSE_HEADERS))
     try:
         await out.prepare(request)
         async for chunk in stream.chunks:

@@ -7,8 +7,8 @@ everything between (guard, limits, usage, translation, the transport) works on t
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass, field
+from collections.abc import AsyncGenerator, Callable
+from dataclasses import dataclass
 from typing import Any
 
 from llmgw.core.types import ApiKey
@@ -49,7 +49,7 @@ class Stream:
     end, the client left, or it was never started: that releases the upstream and settles usage.
     """
 
-    def __init__(self, chunks: AsyncIterator[bytes]) -> None:
+    def __init__(self, chunks: AsyncGenerator[bytes, None]) -> None:
         self.chunks = chunks
         self._closers: list[Callable[[bool], None]] = []
         self._closed = False
@@ -64,9 +64,7 @@ class Stream:
             return
         self._closed = True
         try:
-            aclose = getattr(self.chunks, "aclose", None)
-            if aclose is not None:
-                await aclose()
+            await self.chunks.aclose()
         finally:
             for closer in reversed(self._closers):
                 # A closer's failure must not keep the next from releasing what it holds.
@@ -84,4 +82,3 @@ class Reply:
     body: bytes = b""
     content_type: str = "application/json"
     stream: Stream | None = None
-    headers: dict[str, str] = field(default_factory=dict)

@@ -9,7 +9,7 @@ read the client's dialect (after any translation), through its wire module.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Coroutine
+from collections.abc import AsyncGenerator, Coroutine
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -140,7 +140,7 @@ async def _unless_blocked(
 
 async def _windowed(
     conn: Connection, call: UpstreamCall, out: Outbound, exchange: Exchange, judged: Judged
-) -> AsyncIterator[bytes]:
+) -> AsyncGenerator[bytes, None]:
     """The stream a window at a time, each released only after the judges passed it; a blocked
     window is never sent, and the stream ends with the dialect's blocked ending instead."""
     wire, outputs = call.wire, judged.outputs

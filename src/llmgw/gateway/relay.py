@@ -4,7 +4,7 @@ translated into the client's dialect; streams chunk by chunk."""
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from dataclasses import dataclass
 
 import orjson
@@ -84,14 +84,14 @@ def relayed(conn: Connection, call: UpstreamCall, out: Outbound, exchange: Excha
     return streamed(conn, joined(events(conn, exchange.tap, call.wire, out.translation, call.ask.model)))
 
 
-def streamed(conn: Connection, chunks: AsyncIterator[bytes]) -> Reply:
+def streamed(conn: Connection, chunks: AsyncGenerator[bytes, None]) -> Reply:
     """A streamed reply that gives the connection back when it is closed."""
     stream = Stream(chunks)
     stream.on_close(lambda _completed: conn.release())
     return Reply(200, content_type=SSE, stream=stream)
 
 
-def passthrough(conn: Connection, tap: UsageTap, wire: Wire) -> AsyncIterator[bytes]:
+def passthrough(conn: Connection, tap: UsageTap, wire: Wire) -> AsyncGenerator[bytes, None]:
     """The upstream's chunks as they come (counted on the way); its failure ends the stream with
     the dialect's error event."""
     return conn.chunks(tap.chunk, wire.stream_broke())
@@ -121,7 +121,7 @@ async def events(
         yield [out for e in rest for out in translator.feed(e)] + translator.end()
 
 
-async def joined(batches: AsyncIterator[list[bytes]]) -> AsyncIterator[bytes]:
+async def joined(batches: AsyncIterator[list[bytes]]) -> AsyncGenerator[bytes, None]:
     """Each non-empty batch of events as one chunk."""
     async for batch in batches:
         if batch:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncGenerator, Callable, Iterator
 
 import aiohttp
 
@@ -52,8 +52,7 @@ class Connection:
 
     @property
     def name(self) -> str:
-        """The upstream's name as errors show it (a provider's model name, not its URL)."""
-        return self.up.id.removeprefix("remote:")
+        return shown(self.up)
 
     def release(self) -> None:
         """Give the upstream back; an unread body closes the connection rather than pooling it,
@@ -71,7 +70,7 @@ class Connection:
     async def whole(self) -> bytes:
         """The whole answer, decoded; UpstreamError beyond MAX_ANSWER_BYTES."""
         blocks, size = [], 0
-        with self._mapped():
+        with mapped(self.name):
             while block := await self._resp.content.readany():
                 size += len(block)
                 if size > MAX_ANSWER_BYTES:
@@ -83,7 +82,7 @@ class Connection:
     async def failure(self) -> LlmgwError:
         """The client's error for this non-2xx answer (its body read up to MAX_ERROR_BODY)."""
         data = bytearray()
-        with self._mapped():
+        with mapped(self.name):
             while len(data) < MAX_ERROR_BODY:
                 part = await self._resp.content.read(MAX_ERROR_BODY - len(data))
                 if not part:
@@ -91,10 +90,10 @@ class Connection:
                 data += part
         return upstream_failure(self.name, self.status, self._resp.headers, bytes(data))
 
-    async def chunks(self, on_chunk: Callable[[bytes], None], broke: bytes) -> AsyncIterator[bytes]:
+    async def chunks(self, on_chunk: Callable[[bytes], None], broke: bytes) -> AsyncGenerator[bytes, None]:
         """The answer's chunks as they arrive, each seen by `on_chunk` first; when the upstream
-        breaks (UpstreamError/UpstreamTimeout, logged) the stream ends with `broke`, the client
-        dialect's error event. One generator, not two: this runs for every chunk relayed."""
+        breaks (logged) the stream ends with `broke`, the client dialect's error event. One
+        generator, not two: this runs for every chunk relayed."""
         it = self._resp.content.iter_any()
         while True:
             # Not `mapped()`: a context manager per chunk costs the relay.
@@ -103,18 +102,16 @@ class Connection:
             except StopAsyncIteration:
                 return
             except (TimeoutError, aiohttp.ClientError) as exc:
-                failure = (UpstreamTimeout(f"upstream {self.name} did not answer in time")
-                           if isinstance(exc, TimeoutError)
-                           else UpstreamError(f"upstream {self.name} failed: {type(exc).__name__}"))
-                logger.warning("upstream stream broke: %s", failure.message)
-                if broke:
-                    yield broke
+                logger.warning("upstream %s stream broke: %s", self.name, type(exc).__name__)
+                yield broke
                 return
             on_chunk(chunk)
             yield chunk
 
-    def _mapped(self) -> contextlib.AbstractContextManager[None]:
-        return mapped(self.name)
+
+def shown(up: Upstream) -> str:
+    """An upstream's name as errors show it (a provider's model name, not its URL)."""
+    return up.id.removeprefix("remote:")
 
 
 @contextlib.contextmanager
@@ -178,7 +175,7 @@ class Transport:
                     ) from exc
             except BaseException as exc:  # failed or cancelled while sending
                 up.outstanding -= 1
-                with mapped(up.id.removeprefix("remote:")):
+                with mapped(shown(up)):
                     raise exc
         conn = Connection(up, resp)
         encoding = resp.headers.get("Content-Encoding", "").strip().lower() or "identity"
