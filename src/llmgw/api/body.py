@@ -101,16 +101,3 @@ def check_shape(payload: Any) -> None:
                 raise InvalidRequest(f"request body holds more than {MAX_ITEMS} values")
             if isinstance(child, dict | list):
                 stack.append((child, depth + 1))
-
-
-def require(payload: dict[str, Any], name: str, kind: type | tuple[type, ...], what: str) -> None:
-    """A 400 naming the field when it is missing or of the wrong type."""
-    if name not in payload:
-        raise InvalidRequest(f"'{name}' is a required property", param=name)
-    value = payload[name]
-    if not isinstance(value, kind) or isinstance(value, bool) and bool not in _types(kind):
-        raise InvalidRequest(f"'{name}' must be {what}", param=name)
-
-
-def _types(kind: type | tuple[type, ...]) -> tuple[type, ...]:
-    return kind if isinstance(kind, tuple) else (kind,)

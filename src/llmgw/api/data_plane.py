@@ -8,14 +8,14 @@ import orjson
 from aiohttp import web
 
 from llmgw.api.appkeys import GATEWAY, GUARD, METRICS, METRICS_PUBLIC
-from llmgw.api.body import read_json, require
+from llmgw.api.body import read_json
 from llmgw.api.context import REQUEST_ID, STARTED
 from llmgw.api.errors import Handler
 from llmgw.api.openapi import openapi_json
 from llmgw.api.replies import write
 from llmgw.core.errors import InvalidRequest
 from llmgw.core.types import ApiKey, KeyScope
-from llmgw.gateway.wire import anthropic_messages
+from llmgw.gateway.wire import anthropic_messages, checks
 from llmgw.gateway.wire.dialect import Api
 from llmgw.guard import moderation
 
@@ -68,7 +68,7 @@ async def moderations(request: web.Request) -> web.Response:
     """OpenAI's moderation endpoint, answered by the judges of the key's guard policies."""
     key = client_key(request)
     _, payload = await read_json(request)
-    require(payload, "input", (str, list), "a string or an array of strings")
+    checks.required(payload, "input", (str, list), "a string or an array of strings")
     if "model" in payload and not isinstance(payload["model"], str):
         raise InvalidRequest("'model' must be a string", param="model")
     texts = [payload["input"]] if isinstance(payload["input"], str) else payload["input"]

@@ -146,6 +146,7 @@ async def _windowed(
     wire, outputs = call.wire, judged.outputs
     window = Window(size=min(p.stream_window_chars for p in outputs))
     turns = call.ask.turns
+
     async def passed() -> bool:
         """Judge everything so far; on a block, hold the blocked ending instead."""
         if window.unjudged:

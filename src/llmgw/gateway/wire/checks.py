@@ -34,6 +34,15 @@ def required_str(payload: dict[str, Any], name: str) -> str:
     return value
 
 
+def required(payload: dict[str, Any], name: str, kind: type | tuple[type, ...], what: str) -> None:
+    """A 400 naming the field when it is missing or not of `kind` (booleans never pass as numbers)."""
+    if name not in payload:
+        raise InvalidRequest(f"'{name}' is a required property", param=name)
+    value = payload[name]
+    if not isinstance(value, kind) or (isinstance(value, bool) and not _allows_bool(kind)):
+        raise InvalidRequest(f"'{name}' must be {what}", param=name)
+
+
 def token_count(payload: dict[str, Any], name: str, *, required: bool = False) -> int | None:
     """The token cap `name` (an integer from 1 to MAX_TOKENS), None when absent and optional."""
     value = payload.get(name)

@@ -23,15 +23,6 @@ USAGE = UsageFormat(prompt=b'"prompt_tokens"', completion=b'"completion_tokens"'
                     text_markers=(b'"content":"', b'"text":"'))
 
 
-def _required(payload: dict[str, Any], name: str, kind: type | tuple[type, ...], what: str) -> None:
-    """A 400 naming the field when it is missing or not of `kind`."""
-    if name not in payload:
-        raise InvalidRequest(f"'{name}' is a required property", param=name)
-    checks.optional(payload, name, kind, what)
-    if payload[name] is None:
-        raise InvalidRequest(f"'{name}' must be {what}", param=name)
-
-
 def content_text(content: Any) -> str:
     """The text of a message's content: a string, or the text of its parts (other parts are not
     judged)."""
@@ -54,7 +45,7 @@ def _tool_calls_text(calls: Any) -> str:
 def read_chat(payload: dict[str, Any]) -> Ask:
     """A chat completions request."""
     model = checks.required_str(payload, "model")
-    _required(payload, "messages", list, "an array of messages")
+    checks.required(payload, "messages", list, "an array of messages")
     if not payload["messages"]:
         raise InvalidRequest("'messages' must contain at least one message", param="messages")
     turns = []
@@ -75,7 +66,7 @@ def read_chat(payload: dict[str, Any]) -> Ask:
 def read_completion(payload: dict[str, Any]) -> Ask:
     """A legacy completions request: its prompt is the user's turn."""
     model = checks.required_str(payload, "model")
-    _required(payload, "prompt", (str, list), "a string or an array")
+    checks.required(payload, "prompt", (str, list), "a string or an array")
     prompt = payload["prompt"]
     text = prompt if isinstance(prompt, str) else "\n".join(p for p in prompt if isinstance(p, str))
     return Ask(model, [Turn("user", text)], checks.token_count(payload, "max_tokens"),
@@ -85,7 +76,7 @@ def read_completion(payload: dict[str, Any]) -> Ask:
 def read_embedding(payload: dict[str, Any]) -> Ask:
     """An embeddings request: nothing is generated, nothing is judged."""
     model = checks.required_str(payload, "model")
-    _required(payload, "input", (str, list), "a string or an array")
+    checks.required(payload, "input", (str, list), "a string or an array")
     return Ask(model, [], None, False)
 
 
@@ -93,7 +84,7 @@ def read_rerank(payload: dict[str, Any]) -> Ask:
     """A rerank request (llama.cpp's, Jina's and Cohere's shape): passed through unjudged."""
     model = checks.required_str(payload, "model")
     checks.required_str(payload, "query")
-    _required(payload, "documents", list, "an array")
+    checks.required(payload, "documents", list, "an array")
     return Ask(model, [], None, False)
 
 
