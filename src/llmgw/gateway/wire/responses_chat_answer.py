@@ -311,20 +311,6 @@ class ChatStreamAsResponses:
             out.append(self._event("response.output_item.done", output_index=call.output_index, item=item))
         return out
 
-    @property
-    def response_id(self) -> str:
-        """The `resp_…` id every lifecycle event of this stream carries (the SDK checks it never
-        changes, so an ending written elsewhere must reuse it)."""
-        return self._id
-
-    def stop(self, reason: str = "content_filter") -> list[bytes]:
-        """Ends the stream before the upstream did (a guard stopped it): the open items end
-        incomplete, then `response.incomplete` with `reason`, after everything fed so far."""
-        out = self._start() + self._close_item("incomplete") + self._close_calls("incomplete")
-        response = _response(self._id, self._created, self._model, "incomplete", self._output, self._usage,
-                             reason)
-        return [*out, self._event("response.incomplete", response=response)]
-
     def end(self) -> list[bytes]:
         """The events that finish the stream: open items done, then the response's last event."""
         out = self._start()
