@@ -5,7 +5,6 @@ It knows no web framework: `api/` hands it a request's parts and writes the `Rep
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import math
 import time
 from typing import Any
@@ -46,8 +45,7 @@ WIRES: dict[Api, Wire] = {
     Api.RERANK: openai_chat.RERANK,
     Api.RESPONSES: openai_responses.WIRE,
     Api.MESSAGES: anthropic_messages.WIRE,
-    Api.COUNT_TOKENS: dataclasses.replace(anthropic_messages.WIRE, name="count_tokens",
-                                          read=anthropic_messages.count_tokens_check),
+    Api.COUNT_TOKENS: anthropic_messages.COUNT_TOKENS,
 }
 
 # The status metrics show for a request whose client went away (nginx's): not an upstream error.

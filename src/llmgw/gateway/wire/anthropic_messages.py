@@ -9,6 +9,7 @@ thinking blocks are not judged.
 
 from __future__ import annotations
 
+import dataclasses
 from datetime import UTC, datetime
 from typing import Any
 
@@ -295,3 +296,5 @@ WIRE = Wire(
     stream_broke=stream_broke,
     error_body=error_body,
 )
+# `/v1/messages/count_tokens`: the same dialect, read without a required `max_tokens`.
+COUNT_TOKENS = dataclasses.replace(WIRE, name="count_tokens", read=count_tokens_check)
