@@ -14,6 +14,7 @@ import pytest
 from aiohttp import web
 
 from llmgw.api.edge import EdgeRunner
+from llmgw.control.serve_jobs import ServeJobs
 from llmgw.core.settings import load
 from llmgw.core.types import Limits
 from llmgw.server.app import Server
@@ -94,6 +95,29 @@ async def test_a_stop_leaves_the_cluster_first_then_lets_the_request_in_flight_f
         assert resp.status == 200 and await resp.text() == "finished"
         async with asyncio.timeout(10):
             await stopping
+
+
+async def test_a_stop_while_the_leader_is_still_resuming_jobs_stops_its_loops(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    resuming, never = asyncio.Event(), asyncio.Event()
+
+    async def slow_resume(_jobs: ServeJobs) -> list[str]:
+        resuming.set()
+        await never.wait()  # a store slow to list the jobs to resume
+        return []
+
+    async def unused(_request: web.Request) -> web.Response:
+        return web.Response()
+
+    monkeypatch.setattr(ServeJobs, "resume", slow_resume)
+    server, runner, _url = await start(tmp_path, 1.0, unused)
+    async with asyncio.timeout(10):
+        await resuming.wait()
+    assert running("replica-keeper")  # started, while `elected` has not returned yet
+    async with asyncio.timeout(10):
+        await stop_gracefully(server, runner)
+    assert not running("replica-keeper") and not running("judge-keeper")
 
 
 async def test_the_drain_is_bounded(tmp_path: Path) -> None:

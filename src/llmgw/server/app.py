@@ -297,8 +297,10 @@ class Server:
         """On SQLite this one server is always the leader; on PostgreSQL it is elected."""
         if self.store.engine.dialect.name == "sqlite":
             leadership.epoch = 0
-            await leadership.elected(0)
             try:
+                # Inside the try: a stop that lands while `elected` is still resuming serve jobs
+                # must stop the loops it already started (the elector does the same on PostgreSQL).
+                await leadership.elected(0)
                 await asyncio.Event().wait()
             finally:
                 await asyncio.shield(leadership.deposed())
