@@ -5,8 +5,9 @@ from __future__ import annotations
 import os
 import tomllib
 from pathlib import Path
+from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from llmgw.core import names
 from llmgw.core.errors import ConfigError
@@ -20,6 +21,38 @@ def default_data_dir() -> Path:
     if env:
         return Path(env).expanduser()
     return Path.home() / ".local" / "share" / "llmgw"
+
+
+# The context size llmgw serves a model with when nobody says otherwise: what `server init`'s demo
+# model and judge use, what a serve job sizes its default profile for, what the engine is given.
+DEFAULT_CTX_SIZE = 4096
+
+
+class ControlSettings(BaseModel):
+    """The control plane's knobs (`[control]` in config.toml), passed explicitly to the leader's
+    duties and to every server's request queue."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    # How often the leader's keepers look even when nothing woke them (changes wake them).
+    keeper_interval_s: float = Field(default=5.0, gt=0, le=300)
+    # A node whose agent has not reported for this long is lost: its replicas go elsewhere.
+    node_timeout_s: float = Field(default=30.0, gt=0)
+    # The judge keeper serves no judge itself this long after it starts: `server init` adds its
+    # own judge just after the control plane starts, sized and placed as the install says.
+    judge_grace_s: float = Field(default=600.0, ge=0)
+    # A request for a model with no ready replica waits in a per-model queue on the server that
+    # took it: at most queue_max requests, each at most queue_timeout_s.
+    queue_max: int = Field(default=64, ge=0, le=100_000)
+    queue_timeout_s: float = Field(default=120.0, gt=0, le=3600)
+    # The keeper adds a replica (up to scaling.max) when a model's queued and in-flight requests
+    # per ready replica have stayed above scale_up_load for scale_up_after_s.
+    scale_up_load: float = Field(default=4.0, gt=0)
+    scale_up_after_s: float = Field(default=5.0, ge=0)
+
+
+# Keys of ControlSettings that earlier versions read from `[server]`: still accepted there.
+_MOVED_TO_CONTROL = ("keeper_interval_s", "node_timeout_s", "judge_grace_s")
 
 
 class ServerSettings(BaseModel):
@@ -44,13 +77,6 @@ class ServerSettings(BaseModel):
     # Timeout for one upstream call (connect to last byte) when the request sets none.
     upstream_timeout_s: float = Field(default=600.0, gt=0)
     max_body_bytes: int = Field(default=8 * 1024 * 1024, gt=0)
-    # The judge keeper serves no judge itself this long after it starts: `server init` adds its
-    # own judge just after the control plane starts, sized and placed as the install says.
-    judge_grace_s: float = Field(default=600.0, ge=0)
-    # A node whose agent has not reported for this long is lost: its replicas go elsewhere.
-    node_timeout_s: float = Field(default=30.0, gt=0)
-    # How often the leader's keepers look even when nothing woke them (changes wake them).
-    keeper_interval_s: float = Field(default=5.0, gt=0, le=300)
     # Leader election on PostgreSQL (ttl > renew deadline > 1.2 × retry; checked at start).
     leader_ttl_s: float = Field(default=15.0, gt=0)
     leader_renew_deadline_s: float = Field(default=10.0, gt=0)
@@ -59,6 +85,21 @@ class ServerSettings(BaseModel):
     model_roots: list[str] = Field(default_factory=list)
     # Variables a remote model's `api_key_env` may name besides LLMGW_PROVIDER_*.
     provider_key_env: list[str] = Field(default_factory=list)
+
+    control: ControlSettings = Field(default_factory=ControlSettings)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _moved(cls, data: Any) -> Any:
+        """Control knobs written under `[server]` by earlier versions move to `control`."""
+        if isinstance(data, dict) and any(k in data for k in _MOVED_TO_CONTROL):
+            data = dict(data)
+            control = dict(data.get("control") or {})
+            for k in _MOVED_TO_CONTROL:
+                if k in data:
+                    control.setdefault(k, data.pop(k))
+            data["control"] = control
+        return data
 
     @field_validator("model_roots")
     @classmethod
@@ -104,7 +145,10 @@ def load(data_dir: Path) -> ServerSettings:
     except (OSError, tomllib.TOMLDecodeError) as exc:
         raise ConfigError(f"cannot read {path}: {exc}") from exc
     try:
-        return ServerSettings.model_validate(raw.get("server", {}))
+        section = dict(raw.get("server", {}))
+        if "control" in raw:
+            section["control"] = raw["control"]
+        return ServerSettings.model_validate(section)
     except ValidationError as exc:
         # Each error's field and message only: pydantic's full text quotes the input value, which
         # may be a database password or the key secret.
@@ -118,18 +162,22 @@ def load(data_dir: Path) -> ServerSettings:
 def dump(settings: ServerSettings) -> str:
     """TOML text for a settings object (scalars and lists of strings, so no TOML writer is
     needed)."""
-    lines = ["# llmgw install configuration, written by `llmgw server init`.", "[server]"]
-    for name, value in settings.model_dump().items():
-        if isinstance(value, bool):
-            text = "true" if value else "false"
-        elif isinstance(value, int | float):
-            text = repr(value)
-        elif isinstance(value, list):
-            text = "[" + ", ".join(_quoted(v) for v in value) + "]"
-        else:
-            text = _quoted(value)
-        lines.append(f"{name} = {text}")
+    lines = ["# llmgw install configuration, written by `llmgw server init`."]
+    server = settings.model_dump(exclude={"control"})
+    for section, values in (("server", server), ("control", settings.control.model_dump())):
+        lines.append(f"[{section}]")
+        lines += [f"{name} = {_toml(value)}" for name, value in values.items()]
     return "\n".join(lines) + "\n"
+
+
+def _toml(value: object) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int | float):
+        return repr(value)
+    if isinstance(value, list):
+        return "[" + ", ".join(_quoted(v) for v in value) + "]"
+    return _quoted(value)
 
 
 def _quoted(value: object) -> str:

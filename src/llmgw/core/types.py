@@ -109,6 +109,14 @@ class Scaling(Frozen):
 
     min: int = Field(default=1, ge=0, le=64)
     max: int = Field(default=1, ge=0, le=64)
+    # Replicas above `min` that served nothing for this long are stopped (None: they stay).
+    # With `min` 0 the model is on demand: its first request starts it, and it goes when idle.
+    idle_s: float | None = Field(default=None, gt=0, le=30 * 86400)
+
+    @property
+    def on_demand(self) -> bool:
+        """Whether the model may have no replica at all (scale to zero)."""
+        return self.min == 0
 
     @model_validator(mode="after")
     def _ordered(self) -> Scaling:

@@ -174,7 +174,7 @@ class Server:
             wiring.keeper_applier(self.store, self.clock, leadership.fence),
             self.clock,
             on_change=changed,
-            node_timeout=timedelta(seconds=s.node_timeout_s),
+            node_timeout=timedelta(seconds=s.control.node_timeout_s),
             judge_machine=wiring.judge_machine_reader(self.store),
         )
 
@@ -189,7 +189,7 @@ class Server:
             return files.cached(src) if isinstance(src, HubSource) else None
 
         catalog = CatalogService(self.store, self.clock, on_change=catalog_changed, locate=locate,
-                                 node_timeout=timedelta(seconds=s.node_timeout_s),
+                                 node_timeout=timedelta(seconds=s.control.node_timeout_s),
                                  model_roots=s.model_dirs(self.data_dir),
                                  provider_key_env=s.provider_key_env)
         jobs = ServeJobs(self.store, files, catalog, self.clock)
@@ -199,7 +199,7 @@ class Server:
         guard_admin = GuardAdmin(self.store, self.clock, on_change=catalog_changed)
         key_admin = KeyAdmin(self.store, self.clock, bytes.fromhex(s.key_secret),
                              lambda: refresher.current.default_limits, on_change=keys_changed)
-        judge_keeper = judges.keeper(self.store, jobs, catalog, self.clock, s.judge_grace_s,
+        judge_keeper = judges.keeper(self.store, jobs, catalog, self.clock, s.control.judge_grace_s,
                                      catalog_changed, leadership.fence, leadership.server_id)
 
         app = web.Application(middlewares=[openai_errors],
@@ -215,7 +215,7 @@ class Server:
         app[JUDGE_STATUS] = judges.status(self.store, judge_keeper, self.clock,
                                           lambda: leadership.leading, leadership.server_id)
         app[AGENTS] = AgentService(self.store, self.clock, engine_key, on_change=catalog_changed,
-                                   node_timeout=timedelta(seconds=s.node_timeout_s),
+                                   node_timeout=timedelta(seconds=s.control.node_timeout_s),
                                    servers_nodes=frozenset({"local", s.node_id}))
         app.add_routes(data_plane.routes())
         app.add_routes(admin.routes())
@@ -223,7 +223,7 @@ class Server:
         app.add_routes(guard_routes.routes())
         app.add_routes(key_routes.routes())
         app.add_routes(agent_routes.routes())
-        app[NODES] = NodeAdmin(self.store, self.clock, s.node_timeout_s, on_change=catalog_changed)
+        app[NODES] = NodeAdmin(self.store, self.clock, s.control.node_timeout_s, on_change=catalog_changed)
         app.add_routes(node_routes.routes())
 
         async def cluster_status() -> dict[str, Any]:

@@ -62,7 +62,7 @@ async def serve(
         store.close()
         raise ConfigError(f"{data_dir / 'config.toml'} does not belong to the install in "
                           f"database {redact(url)}: {JOIN_HINT}")
-    server = Server(data_dir, settings, store, loops=Loops(keeper_s=settings.keeper_interval_s))
+    server = Server(data_dir, settings, store, loops=Loops(keeper_s=settings.control.keeper_interval_s))
     logger.info("open files limit: %d (one per connection, engine and database connection)",
                 raise_open_files_limit())
     runner = app_runner(server.build_app(), edge_limits(settings))
