@@ -30,7 +30,7 @@ async def test_a_paused_leaders_keeper_writes_nothing_once_another_leads(
     store = Store.open(fresh_database(postgres_url))
     clock = FakeClock(NOW)
     try:
-        a = Leadership(nothing, nothing, clock, server_id="server-a")
+        a = Leadership(clock, server_id="server-a")
         a.elector = Elector("server-a", store.leases, clock, Timing(), nothing, nothing)
         lease = store.leases.acquire("server-a", clock.now(), TTL)
         assert lease is not None
@@ -53,7 +53,7 @@ async def test_a_server_that_is_not_leading_writes_nothing(tmp_path: Path) -> No
     store = Store.open(f"sqlite:///{tmp_path / 'llmgw.db'}")
     clock = FakeClock(NOW)
     try:
-        follower = Leadership(nothing, nothing, clock, server_id="server-b")
+        follower = Leadership(clock, server_id="server-b")
         follower.elector = Elector("server-b", store.leases, clock, Timing(), nothing, nothing)
         apply = wiring.keeper_applier(store, clock, follower.fence)
         with pytest.raises(StaleEpoch, match="not the leader"):

@@ -25,6 +25,7 @@ from llmgw.core.agent_wire import SyncRequest
 from llmgw.core.guard import JudgeSpec, Outcome, Policy
 from llmgw.core.jobs import ServeRequest
 from llmgw.core.names import MODEL_NAME_MAX
+from llmgw.core.settings import DEFAULT_CTX_SIZE
 from llmgw.core.types import _REPO_RE, NAME_PATTERN, Limits, Model
 from llmgw.gateway.keys_admin import KeyRequest
 from llmgw.gateway.wire.checks import MAX_TOKENS
@@ -108,7 +109,7 @@ _EXAMPLES: dict[str, Schema] = {
              "max_tokens": 32},
     "model": {"name": "gemma3-270m", "source": _HUB, "scaling": {"min": 0, "max": 1},
               "profiles": [{"name": "cpu", "cpu_cores": 2, "min_memory_gb": 1}]},
-    "job": {"name": "gemma3-270m", "source": _HUB, "cores": 2, "ctx_size": 4096},
+    "job": {"name": "gemma3-270m", "source": _HUB, "cores": 2, "ctx_size": DEFAULT_CTX_SIZE},
 }
 _REMOVED = _obj(("name", "removed"), name=_STR, removed={"type": "boolean"})
 _NODE = _obj(("id", "status", "labels", "cordoned", "draining", "replica_count"), id=_STR,

@@ -117,6 +117,16 @@ def agent_forgetter(store: Store) -> Callable[[str], Awaitable[None]]:
     return run
 
 
+def both(*calls: Callable[[VerdictRecord], None]) -> Callable[[VerdictRecord], None]:
+    """One callback that makes each of `calls` in turn (a verdict goes to the log and metrics)."""
+
+    def call(record: VerdictRecord) -> None:
+        for c in calls:
+            c(record)
+
+    return call
+
+
 def verdict_writer(store: Store) -> Callable[[list[VerdictRecord]], Awaitable[None]]:
     async def run(records: list[VerdictRecord]) -> None:
         await asyncio.to_thread(store.guard.add_verdicts, records)
