@@ -129,10 +129,14 @@ def test_a_local_model_without_ready_replicas_explains_itself() -> None:
     assert route.unavailable == "failed: engine exited with code 3"
 
 
-def test_a_local_model_with_no_replica_at_all_hints_at_scaling() -> None:
-    route = build_routes([gemma_model(replicas=0)], [], {}, addresses=NODES)["gemma3-270m"]
-    assert route.upstreams == ()
-    assert "scaling.min" in route.unavailable
+def test_a_local_model_with_no_replica_at_all_says_why_by_its_scaling() -> None:
+    models = [gemma_model(replicas=0), local_model("off", replicas=0).model_copy(update={"scaling": Scaling(min=0, max=0)}),
+              local_model("kept")]
+    routes = build_routes(models, [], {}, addresses=NODES)
+    assert routes["gemma3-270m"].upstreams == ()
+    assert routes["gemma3-270m"].unavailable == "no replica is placed yet (the model starts on demand)"
+    assert routes["off"].unavailable == "no replica is placed: scaling.max is 0"
+    assert "scaling.min" in routes["kept"].unavailable
 
 
 def test_every_catalog_model_gets_a_route_and_nothing_else() -> None:
