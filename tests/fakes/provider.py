@@ -29,6 +29,7 @@ from llmgw.core.clock import SystemClock
 from llmgw.core.types import ApiKey, Limits, LocalSource, Model, Profile
 from llmgw.gateway.auth import KeyCache
 from llmgw.gateway.limits import Limiter
+from llmgw.gateway.metrics import Metrics
 from llmgw.gateway.queue import ColdQueue
 from llmgw.gateway.routing import Route, RoutingTable, Upstream
 from llmgw.gateway.service import Gateway
@@ -244,6 +245,7 @@ class GatewayRig:
     # The request queue, for routes with no upstream; the refresher, to swap snapshots in.
     queue: ColdQueue | None = None
     refresher: Refresher | None = None
+    metrics: Metrics | None = None
 
     async def start(self) -> GatewayRig:
         self.plaintext, key = user_key()
@@ -258,7 +260,7 @@ class GatewayRig:
         self.limiter = Limiter(self.store, self.now)
         self.meter = UsageMeter(self.store, self.now)
         gateway = Gateway(refresher, self._client, SystemClock(), self.guard, self.limiter, self.meter,
-                          queue=self.queue)
+                          self.metrics, queue=self.queue)
         app = web.Application(middlewares=[openai_errors])
         app[GATEWAY] = gateway
         app.add_routes(routes())

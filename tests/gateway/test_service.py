@@ -18,6 +18,7 @@ import pytest
 
 from llmgw.core.settings import ControlSettings
 from llmgw.core.types import LocalSource, Model, Profile, Scaling
+from llmgw.gateway.metrics import Metrics
 from llmgw.gateway.queue import QUEUE_FULL_RETRY_S, ColdQueue
 from llmgw.gateway.routing import Route, RoutingTable, Upstream
 from llmgw.store.store import Store
@@ -59,7 +60,10 @@ async def cold_rig(
     provider = await FakeProvider().start()
     store = Store.open(f"sqlite:///{tmp_path / 'llmgw.db'}")
     queue = WatchedQueue(**settings)
-    rig = await GatewayRig(provider, store, model=ON_DEMAND, queue=queue).start()
+    rig = GatewayRig(provider, store, model=ON_DEMAND, queue=queue)
+    rig.metrics = Metrics(lambda: rig.refresher.current.table if rig.refresher else RoutingTable({}),
+                          queued=queue.depths)
+    await rig.start()
     publish(rig, Route(ON_DEMAND, (), unavailable="no replica is placed yet (the model starts on demand)"))
     try:
         async with rig.openai() as client:
@@ -77,6 +81,21 @@ def publish(rig: GatewayRig, route: Route) -> None:
     table = RoutingTable({"m": route})
     rig.refresher.current = replace(snap, revision=snap.revision + 1, table=table)
     rig.queue.refreshed(table)
+
+
+def waits(rig: GatewayRig) -> int:
+    """How many waits the queue-wait histogram counted."""
+    assert rig.metrics is not None
+    return sum(sum(counts) for counts in rig.metrics.queue_waits.counts.values())
+
+
+def statuses(rig: GatewayRig) -> dict[str, int]:
+    """Requests counted per status."""
+    assert rig.metrics is not None
+    out: dict[str, int] = {}
+    for (_model, status, _key, _api), n in rig.metrics.requests.items():
+        out[status] = out.get(status, 0) + n
+    return out
 
 
 def ready(rig: GatewayRig) -> Route:
@@ -104,6 +123,7 @@ async def test_a_request_for_a_cold_model_waits_and_is_answered_once_a_replica_i
         assert text == ANSWER
         assert len(rig.provider.requests) == 1
         assert queue.depths() == {}
+        assert waits(rig) == 1
 
 
 async def test_an_answered_request_marks_when_its_replica_was_last_used(tmp_path: Path) -> None:
@@ -129,6 +149,8 @@ async def test_a_full_queue_is_a_429_with_retry_after_in_the_openai_dialect(tmp_
         assert "1 requests already wait" in caught.value.message
         publish(rig, ready(rig))
         assert (await first).choices[0].message.content == ANSWER
+        assert waits(rig) == 1  # the one turned away never waited
+        assert statuses(rig) == {"200": 1, "429": 1}
 
 
 async def test_a_full_queue_is_a_429_with_retry_after_in_the_anthropic_dialect(tmp_path: Path) -> None:
@@ -163,6 +185,7 @@ async def test_a_request_past_the_queue_timeout_is_a_503_saying_what_it_waited_f
         assert caught.value.code == "queue_timeout"
         assert re.search(r"503 - m is loading on node-2: waited \d+ s$", caught.value.message)
         assert rig.provider.requests == []
+        assert waits(rig) == 1 and statuses(rig) == {"503": 1}
 
 
 async def test_a_client_that_leaves_while_queued_leaves_the_queue(tmp_path: Path) -> None:
