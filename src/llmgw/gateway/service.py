@@ -127,10 +127,9 @@ class Gateway:
             return Reply(body=orjson.dumps({"input_tokens": math.ceil(len(body) / 4)}))
         try:
             if not route.upstreams:
-                # After admission, so a key over its limits is told at once, not after the wait;
-                # the wait is not the gateway's overhead, so `sent` moves past it.
+                # After admission, so a key over its limits is told at once, not after the wait.
+                # `sent` stays: the wait is the model's cold start, not the gateway's overhead.
                 call = await self._queued(call)
-                sent = time.monotonic()
             reply = await self._send(call, out, exchange)
         except LlmgwError as exc:
             account(exc.status, exc.code or "", isinstance(exc, GuardBlocked))
