@@ -4,6 +4,7 @@ routing table that has one."""
 from __future__ import annotations
 
 import asyncio
+import time
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -11,9 +12,12 @@ import pytest
 from llmgw.core.demand import Queued
 from llmgw.core.errors import ModelNotFound, NoReadyReplica, QueueFull, QueueTimeout
 from llmgw.core.settings import ControlSettings
+from llmgw.core.types import ReplicaState
 from llmgw.gateway.queue import QUEUE_FULL_RETRY_S, ColdQueue
 from llmgw.gateway.routing import Route, RoutingTable, Upstream
-from tests.factories import gemma_model
+from llmgw.gateway.snapshot import Refresher
+from llmgw.store.store import Store
+from tests.factories import KEY_SECRET, gemma_model, node, replica_placed
 
 MODEL = gemma_model(replicas=0)
 COLD = Route(MODEL, (), unavailable="no replica is placed yet (the model starts on demand)")
@@ -195,3 +199,31 @@ async def test_a_model_removed_from_the_catalog_fails_its_waiters_as_not_found()
     with pytest.raises(ModelNotFound):
         await waiting
     assert rig.queue.depths() == {}
+
+
+async def test_a_waiter_is_released_by_the_refreshers_next_snapshot(any_store: Store) -> None:
+    now = datetime.now(UTC)
+    any_store.nodes.upsert(node("big", address="127.0.0.1"), now)
+    any_store.catalog.add(MODEL, "test", now)
+    cold: list[str] = []
+    queue = ColdQueue(ControlSettings(), time.monotonic, cold.append)
+    refresher = Refresher(any_store, KEY_SECRET, on_refresh=queue.refreshed)
+    await refresher.refresh()
+
+    def current() -> Route:
+        return refresher.current.table.resolve(MODEL.name)
+
+    waiting = asyncio.create_task(queue.wait(current(), current))
+    await settled()
+    any_store.replicas.create(replica_placed("r1"), now)  # starting on node big
+    await refresher.refresh()
+    await settled()
+    assert cold == [MODEL.name] and not waiting.done()
+    assert current().loading_on == "big"
+
+    any_store.replicas.update("r1", now, state=ReplicaState.READY, endpoint="http://127.0.0.1:39001/v1")
+    await refresher.refresh()
+
+    route = await waiting
+    assert [u.id for u in route.upstreams] == ["r1"]
+    assert queue.depths() == {}
