@@ -89,7 +89,7 @@ async def test_a_full_queue_turns_the_next_request_away_with_a_retry_after() -> 
 
     assert caught.value.status == 429 and caught.value.code == "queue_full"
     assert caught.value.retry_after_s == QUEUE_FULL_RETRY_S
-    assert "2 requests already wait" in caught.value.message
+    assert "queue for it is full (2 waiting)" in caught.value.message
     rig.publish(READY)
     assert await asyncio.gather(*waiting) == [READY, READY]
 

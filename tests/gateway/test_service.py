@@ -146,7 +146,7 @@ async def test_a_full_queue_is_a_429_with_retry_after_in_the_openai_dialect(tmp_
 
         assert caught.value.response.headers["Retry-After"] == str(QUEUE_FULL_RETRY_S)
         assert caught.value.code == "queue_full"
-        assert "1 requests already wait" in caught.value.message
+        assert "queue for it is full (1 waiting)" in caught.value.message
         publish(rig, ready(rig))
         assert (await first).choices[0].message.content == ANSWER
         assert waits(rig) == 1  # the one turned away never waited
@@ -166,7 +166,7 @@ async def test_a_full_queue_is_a_429_with_retry_after_in_the_anthropic_dialect(t
         assert caught.value.response.headers["Retry-After"] == str(QUEUE_FULL_RETRY_S)
         assert caught.value.body == {"type": "error", "error": {
             "type": "rate_limit_error", "message": caught.value.body["error"]["message"]}}
-        assert "already wait" in caught.value.message
+        assert "queue for it is full" in caught.value.message
         waiting.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await waiting

@@ -69,9 +69,8 @@ class ColdQueue:
         line = self._lines.get(name)
         waiting = len(line) if line is not None else 0
         if waiting >= self._max:
-            raise QueueFull(
-                f"{name} has no ready replica and {waiting} requests already wait for it on this "
-                "server (the queue's limit): try again shortly", QUEUE_FULL_RETRY_S)
+            raise QueueFull(f"{name} has no ready replica and this server's queue for it is full "
+                            f"({waiting} waiting): try again shortly", QUEUE_FULL_RETRY_S)
         if line is None:
             line = self._lines[name] = deque()
         waiter = _Waiter(self._monotonic())
