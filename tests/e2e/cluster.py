@@ -28,7 +28,7 @@ from typing import Any
 
 import openai
 
-from llmgw.core.settings import dump, load
+from llmgw.core.settings import ControlSettings, ServerSettings, dump, load
 from tests.e2e.server_process import LLMGW, LlmgwServer, free_port, pid_alive, wait_for
 
 FAKE_ENGINE = Path(__file__).resolve().parents[1] / "fakes" / "fake_engine.py"
@@ -244,10 +244,16 @@ class Cluster:
 
     @staticmethod
     def _configure(data_dir: Path, port: int, updates: dict[str, Any]) -> None:
-        """Rewrite a config.toml with `updates` (and `port`), through the settings model."""
+        """Rewrite a config.toml with `updates` (and `port`), through the settings model; a
+        `[control]` setting may be given by its name alone."""
         path = data_dir / "config.toml"
-        settings = load(data_dir).model_copy(update={**updates, "port": port})
-        path.write_text(dump(type(settings).model_validate(settings.model_dump())))
+        data = {**load(data_dir).model_dump(), "port": port}
+        for name, value in updates.items():
+            if name in ControlSettings.model_fields:
+                data["control"] = {**data["control"], name: value}
+            else:
+                data[name] = value
+        path.write_text(dump(ServerSettings.model_validate(data)))
 
     def add_node(self, node_id: str, cores: int, memory_gb: float,
                  labels: dict[str, str] | None = None, start: bool = True) -> Node:

@@ -37,23 +37,23 @@ class Demand:
 
 async def test_a_cold_queue_is_written_at_once_and_wakes_the_leader(store: Store) -> None:
     clock, demand = FakeClock(NOW), Demand()
-    reporter = ActivityReporter(store, "server-a", demand, clock)
-    await reporter.report()
+    reporter = ActivityReporter(store, "server-a", clock)
+    await reporter.report(demand)
     revision = store.revision()
     demand.now = Activity(queued={"gemma": Queued(waiting=1, since=NOW)})
     reporter.cold("gemma")
-    await reporter.report()
+    await reporter.report(demand)
     assert store.revision() == revision + 1
     assert store.servers.activity(NOW, TIMEOUT).queued == {"gemma": Queued(waiting=1, since=NOW)}
 
 
 async def test_routine_changes_are_written_without_waking_anyone(store: Store) -> None:
     clock, demand = FakeClock(NOW), Demand()
-    reporter = ActivityReporter(store, "server-a", demand, clock)
-    await reporter.report()
+    reporter = ActivityReporter(store, "server-a", clock)
+    await reporter.report(demand)
     revision = store.revision()
     demand.now = Activity(replicas={"rep-1": ReplicaUse(in_flight=2, last_used=NOW)})
-    await reporter.report()
+    await reporter.report(demand)
     assert store.servers.activity(NOW, TIMEOUT).replicas["rep-1"].in_flight == 2
     assert store.revision() == revision
 
@@ -63,10 +63,10 @@ async def test_an_unchanged_activity_is_rewritten_only_when_due(store: Store) ->
     writes: list[Activity] = []
     real = store.servers.set_activity
     store.servers.set_activity = lambda sid, act, bump=False: (writes.append(act), real(sid, act, bump))  # type: ignore[method-assign]
-    reporter = ActivityReporter(store, "server-a", demand, clock)
-    await reporter.report()
-    await reporter.report()
+    reporter = ActivityReporter(store, "server-a", clock)
+    await reporter.report(demand)
+    await reporter.report(demand)
     assert len(writes) == 1
     clock.advance(REWRITE_S)
-    await reporter.report()
+    await reporter.report(demand)
     assert len(writes) == 2

@@ -45,9 +45,12 @@ from llmgw.core.clock import Clock, SystemClock
 from llmgw.core.errors import LlmgwError
 from llmgw.core.settings import ServerSettings
 from llmgw.core.types import ReplicaState
+from llmgw.gateway.activity import ActivityTracker
 from llmgw.gateway.keys_admin import KeyAdmin
 from llmgw.gateway.limits import Limiter
 from llmgw.gateway.metrics import Metrics
+from llmgw.gateway.queue import ColdQueue
+from llmgw.gateway.routing import RoutingTable
 from llmgw.gateway.service import Gateway
 from llmgw.gateway.snapshot import Refresher
 from llmgw.gateway.transport import Transport
@@ -61,6 +64,7 @@ from llmgw.node.agent import AgentConfig, NodeAgent
 from llmgw.node.files import ModelFiles
 from llmgw.server import judges, wiring
 from llmgw.server.cluster import Leadership, server_views
+from llmgw.server.demand import ActivityReporter
 from llmgw.store.store import Store
 
 logger = logging.getLogger(__name__)
@@ -105,13 +109,24 @@ class Server:
 
         # The request path: a snapshot of the store, rebuilt when its revision moves.
         engine_key = store.install.engine_key()
-        refresher = Refresher(store, bytes.fromhex(s.key_secret), engine_key, s.provider_key_env)
+        # Requests for a model with no ready replica wait here; the first one of a cold spell
+        # is reported to the store at once, which wakes the leader's keeper.
+        demand = ActivityReporter(store, leadership.server_id, clock)
+        queue = ColdQueue(control, clock.monotonic, on_cold=demand.cold)
+
+        def refreshed(table: RoutingTable) -> None:
+            queue.refreshed(table)
+            notifier.changed()  # a change another server made reaches this server's loops too
+
+        refresher = Refresher(store, bytes.fromhex(s.key_secret), engine_key, s.provider_key_env,
+                              on_refresh=refreshed)
         notifier.watch(refresher.wake)
         notifier.sync_with(refresher.refresh)
+        tracker = ActivityTracker(lambda: refresher.current.table, queue)
         files = ModelFiles(self.data_dir / "models")
         client = Transport(timeout_s=s.upstream_timeout_s)
         judge_client = JudgeClient(refresher.locate_judge)
-        metrics = Metrics(lambda: refresher.current.table)
+        metrics = Metrics(lambda: refresher.current.table, queued=queue.depths)
         verdict_log = VerdictBuffer(wiring.verdict_writer(store))
         guard = Guard(judge_client, lambda: refresher.current.guard,
                       wiring.both(verdict_log.record, metrics.judged),
@@ -119,7 +134,7 @@ class Server:
         meter = UsageMeter(store, clock.now)
         limiter = Limiter(store, clock.now, lambda: refresher.current.default_limits,
                           lambda: refresher.current.keys)
-        gateway = Gateway(refresher, client, clock, guard, limiter, meter, metrics)
+        gateway = Gateway(refresher, client, clock, guard, limiter, meter, metrics, queue=queue)
         agent = NodeAgent(
             AgentConfig(node_id=s.node_id, host="127.0.0.1", log_dir=self.data_dir / "logs",
                         start_timeout_s=s.engine_start_timeout_s,
@@ -180,6 +195,7 @@ class Server:
             self._spawn(verdict_log.run(VERDICT_FLUSH_S), "verdict-log")
             self._spawn(limiter.run(ACCOUNTING_S, meter.flush), "limits-and-usage")
             self._spawn(self._heartbeats(leadership.server_id), "heartbeat")
+            self._spawn(demand.run(ACCOUNTING_S, tracker.snapshot), "demand")
             if s.embedded_node:
                 self._spawn(agent.run(self.loops.agent_s), "node-agent")
             self._spawn(self._lead(leadership, duties), "leadership")

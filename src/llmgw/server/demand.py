@@ -24,11 +24,9 @@ class ActivityReporter:
     """Writes `snapshot()` about once a second when it changed; a queue that forms for a cold
     model is written at once and bumps the store's revision, which wakes the leader."""
 
-    def __init__(self, store: Store, server_id: str, snapshot: Callable[[datetime], Activity],
-                 clock: Clock) -> None:
+    def __init__(self, store: Store, server_id: str, clock: Clock) -> None:
         self._store = store
         self._server_id = server_id
-        self._snapshot = snapshot
         self._clock = clock
         self._wake = asyncio.Event()
         self._urgent = False
@@ -40,10 +38,10 @@ class ActivityReporter:
         self._urgent = True
         self._wake.set()
 
-    async def report(self) -> None:
-        """Write the current activity if it changed (or is due, or urgent)."""
+    async def report(self, snapshot: Callable[[datetime], Activity]) -> None:
+        """Write the current activity, `snapshot(now)`, if it changed (or is due, or urgent)."""
         urgent, self._urgent = self._urgent, False
-        activity = self._snapshot(self._clock.now())
+        activity = snapshot(self._clock.now())
         same = (self._written is not None
                 and activity.model_copy(update={"at": None}) == self._written.model_copy(update={"at": None}))
         if same and not urgent and self._clock.monotonic() - self._written_at < REWRITE_S:
@@ -55,11 +53,11 @@ class ActivityReporter:
             raise
         self._written, self._written_at = activity, self._clock.monotonic()
 
-    async def run(self, interval_s: float) -> None:
+    async def run(self, interval_s: float, snapshot: Callable[[datetime], Activity]) -> None:
         """Report every `interval_s`, or at once for a cold queue; a failed write is retried."""
         while True:
             try:
-                await self.report()
+                await self.report(snapshot)
             except LlmgwError as exc:
                 logger.warning("could not write this server's demand: %s", exc.message)
             except Exception:
