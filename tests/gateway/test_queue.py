@@ -94,6 +94,14 @@ async def test_a_full_queue_turns_the_next_request_away_with_a_retry_after() -> 
     assert await asyncio.gather(*waiting) == [READY, READY]
 
 
+async def test_with_no_queue_a_cold_request_is_refused_at_once_but_still_starts_the_model() -> None:
+    rig = Rig(queue_max=0)
+    with pytest.raises(NoReadyReplica, match="queue_max is 0") as caught:
+        await rig.queue.wait(COLD, rig.current)
+    assert caught.value.status == 503
+    assert rig.cold == [MODEL.name] and rig.queue.depths() == {}
+
+
 async def test_a_request_past_its_timeout_says_where_the_model_is_loading_and_how_long_it_waited() -> None:
     rig = Rig(queue_timeout_s=120)
     first = rig.waiter()

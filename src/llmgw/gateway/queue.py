@@ -68,6 +68,11 @@ class ColdQueue:
         name = route.model.name
         line = self._lines.get(name)
         waiting = len(line) if line is not None else 0
+        if self._max == 0:
+            # No queue on this server: the request is refused, but the model is still started.
+            self._on_cold(name)
+            raise NoReadyReplica(f"{name} has no ready replica yet ({route.unavailable}); this "
+                                 "server queues no requests (queue_max is 0): try again shortly")
         if waiting >= self._max:
             raise QueueFull(f"{name} has no ready replica and this server's queue for it is full "
                             f"({waiting} waiting): try again shortly", QUEUE_FULL_RETRY_S)
