@@ -10,8 +10,8 @@ from typing import Any
 
 from llmgw.core.demand import Activity, Queued, ReplicaUse
 from llmgw.core.settings import ControlSettings
-from llmgw.core.types import Model, Scaling
-from tests.factories import NOW, cpu_profile, local_model
+from llmgw.core.types import Model, Node, Replica, Scaling
+from tests.factories import NOW, cpu_profile, local_model, node, replica_ready
 
 # Scale up past 4 requests per ready replica held for 5 s (the defaults, named for the reader).
 SETTINGS = ControlSettings(scale_up_load=4.0, scale_up_after_s=5.0)
@@ -52,3 +52,14 @@ def activity(
 
 
 NO_DEMAND = Activity(at=NOW)
+
+
+def four_gb_node(id: str = "node-1", **over: Any) -> Node:
+    """A small box: 8 cores, 4 GB, room for two 2 GB models at a time."""
+    return node(id, cores=8, memory_gb=4.0, **over)
+
+
+def running(id: str, model: str, *, node_id: str = "node-1", memory_gb: float = 2.0,
+            **over: Any) -> Replica:
+    """A ready replica of `model` holding `memory_gb` on `node_id`."""
+    return replica_ready(id, model, node_id=node_id, memory_gb=memory_gb, **over)

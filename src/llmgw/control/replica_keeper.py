@@ -167,7 +167,14 @@ def plan_pass(
     for model in sorted(catalog.values(), key=lambda m: (not _queued(demand, m.name), m.name)):
         if not model.is_remote:
             have = [r for r in mine.get(model.name, []) if room is None or r.id not in room.taken]
-            actions += _keep(model, have, cluster, demand.get(model.name), room)
+            w = demand.get(model.name)
+            if w is not None and room is not None and len(have) < len(mine.get(model.name, [])):
+                # Its replicas stopped to make room are not replaced (nobody waits for it); one
+                # that was idle anyway already counts as gone.
+                idle = tuple((rid, why) for rid, why in w.idle if rid not in room.taken)
+                taken = len(mine[model.name]) - len(have) - (len(w.idle) - len(idle))
+                w = replace(w, replicas=max(w.replicas - taken, model.scaling.min), idle=idle)
+            actions += _keep(model, have, cluster, w, room)
             actions += _make_way(model, have, leaving.get(model.name, []))
     busy = {name: w.busy_since for name, w in demand.items() if w.busy_since is not None}
     return actions, busy
