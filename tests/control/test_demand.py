@@ -132,6 +132,14 @@ def test_min_replicas_never_stop_however_idle() -> None:
     assert (w.replicas, w.idle) == (1, ())
 
 
+def test_a_judge_keeps_one_replica_however_idle() -> None:
+    judge = on_demand_model("qwen3guard-0.6b", max=2, idle_s=60, guard=True)
+    mine = [replica_ready("r1", "qwen3guard-0.6b"), replica_ready("r2", "qwen3guard-0.6b", node_id="n2")]
+    used = activity(replicas=use(r1=(0, before(3600)), r2=(0, before(600))))
+    w = want(judge, mine, used, NOW, SETTINGS)
+    assert (w.replicas, [rid for rid, _ in w.idle]) == (1, ["r1"])
+
+
 def test_without_idle_s_replicas_above_min_stay() -> None:
     model = on_demand_model(idle_s=None)
     w = want(model, [replica_ready("r1")], activity(replicas=use(r1=(0, before(86400)))), NOW, SETTINGS)

@@ -8,7 +8,7 @@ between `scaling.min` and `scaling.max`, and which idle replicas go:
 - queued and in-flight requests per ready replica above `scale_up_load`, sustained for
   `scale_up_after_s`, add one replica (never while another is still starting);
 - a replica above `min` that served nothing for `idle_s` stops, least recently used first,
-  never one with requests in flight and never while the model has a queue.
+  never one with requests in flight and never while the model has a queue; a judge keeps one.
 """
 
 from __future__ import annotations
@@ -109,7 +109,9 @@ def want(
             # One at a time: the next is added only once this one is ready and the load stays.
             return Want(min(n.live + 1, sc.max), queued=n.queued)
         return Want(target, busy_since=busy, queued=n.queued)
-    if sc.idle_s is None or n.queued or n.live <= sc.min:
+    # A judge keeps one replica however idle: the guard's budget does not wait for a cold start.
+    floor = max(sc.min, 1) if model.guard else sc.min
+    if sc.idle_s is None or n.queued or n.live <= floor:
         return Want(target, queued=n.queued)
     idle: list[tuple[datetime, str]] = []
     for r in live:
@@ -119,7 +121,7 @@ def want(
         if since is not None and (now - since).total_seconds() >= sc.idle_s:
             idle.append((since, r.id))
     idle.sort()
-    gone = idle[: max(min(len(idle), n.live - sc.min), 0)]
+    gone = idle[: max(min(len(idle), n.live - floor), 0)]
     reasons = tuple(
         (rid, f"{model.name} served nothing for {ago((now - since).total_seconds())} "
               f"(idle after {ago(sc.idle_s)}, min {sc.min})")
