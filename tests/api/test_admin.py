@@ -263,3 +263,21 @@ async def test_the_model_list_says_an_on_demand_model_nobody_asked_for_is_cold(a
     resp = await api.client.get("/admin/v1/models", headers=api.headers)
     [tiny] = [m for m in (await resp.json())["data"] if m["name"] == "tiny"]
     assert tiny["state"] == "cold"
+
+
+async def test_scaling_min_down_without_max_scales_down_unless_an_autoscaling_range_was_set(
+    api: Api,
+) -> None:
+    gguf = write_gguf(api.data / "models" / "tiny.gguf")
+    await api.post("/admin/v1/models", local("tiny", str(gguf)))
+    scale = "/admin/v1/models/tiny/scale"
+
+    await api.post(scale, {"min": 3, "max": 3})
+    _, body = await api.post(scale, {"min": 1})
+    assert (body["scaling"]["min"], body["scaling"]["max"]) == (1, 1)  # one replica, not three
+    _, body = await api.post(scale, {"min": 0})
+    assert (body["scaling"]["min"], body["scaling"]["max"]) == (0, 1)  # on demand, can still start
+
+    await api.post(scale, {"min": 0, "max": 4})
+    _, body = await api.post(scale, {"min": 1})
+    assert (body["scaling"]["min"], body["scaling"]["max"]) == (1, 4)  # the range stays

@@ -487,7 +487,7 @@ def test_a_waiting_model_that_fits_nowhere_stops_an_idle_one_on_that_node_and_ta
 
     assert actions == [
         Stop("r-phi", "stopped to make room for gemma3-270m (idle since 23:59:30)",
-             room_for="gemma3-270m"),
+             room_for="gemma3-270m", model="phi-4", node_id="node-1"),
         Place("gemma3-270m", "node-1", "default", cpu_cores=1, memory_gb=4.0, cold=True),
     ]
     # Applied, the plan is settled: the stopped replica is not stopped again, nothing more moves.

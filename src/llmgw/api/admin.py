@@ -19,8 +19,9 @@ class ScaleRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
     min: int = Field(ge=0, le=64, description="Replicas kept ready; 0: the model is on demand "
                      "(started by its first request).")
-    max: int | None = Field(default=None, ge=0, le=64, description="Upper bound for autoscaling "
-                            "on load; unchanged (at least min) when left out.")
+    max: int | None = Field(default=None, ge=0, le=64, description=(
+        "Upper bound for autoscaling on load. Left out: unchanged if it was above min, else min "
+        "(at least 1)."))
     idle_s: float | None = Field(default=None, gt=0, le=30 * 86400, description=(
         "Replicas above min that served nothing for this many seconds are stopped; null: they "
         "stay. Unchanged when left out."))

@@ -158,9 +158,16 @@ class CatalogService:
         idle_s: float | None | EllipsisType = ...,
     ) -> Model:
         """Set a model's replica bounds; `idle_s` (None: replicas above min stay) is kept as it
-        was unless given."""
+        was unless given. Without `maximum`, a model that had room to autoscale (max above min)
+        keeps its max; one that had none gets max = min (at least 1, so that an on-demand model
+        can start): scaling 3..3 down to `min 1` leaves one replica, not three."""
         current = await self.get(name)
-        top = maximum if maximum is not None else max(current.scaling.max, minimum)
+        if maximum is not None:
+            top = maximum
+        elif current.scaling.max > current.scaling.min:
+            top = max(current.scaling.max, minimum)
+        else:
+            top = max(minimum, 1)
         idle = current.scaling.idle_s if isinstance(idle_s, EllipsisType) else idle_s
         scaling = Scaling(min=minimum, max=top, idle_s=idle)
         changed = await asyncio.to_thread(

@@ -62,6 +62,9 @@ class Stop:
     reason: str
     # The model this replica makes room for (swap by memory), None for any other stop.
     room_for: str | None = None
+    # With `room_for`: the stopped replica's own model and node (for the log and metrics).
+    model: str | None = None
+    node_id: str | None = None
 
 
 @dataclass(frozen=True)
@@ -206,7 +209,8 @@ class _Room:
         for victim, used in zip(found.victims, found.idle_since, strict=True):
             since = used.strftime("%H:%M:%S") if used else "it started"
             stops.append(Stop(victim.id, f"stopped to make room for {model.name} "
-                                         f"(idle since {since})", room_for=model.name))
+                                         f"(idle since {since})", room_for=model.name,
+                              model=victim.model, node_id=victim.node_id))
             cluster.release(victim)
             self.taken.add(victim.id)
         where = found.placement
@@ -326,9 +330,8 @@ class ReplicaKeeper:
         actions, self.busy_since = plan_pass(
             models, nodes, replicas, self._clock.now(), self._node_timeout, self.since, machine,
             activity, self._settings, self.busy_since)
-        by_id = {r.id: r for r in replicas}
         for action in actions:
-            logger.info("replica keeper: %s", _describe(action, by_id))
+            logger.info("replica keeper: %s", _describe(action))
             await self._apply(action)
             self._observe(action)
         if actions:
@@ -339,7 +342,7 @@ class ReplicaKeeper:
         await every(interval_s, self.wake, self.tick, "replica keeper", logger)
 
 
-def _describe(action: Action, replicas: Mapping[str, Replica] | None = None) -> str:
+def _describe(action: Action) -> str:
     match action:
         case Place():
             cold = " (cold start)" if action.cold else ""
@@ -347,11 +350,10 @@ def _describe(action: Action, replicas: Mapping[str, Replica] | None = None) -> 
         case Pend():
             return f"{action.model} pending: {action.reason}"
         case Stop(room_for=str(room)):
-            r = (replicas or {}).get(action.replica_id)
-            # "stopped to make room for X (idle since …)": said with the victim's model and node.
+            # "stopped to make room for X (idle since …)", said with the victim's model and node.
             idle = action.reason.partition(f"make room for {room}")[2]
-            where = f" of {r.model} on {r.node_id}" if r is not None else ""
-            return f"stopped {action.replica_id}{where} to make room for {room}{idle}"
+            return (f"stopped {action.replica_id} of {action.model} on {action.node_id} to make "
+                    f"room for {room}{idle}")
         case Stop():
             return f"stop {action.replica_id}: {action.reason}"
         case Forget():
