@@ -108,6 +108,14 @@ def test_the_least_recently_used_idle_replica_above_min_stops() -> None:
     assert "served nothing for 10m" in w.idle[0][1]
 
 
+def test_a_failed_replica_idle_that_long_stops_but_a_starting_one_does_not() -> None:
+    model = on_demand_model(max=2, idle_s=60)
+    failed = replica_placed("r-failed", state=ReplicaState.FAILED, updated_at=before(600))
+    loading = replica_placed("r-loading", node_id="other", updated_at=before(600))
+    w = want(model, [failed, loading], NO_DEMAND, NOW, SETTINGS)
+    assert [rid for rid, _ in w.idle] == ["r-failed"]
+
+
 def test_a_replica_with_requests_in_flight_is_never_idle() -> None:
     model = on_demand_model(idle_s=60)
     w = want(model, [replica_ready("r1")], activity(replicas=use(r1=(1, before(3600)))), NOW, SETTINGS)

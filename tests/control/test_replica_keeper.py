@@ -478,6 +478,14 @@ def test_without_demand_the_keeper_keeps_exactly_min_as_before() -> None:
     assert [type(a) for a in actions] == [Stop]
 
 
+def test_with_no_demand_always_on_models_plan_as_without_it() -> None:
+    models = [gemma_model(replicas=2), qwen_guard_model(profiles=[cpu_profile(cores=64)]),
+              local_model("phi-4", replicas=1), remote_model()]
+    nodes = [node_2_cores(), node_8_cores()]
+    replicas = [replica_ready("r-phi-1", model="phi-4"), replica_pending("r-gemma")]
+    assert plan(models, nodes, replicas, NOW, activity=NO_DEMAND) == plan(models, nodes, replicas, NOW)
+
+
 def test_a_waiting_model_that_fits_nowhere_stops_an_idle_one_on_that_node_and_takes_its_place() -> None:
     models = [on_demand_model("gemma3-270m", memory_gb=4.0), on_demand_model("phi-4", idle_s=3600)]
     idle_phi = running("r-phi", "phi-4")

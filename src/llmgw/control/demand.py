@@ -115,7 +115,8 @@ def want(
         return Want(target, queued=n.queued)
     idle: list[tuple[datetime, str]] = []
     for r in live:
-        if r.state != ReplicaState.READY or in_flight(r.id, activity):
+        # A failed replica serves nothing either; one still starting is not idle yet.
+        if r.state not in (ReplicaState.READY, ReplicaState.FAILED) or in_flight(r.id, activity):
             continue
         since = last_use(r, activity)
         if since is not None and (now - since).total_seconds() >= sc.idle_s:
