@@ -50,6 +50,16 @@ def test_a_queued_model_whose_replica_pends_keeps_that_one_as_its_cold_start() -
     assert (w.replicas, w.cold) == (1, True)
 
 
+def test_a_pending_replica_nobody_waits_for_any_more_goes_so_the_next_request_tries_again() -> None:
+    waiting = replica_pending("r1", reason="does not fit: needs 8 GB memory")
+    assert want(on_demand_model(), [waiting], NO_DEMAND, NOW, SETTINGS).replicas == 0
+
+
+def test_a_pending_replica_within_min_stays_whatever_the_demand() -> None:
+    waiting = replica_pending("r1", reason="does not fit: needs 8 GB memory")
+    assert want(gemma_model(), [waiting], NO_DEMAND, NOW, SETTINGS).replicas == 1
+
+
 # --- autoscaling -------------------------------------------------------------------------------
 
 

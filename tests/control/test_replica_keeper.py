@@ -521,6 +521,11 @@ def test_a_model_that_fits_nowhere_even_after_eviction_pends_with_the_schedulers
 
     assert isinstance(pend, Pend)
     assert "needs 64 GB memory; node node-1 has only 4 GB" in pend.reason
+    # Its waiters got that answer at once; with nobody waiting the pending row goes, so the next
+    # request queues and the keeper tries again.
+    after = apply([running("r-phi", "phi-4")], [pend])
+    [forget] = plan(models, [four_gb_node()], after, NOW, activity=NO_DEMAND)
+    assert isinstance(forget, Forget) and forget.replica_id != "r-phi"
 
 
 def test_a_busy_replica_of_another_model_is_not_stopped_so_the_waiting_one_pends() -> None:

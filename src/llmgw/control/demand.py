@@ -94,8 +94,14 @@ def want(
     sc = model.scaling
     n = load(model, mine, activity)
     live = [r for r in mine if r.state != ReplicaState.STOPPING]
+    heavy = bool(n.ready) and (n.queued + n.in_flight) / max(n.ready, 1) > settings.scale_up_load
+    # A replica pending for want of room is kept only while demand is there (or `min` needs it):
+    # once its waiters have had their answer it goes, so the next request queues and tries again
+    # (room may have been freed by then) rather than failing on a stale reason for ever.
+    unwanted = 0 if n.queued or heavy else sum(1 for r in live if r.node_id is None)
+    count = n.live - unwanted
     # Above max: scaled down by an operator; `plan` picks which go.
-    target = min(max(n.live, sc.min), sc.max)
+    target = min(max(count, sc.min), sc.max)
     placed = any(r.node_id is not None and r.state in (ReplicaState.STARTING, ReplicaState.READY)
                  for r in live)
     if n.queued and not placed and sc.max > 0:
@@ -103,15 +109,15 @@ def want(
         # nowhere yet is the one to place (the keeper may make room for it).
         return Want(max(target, 1), cold=True, queued=n.queued)
     busy: datetime | None = None
-    if n.ready and not n.starting and (n.queued + n.in_flight) / n.ready > settings.scale_up_load:
+    if heavy and not n.starting:
         busy = busy_since or now
-        if (now - busy).total_seconds() >= settings.scale_up_after_s and n.live < sc.max:
+        if (now - busy).total_seconds() >= settings.scale_up_after_s and count < sc.max:
             # One at a time: the next is added only once this one is ready and the load stays.
-            return Want(min(n.live + 1, sc.max), queued=n.queued)
+            return Want(min(count + 1, sc.max), queued=n.queued)
         return Want(target, busy_since=busy, queued=n.queued)
     # A judge keeps one replica however idle: the guard's budget does not wait for a cold start.
     floor = max(sc.min, 1) if model.guard else sc.min
-    if sc.idle_s is None or n.queued or n.live <= floor:
+    if sc.idle_s is None or n.queued or count <= floor:
         return Want(target, queued=n.queued)
     idle: list[tuple[datetime, str]] = []
     for r in live:
@@ -122,13 +128,13 @@ def want(
         if since is not None and (now - since).total_seconds() >= sc.idle_s:
             idle.append((since, r.id))
     idle.sort()
-    gone = idle[: max(min(len(idle), n.live - floor), 0)]
+    gone = idle[: max(min(len(idle), count - floor), 0)]
     reasons = tuple(
         (rid, f"{model.name} served nothing for {ago((now - since).total_seconds())} "
               f"(idle after {ago(sc.idle_s)}, min {sc.min})")
         for since, rid in gone
     )
-    return Want(max(min(n.live - len(gone), sc.max), sc.min), idle=reasons, queued=n.queued)
+    return Want(max(min(count - len(gone), sc.max), sc.min), idle=reasons, queued=n.queued)
 
 
 def wants(
