@@ -8,9 +8,10 @@ from pathlib import Path
 import pytest
 
 from llmgw.control.leader import Elector, Timing
-from llmgw.control.replica_keeper import Place
+from llmgw.control.replica_keeper import Place, Stop
 from llmgw.core.clock import FakeClock
 from llmgw.core.errors import StaleEpoch
+from llmgw.core.types import ReplicaState
 from llmgw.server import wiring
 from llmgw.server.cluster import Leadership
 from llmgw.store.store import Store
@@ -59,5 +60,28 @@ async def test_a_server_that_is_not_leading_writes_nothing(tmp_path: Path) -> No
         with pytest.raises(StaleEpoch, match="not the leader"):
             await apply(Place("m1", "node-a", "cpu", 1, 1.0))
         assert store.replicas.list() == []
+    finally:
+        store.close()
+
+
+async def test_a_replica_stopped_to_make_room_says_so_while_it_stops(tmp_path: Path) -> None:
+    store = Store.open(f"sqlite:///{tmp_path / 'llmgw.db'}")
+    clock = FakeClock(NOW)
+    try:
+        apply = wiring.keeper_applier(store, clock, lambda: None)
+        await apply(Place("phi-4", "node-a", "cpu", 1, 2.0))
+        await apply(Place("mistral-7b", "node-a", "cpu", 1, 2.0))
+        [phi] = store.replicas.list(model="phi-4")
+        [mistral] = store.replicas.list(model="mistral-7b")
+
+        await apply(Stop(phi.id, "stopped to make room for gemma3-270m (idle since 23:59:30)",
+                         room_for="gemma3-270m"))
+        await apply(Stop(mistral.id, "mistral-7b is scaled to 0"))
+
+        [phi] = store.replicas.list(model="phi-4")
+        assert phi.state == ReplicaState.STOPPING
+        assert phi.last_error == "stopped to make room for gemma3-270m (idle since 23:59:30)"
+        [mistral] = store.replicas.list(model="mistral-7b")
+        assert mistral.state == ReplicaState.STOPPING and mistral.last_error is None
     finally:
         store.close()

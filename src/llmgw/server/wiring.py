@@ -64,6 +64,10 @@ def keeper_applier(
             case Pend():
                 assert action.replica_id is not None
                 store.replicas.update(action.replica_id, now, f, last_error=action.reason)
+            case Stop(room_for=str()):
+                # Said where `ctl model resources` shows it while the engine stops.
+                store.replicas.update(action.replica_id, now, f, state=ReplicaState.STOPPING,
+                                      last_error=action.reason)
             case Stop():
                 store.replicas.update(action.replica_id, now, f, state=ReplicaState.STOPPING)
             case Forget():
