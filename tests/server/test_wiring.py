@@ -12,6 +12,8 @@ from llmgw.control.replica_keeper import Place, Stop
 from llmgw.core.clock import FakeClock
 from llmgw.core.errors import StaleEpoch
 from llmgw.core.types import ReplicaState
+from llmgw.gateway.metrics import Metrics
+from llmgw.gateway.routing import RoutingTable
 from llmgw.server import wiring
 from llmgw.server.cluster import Leadership
 from llmgw.store.store import Store
@@ -85,3 +87,15 @@ async def test_a_replica_stopped_to_make_room_says_so_while_it_stops(tmp_path: P
         assert mistral.state == ReplicaState.STOPPING and mistral.last_error is None
     finally:
         store.close()
+
+
+def test_the_keepers_cold_starts_and_evictions_are_counted_in_the_metrics() -> None:
+    metrics = Metrics(lambda: RoutingTable({}))
+    observe = wiring.keeper_metrics(metrics)
+    observe(Place("gemma", "node-a", "cpu", 1, 1.0, cold=True))
+    observe(Place("gemma", "node-a", "cpu", 1, 1.0))  # scaled up, not cold
+    observe(Stop("rep-1", "stopped to make room for gemma", room_for="gemma", model="qwen"))
+    observe(Stop("rep-2", "qwen is scaled to 0"))
+    text = metrics.render().decode()
+    assert 'llmgw_cold_starts_total{model="gemma"} 1.0' in text
+    assert 'llmgw_evictions_total{model="qwen"} 1.0' in text

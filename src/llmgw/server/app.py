@@ -148,15 +148,18 @@ class Server:
         notifier.watch(agent.wake)
 
         # The control plane's services (any server) and the leader's duties.
+        read_activity = wiring.activity_reader(store, clock, timedelta(seconds=s.server_timeout_s))
         catalog = CatalogService(store, clock, on_change=notifier.settle, locate=files.locate,
                                  node_timeout=node_timeout, model_roots=s.model_dirs(self.data_dir),
-                                 provider_key_env=s.provider_key_env)
+                                 provider_key_env=s.provider_key_env, read_activity=read_activity)
         jobs = ServeJobs(store, files, catalog, clock, fence=leadership.fence,
                          on_submit=notifier.changed)
         keeper = ReplicaKeeper(wiring.keeper_reader(store),
                                wiring.keeper_applier(store, clock, leadership.fence), clock,
                                on_change=notifier.changed, node_timeout=node_timeout,
-                               judge_machine=wiring.judge_machine_reader(store))
+                               judge_machine=wiring.judge_machine_reader(store),
+                               read_activity=read_activity, settings=control,
+                               observe=wiring.keeper_metrics(metrics))
         judge_keeper = judges.keeper(store, jobs, catalog, clock, control.judge_grace_s,
                                      notifier.settle, leadership.fence, leadership.server_id,
                                      lambda: leadership.leading)
