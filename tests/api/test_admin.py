@@ -281,3 +281,11 @@ async def test_scaling_min_down_without_max_scales_down_unless_an_autoscaling_ra
     await api.post(scale, {"min": 0, "max": 4})
     _, body = await api.post(scale, {"min": 1})
     assert (body["scaling"]["min"], body["scaling"]["max"]) == (1, 4)  # the range stays
+
+
+async def test_a_judge_cannot_be_scaled_to_zero(api: Api) -> None:
+    gguf = write_gguf(api.data / "models" / "tiny.gguf")
+    await api.post("/admin/v1/models", {**local("judge", str(gguf)), "guard": True})
+    status, body = await api.post("/admin/v1/models/judge/scale", {"min": 0, "max": 1})
+    assert status == 400 and body["error"]["param"] == "min"
+    assert "judge" in body["error"]["message"]

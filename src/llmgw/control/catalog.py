@@ -162,6 +162,10 @@ class CatalogService:
         keeps its max; one that had none gets max = min (at least 1, so that an on-demand model
         can start): scaling 3..3 down to `min 1` leaves one replica, not three."""
         current = await self.get(name)
+        if current.guard and minimum == 0:
+            # The guard's budget (a few seconds) cannot wait out a judge's cold start.
+            raise InvalidRequest(f"{name} is a judge: it keeps at least one replica (min 1)",
+                                 param="min")
         if maximum is not None:
             top = maximum
         elif current.scaling.max > current.scaling.min:
