@@ -230,3 +230,62 @@ async def test_bad_hub_names_are_a_clear_400_before_any_job_exists(
     assert "internal error" not in str(body)
     resp = await api.client.get("/admin/v1/jobs", headers=api.headers)
     assert (await resp.json())["data"] == []
+
+
+# --- scaling and on-demand state ---------------------------------------------------------------
+
+
+async def test_scale_to_zero_with_an_idle_time_and_the_idle_time_kept_until_changed(api: Api) -> None:
+    gguf = write_gguf(api.data / "models" / "tiny.gguf")
+    await api.post("/admin/v1/models", local("tiny", str(gguf)))
+
+    status, body = await api.post("/admin/v1/models/tiny/scale", {"min": 0, "max": 2, "idle_s": 600})
+    assert status == 200 and body["scaling"] == {"min": 0, "max": 2, "idle_s": 600}
+
+    _, body = await api.post("/admin/v1/models/tiny/scale", {"min": 0, "max": 3})
+    assert body["scaling"]["idle_s"] == 600  # left out: unchanged
+
+    _, body = await api.post("/admin/v1/models/tiny/scale", {"min": 0, "idle_s": None})
+    assert body["scaling"] == {"min": 0, "max": 3, "idle_s": None}  # null: replicas above min stay
+
+
+@pytest.mark.parametrize("idle", [0, -5, "10m", 31 * 86400])
+async def test_a_bad_idle_time_is_a_400_naming_the_field(api: Api, idle: Any) -> None:
+    gguf = write_gguf(api.data / "models" / "tiny.gguf")
+    await api.post("/admin/v1/models", local("tiny", str(gguf)))
+    status, body = await api.post("/admin/v1/models/tiny/scale", {"min": 0, "idle_s": idle})
+    assert status == 400 and body["error"]["param"] == "idle_s"
+
+
+async def test_the_model_list_says_an_on_demand_model_nobody_asked_for_is_cold(api: Api) -> None:
+    gguf = write_gguf(api.data / "models" / "tiny.gguf")
+    await api.post("/admin/v1/models", local("tiny", str(gguf)))
+    resp = await api.client.get("/admin/v1/models", headers=api.headers)
+    [tiny] = [m for m in (await resp.json())["data"] if m["name"] == "tiny"]
+    assert tiny["state"] == "cold"
+
+
+async def test_scaling_min_down_without_max_scales_down_unless_an_autoscaling_range_was_set(
+    api: Api,
+) -> None:
+    gguf = write_gguf(api.data / "models" / "tiny.gguf")
+    await api.post("/admin/v1/models", local("tiny", str(gguf)))
+    scale = "/admin/v1/models/tiny/scale"
+
+    await api.post(scale, {"min": 3, "max": 3})
+    _, body = await api.post(scale, {"min": 1})
+    assert (body["scaling"]["min"], body["scaling"]["max"]) == (1, 1)  # one replica, not three
+    _, body = await api.post(scale, {"min": 0})
+    assert (body["scaling"]["min"], body["scaling"]["max"]) == (0, 1)  # on demand, can still start
+
+    await api.post(scale, {"min": 0, "max": 4})
+    _, body = await api.post(scale, {"min": 1})
+    assert (body["scaling"]["min"], body["scaling"]["max"]) == (1, 4)  # the range stays
+
+
+async def test_a_judge_cannot_be_scaled_to_zero(api: Api) -> None:
+    gguf = write_gguf(api.data / "models" / "tiny.gguf")
+    await api.post("/admin/v1/models", {**local("judge", str(gguf)), "guard": True})
+    status, body = await api.post("/admin/v1/models/judge/scale", {"min": 0, "max": 1})
+    assert status == 400 and body["error"]["param"] == "min"
+    assert "judge" in body["error"]["message"]

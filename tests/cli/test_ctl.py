@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import json
 
+import pytest
+import typer
+
+from llmgw.cli.ctl import idle_text, parse_idle
 from tests.cli.test_ctl_guard import flat, row
 from tests.conftest import DEMO
 from tests.e2e.server_process import LlmgwServer, run_cli, wait_for
@@ -120,3 +124,39 @@ def test_a_dialect_goes_with_a_base_url_only(demo_server: LlmgwServer) -> None:
 
 def test_model_add_help_says_where_the_anthropic_base_url_points(demo_server: LlmgwServer) -> None:
     assert "https://api.anthropic.com/v1" in flat(demo_server.ctl("model", "add", "--help").stdout)
+
+
+@pytest.mark.parametrize(("text", "seconds"), [("30s", 30), ("10m", 600), ("2h", 7200), ("1d", 86400),
+                                               ("90", 90), ("1.5m", 90), ("OFF", None)])
+def test_idle_takes_a_duration_or_off(text: str, seconds: float | None) -> None:
+    assert parse_idle(text) == seconds
+
+
+@pytest.mark.parametrize("text", ["0", "-5m", "10x", "m", "", "nan"])
+def test_a_bad_idle_is_refused_before_anything_is_sent(text: str) -> None:
+    with pytest.raises(typer.BadParameter, match="like 30s, 10m or 2h"):
+        parse_idle(text)
+
+
+def test_idle_times_print_as_they_are_typed() -> None:
+    assert [idle_text(s) for s in (600, 7200, 90, 86400, None)] == ["10m", "2h", "90s", "1d", "off"]
+
+
+def test_scale_sets_and_clears_an_idle_time_and_the_list_shows_it_with_the_state(
+    demo_server: LlmgwServer,
+) -> None:
+    demo_server.wait_ready(DEMO)
+    try:
+        out = demo_server.ctl("model", "scale", DEMO, "--min", "1", "--max", "1", "--idle", "10m").stdout
+        assert "min 1, max 1, idle 10m" in out
+        listing = demo_server.ctl("model", "list").stdout
+        assert "10m" in listing
+        demo = next(m for m in json.loads(demo_server.ctl("--json", "model", "list").stdout)["data"]
+                    if m["name"] == DEMO)
+        assert demo["scaling"]["idle_s"] == 600
+        assert demo["state"] == "ready" or demo["state"].startswith("idle ")
+        bad = demo_server.ctl("model", "scale", DEMO, "--min", "1", "--idle", "soon", check=False)
+        assert bad.returncode == 2 and "like 30s, 10m or 2h" in bad.stderr
+    finally:
+        out = demo_server.ctl("model", "scale", DEMO, "--min", "1", "--max", "1", "--idle", "off").stdout
+    assert "idle off" in out

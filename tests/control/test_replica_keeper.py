@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 from datetime import datetime
+
+import pytest
 
 from llmgw.control.replica_keeper import (
     NODE_TIMEOUT,
@@ -17,8 +20,20 @@ from llmgw.control.replica_keeper import (
     plan,
 )
 from llmgw.core.clock import FakeClock
+from llmgw.core.demand import Activity
 from llmgw.core.errors import StoreUnavailable
 from llmgw.core.types import Model, Node, Replica, ReplicaState
+from tests.demand_factories import (
+    NO_DEMAND,
+    SETTINGS,
+    activity,
+    ago,
+    four_gb_node,
+    on_demand_model,
+    queue_of,
+    running,
+    use,
+)
 from tests.factories import (
     NOW,
     cpu_profile,
@@ -427,3 +442,135 @@ async def test_the_loop_survives_a_store_outage() -> None:
 
     assert store.reads == 2
     assert [type(a) for a in store.applied] == [Place]
+
+
+# --- on demand ---------------------------------------------------------------------------------
+
+
+def test_a_queue_for_a_cold_model_places_a_replica_at_once_marked_as_a_cold_start() -> None:
+    [place] = plan([on_demand_model()], [four_gb_node()], [], NOW, activity=queue_of("gemma3-270m"))
+    assert place == Place("gemma3-270m", "node-1", "default", cpu_cores=1, memory_gb=2.0, cold=True)
+
+
+def test_a_cold_model_with_nobody_waiting_stays_cold() -> None:
+    assert plan([on_demand_model()], [four_gb_node()], [], NOW, activity=NO_DEMAND) == []
+
+
+def test_a_queue_does_not_place_a_second_replica_while_the_first_loads() -> None:
+    loading = replica_placed("r1", node_id="node-1")
+    waiting = queue_of("gemma3-270m", waiting=40)
+    assert plan([on_demand_model(max=4)], [four_gb_node()], [loading], NOW, activity=waiting) == []
+
+
+def test_an_idle_on_demand_replica_is_stopped_saying_why() -> None:
+    used = activity(replicas=use(r1=(0, ago(600))))
+    [stop] = plan([on_demand_model(idle_s=300)], [four_gb_node()], [running("r1", "gemma3-270m")], NOW,
+                  activity=used)
+    assert isinstance(stop, Stop) and stop.replica_id == "r1" and stop.room_for is None
+    assert "served nothing for 10m" in stop.reason
+
+
+def test_without_demand_the_keeper_keeps_exactly_min_as_before() -> None:
+    # Callers that pass no activity get the old keeper: replicas above min go.
+    model = on_demand_model(min=1, max=3)
+    replicas = [running("r1", "gemma3-270m"), running("r2", "gemma3-270m", node_id="node-2")]
+    actions = plan([model], [four_gb_node(), four_gb_node("node-2")], replicas, NOW)
+    assert [type(a) for a in actions] == [Stop]
+
+
+def test_with_no_demand_always_on_models_plan_as_without_it() -> None:
+    models = [gemma_model(replicas=2), qwen_guard_model(profiles=[cpu_profile(cores=64)]),
+              local_model("phi-4", replicas=1), remote_model()]
+    nodes = [node_2_cores(), node_8_cores()]
+    replicas = [replica_ready("r-phi-1", model="phi-4"), replica_pending("r-gemma")]
+    assert plan(models, nodes, replicas, NOW, activity=NO_DEMAND) == plan(models, nodes, replicas, NOW)
+
+
+def test_a_waiting_model_that_fits_nowhere_stops_an_idle_one_on_that_node_and_takes_its_place() -> None:
+    models = [on_demand_model("gemma3-270m", memory_gb=4.0), on_demand_model("phi-4", idle_s=3600)]
+    idle_phi = running("r-phi", "phi-4")
+    demand = activity(queued={"gemma3-270m": 1}, replicas=use(**{"r-phi": (0, ago(30))}))
+
+    actions = plan(models, [four_gb_node()], [idle_phi], NOW, activity=demand)
+
+    assert actions == [
+        Stop("r-phi", "stopped to make room for gemma3-270m (idle since 23:59:30)",
+             room_for="gemma3-270m", model="phi-4", node_id="node-1"),
+        Place("gemma3-270m", "node-1", "default", cpu_cores=1, memory_gb=4.0, cold=True),
+    ]
+    # Applied, the plan is settled: the stopped replica is not stopped again, nothing more moves.
+    after = apply([idle_phi], actions)
+    assert plan(models, [four_gb_node()], after, NOW, activity=demand) == []
+
+
+def test_a_replica_idle_long_enough_to_stop_anyway_is_stopped_once_to_make_room() -> None:
+    models = [on_demand_model("gemma3-270m", memory_gb=4.0), on_demand_model("phi-4", idle_s=10)]
+    demand = activity(queued={"gemma3-270m": 1}, replicas=use(**{"r-phi": (0, ago(30))}))
+
+    actions = plan(models, [four_gb_node()], [running("r-phi", "phi-4")], NOW, activity=demand)
+
+    assert [(type(a), a.room_for if isinstance(a, Stop) else a.model) for a in actions] == [
+        (Stop, "gemma3-270m"), (Place, "gemma3-270m")]
+
+
+def test_a_model_that_fits_nowhere_even_after_eviction_pends_with_the_schedulers_reasons() -> None:
+    models = [on_demand_model("gemma3-270m", memory_gb=64.0), on_demand_model("phi-4")]
+    demand = activity(queued={"gemma3-270m": 1})
+
+    [pend] = plan(models, [four_gb_node()], [running("r-phi", "phi-4")], NOW, activity=demand)
+
+    assert isinstance(pend, Pend)
+    assert "needs 64 GB memory; node node-1 has only 4 GB" in pend.reason
+    # Its waiters got that answer at once; with nobody waiting the pending row goes, so the next
+    # request queues and the keeper tries again.
+    after = apply([running("r-phi", "phi-4")], [pend])
+    [forget] = plan(models, [four_gb_node()], after, NOW, activity=NO_DEMAND)
+    assert isinstance(forget, Forget) and forget.replica_id != "r-phi"
+
+
+def test_a_busy_replica_of_another_model_is_not_stopped_so_the_waiting_one_pends() -> None:
+    models = [on_demand_model("gemma3-270m", memory_gb=4.0), on_demand_model("phi-4")]
+    demand = activity(queued={"gemma3-270m": 1}, replicas=use(**{"r-phi": (3, NOW)}))
+
+    [pend] = plan(models, [four_gb_node()], [running("r-phi", "phi-4")], NOW, activity=demand)
+
+    assert isinstance(pend, Pend) and "node node-1 has 2 of 4 GB free" in pend.reason
+
+
+async def test_the_keeper_autoscales_after_load_lasts_and_reports_each_action() -> None:
+    clock = FakeClock(NOW)
+    store = InMemoryStore([on_demand_model(max=2)], [four_gb_node(), four_gb_node("node-2")],
+                          [running("r1", "gemma3-270m")])
+    busy = activity(queued={"gemma3-270m": 9}, replicas=use(r1=(4, NOW)))
+    seen: list[Action] = []
+
+    async def read_activity() -> Activity:
+        return busy
+
+    keeper = ReplicaKeeper(store.read, store.apply, clock, read_activity=read_activity,
+                           settings=SETTINGS, observe=seen.append)
+
+    assert await keeper.tick() == []  # the load has only just risen
+    clock.advance(SETTINGS.scale_up_after_s)
+    [place] = await keeper.tick()
+
+    assert isinstance(place, Place) and place.node_id == "node-2" and not place.cold
+    assert seen == [place]
+
+
+async def test_the_keeper_logs_an_eviction_naming_the_replica_its_model_and_node(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    models = [on_demand_model("gemma3-270m", memory_gb=4.0), on_demand_model("phi-4")]
+    store = InMemoryStore(models, [four_gb_node()], [running("r-phi", "phi-4")])
+
+    async def read_activity() -> Activity:
+        return activity(queued={"gemma3-270m": 1}, replicas=use(**{"r-phi": (0, ago(30))}))
+
+    keeper = ReplicaKeeper(store.read, store.apply, FakeClock(NOW), read_activity=read_activity)
+    with caplog.at_level(logging.INFO, logger="llmgw.control.replica_keeper"):
+        await keeper.tick()
+
+    assert ("stopped r-phi of phi-4 on node-1 to make room for gemma3-270m (idle since 23:59:30)"
+            in caplog.text)
+    assert "place gemma3-270m on node-1 with profile default (cold start)" in caplog.text

@@ -460,3 +460,31 @@ def test_other_models_keep_off_the_judge_machine_while_they_fit_elsewhere() -> N
     full = [*running, replica_placed("c1", "big", node_id="other", cores=4, memory_gb=16.0)]
     assert placed_on(Cluster([box, other], full, NOW, judge_machine={"role": "judge"})
                      .schedule(chat)) == "judge-box"
+
+
+# --- making room (the seam eviction uses) ------------------------------------------------------
+
+
+def test_a_replica_released_in_the_plan_frees_its_share_for_the_next_decision() -> None:
+    big = gemma_model(profiles=[cpu_profile(cores=1, memory_gb=6.0)])
+    other = replica_placed("r-phi", "phi-4", node_id="small", memory_gb=4.0)
+    cluster = Cluster([node_2_cores()], [other], NOW)
+    assert isinstance(cluster.schedule(big), Unschedulable)
+
+    cluster.release(other)
+
+    assert placed_on(cluster.schedule(big)) == "small"
+
+
+def test_fits_without_answers_for_one_node_and_changes_nothing() -> None:
+    big = gemma_model(profiles=[cpu_profile(cores=1, memory_gb=6.0)])
+    other = replica_placed("r-phi", "phi-4", node_id="small", memory_gb=4.0)
+    cluster = Cluster([node_2_cores(), node_8_cores(cordoned=True)], [other], NOW)
+
+    where = cluster.fits_without(big, "small", [other])
+
+    assert where is not None and where.node_id == "small" and where.profile.name == "default"
+    assert cluster.fits_without(big, "small", []) is None
+    assert cluster.fits_without(big, "big", []) is None  # cordoned: filtered before any fit
+    assert isinstance(cluster.schedule(big), Unschedulable)  # nothing was released
+    assert cluster.open_nodes() == ["small"]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
@@ -15,7 +16,9 @@ from llmgw.core.errors import FetchFailed, FetchRefused, InvalidRequest
 from llmgw.core.jobs import JobState, ServeJob, ServeRequest
 from llmgw.core.types import HubSource, LocalSource, Model, Profile
 from llmgw.node.files import Progress
+from llmgw.store.lease_repo import fence
 from llmgw.store.store import Store
+from tests.factories import NOW
 from tests.fakes.gguf_files import write_gguf
 
 
@@ -83,6 +86,14 @@ async def setup(store: Store, gguf: Path) -> AsyncIterator[tuple[ServeJobs, Cata
     await jobs.close()
 
 
+async def submitted(jobs: ServeJobs, request: ServeRequest) -> ServeJob:
+    """A job taken by any server, then picked up by the leader's pass."""
+    job = await jobs.start(request)
+    assert (await jobs.get(job.id)).state == JobState.QUEUED  # nothing runs it before the leader
+    await jobs.take_over()
+    return job
+
+
 async def finished(jobs: ServeJobs, job: ServeJob) -> ServeJob:
     """The job once it has finished (its task is awaited, not polled)."""
     task = jobs._tasks.get(job.id)
@@ -92,11 +103,12 @@ async def finished(jobs: ServeJobs, job: ServeJob) -> ServeJob:
 
 
 Setup = tuple[ServeJobs, CatalogService, GatedFiles]
+TTL = timedelta(seconds=15)
 
 
 async def test_a_job_fetches_sizes_and_adds_the_model(setup: Setup) -> None:
     jobs, catalog, files = setup
-    job = await jobs.start(hub_request(ctx_size=2048))
+    job = await submitted(jobs, hub_request(ctx_size=2048))
     await files.started.wait()
     assert (await jobs.get(job.id)).state == JobState.FETCHING
     assert (await jobs.get(job.id)).bytes_done == 10  # live progress
@@ -118,7 +130,7 @@ async def test_a_file_the_hub_published_no_sha256_for_is_said_unverified_in_the_
     files.published_sha256 = False
     files.release.set()
 
-    done = await finished(jobs, await jobs.start(hub_request()))
+    done = await finished(jobs, await submitted(jobs, hub_request()))
 
     warning = "org/tiny-GGUF/tiny.gguf@main was not verified: the Hub published no SHA-256 for it"
     assert done.state == JobState.RUNNING and done.error is None
@@ -131,7 +143,7 @@ async def test_a_file_the_hub_published_no_sha256_for_is_said_unverified_in_the_
 async def test_a_verified_file_leaves_no_warning(setup: Setup, store: Store) -> None:
     jobs, _catalog, files = setup
     files.release.set()
-    done = await finished(jobs, await jobs.start(hub_request()))
+    done = await finished(jobs, await submitted(jobs, hub_request()))
     assert done.warning is None and store.jobs.get(done.id).warning is None
 
 
@@ -139,7 +151,7 @@ async def test_if_absent_gives_way_to_a_model_added_while_it_fetched(
     setup: tuple[ServeJobs, CatalogService, GatedFiles], gguf: Path
 ) -> None:
     jobs, catalog, files = setup
-    job = await jobs.start(hub_request(if_absent=True, by="llmgw (a guard policy names it)"))
+    job = await submitted(jobs, hub_request(if_absent=True, by="llmgw (a guard policy names it)"))
     await files.started.wait()
     operators = Model(name="tiny", source=LocalSource(path=str(gguf)),
                       profiles=[Profile(name="mine", cpu_cores=3, min_memory_gb=2)])
@@ -158,13 +170,13 @@ async def test_without_if_absent_a_taken_name_fails_clearly(
     await catalog.add(Model(name="tiny", source=LocalSource(path=str(gguf)),
                             profiles=[Profile(name="x")]), "operator")
     files.release.set()
-    done = await finished(jobs, await jobs.start(hub_request()))
+    done = await finished(jobs, await submitted(jobs, hub_request()))
     assert done.state == JobState.FAILED and "already exists" in (done.error or "")
 
 
 async def test_cancel_stops_the_fetch(setup: tuple[ServeJobs, CatalogService, GatedFiles]) -> None:
     jobs, catalog, files = setup
-    job = await jobs.start(hub_request())
+    job = await submitted(jobs, hub_request())
     await files.started.wait()
     cancelled = await jobs.cancel(job.id)
     assert cancelled.state == JobState.CANCELLED
@@ -177,12 +189,12 @@ async def test_a_cut_download_is_retried_and_a_refusal_is_not(store: Store, gguf
     flaky = GatedFiles(gguf, failures=[FetchFailed("cut"), FetchFailed("cut again")])
     flaky.release.set()
     jobs = ServeJobs(store, flaky, catalog, SystemClock(), sleep=no_sleep)  # type: ignore[arg-type]
-    done = await finished(jobs, await jobs.start(hub_request()))
+    done = await finished(jobs, await submitted(jobs, hub_request()))
     assert done.state == JobState.RUNNING and flaky.calls == 3
 
     refused = GatedFiles(gguf, failures=[FetchRefused("org/x/y.gguf: file not found in the repo")])
     jobs = ServeJobs(store, refused, catalog, SystemClock(), sleep=no_sleep)  # type: ignore[arg-type]
-    done = await finished(jobs, await jobs.start(hub_request(name="other")))
+    done = await finished(jobs, await submitted(jobs, hub_request(name="other")))
     assert done.state == JobState.FAILED and "file not found" in (done.error or "")
     assert refused.calls == 1
 
@@ -191,7 +203,7 @@ async def test_an_unfinished_job_resumes_after_a_restart(store: Store, gguf: Pat
     catalog = CatalogService(store, SystemClock())
     first = GatedFiles(gguf)
     jobs = ServeJobs(store, first, catalog, SystemClock(), sleep=no_sleep)  # type: ignore[arg-type]
-    job = await jobs.start(hub_request())
+    job = await submitted(jobs, hub_request())
     await first.started.wait()
     await jobs.close()  # a server stopping: the job stays "fetching" in the store
     assert (await jobs.get(job.id)).state == JobState.FETCHING
@@ -199,7 +211,7 @@ async def test_an_unfinished_job_resumes_after_a_restart(store: Store, gguf: Pat
     second = GatedFiles(gguf)
     second.release.set()
     restarted = ServeJobs(store, second, catalog, SystemClock(), sleep=no_sleep)  # type: ignore[arg-type]
-    assert await restarted.resume() == [job.id]
+    assert await restarted.take_over() == [job.id]
     done = await finished(restarted, job)
     assert done.state == JobState.RUNNING
     assert (await catalog.get("tiny")).name == "tiny"
@@ -212,7 +224,7 @@ async def test_a_file_that_is_not_gguf_fails_the_job_saying_so(store: Store, tmp
     files.release.set()
     jobs = ServeJobs(store, files, CatalogService(store, SystemClock()), SystemClock(),  # type: ignore[arg-type]
                      sleep=no_sleep)
-    done = await finished(jobs, await jobs.start(hub_request()))
+    done = await finished(jobs, await submitted(jobs, hub_request()))
     assert done.state == JobState.FAILED and "bad.gguf" in (done.error or "")
 
 
@@ -231,12 +243,53 @@ async def test_a_local_job_refuses_every_bad_path_alike_and_keeps_the_canonical_
     for path in [str(outside / "other.gguf"), str(outside / "missing.gguf"), "/etc/passwd",
                  str(root / "missing.gguf"), "tiny.gguf"]:
         with pytest.raises(InvalidRequest) as caught:
-            await jobs.start(ServeRequest(name="tiny", source=LocalSource(path=path)))
+            await submitted(jobs, ServeRequest(name="tiny", source=LocalSource(path=path)))
         answers.add((caught.value.message, caught.value.param))
     assert len(answers) == 1 and await jobs.jobs() == []
 
-    job = await jobs.start(ServeRequest(name="tiny", source=LocalSource(path=str(tmp_path / "alias" /
+    job = await submitted(jobs, ServeRequest(name="tiny", source=LocalSource(path=str(tmp_path / "alias" /
                                                                                  "tiny.gguf"))))
     done = await finished(jobs, job)
     assert done.state == JobState.RUNNING
     assert (await catalog.get("tiny")).source == LocalSource(path=str(real.resolve()))
+
+
+async def test_a_job_cancelled_on_another_server_is_stopped_by_the_leaders_next_pass(
+    setup: Setup, store: Store
+) -> None:
+    leader, catalog, files = setup
+    job = await submitted(leader, hub_request())
+    await files.started.wait()
+    follower = ServeJobs(store, files, catalog, SystemClock(), sleep=no_sleep)  # type: ignore[arg-type]
+    assert (await follower.cancel(job.id)).state == JobState.CANCELLED
+    await leader.take_over()
+    done = await finished(leader, job)
+    assert done.state == JobState.CANCELLED and done.error == "cancelled by an operator"
+    assert files.cancelled.is_set()
+    assert [m.name for m in await catalog.models()] == []
+
+
+async def test_a_deposed_leaders_job_writes_nothing_and_the_next_leader_finishes_it(
+    store: Store, gguf: Path
+) -> None:
+    catalog = CatalogService(store, SystemClock())
+    first = store.leases.acquire("server-a", NOW, TTL)
+    assert first is not None
+    fenced_at = [NOW]
+    gated = GatedFiles(gguf)
+    old = ServeJobs(store, gated, catalog, SystemClock(), sleep=no_sleep,  # type: ignore[arg-type]
+                    fence=lambda: fence("server-a", first.epoch, lambda: fenced_at[0]))
+    job = await submitted(old, hub_request())
+    await gated.started.wait()
+    # server-a pauses past its lease; server-b is elected and resumes the job.
+    fenced_at[0] = NOW + TTL * 2
+    assert store.leases.acquire("server-b", fenced_at[0], TTL) is not None
+    gated.release.set()
+    assert (await finished(old, job)).state == JobState.FETCHING  # the old leader's end was refused
+    assert [m.name for m in await catalog.models()] == []
+
+    fresh = GatedFiles(gguf)
+    fresh.release.set()
+    new = ServeJobs(store, fresh, catalog, SystemClock(), sleep=no_sleep)  # type: ignore[arg-type]
+    assert await new.take_over() == [job.id]
+    assert (await finished(new, job)).state == JobState.RUNNING

@@ -292,14 +292,16 @@ class Cluster:
 
     @staticmethod
     def _configure(data_dir: Path, port: int, updates: dict[str, Any]) -> None:
-        """Rewrite a config.toml with `updates` (and `port`), through the settings model; keys
-        of `[control]` go there (set under `[server]`, the file's own `[control]` would win)."""
+        """Rewrite a config.toml with `updates` (and `port`), through the settings model; a
+        `[control]` setting may be given by its name alone."""
         path = data_dir / "config.toml"
-        fields = load(data_dir).model_dump()
-        control = {k: v for k, v in updates.items() if k in ControlSettings.model_fields}
-        fields.update({k: v for k, v in updates.items() if k not in control}, port=port)
-        fields["control"] = {**fields["control"], **control}
-        path.write_text(dump(ServerSettings.model_validate(fields)))
+        data = {**load(data_dir).model_dump(), "port": port}
+        for name, value in updates.items():
+            if name in ControlSettings.model_fields:
+                data["control"] = {**data["control"], name: value}
+            else:
+                data[name] = value
+        path.write_text(dump(ServerSettings.model_validate(data)))
 
     def add_node(self, node_id: str, cores: int, memory_gb: float,
                  labels: dict[str, str] | None = None, start: bool = True) -> Node:

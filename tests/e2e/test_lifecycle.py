@@ -47,7 +47,7 @@ def test_restart_serves_again_without_losing_the_catalog(tmp_path: Path) -> None
         assert ready["endpoint"]
         models = json.loads(server.ctl("--json", "model", "list").stdout)["data"]
         model = next(m for m in models if m["name"] == DEMO)
-        assert model["scaling"] == {"min": 1, "max": 2}
+        assert model["scaling"] == {"min": 1, "max": 2, "idle_s": None}
         assert model["by"].startswith("admin (sk-llmgw-")
     finally:
         server.stop()

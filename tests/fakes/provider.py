@@ -29,6 +29,8 @@ from llmgw.core.clock import SystemClock
 from llmgw.core.types import ApiKey, Limits, LocalSource, Model, Profile
 from llmgw.gateway.auth import KeyCache
 from llmgw.gateway.limits import Limiter
+from llmgw.gateway.metrics import Metrics
+from llmgw.gateway.queue import ColdQueue
 from llmgw.gateway.routing import Route, RoutingTable, Upstream
 from llmgw.gateway.service import Gateway
 from llmgw.gateway.snapshot import Refresher, Snapshot
@@ -240,20 +242,25 @@ class GatewayRig:
     model: Model | None = None
     upstream_headers: dict[str, str] = field(default_factory=dict)
     guard: Guard | None = None
+    # The request queue, for routes with no upstream; the refresher, to swap snapshots in.
+    queue: ColdQueue | None = None
+    refresher: Refresher | None = None
+    metrics: Metrics | None = None
 
     async def start(self) -> GatewayRig:
         self.plaintext, key = user_key()
         self.key = key.model_copy(update={"limits": self.limits})
         self._client = Transport(timeout_s=30)
         await self._client.start()
-        refresher = Refresher(self.store, KEY_SECRET)
+        refresher = self.refresher = Refresher(self.store, KEY_SECRET)
         model = self.model or Model(name="m", source=LocalSource(path="/m.gguf"),
                                     profiles=[Profile(name="cpu")])
         route = Route(model, (Upstream("replica-1", self.provider.url, dict(self.upstream_headers)),))
         refresher.current = Snapshot(1, KeyCache(KEY_SECRET, [self.key]), RoutingTable({"m": route}))
         self.limiter = Limiter(self.store, self.now)
         self.meter = UsageMeter(self.store, self.now)
-        gateway = Gateway(refresher, self._client, SystemClock(), self.guard, self.limiter, self.meter)
+        gateway = Gateway(refresher, self._client, SystemClock(), self.guard, self.limiter, self.meter,
+                          self.metrics, queue=self.queue)
         app = web.Application(middlewares=[openai_errors])
         app[GATEWAY] = gateway
         app.add_routes(routes())

@@ -2,14 +2,20 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+
 import pytest
 
 from llmgw.core.errors import NoReadyReplica
-from llmgw.core.types import ReplicaState
+from llmgw.core.types import Replica, ReplicaState, Scaling
 from llmgw.gateway.routing import Route, RoutingTable, Upstream
-from llmgw.gateway.snapshot import build_routes
+from llmgw.gateway.snapshot import Refresher, build_routes
+from llmgw.store.store import Store
 from tests.factories import (
+    KEY_SECRET,
     gemma_model,
+    local_model,
+    node,
     qwen_guard_model,
     remote_model,
     replica_failed,
@@ -129,10 +135,14 @@ def test_a_local_model_without_ready_replicas_explains_itself() -> None:
     assert route.unavailable == "failed: engine exited with code 3"
 
 
-def test_a_local_model_with_no_replica_at_all_hints_at_scaling() -> None:
-    route = build_routes([gemma_model(replicas=0)], [], {}, addresses=NODES)["gemma3-270m"]
-    assert route.upstreams == ()
-    assert "scaling.min" in route.unavailable
+def test_a_local_model_with_no_replica_at_all_says_why_by_its_scaling() -> None:
+    off = local_model("off", replicas=0).model_copy(update={"scaling": Scaling(min=0, max=0)})
+    models = [gemma_model(replicas=0), off, local_model("kept")]
+    routes = build_routes(models, [], {}, addresses=NODES)
+    assert routes["gemma3-270m"].upstreams == ()
+    assert routes["gemma3-270m"].unavailable == "no replica is placed yet (the model starts on demand)"
+    assert routes["off"].unavailable == "no replica is placed: scaling.max is 0"
+    assert "scaling.min" in routes["kept"].unavailable
 
 
 def test_every_catalog_model_gets_a_route_and_nothing_else() -> None:
@@ -212,3 +222,47 @@ def test_a_model_whose_only_ready_replica_is_off_its_node_says_so() -> None:
     replicas = [replica_ready("r1", node_id="gpu-1", endpoint="http://10.6.6.6:9000/v1")]
     route = build_routes([gemma_model()], replicas, {}, addresses={"gpu-1": "10.0.0.7"})["gemma3-270m"]
     assert route.upstreams == () and "off its node's address" in route.unavailable
+
+
+# --- what a queued request waits for ----------------------------------------------------------
+
+
+def test_a_starting_replica_says_where_the_model_is_loading() -> None:
+    replicas = [replica_placed("r1", node_id="node-2"), replica_placed("r2", node_id="node-1"),
+                replica_failed("r3", node_id="node-3")]
+    route = build_routes([gemma_model(replicas=3)], replicas, {}, addresses=NODES)["gemma3-270m"]
+    assert route.loading_on == "node-1, node-2"
+    assert route.nowhere == ""
+
+
+def test_a_model_whose_every_replica_waits_for_room_fits_nowhere_with_the_schedulers_reason() -> None:
+    reason = "profile cpu: node big has 1.0 GB free, needs 8.0 GB"
+    route = build_routes([gemma_model()], [replica_pending("r1", reason=reason)], {},
+                         addresses=NODES)["gemma3-270m"]
+    assert route.nowhere == reason and route.loading_on is None
+
+
+@pytest.mark.parametrize("replicas", [
+    [],  # cold: nothing placed yet
+    [replica_pending("r1")],  # being placed, no reason yet
+    [replica_pending("r1", reason="no node fits"), replica_placed("r2")],  # one is loading
+])
+def test_a_model_that_may_still_get_a_replica_does_not_fit_nowhere(replicas: list[Replica]) -> None:
+    route = build_routes([gemma_model(replicas=0)], replicas, {}, addresses=NODES)["gemma3-270m"]
+    assert route.nowhere == ""
+
+
+async def test_every_new_routing_table_is_handed_to_the_refresh_hook(any_store: Store) -> None:
+    now = datetime.now(UTC)
+    any_store.nodes.upsert(node("big", address="127.0.0.1"), now)
+    any_store.catalog.add(gemma_model(replicas=0), "test", now)
+    tables: list[RoutingTable] = []
+    refresher = Refresher(any_store, KEY_SECRET, on_refresh=tables.append)
+
+    assert await refresher.refresh()
+    assert not await refresher.refresh()  # nothing changed: no new table, nobody told
+    any_store.replicas.create(replica_ready("r1"), now)
+    assert await refresher.refresh()
+
+    assert [t is refresher.current.table for t in tables] == [False, True]
+    assert [len(t.resolve("gemma3-270m").upstreams) for t in tables] == [0, 1]

@@ -97,7 +97,7 @@ async def test_a_stop_leaves_the_cluster_first_then_lets_the_request_in_flight_f
             await stopping
 
 
-async def test_a_stop_while_the_leader_is_still_resuming_jobs_stops_its_loops(
+async def test_a_stop_while_the_leader_is_still_taking_over_jobs_stops_its_loops(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     resuming, never = asyncio.Event(), asyncio.Event()
@@ -110,14 +110,15 @@ async def test_a_stop_while_the_leader_is_still_resuming_jobs_stops_its_loops(
     async def unused(_request: web.Request) -> web.Response:
         return web.Response()
 
-    monkeypatch.setattr(ServeJobs, "resume", slow_resume)
+    monkeypatch.setattr(ServeJobs, "take_over", slow_resume)
     server, runner, _url = await start(tmp_path, 1.0, unused)
     async with asyncio.timeout(10):
         await resuming.wait()
-    assert running("replica-keeper")  # started, while `elected` has not returned yet
+    assert running("replica-keeper")  # started, while the jobs are still being taken over
     async with asyncio.timeout(10):
         await stop_gracefully(server, runner)
     assert not running("replica-keeper") and not running("judge-keeper")
+    assert not running("serve-jobs")
 
 
 async def test_the_drain_is_bounded(tmp_path: Path) -> None:

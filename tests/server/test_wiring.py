@@ -8,9 +8,12 @@ from pathlib import Path
 import pytest
 
 from llmgw.control.leader import Elector, Timing
-from llmgw.control.replica_keeper import Place
+from llmgw.control.replica_keeper import Place, Stop
 from llmgw.core.clock import FakeClock
 from llmgw.core.errors import StaleEpoch
+from llmgw.core.types import ReplicaState
+from llmgw.gateway.metrics import Metrics
+from llmgw.gateway.routing import RoutingTable
 from llmgw.server import wiring
 from llmgw.server.cluster import Leadership
 from llmgw.store.store import Store
@@ -30,7 +33,7 @@ async def test_a_paused_leaders_keeper_writes_nothing_once_another_leads(
     store = Store.open(fresh_database(postgres_url))
     clock = FakeClock(NOW)
     try:
-        a = Leadership(nothing, nothing, clock, server_id="server-a")
+        a = Leadership(clock, server_id="server-a")
         a.elector = Elector("server-a", store.leases, clock, Timing(), nothing, nothing)
         lease = store.leases.acquire("server-a", clock.now(), TTL)
         assert lease is not None
@@ -53,7 +56,7 @@ async def test_a_server_that_is_not_leading_writes_nothing(tmp_path: Path) -> No
     store = Store.open(f"sqlite:///{tmp_path / 'llmgw.db'}")
     clock = FakeClock(NOW)
     try:
-        follower = Leadership(nothing, nothing, clock, server_id="server-b")
+        follower = Leadership(clock, server_id="server-b")
         follower.elector = Elector("server-b", store.leases, clock, Timing(), nothing, nothing)
         apply = wiring.keeper_applier(store, clock, follower.fence)
         with pytest.raises(StaleEpoch, match="not the leader"):
@@ -61,3 +64,38 @@ async def test_a_server_that_is_not_leading_writes_nothing(tmp_path: Path) -> No
         assert store.replicas.list() == []
     finally:
         store.close()
+
+
+async def test_a_replica_stopped_to_make_room_says_so_while_it_stops(tmp_path: Path) -> None:
+    store = Store.open(f"sqlite:///{tmp_path / 'llmgw.db'}")
+    clock = FakeClock(NOW)
+    try:
+        apply = wiring.keeper_applier(store, clock, lambda: None)
+        await apply(Place("phi-4", "node-a", "cpu", 1, 2.0))
+        await apply(Place("mistral-7b", "node-a", "cpu", 1, 2.0))
+        [phi] = store.replicas.list(model="phi-4")
+        [mistral] = store.replicas.list(model="mistral-7b")
+
+        await apply(Stop(phi.id, "stopped to make room for gemma3-270m (idle since 23:59:30)",
+                         room_for="gemma3-270m"))
+        await apply(Stop(mistral.id, "mistral-7b is scaled to 0"))
+
+        [phi] = store.replicas.list(model="phi-4")
+        assert phi.state == ReplicaState.STOPPING
+        assert phi.last_error == "stopped to make room for gemma3-270m (idle since 23:59:30)"
+        [mistral] = store.replicas.list(model="mistral-7b")
+        assert mistral.state == ReplicaState.STOPPING and mistral.last_error is None
+    finally:
+        store.close()
+
+
+def test_the_keepers_cold_starts_and_evictions_are_counted_in_the_metrics() -> None:
+    metrics = Metrics(lambda: RoutingTable({}))
+    observe = wiring.keeper_metrics(metrics)
+    observe(Place("gemma", "node-a", "cpu", 1, 1.0, cold=True))
+    observe(Place("gemma", "node-a", "cpu", 1, 1.0))  # scaled up, not cold
+    observe(Stop("rep-1", "stopped to make room for gemma", room_for="gemma", model="qwen"))
+    observe(Stop("rep-2", "qwen is scaled to 0"))
+    text = metrics.render().decode()
+    assert 'llmgw_cold_starts_total{model="gemma"} 1.0' in text
+    assert 'llmgw_evictions_total{model="qwen"} 1.0' in text

@@ -17,9 +17,14 @@ from llmgw.gateway.auth import require_admin
 
 class ScaleRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    min: int = Field(ge=0, le=64)
-    max: int | None = Field(default=None, ge=0, le=64)
-
+    min: int = Field(ge=0, le=64, description="Replicas kept ready; 0: the model is on demand "
+                     "(started by its first request).")
+    max: int | None = Field(default=None, ge=0, le=64, description=(
+        "Upper bound for autoscaling on load. Left out: unchanged if it was above min, else min "
+        "(at least 1)."))
+    idle_s: float | None = Field(default=None, gt=0, le=30 * 86400, description=(
+        "Replicas above min that served nothing for this many seconds are stopped; null: they "
+        "stay. Unchanged when left out."))
 
 
 def admin_key(request: web.Request) -> ApiKey:
@@ -44,8 +49,10 @@ def _dump(model: Model) -> dict[str, Any]:
 
 async def list_models(request: web.Request) -> web.Response:
     admin_key(request)
-    models = await request.app[CATALOG].models()
-    return json_response({"data": [_dump(m) for m in models]})
+    catalog = request.app[CATALOG]
+    models = await catalog.models()
+    states = await catalog.states(models)
+    return json_response({"data": [_dump(m) | {"state": states[m.name]} for m in models]})
 
 
 async def add_model(request: web.Request) -> web.Response:
@@ -82,7 +89,9 @@ async def scale_model(request: web.Request) -> web.Response:
         raise invalid(exc) from exc
     if req.max is not None and req.max < req.min:
         raise InvalidRequest(f"max ({req.max}) is below min ({req.min})", param="max")
-    model = await request.app[CATALOG].scale(request.match_info["name"], req.min, req.max, by(key))
+    idle = req.idle_s if "idle_s" in req.model_fields_set else ...
+    model = await request.app[CATALOG].scale(request.match_info["name"], req.min, req.max, by(key),
+                                             idle)
     return json_response(_dump(model))
 
 

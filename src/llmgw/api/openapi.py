@@ -25,6 +25,7 @@ from llmgw.core.agent_wire import SyncRequest
 from llmgw.core.guard import JudgeSpec, Outcome, Policy
 from llmgw.core.jobs import ServeRequest
 from llmgw.core.names import MODEL_NAME_MAX
+from llmgw.core.settings import DEFAULT_CTX_SIZE
 from llmgw.core.types import _REPO_RE, NAME_PATTERN, Limits, Model
 from llmgw.gateway.keys_admin import KeyRequest
 from llmgw.gateway.wire.checks import MAX_TOKENS
@@ -108,7 +109,7 @@ _EXAMPLES: dict[str, Schema] = {
              "max_tokens": 32},
     "model": {"name": "gemma3-270m", "source": _HUB, "scaling": {"min": 0, "max": 1},
               "profiles": [{"name": "cpu", "cpu_cores": 2, "min_memory_gb": 1}]},
-    "job": {"name": "gemma3-270m", "source": _HUB, "cores": 2, "ctx_size": 4096},
+    "job": {"name": "gemma3-270m", "source": _HUB, "cores": 2, "ctx_size": DEFAULT_CTX_SIZE},
 }
 _REMOVED = _obj(("name", "removed"), name=_STR, removed={"type": "boolean"})
 _NODE = _obj(("id", "status", "labels", "cordoned", "draining", "replica_count"), id=_STR,
@@ -251,7 +252,11 @@ def _paths() -> dict[str, dict[str, Schema]]:
         "/v1/models": {"get": _op("Models this key may use", v1, returns=_OPENAI_MODELS)},
         "/v1/moderations": {"post": _op("Moderation by the guard's judges", v1, body=_MODERATION)},
         "/admin/v1/models": {
-            "get": _op("List catalog models", adm, returns=_list_of(model)),
+            "get": _op("List catalog models with each one's on-demand state", adm,
+                       returns=_list_of({"allOf": [model, _obj(state={
+                           "type": "string",
+                           "description": "cold, pending, loading on NODE, ready, idle 3m, "
+                                          "failed or remote"})]})),
             "post": _op("Add a catalog model", adm, body=model, status=201, returns=model,
                         example=_EXAMPLES["model"]),
         },
@@ -261,7 +266,9 @@ def _paths() -> dict[str, dict[str, Schema]]:
         },
         "/admin/v1/models/{name}/resources": {"get": _op("Placement and memory estimates", adm)},
         "/admin/v1/models/{name}/scale": {
-            "post": _op("Scale a model", adm, body=_ref("ScaleRequest"), returns=model)},
+            "post": _op("Scale a model (min 0 and idle_s: on demand, stopped when idle)", adm,
+                        body=_ref("ScaleRequest"), returns=model,
+                        example={"min": 0, "max": 2, "idle_s": 600})},
         "/admin/v1/replicas": {"get": _op("List replicas", adm, returns=_list_of(_OPEN),
                                           query={"model": _STR})},
         "/admin/v1/nodes": {"get": _op("List nodes with their status", adm, returns=_list_of(_NODE))},

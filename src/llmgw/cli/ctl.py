@@ -81,13 +81,13 @@ def _source(m: dict[str, Any]) -> str:
 
 @model_app.command("list")
 def model_list() -> None:
-    """List catalog models."""
+    """List catalog models and their state (cold, loading on NODE, ready, idle 3m)."""
     data = call("GET", "/admin/v1/models")
     show(
         data,
         lambda d: render.table(
             "models",
-            ["name", "source", "profiles", "min", "max", "by", "updated"],
+            ["name", "source", "profiles", "min", "max", "idle", "state", "by", "updated"],
             [
                 [
                     m["name"],
@@ -95,6 +95,8 @@ def model_list() -> None:
                     ", ".join(p["name"] for p in m["profiles"]) or "-",
                     m["scaling"]["min"],
                     m["scaling"]["max"],
+                    idle_text(m["scaling"].get("idle_s")),
+                    m.get("state", ""),  # a server older than on-demand models sends none
                     m["by"],
                     (m["updated_at"] or "")[:19],
                 ]
@@ -180,20 +182,57 @@ def model_remove(name: str) -> None:
     show(data, lambda _d: render.console.print(f"removed {name}"))
 
 
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def parse_idle(text: str) -> float | None:
+    """`--idle`: a duration such as 30s, 10m, 2h or 1d (a bare number is seconds), or `off`
+    (None: replicas above min stay)."""
+    t = text.strip().lower()
+    if t == "off":
+        return None
+    unit = _UNITS.get(t[-1:], 0)
+    number = t[:-1] if unit else t
+    try:
+        value = float(number) * (unit or 1)
+    except ValueError:
+        value = -1.0
+    if not value > 0:  # also false for nan
+        raise typer.BadParameter(f"expected a duration like 30s, 10m or 2h, or off; got {text!r}")
+    return value
+
+
+def idle_text(idle_s: float | None) -> str:
+    """An idle time as `--idle` takes it: 10m, 2h, 90s, or off."""
+    if idle_s is None:
+        return "off"
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if idle_s >= size and idle_s % size == 0:
+            return f"{int(idle_s // size)}{unit}"
+    return f"{idle_s:g}s"
+
+
 @model_app.command("scale")
 def model_scale(
     name: str,
-    min_replicas: Annotated[int, typer.Option("--min", help="Replicas kept ready.")],
-    max_replicas: Annotated[int | None, typer.Option("--max", help="Upper bound.")] = None,
+    min_replicas: Annotated[int, typer.Option(
+        "--min", help="Replicas kept ready; 0: on demand, started by the first request.")],
+    max_replicas: Annotated[int | None, typer.Option(
+        "--max", help="Upper bound when load adds replicas.")] = None,
+    idle: Annotated[str | None, typer.Option(
+        "--idle", help="Stop replicas above --min that served nothing for this long: 30s, 10m, "
+                       "2h; off: they stay. Unchanged when not given.")] = None,
 ) -> None:
-    """Change how many replicas the keeper keeps ready."""
-    data = call(
-        "POST", f"/admin/v1/models/{quote(name)}/scale", {"min": min_replicas, "max": max_replicas}
-    )
+    """Change how many replicas the keeper keeps ready, and when idle ones stop."""
+    body: dict[str, Any] = {"min": min_replicas, "max": max_replicas}
+    if idle is not None:
+        body["idle_s"] = parse_idle(idle)
+    data = call("POST", f"/admin/v1/models/{quote(name)}/scale", body)
     show(
         data,
         lambda m: render.console.print(
-            f"{m['name']}: min {m['scaling']['min']}, max {m['scaling']['max']} (by {m['by']})"
+            f"{m['name']}: min {m['scaling']['min']}, max {m['scaling']['max']}, idle "
+            f"{idle_text(m['scaling'].get('idle_s'))} (by {m['by']})", highlight=False,
         ),
     )
 
@@ -201,7 +240,8 @@ def model_scale(
 def _resources_table(d: dict[str, Any]) -> None:
     m = d["model"]
     render.console.print(f"[bold]{m['name']}[/]  source {_source(m)}  scaling "
-                         f"{m['scaling']['min']}..{m['scaling']['max']}  by {m['by']}")
+                         f"{m['scaling']['min']}..{m['scaling']['max']}  idle "
+                         f"{idle_text(m['scaling'].get('idle_s'))}  by {m['by']}")
     est = d.get("estimates", {})
     render.table(
         "profiles",

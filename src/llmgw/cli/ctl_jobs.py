@@ -19,6 +19,7 @@ from rich.progress import (
 
 from llmgw.cli import render
 from llmgw.cli.ctl import app, call, model_app, show
+from llmgw.core.settings import DEFAULT_CTX_SIZE
 
 job_app = typer.Typer(help="Serve jobs: fetching, adding and placing models.", no_args_is_help=True)
 app.add_typer(job_app, name="job")
@@ -42,7 +43,7 @@ def model_serve(
     memory_gb: Annotated[
         float | None, typer.Option(help="Memory each replica holds; default: sized from the GGUF.")
     ] = None,
-    ctx_size: Annotated[int, typer.Option(help="llama-server --ctx-size.")] = 4096,
+    ctx_size: Annotated[int, typer.Option(help="llama-server --ctx-size.")] = DEFAULT_CTX_SIZE,
     args: Annotated[str, typer.Option(help="Extra llama-server arguments, shell-quoted.")] = "",
     min_replicas: Annotated[int, typer.Option("--min", help="Replicas kept ready.")] = 1,
     if_absent: Annotated[

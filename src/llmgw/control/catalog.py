@@ -8,11 +8,14 @@ from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
+from types import EllipsisType
 
+from llmgw.control.demand import state
 from llmgw.control.placement import NODE_TIMEOUT, free_on
 from llmgw.control.scheduler import Verdict, explain
 from llmgw.control.sizing import MemoryEstimate, estimate, fits
 from llmgw.core.clock import Clock
+from llmgw.core.demand import Activity
 from llmgw.core.errors import InvalidRequest, LlmgwError
 from llmgw.core.names import PROVIDER_KEY_RULE, provider_key_allowed
 from llmgw.core.types import LocalSource, Model, Node, RemoteSource, Replica, ReplicaState, Scaling
@@ -100,9 +103,12 @@ class CatalogService:
         node_timeout: timedelta = NODE_TIMEOUT,
         model_roots: Sequence[Path] = (),
         provider_key_env: Collection[str] = (),
+        read_activity: Callable[[], Awaitable[Activity]] | None = None,
     ) -> None:
         """`model_roots`: where local GGUF files may be (none: no local file is accepted);
-        `provider_key_env`: variables remote keys may come from besides LLMGW_PROVIDER_*."""
+        `provider_key_env`: variables remote keys may come from besides LLMGW_PROVIDER_*;
+        `read_activity`: the live servers' merged demand, for each model's on-demand state."""
+        self._read_activity = read_activity
         self._store = store
         self._clock = clock
         self._model_roots = list(model_roots)
@@ -147,15 +153,39 @@ class CatalogService:
         await asyncio.to_thread(self._store.catalog.remove, name)
         await self._changed()
 
-    async def scale(self, name: str, minimum: int, maximum: int | None, by: str) -> Model:
+    async def scale(
+        self, name: str, minimum: int, maximum: int | None, by: str,
+        idle_s: float | None | EllipsisType = ...,
+    ) -> Model:
+        """Set a model's replica bounds; `idle_s` (None: replicas above min stay) is kept as it
+        was unless given. Without `maximum`, a model that had room to autoscale (max above min)
+        keeps its max; one that had none gets max = min (at least 1, so that an on-demand model
+        can start): scaling 3..3 down to `min 1` leaves one replica, not three."""
         current = await self.get(name)
-        top = maximum if maximum is not None else max(current.scaling.max, minimum)
-        scaling = Scaling(min=minimum, max=top)
+        if current.guard and minimum == 0:
+            # The guard's budget (a few seconds) cannot wait out a judge's cold start.
+            raise InvalidRequest(f"{name} is a judge: it keeps at least one replica (min 1)",
+                                 param="min")
+        if maximum is not None:
+            top = maximum
+        elif current.scaling.max > current.scaling.min:
+            top = max(current.scaling.max, minimum)
+        else:
+            top = max(minimum, 1)
+        idle = current.scaling.idle_s if isinstance(idle_s, EllipsisType) else idle_s
+        scaling = Scaling(min=minimum, max=top, idle_s=idle)
         changed = await asyncio.to_thread(
             self._store.catalog.set_scaling, name, scaling, by, self._clock.now()
         )
         await self._changed()
         return changed
+
+    async def states(self, models: list[Model]) -> dict[str, str]:
+        """Each model's on-demand state (cold, loading on NODE, ready, idle 3m, …)."""
+        replicas = await self.replicas()
+        activity = await self._read_activity() if self._read_activity else Activity()
+        now = self._clock.now()
+        return {m.name: state(m, replicas, activity, now) for m in models}
 
     async def replicas(self, model: str | None = None) -> list[Replica]:
         return await asyncio.to_thread(self._store.replicas.list, model)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable
+from dataclasses import replace
 from typing import Protocol
 
 from llmgw.control.judge_keeper import (
@@ -87,8 +88,10 @@ class JudgeKeeper:
     async def status(self, state: KeeperState | None = None) -> dict[str, str]:
         """Per judge the keeper keeps, what it is doing about it: by this keeper's state, or by
         `state` (the leader's, read by a server that does not lead)."""
-        return judge_status(state if state is not None else self._state, await self._read(),
-                            self._clock.now())
+        view = await self._read()
+        if state is not None:
+            view = replace(view, leader=True)  # the leader's state, shown as the leader sees it
+        return judge_status(state if state is not None else self._state, view, self._clock.now())
 
     async def run(self, interval_s: float) -> None:
         # Elected again: another leader may have published its state meanwhile.

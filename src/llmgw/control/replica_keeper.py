@@ -1,7 +1,8 @@
-"""The replica keeper: keeps `scaling.min` replicas of every local model placed.
+"""The replica keeper: keeps `scaling.min` replicas of every local model placed, and, given the
+cluster's demand, starts on-demand models, autoscales them and stops idle replicas.
 
-`plan` is pure: catalog, nodes and replicas in, actions out. `ReplicaKeeper` reads the store,
-calls `plan`, writes the actions back and logs each once.
+`plan` is pure: catalog, nodes, replicas (and demand) in, actions out. `ReplicaKeeper` reads the
+store, calls `plan`, writes the actions back and logs each once.
 """
 
 from __future__ import annotations
@@ -9,16 +10,21 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
+
+from llmgw.control import eviction
+from llmgw.control.demand import Want, wants
 
 # NODE_TIMEOUT is re-exported: callers have always found it here.
 from llmgw.control.placement import NODE_TIMEOUT as NODE_TIMEOUT
 from llmgw.control.placement import lost
 from llmgw.control.scheduler import Cluster, Unschedulable
 from llmgw.core.clock import Clock
+from llmgw.core.demand import Activity
 from llmgw.core.ids import new_id
 from llmgw.core.loops import every
+from llmgw.core.settings import ControlSettings
 from llmgw.core.types import Model, Node, Replica, ReplicaState
 
 logger = logging.getLogger(__name__)
@@ -35,6 +41,8 @@ class Place:
     replica_id: str | None = None
     gpu_class: str | None = None
     gpus: int = 0
+    # Requests wait for the model and nothing of it was loading: a cold start.
+    cold: bool = False
 
 
 @dataclass(frozen=True)
@@ -52,6 +60,11 @@ class Stop:
 
     replica_id: str
     reason: str
+    # The model this replica makes room for (swap by memory), None for any other stop.
+    room_for: str | None = None
+    # With `room_for`: the stopped replica's own model and node (for the log and metrics).
+    model: str | None = None
+    node_id: str | None = None
 
 
 @dataclass(frozen=True)
@@ -75,6 +88,9 @@ def plan(
     node_timeout: timedelta = NODE_TIMEOUT,
     leading_since: datetime | None = None,
     judge_machine: Mapping[str, str] | None = None,
+    activity: Activity | None = None,
+    settings: ControlSettings | None = None,
+    busy_since: Mapping[str, datetime] | None = None,
 ) -> list[Action]:
     """What to change so each local model has `scaling.min` replicas placed where they fit
     (other than judges, on the `judge_machine` only when nothing else fits).
@@ -82,7 +98,31 @@ def plan(
     Replicas on a lost node (no heartbeat within `node_timeout`, or no node row) are forgotten
     and a replacement is placed elsewhere. Replicas on a draining node make way the other way
     round: their replacements are placed first, and they stop once enough of the model's
-    replicas are ready elsewhere, so a drain never leaves a model without a ready replica."""
+    replicas are ready elsewhere, so a drain never leaves a model without a ready replica.
+
+    Given the cluster's `activity` (see `control.demand`), a model has between `scaling.min`
+    and `scaling.max` replicas as its demand says: a queue starts a cold model at once, load
+    sustained per ready replica adds one, idle replicas above `min` stop; a model with requests
+    waiting that fits nowhere may stop idle replicas of other models on one node to fit there
+    (see `control.eviction`). `busy_since` is what the previous pass returned (`plan_pass`)."""
+    return plan_pass(models, nodes, replicas, now, node_timeout, leading_since, judge_machine,
+                     activity, settings, busy_since)[0]
+
+
+def plan_pass(
+    models: list[Model],
+    nodes: list[Node],
+    replicas: list[Replica],
+    now: datetime,
+    node_timeout: timedelta = NODE_TIMEOUT,
+    leading_since: datetime | None = None,
+    judge_machine: Mapping[str, str] | None = None,
+    activity: Activity | None = None,
+    settings: ControlSettings | None = None,
+    busy_since: Mapping[str, datetime] | None = None,
+) -> tuple[list[Action], dict[str, datetime]]:
+    """`plan`, and since when each model's load has stayed above the threshold (for the next
+    pass's `busy_since`)."""
     if leading_since is not None:
         # A heartbeat older than this leader's election counts as made then: after a database
         # outage or a leader change every heartbeat is old though no node is gone, and
@@ -97,6 +137,7 @@ def plan(
     actions: list[Action] = []
     mine: dict[str, list[Replica]] = {}
     leaving: dict[str, list[Replica]] = {}
+    kept: list[Replica] = []
     for r in replicas:
         if r.node_id is not None:
             if r.node_id not in gone:
@@ -106,6 +147,7 @@ def plan(
                 # Even a stopping replica: nothing on a lost node will ever finish stopping it.
                 actions.append(Forget(r.id, why))
                 continue
+        kept.append(r)
         if r.state == ReplicaState.STOPPING:
             if r.node_id is None:  # no agent will ever report it stopped (earlier versions)
                 actions.append(Forget(r.id, "it was never placed"))
@@ -118,11 +160,64 @@ def plan(
         else:
             mine.setdefault(r.model, []).append(r)
     cluster = Cluster(nodes, replicas, now, node_timeout, judge_machine)
-    for model in sorted(catalog.values(), key=lambda m: m.name):
+    demand: dict[str, Want] = {}
+    if activity is not None:
+        live = [r for rs in mine.values() for r in rs]
+        demand = wants(models, live, activity, now, settings or ControlSettings(), busy_since)
+    room = _Room(catalog, kept, activity) if activity is not None else None
+    # Models with requests waiting go first: they may stop idle replicas of others to fit, and
+    # those others then plan without them.
+    for model in sorted(catalog.values(), key=lambda m: (not _queued(demand, m.name), m.name)):
         if not model.is_remote:
-            actions += _keep(model, mine.get(model.name, []), cluster)
-            actions += _make_way(model, mine.get(model.name, []), leaving.get(model.name, []))
-    return actions
+            have = [r for r in mine.get(model.name, []) if room is None or r.id not in room.taken]
+            w = demand.get(model.name)
+            if w is not None and room is not None and len(have) < len(mine.get(model.name, [])):
+                # Its replicas stopped to make room are not replaced (nobody waits for it); one
+                # that was idle anyway already counts as gone.
+                idle = tuple((rid, why) for rid, why in w.idle if rid not in room.taken)
+                taken = len(mine[model.name]) - len(have) - (len(w.idle) - len(idle))
+                w = replace(w, replicas=max(w.replicas - taken, model.scaling.min), idle=idle)
+            actions += _keep(model, have, cluster, w, room)
+            actions += _make_way(model, have, leaving.get(model.name, []))
+    busy = {name: w.busy_since for name, w in demand.items() if w.busy_since is not None}
+    return actions, busy
+
+
+def _queued(demand: Mapping[str, Want], name: str) -> bool:
+    w = demand.get(name)
+    return w is not None and w.queued > 0
+
+
+class _Room:
+    """What one plan needs to make room for a model by stopping idle replicas of others."""
+
+    def __init__(self, catalog: Mapping[str, Model], replicas: list[Replica],
+                 activity: Activity) -> None:
+        self.catalog = catalog
+        self.replicas = replicas
+        self.activity = activity
+        # Replicas this plan stops to make room: their own models plan without them.
+        self.taken: set[str] = set()
+
+    def make(self, model: Model, cluster: Cluster) -> tuple[list[Action], Place] | None:
+        """The stops that let one replica of `model` fit, and its placement; None if none do."""
+        found = eviction.choose(model, cluster, self.catalog, self.replicas, self.activity,
+                                self.taken)
+        if found is None:
+            return None
+        stops: list[Action] = []
+        for victim, used in zip(found.victims, found.idle_since, strict=True):
+            since = used.strftime("%H:%M:%S") if used else "it started"
+            stops.append(Stop(victim.id, f"stopped to make room for {model.name} "
+                                         f"(idle since {since})", room_for=model.name,
+                              model=victim.model, node_id=victim.node_id))
+            cluster.release(victim)
+            self.taken.add(victim.id)
+        where = found.placement
+        cluster.take(model.name, where)
+        p = where.profile
+        return stops, Place(model.name, where.node_id, p.name, p.cpu_cores, p.min_memory_gb,
+                            None, where.gpu_class, p.gpu)
 
 
 def _drop(r: Replica, reason: str) -> Action:
@@ -147,16 +242,24 @@ def _gone(node: Node | None, node_id: str, now: datetime, node_timeout: timedelt
     return why.reason if why else None
 
 
-def _keep(model: Model, mine: list[Replica], cluster: Cluster) -> list[Action]:
+def _keep(
+    model: Model, mine: list[Replica], cluster: Cluster, want: Want | None = None,
+    room: _Room | None = None,
+) -> list[Action]:
     placed = [r for r in mine if r.node_id is not None]
     pending = [r for r in mine if r.node_id is None]
-    target = model.scaling.min
+    target = model.scaling.min if want is None else want.replicas
+    idle = dict(want.idle) if want is not None else {}
+    cold = want is not None and want.cold
     actions: list[Action] = []
-    # Scale down: drop pending replicas first, then failed ones, then by id.
-    order = pending + sorted(placed, key=lambda r: (r.state != ReplicaState.FAILED, r.id))
+    # Scale down: drop pending replicas first, then idle ones (least recently used first), then
+    # failed ones, then by id.
+    lru = {rid: i for i, rid in enumerate(idle)}
+    order = pending + sorted(placed, key=lambda r: (lru.get(r.id, len(lru)),
+                                                    r.state != ReplicaState.FAILED, r.id))
     stopped = max(len(mine) - target, 0)
     for r in order[:stopped]:
-        actions.append(_drop(r, f"{model.name} is scaled to {target}"))
+        actions.append(_drop(r, idle.get(r.id) or f"{model.name} is scaled to {target}"))
     if len(placed) >= target:
         return actions
     # Pending replicas that survive the scale-down are tried again before new ones are made.
@@ -167,6 +270,12 @@ def _keep(model: Model, mine: list[Replica], cluster: Cluster) -> list[Action]:
         # Nothing is freed between this model's replicas: once one fits nowhere, the rest don't.
         where = nowhere or cluster.schedule(model)
         if isinstance(where, Unschedulable):
+            made = room.make(model, cluster) if room is not None and want and want.queued else None
+            if made is not None:
+                stops, place = made
+                actions += stops
+                actions.append(replace(place, replica_id=slot.id if slot else None, cold=cold))
+                continue
             nowhere = where
             if slot is None or slot.last_error != where.summary:
                 actions.append(Pend(model.name, where.summary, slot.id if slot else None))
@@ -175,13 +284,17 @@ def _keep(model: Model, mine: list[Replica], cluster: Cluster) -> list[Action]:
         p = where.profile
         actions.append(
             Place(model.name, where.node_id, p.name, p.cpu_cores, p.min_memory_gb,
-                  slot.id if slot else None, where.gpu_class, p.gpu)
+                  slot.id if slot else None, where.gpu_class, p.gpu, cold)
         )
     return actions
 
 
 class ReplicaKeeper:
-    """Applies the keeper's plan every `interval_s` (or when woken)."""
+    """Applies the keeper's plan every `interval_s` (or when woken).
+
+    With `read_activity` (the live servers' merged demand) it also plans on-demand models; it
+    keeps between passes since when each model's load has stayed high (`busy_since`).
+    `observe` is told of every action applied (metrics: cold starts, evictions)."""
 
     def __init__(
         self,
@@ -191,6 +304,9 @@ class ReplicaKeeper:
         on_change: Callable[[], None] = lambda: None,
         node_timeout: timedelta = NODE_TIMEOUT,
         judge_machine: Callable[[], Awaitable[Mapping[str, str]]] | None = None,
+        read_activity: Callable[[], Awaitable[Activity]] | None = None,
+        settings: ControlSettings | None = None,
+        observe: Callable[[Action], None] = lambda a: None,
     ) -> None:
         self._read = read
         self._judge_machine = judge_machine
@@ -198,6 +314,10 @@ class ReplicaKeeper:
         self._apply = apply
         self._clock = clock
         self._on_change = on_change
+        self._read_activity = read_activity
+        self._settings = settings or ControlSettings()
+        self._observe = observe
+        self.busy_since: dict[str, datetime] = {}
         self.wake = asyncio.Event()
         # When this server began leading (set on election): see `plan`'s `leading_since`.
         self.since: datetime | None = None
@@ -206,11 +326,14 @@ class ReplicaKeeper:
         """One pass: read, plan, apply; returns what it did."""
         models, nodes, replicas = await self._read()
         machine = await self._judge_machine() if self._judge_machine else None
-        actions = plan(models, nodes, replicas, self._clock.now(), self._node_timeout, self.since,
-                       machine)
+        activity = await self._read_activity() if self._read_activity else None
+        actions, self.busy_since = plan_pass(
+            models, nodes, replicas, self._clock.now(), self._node_timeout, self.since, machine,
+            activity, self._settings, self.busy_since)
         for action in actions:
             logger.info("replica keeper: %s", _describe(action))
             await self._apply(action)
+            self._observe(action)
         if actions:
             self._on_change()
         return actions
@@ -222,9 +345,15 @@ class ReplicaKeeper:
 def _describe(action: Action) -> str:
     match action:
         case Place():
-            return f"place {action.model} on {action.node_id} with profile {action.profile}"
+            cold = " (cold start)" if action.cold else ""
+            return f"place {action.model} on {action.node_id} with profile {action.profile}{cold}"
         case Pend():
             return f"{action.model} pending: {action.reason}"
+        case Stop(room_for=str(room)):
+            # "stopped to make room for X (idle since …)", said with the victim's model and node.
+            idle = action.reason.partition(f"make room for {room}")[2]
+            return (f"stopped {action.replica_id} of {action.model} on {action.node_id} to make "
+                    f"room for {room}{idle}")
         case Stop():
             return f"stop {action.replica_id}: {action.reason}"
         case Forget():

@@ -229,6 +229,50 @@ class Cluster:
         per_node = self._counts.setdefault(model, {})
         per_node[i] = per_node.get(i, 0) + 1
 
+    def release(self, replica: Replica) -> None:
+        """Record that `replica` stops in this plan: what it held on its node is free again."""
+        i = self._index.get(replica.node_id or "", -1)
+        if i < 0:
+            return
+        slot = self._slots[i]
+        slot.cores += replica.cpu_cores
+        slot.memory = round(slot.memory + replica.memory_gb, 3)
+        if replica.gpus and replica.gpu_class:
+            slot.gpus[replica.gpu_class] = slot.gpus.get(replica.gpu_class, 0) + replica.gpus
+        slot.resort()
+        self._nowhere.clear()
+        per_node = self._counts.get(replica.model, {})
+        if per_node.get(i):
+            per_node[i] -= 1
+
+    def open_nodes(self) -> list[str]:
+        """The nodes that take new replicas at all (reporting, not cordoned or draining)."""
+        return [s.node.id for s in self._slots if s.why is None]
+
+    def reserved(self, node_id: str) -> bool:
+        """Whether `node_id` carries the judge machine's labels (others go there last)."""
+        return self._index.get(node_id, -1) in self._reserved
+
+    def fits_without(self, model: Model, node_id: str, gone: Iterable[Replica]) -> Placement | None:
+        """Where a replica of `model` would go on `node_id` alone were the replicas `gone` (on
+        that node) stopped: the node's filters, then what fits, profile by profile; None when no
+        profile fits there even then. Changes nothing."""
+        i = self._index.get(node_id, -1)
+        if i < 0 or self._slots[i].why is not None:
+            return None
+        slot = self._slots[i]
+        cores, memory, gpus = slot.cores, slot.memory, dict(slot.gpus)
+        for r in gone:
+            cores += r.cpu_cores
+            memory = round(memory + r.memory_gb, 3)
+            if r.gpus and r.gpu_class:
+                gpus[r.gpu_class] = gpus.get(r.gpu_class, 0) + r.gpus
+        for p in model.profiles:
+            if lacks(p, slot.node) is None and short(p, slot.node, cores, memory, gpus) is None:
+                cls = gpu_class_for(gpus, p.gpu_class, p.gpu) if p.gpu else None
+                return Placement(node_id, p, cls)
+        return None
+
     def explain(self, model: Model) -> list[Verdict]:
         """For every profile and every node, in order: fits (reason None) or why not."""
         verdicts = []

@@ -1,7 +1,8 @@
 """Serve jobs: fetch a model's file, size it, add it to the catalog, and let the keeper place it.
 
-States: queued → fetching → adding → running, or failed / cancelled / gave_way. Jobs are stored;
-a server that restarts resumes its unfinished jobs (the download resumes where it stopped).
+States: queued → fetching → adding → running, or failed / cancelled / gave_way. Jobs are stored
+rows: any server takes a job (and a cancel), only the leader runs them, with fenced writes, and a
+new leader resumes the unfinished ones (the download resumes where it stopped).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from typing import Any
 from llmgw.control.catalog import CatalogService
 from llmgw.control.sizing import estimate
 from llmgw.core.clock import Clock
-from llmgw.core.errors import Conflict, LlmgwError, Retryable
+from llmgw.core.errors import Conflict, LlmgwError, Retryable, StaleEpoch
 from llmgw.core.ids import new_id
 from llmgw.core.jobs import JobState, ServeJob, ServeRequest
 from llmgw.core.types import Engine, HubSource, LocalSource, Model, Profile
@@ -33,7 +34,7 @@ FETCH_ATTEMPTS = 5
 
 
 class ServeJobs:
-    """Starts, runs, lists and cancels serve jobs; owns one task per unfinished job."""
+    """Takes, runs (on the leader), lists and cancels serve jobs; owns one task per job it runs."""
 
     def __init__(
         self,
@@ -42,25 +43,32 @@ class ServeJobs:
         catalog: CatalogService,
         clock: Clock,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+        fence: Callable[[], Fence | None] = lambda: None,
+        on_submit: Callable[[], None] = lambda: None,
     ) -> None:
         self._store = store
         self._files = files
         self._catalog = catalog
         self._clock = clock
         self._sleep = sleep
+        self._fence = fence
+        self._on_submit = on_submit
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._live: dict[str, ServeJob] = {}
         self._cancelled: set[str] = set()
 
     async def start(self, request: ServeRequest, fence: Fence | None = None) -> ServeJob:
-        """Store a queued job and start running it (`fence`: only while this server leads)."""
+        """Store a queued job for the leader to run (`fence`: the leader's own jobs, written only
+        while it leads, and run at once)."""
         if isinstance(request.source, LocalSource):
             source = await self._catalog.local_source(request.source)
             request = request.model_copy(update={"source": source})
         job = ServeJob(id=new_id("job"), request=request, created_at=self._clock.now())
         await asyncio.to_thread(self._store.jobs.create, job, self._clock.now(), fence)
-        self._spawn(job)
         logger.info("serve job %s: %s for %s", job.id, _what(request), request.by)
+        if fence is not None:
+            self._spawn(job)
+        self._on_submit()
         return job
 
     async def jobs(self) -> list[ServeJob]:
@@ -77,23 +85,31 @@ class ServeJobs:
         job = await self.get(job_id)
         task = self._tasks.get(job_id)
         if job.state.finished or task is None:
-            if not job.state.finished:
-                await self._set(job, JobState.CANCELLED, error="cancelled by an operator")
+            # Run by the leader elsewhere (or by nobody yet): the stored state says cancelled,
+            # and the leader stops the job when it sees that.
+            await asyncio.to_thread(self._store.jobs.cancel, job_id, self._clock.now(),
+                                    "cancelled by an operator")
             return await self.get(job_id)
         self._cancelled.add(job_id)
         task.cancel()
         await asyncio.wait({task})
         return await self.get(job_id)
 
-    async def resume(self) -> list[str]:
-        """Start again every stored job that had not finished (after a restart)."""
-        resumed = []
+    async def take_over(self) -> list[str]:
+        """The leader's pass: run every stored job that has not finished and nobody here runs
+        (submitted to any server, or left by a previous leader), and stop those another server
+        cancelled. Returns the ids it started."""
+        started = []
         for job in await asyncio.to_thread(self._store.jobs.list):
-            if not job.state.finished and job.id not in self._tasks:
-                logger.info("serve job %s: resuming (%s)", job.id, job.state.value)
+            task = self._tasks.get(job.id)
+            if job.state.finished and task is not None and job.state == JobState.CANCELLED:
+                task.cancel()  # already marked in the store, by whoever cancelled it
+            elif not job.state.finished and task is None:
+                if job.state != JobState.QUEUED:
+                    logger.info("serve job %s: resuming (%s)", job.id, job.state.value)
                 self._spawn(job)
-                resumed.append(job.id)
-        return resumed
+                started.append(job.id)
+        return started
 
     async def close(self) -> None:
         """Stop running jobs without marking them: the next start resumes them."""
@@ -126,6 +142,9 @@ class ServeJobs:
             if job.id in self._cancelled:
                 await asyncio.shield(self._set(job, JobState.CANCELLED, error="cancelled by an operator"))
             raise
+        except StaleEpoch:
+            # Deposed mid-job: the job stays as stored, and the next leader resumes it.
+            logger.info("serve job %s: no longer the leader; the next leader resumes it", job.id)
         except LlmgwError as exc:
             logger.warning("serve job %s failed: %s", job.id, exc.message)
             await self._set(job, JobState.FAILED, error=exc.message)
@@ -191,8 +210,8 @@ class ServeJobs:
         job = job.model_copy(update={"state": state, **fields, "updated_at": self._clock.now()})
         if job.id in self._tasks:
             self._live[job.id] = job
-        await asyncio.to_thread(self._store.jobs.update, job.id, self._clock.now(), state=state,
-                                **fields)
+        await asyncio.to_thread(self._store.jobs.update, job.id, self._clock.now(), self._fence(),
+                                state=state, **fields)
         logger.info("serve job %s: %s%s", job.id, state.value,
                     f" ({fields['error']})" if fields.get("error") else "")
         return job
@@ -205,7 +224,7 @@ class ServeJobs:
             )
 
     async def _persist(self, job_id: str, done: int, total: int, rate: float) -> None:
-        await asyncio.to_thread(self._store.jobs.update, job_id, self._clock.now(),
+        await asyncio.to_thread(self._store.jobs.update, job_id, self._clock.now(), self._fence(),
                                 bytes_done=done, bytes_total=total, rate_bps=rate)
 
 

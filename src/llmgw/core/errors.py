@@ -88,6 +88,18 @@ class RateLimited(Retryable):
         self.retry_after_s = retry_after_s
 
 
+class QueueFull(RateLimited):
+    """Too many requests already wait for a model with no ready replica on this server."""
+
+    code = "queue_full"
+
+
+class QueueTimeout(NoReadyReplica):
+    """A request waited its whole queue timeout and the model's replica never became ready."""
+
+    code = "queue_timeout"
+
+
 class UpstreamError(Retryable):
     status = 502
     type = "server_error"

@@ -8,11 +8,11 @@ from enum import StrEnum
 from pydantic import Field, field_validator
 
 from llmgw.core import names
+from llmgw.core.settings import DEFAULT_CTX_SIZE
 from llmgw.core.types import Frozen, HubSource, LocalSource, Profile, Scaling
 
 # Used when a request names no profile: small enough for a laptop, big enough to be useful.
 DEFAULT_CORES = 2
-DEFAULT_CTX_SIZE = 4096
 
 
 class JobState(StrEnum):

@@ -7,13 +7,13 @@ import shutil
 from pathlib import Path
 
 from llmgw.core.errors import ConfigError
+from llmgw.core.settings import DEFAULT_CTX_SIZE
 from llmgw.core.types import Profile
 
 HEALTH_PATH = "/health"
 # llama-server reads its API key from here; an env var keeps it out of `ps` (argv is public).
 API_KEY_ENV = "LLAMA_API_KEY"
 # A context window the small demo models handle; a profile's own --ctx-size wins.
-DEFAULT_CTX_SIZE = 4096
 
 
 def find_binary() -> str:

@@ -19,6 +19,7 @@ from llmgw.core.guard import VerdictRecord
 from llmgw.gateway.routing import RoutingTable
 
 LATENCY = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0)
+QUEUE_WAIT = (0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0, 300.0)
 OVERHEAD = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.1)
 
 
@@ -51,8 +52,14 @@ class Histogram:
 class Metrics(Collector):
     """One per server process, registered in its own registry."""
 
-    def __init__(self, table: Callable[[], RoutingTable]) -> None:
+    def __init__(self, table: Callable[[], RoutingTable], *,
+                 queued: Callable[[], Mapping[str, int]] = dict) -> None:
+        """`queued` gives the requests waiting per model in this server's queue."""
         self._table = table
+        self._queued = queued
+        self.cold_starts: dict[tuple[str, ...], int] = defaultdict(int)
+        self.evictions: dict[tuple[str, ...], int] = defaultdict(int)
+        self.queue_waits = Histogram(QUEUE_WAIT)
         self.requests: dict[tuple[str, ...], int] = defaultdict(int)
         self.upstream_errors: dict[tuple[str, ...], int] = defaultdict(int)
         self.judgments: dict[tuple[str, ...], int] = defaultdict(int)
@@ -72,6 +79,18 @@ class Metrics(Collector):
             self.ttft.observe(model, ttft_s)
         if status >= 500:
             self.upstream_errors[(model, error_code or str(status))] += 1
+
+    def queue_wait(self, model: str, seconds: float) -> None:
+        """One request left the queue (answered, failed or gone) after `seconds`."""
+        self.queue_waits.observe(model, seconds)
+
+    def cold_start(self, model: str) -> None:
+        """The leader placed a replica for a model that had none ready and requests waiting."""
+        self.cold_starts[(model,)] += 1
+
+    def evicted(self, model: str) -> None:
+        """The leader stopped an idle replica of `model` to make room for another model."""
+        self.evictions[(model,)] += 1
 
     def judged(self, record: VerdictRecord) -> None:
         self.judgments[(record.policy, record.judge, record.outcome.value)] += 1
@@ -93,16 +112,28 @@ class Metrics(Collector):
                        self.upstream_errors)
         yield _counter("llmgw_guard_judgments", "Guard judgments", ["policy", "judge", "outcome"],
                        self.judgments)
+        yield self.queue_waits.family("llmgw_queue_wait_seconds",
+                                      "Time requests waited in the queue for a ready replica", "model")
+        yield _counter("llmgw_cold_starts", "Replicas started for a model with requests waiting",
+                       ["model"], self.cold_starts)
+        yield _counter("llmgw_evictions", "Idle replicas stopped to make room for another model",
+                       ["model"], self.evictions)
         ready = GaugeMetricFamily("llmgw_replicas_ready", "Ready upstreams per model", labels=["model"])
         inflight = GaugeMetricFamily(
             "llmgw_requests_in_flight", "Requests waiting on upstreams per model (queue depth)",
             labels=["model"],
         )
+        depth = GaugeMetricFamily("llmgw_queue_depth", "Requests waiting for a ready replica per model",
+                                  labels=["model"])
+        queued = self._queued()
         for name, route in sorted(self._table().routes.items()):
             ready.add_metric([name], len(route.upstreams))
             inflight.add_metric([name], sum(u.outstanding for u in route.upstreams))
+            if not route.model.is_remote:
+                depth.add_metric([name], queued.get(name, 0))
         yield ready
         yield inflight
+        yield depth
         yield GaugeMetricFamily("llmgw_up", "1 while this server runs", value=1)
 
 

@@ -6,7 +6,7 @@ import time
 from dataclasses import dataclass, field
 
 from llmgw.core.errors import ModelNotFound, NoReadyReplica
-from llmgw.core.types import Model, Replica, ReplicaState
+from llmgw.core.types import Model, Replica, ReplicaState, Scaling
 
 
 @dataclass(eq=False)
@@ -25,6 +25,9 @@ class Upstream:
     # Monotonic time until which a refused connection keeps this upstream last in line: its
     # node may have just died, and the routing table only learns that on the next refresh.
     down_until: float = 0.0
+    # Wall-clock time (time.time()) a request last went to or came back from it; 0 for never.
+    # The leader reads it (through each server's activity) to stop replicas nobody uses.
+    last_used: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -37,6 +40,11 @@ class Route:
     upstream_model: str | None = None
     # Why no upstream is ready, for the 503 a client gets.
     unavailable: str = ""
+    # The node(s) where a replica of a local model is starting, for what a queued request says.
+    loading_on: str | None = None
+    # The scheduler's reason when every replica of the model waits for a node none has room on:
+    # a request then fails at once instead of queueing for a replica that is not coming.
+    nowhere: str = ""
 
 
 def pick(
@@ -88,9 +96,13 @@ def choose(route: Route, exclude: frozenset[str], turn: int) -> Upstream:
     return up
 
 
-def unavailable_reason(replicas: list[Replica]) -> str:
+def unavailable_reason(replicas: list[Replica], scaling: Scaling | None = None) -> str:
     """Why a local model has no ready replica, in words an operator can act on."""
     if not replicas:
+        if scaling is not None and scaling.max == 0:
+            return "no replica is placed: scaling.max is 0"
+        if scaling is not None and scaling.on_demand:
+            return "no replica is placed yet (the model starts on demand)"
         return "no replica is placed (is scaling.min 0?)"
     parts = []
     for r in replicas:
@@ -102,6 +114,20 @@ def unavailable_reason(replicas: list[Replica]) -> str:
         else:
             parts.append(r.state.value)
     return "; ".join(sorted(set(parts)))
+
+
+def loading_on(replicas: list[Replica]) -> str | None:
+    """The nodes where replicas of a model are starting, or None when none is."""
+    nodes = sorted({r.node_id for r in replicas if r.state == ReplicaState.STARTING and r.node_id})
+    return ", ".join(nodes) if nodes else None
+
+
+def nowhere_reason(replicas: list[Replica]) -> str:
+    """The scheduler's reasons when every replica is pending on a node none has room on, else
+    "": a pending replica without a reason is still being placed."""
+    if not replicas or any(r.state != ReplicaState.PENDING or not r.last_error for r in replicas):
+        return ""
+    return "; ".join(sorted({_gist(r.last_error) for r in replicas}))
 
 
 def _gist(error: str | None) -> str:

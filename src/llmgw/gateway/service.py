@@ -7,12 +7,13 @@ from __future__ import annotations
 import asyncio
 import math
 import time
+from dataclasses import replace
 from typing import Any
 
 import orjson
 
 from llmgw.core.clock import Clock
-from llmgw.core.errors import Forbidden, GuardBlocked, LlmgwError, ModelNotFound
+from llmgw.core.errors import Forbidden, GuardBlocked, LlmgwError, ModelNotFound, QueueFull
 from llmgw.core.guard import Direction
 from llmgw.core.types import ApiKey, KeyScope, Model
 from llmgw.gateway.auth import may_use
@@ -20,6 +21,7 @@ from llmgw.gateway.call import Exchange, Reply, UpstreamCall
 from llmgw.gateway.guarded import Judged, forward_guarded
 from llmgw.gateway.limits import Limiter, Ticket, reserve_estimate
 from llmgw.gateway.metrics import Metrics
+from llmgw.gateway.queue import ColdQueue
 from llmgw.gateway.relay import Outbound, outbound, send
 from llmgw.gateway.snapshot import Refresher
 from llmgw.gateway.transport import Transport
@@ -64,8 +66,11 @@ class Gateway:
         limiter: Limiter | None = None,
         meter: UsageMeter | None = None,
         metrics: Metrics | None = None,
+        *,
+        queue: ColdQueue | None = None,
     ) -> None:
         self._refresher = refresher
+        self.queue = queue
         self._transport = transport
         self._clock = clock
         self.guard = guard
@@ -121,6 +126,10 @@ class Gateway:
             # About one token per 4 bytes of the request, as for every estimate llmgw makes.
             return Reply(body=orjson.dumps({"input_tokens": math.ceil(len(body) / 4)}))
         try:
+            if not route.upstreams:
+                # After admission, so a key over its limits is told at once, not after the wait.
+                # `sent` stays: the wait is the model's cold start, not the gateway's overhead.
+                call = await self._queued(call)
             reply = await self._send(call, out, exchange)
         except LlmgwError as exc:
             account(exc.status, exc.code or "", isinstance(exc, GuardBlocked))
@@ -156,6 +165,29 @@ class Gateway:
             ttft = tap.first_chunk_at - call.started if tap.first_chunk_at is not None else None
             self.metrics.request(model, status, key.prefix, call.api.value, time.monotonic() - call.started,
                                  max(sent - call.started, 0.0), ttft, code)
+
+    async def _queued(self, call: UpstreamCall) -> UpstreamCall:
+        """`call` on a route with a ready replica, once the queue has one for its local model;
+        as it is otherwise (the transport then answers 503 with the reason at once)."""
+        queue, model = self.queue, call.route.model
+        # A model that fits on no node, or may have no replica at all, is not coming: no wait.
+        if queue is None or model.is_remote or model.scaling.max == 0 or call.route.nowhere:
+            return call
+        name = model.name
+        entered = time.monotonic()
+        try:
+            route = await queue.wait(call.route, lambda: self._refresher.current.table.resolve(name))
+        except QueueFull:
+            raise  # turned away: it never waited
+        except BaseException:
+            self._waited(name, entered)
+            raise
+        self._waited(name, entered)
+        return replace(call, route=route)
+
+    def _waited(self, model: str, entered: float) -> None:
+        if self.metrics is not None:
+            self.metrics.queue_wait(model, time.monotonic() - entered)
 
     async def _send(self, call: UpstreamCall, out: Outbound, exchange: Exchange) -> Reply:
         guard = self.guard

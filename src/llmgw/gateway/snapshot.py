@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 
 from llmgw.core import judges
@@ -14,7 +14,14 @@ from llmgw.core.loops import every
 from llmgw.core.types import ApiKey, Limits, Model, RemoteSource, Replica, ReplicaState
 from llmgw.engines import remote
 from llmgw.gateway.auth import KeyCache
-from llmgw.gateway.routing import Route, RoutingTable, Upstream, unavailable_reason
+from llmgw.gateway.routing import (
+    Route,
+    RoutingTable,
+    Upstream,
+    loading_on,
+    nowhere_reason,
+    unavailable_reason,
+)
 from llmgw.guard.enforcement import GuardView
 from llmgw.guard.judge_client import JudgeTarget
 from llmgw.store.store import Store
@@ -64,10 +71,14 @@ def build_routes(
             for r in mine
             if r.state == ReplicaState.READY and r.endpoint and _placed(r, r.endpoint, addresses)
         )
-        why = "" if ready else unavailable_reason(mine)
-        if not ready and any(r.state == ReplicaState.READY and r.endpoint for r in mine):
+        if ready:
+            routes[m.name] = Route(m, ready)
+            continue
+        why = unavailable_reason(mine, m.scaling)
+        if any(r.state == ReplicaState.READY and r.endpoint for r in mine):
             why = "a replica reported ready off its node's address, where nothing is sent"
-        routes[m.name] = Route(m, ready, unavailable=why)
+        routes[m.name] = Route(m, ready, unavailable=why, loading_on=loading_on(mine),
+                               nowhere=nowhere_reason(mine))
     return routes
 
 
@@ -82,8 +93,11 @@ class Refresher:
     """Holds the current Snapshot and swaps in a new one when the revision moves."""
 
     def __init__(self, store: Store, secret: bytes, engine_key: str | None = None,
-                 provider_key_env: Collection[str] = ()) -> None:
+                 provider_key_env: Collection[str] = (), *,
+                 on_refresh: Callable[[RoutingTable], None] | None = None) -> None:
         self._store = store
+        # Told of every new routing table (the request queue releases its waiters with it).
+        self._on_refresh = on_refresh
         self._provider_key_env = frozenset(provider_key_env)
         self._secret = secret
         self._engine_headers = {"Authorization": f"Bearer {engine_key}"} if engine_key else {}
@@ -130,8 +144,10 @@ class Refresher:
         previous = {u.id: u for r in self.current.table.routes.values() for u in r.upstreams}
         routes = build_routes(models, replicas, previous, self._engine_headers,
                               self._provider_key_env, addresses=addresses)
-        self.current = Snapshot(revision, KeyCache(self._secret, keys), RoutingTable(routes), guard,
-                                limits)
+        table = RoutingTable(routes)
+        self.current = Snapshot(revision, KeyCache(self._secret, keys), table, guard, limits)
+        if self._on_refresh is not None:
+            self._on_refresh(table)
         return True
 
     def judge_ready(self, name: str) -> bool:

@@ -61,6 +61,8 @@ class Connection:
             self._released = True
             self._resp.release()
             self.up.outstanding -= 1
+            # Idle counts from when the last answer ended, not when it began.
+            self.up.last_used = time.time()
 
     def drop(self) -> None:
         """Close the connection now: its answer is no longer wanted."""
@@ -157,6 +159,7 @@ class Transport:
             headers = {"Content-Type": "application/json", "Accept-Encoding": "identity",
                        **up.headers}
             up.outstanding += 1
+            up.last_used = time.time()
             try:
                 # A redirect is an upstream fault (502), never followed: it would carry the
                 # request, and the upstream's credentials, somewhere the catalog did not name.

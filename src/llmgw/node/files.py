@@ -34,7 +34,7 @@ from llmgw.core.errors import (
     InvalidRequest,
     LlmgwError,
 )
-from llmgw.core.types import HubSource
+from llmgw.core.types import HubSource, LocalSource, Model
 
 logger = logging.getLogger(__name__)
 
@@ -124,6 +124,14 @@ class ModelFiles:
         """The verified file, if it has been fetched."""
         path = self.path_for(src)
         return path if path.exists() and _meta_path(path).exists() else None
+
+    def locate(self, model: Model) -> Path | None:
+        """Where a catalog model's file is on this machine: a local path that exists, or a
+        fetched Hub file; None for a remote model or a file that is not here."""
+        src = model.source
+        if isinstance(src, LocalSource):
+            return Path(src.path) if Path(src.path).is_file() else None
+        return self.cached(src) if isinstance(src, HubSource) else None
 
     async def fetch(self, src: HubSource, progress: Progress | None = None) -> Path:
         """The verified local file, downloading (or joining a download of) it when needed."""

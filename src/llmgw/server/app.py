@@ -6,7 +6,7 @@ import asyncio
 import logging
 from collections.abc import AsyncIterator, Callable, Coroutine
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -35,19 +35,22 @@ from llmgw.api.appkeys import (
 from llmgw.api.errors import openai_errors
 from llmgw.control.agents import AgentService
 from llmgw.control.catalog import CatalogService
+from llmgw.control.duties import LeaderDuties
 from llmgw.control.leader import Elector, Timing
 from llmgw.control.node_admin import NodeAdmin
+from llmgw.control.notifier import Notifier
 from llmgw.control.replica_keeper import ReplicaKeeper
 from llmgw.control.serve_jobs import ServeJobs
 from llmgw.core.clock import Clock, SystemClock
 from llmgw.core.errors import LlmgwError
-from llmgw.core.guard import VerdictRecord
-from llmgw.core.loops import every
 from llmgw.core.settings import ServerSettings
-from llmgw.core.types import HubSource, LocalSource, Model, ReplicaState
+from llmgw.core.types import ReplicaState
+from llmgw.gateway.activity import ActivityTracker
 from llmgw.gateway.keys_admin import KeyAdmin
 from llmgw.gateway.limits import Limiter
 from llmgw.gateway.metrics import Metrics
+from llmgw.gateway.queue import ColdQueue
+from llmgw.gateway.routing import RoutingTable
 from llmgw.gateway.service import Gateway
 from llmgw.gateway.snapshot import Refresher
 from llmgw.gateway.transport import Transport
@@ -61,11 +64,11 @@ from llmgw.node.agent import AgentConfig, NodeAgent
 from llmgw.node.files import ModelFiles
 from llmgw.server import judges, wiring
 from llmgw.server.cluster import Leadership, server_views
+from llmgw.server.demand import ActivityReporter
 from llmgw.store.store import Store
 
 logger = logging.getLogger(__name__)
 
-KEEPER_INTERVAL_S = 5.0
 AGENT_INTERVAL_S = 5.0
 HEARTBEAT_INTERVAL_S = 10.0
 VERDICT_FLUSH_S = 1.0
@@ -75,9 +78,9 @@ ACCOUNTING_S = 1.0
 
 @dataclass
 class Loops:
-    """Timing knobs of the background loops (tests shorten them)."""
+    """Timing knobs of this process's own loops (tests shorten them); the leader's keepers
+    run every `[control] keeper_interval_s`."""
 
-    keeper_s: float = KEEPER_INTERVAL_S
     agent_s: float = AGENT_INTERVAL_S
     heartbeat_s: float = HEARTBEAT_INTERVAL_S
     backoff_base_s: float = 1.0
@@ -85,7 +88,8 @@ class Loops:
 
 @dataclass
 class Server:
-    """One `llmgw server run` process on a single machine: API, keeper and embedded agent."""
+    """One `llmgw server run` process: API, the leader's duties when elected, and (on one
+    machine) an embedded node agent."""
 
     data_dir: Path
     settings: ServerSettings
@@ -97,163 +101,90 @@ class Server:
     server_id: str | None = None
 
     def build_app(self) -> web.Application:
-        s = self.settings
-        engine_key = self.store.install.engine_key()
-        refresher = Refresher(self.store, bytes.fromhex(s.key_secret), engine_key,
-                              s.provider_key_env)
+        s, control, store, clock = self.settings, self.settings.control, self.store, self.clock
+        node_timeout = timedelta(seconds=control.node_timeout_s)
+        notifier = Notifier()
+        leadership = Leadership(clock, self.server_id) if self.server_id else Leadership(clock)
+        self.server_id = leadership.server_id
+
+        # The request path: a snapshot of the store, rebuilt when its revision moves.
+        engine_key = store.install.engine_key()
+        # Requests for a model with no ready replica wait here; the first one of a cold spell
+        # is reported to the store at once, which wakes the leader's keeper.
+        demand = ActivityReporter(store, leadership.server_id, clock)
+        queue = ColdQueue(control, clock.monotonic, on_cold=demand.cold)
+
+        def refreshed(table: RoutingTable) -> None:
+            queue.refreshed(table)
+            notifier.changed()  # a change another server made reaches this server's loops too
+
+        refresher = Refresher(store, bytes.fromhex(s.key_secret), engine_key, s.provider_key_env,
+                              on_refresh=refreshed)
+        notifier.watch(refresher.wake)
+        notifier.sync_with(refresher.refresh)
+        tracker = ActivityTracker(lambda: refresher.current.table, queue)
         files = ModelFiles(self.data_dir / "models")
         client = Transport(timeout_s=s.upstream_timeout_s)
         judge_client = JudgeClient(refresher.locate_judge)
-        verdict_log = VerdictBuffer(wiring.verdict_writer(self.store))
-        def judged(record: VerdictRecord) -> None:
-            verdict_log.record(record)
-            metrics.judged(record)
-
-        guard = Guard(judge_client, lambda: refresher.current.guard, judged,
-                      self.clock.now, self.clock.monotonic, refresher.judge_ready)
-        meter = UsageMeter(self.store, self.clock.now)
-        limiter = Limiter(self.store, self.clock.now, lambda: refresher.current.default_limits,
+        metrics = Metrics(lambda: refresher.current.table, queued=queue.depths)
+        verdict_log = VerdictBuffer(wiring.verdict_writer(store))
+        guard = Guard(judge_client, lambda: refresher.current.guard,
+                      wiring.both(verdict_log.record, metrics.judged),
+                      clock.now, clock.monotonic, refresher.judge_ready)
+        meter = UsageMeter(store, clock.now)
+        limiter = Limiter(store, clock.now, lambda: refresher.current.default_limits,
                           lambda: refresher.current.keys)
-        metrics = Metrics(lambda: refresher.current.table)
-        gateway = Gateway(refresher, client, self.clock, guard, limiter, meter, metrics)
+        gateway = Gateway(refresher, client, clock, guard, limiter, meter, metrics, queue=queue)
         agent = NodeAgent(
-            AgentConfig(
-                node_id=s.node_id,
-                host="127.0.0.1",
-                log_dir=self.data_dir / "logs",
-                start_timeout_s=s.engine_start_timeout_s,
-                backoff_base_s=self.loops.backoff_base_s,
-                files=files,
-                engine_key=lambda: engine_key,
-            ),
-            assignments=wiring.agent_assignments(self.store, s.node_id),
-            report=wiring.agent_reporter(self.store, self.clock, refresher.wake.set),
-            forget=wiring.agent_forgetter(self.store),
-            clock=self.clock,
+            AgentConfig(node_id=s.node_id, host="127.0.0.1", log_dir=self.data_dir / "logs",
+                        start_timeout_s=s.engine_start_timeout_s,
+                        backoff_base_s=self.loops.backoff_base_s, files=files,
+                        engine_key=lambda: engine_key),
+            assignments=wiring.agent_assignments(store, s.node_id),
+            report=wiring.agent_reporter(store, clock, notifier.changed),
+            forget=wiring.agent_forgetter(store),
+            clock=clock,
         )
+        notifier.watch(agent.wake)
 
-        def changed() -> None:
-            refresher.wake.set()
-            agent.wake.set()
+        # The control plane's services (any server) and the leader's duties.
+        read_activity = wiring.activity_reader(store, clock, timedelta(seconds=s.server_timeout_s))
+        catalog = CatalogService(store, clock, on_change=notifier.settle, locate=files.locate,
+                                 node_timeout=node_timeout, model_roots=s.model_dirs(self.data_dir),
+                                 provider_key_env=s.provider_key_env, read_activity=read_activity)
+        jobs = ServeJobs(store, files, catalog, clock, fence=leadership.fence,
+                         on_submit=notifier.changed)
+        keeper = ReplicaKeeper(wiring.keeper_reader(store),
+                               wiring.keeper_applier(store, clock, leadership.fence), clock,
+                               on_change=notifier.changed, node_timeout=node_timeout,
+                               judge_machine=wiring.judge_machine_reader(store),
+                               read_activity=read_activity, settings=control,
+                               observe=wiring.keeper_metrics(metrics))
+        judge_keeper = judges.keeper(store, jobs, catalog, clock, control.judge_grace_s,
+                                     notifier.settle, leadership.fence, leadership.server_id,
+                                     lambda: leadership.leading)
+        duties = LeaderDuties(keeper, judge_keeper, jobs, notifier, control, clock)
 
-        leader_tasks: list[asyncio.Task[None]] = []
-        # When this server's replica keeper last finished a pass (shown by `cluster status`;
-        # the failover benchmark measures to the new leader's first one).
-        reconciled: list[datetime] = []
-
-        async def reconcile() -> None:
-            await keeper.tick()
-            reconciled[:] = [self.clock.now()]
-
-        async def elected(epoch: int) -> None:
-            """The control loops only the leader runs, and the serve jobs it owns."""
-            reconciled.clear()
-            keeper.since = self.clock.now()
-            leader_tasks.append(asyncio.create_task(
-                every(self.loops.keeper_s, keeper.wake, reconcile, "replica keeper", logger),
-                name="replica-keeper"))
-            leader_tasks.append(
-                asyncio.create_task(judge_keeper.run(self.loops.keeper_s), name="judge-keeper")
-            )
-            await jobs.resume()
-
-        async def deposed() -> None:
-            await jobs.close()
-            for task in leader_tasks:
-                task.cancel()
-            if leader_tasks:
-                await asyncio.wait(leader_tasks)
-            leader_tasks.clear()
-
-        leadership = Leadership(elected, deposed, self.clock)
-        if self.server_id is None:
-            self.server_id = leadership.server_id
-        leadership.server_id = self.server_id
-        keeper = ReplicaKeeper(
-            wiring.keeper_reader(self.store),
-            wiring.keeper_applier(self.store, self.clock, leadership.fence),
-            self.clock,
-            on_change=changed,
-            node_timeout=timedelta(seconds=s.control.node_timeout_s),
-            judge_machine=wiring.judge_machine_reader(self.store),
-        )
-
-        async def catalog_changed() -> None:
-            keeper.wake.set()
-            await refresher.refresh()
-
-        def locate(model: Model) -> Path | None:
-            src = model.source
-            if isinstance(src, LocalSource):
-                return Path(src.path) if Path(src.path).is_file() else None
-            return files.cached(src) if isinstance(src, HubSource) else None
-
-        catalog = CatalogService(self.store, self.clock, on_change=catalog_changed, locate=locate,
-                                 node_timeout=timedelta(seconds=s.control.node_timeout_s),
-                                 model_roots=s.model_dirs(self.data_dir),
-                                 provider_key_env=s.provider_key_env)
-        jobs = ServeJobs(self.store, files, catalog, self.clock)
-        async def keys_changed() -> None:
-            await refresher.refresh()
-
-        guard_admin = GuardAdmin(self.store, self.clock, on_change=catalog_changed)
-        key_admin = KeyAdmin(self.store, self.clock, bytes.fromhex(s.key_secret),
-                             lambda: refresher.current.default_limits, on_change=keys_changed)
-        judge_keeper = judges.keeper(self.store, jobs, catalog, self.clock, s.control.judge_grace_s,
-                                     catalog_changed, leadership.fence, leadership.server_id)
-
-        app = web.Application(middlewares=[openai_errors],
-                              client_max_size=s.max_body_bytes)
+        app = web.Application(middlewares=[openai_errors], client_max_size=s.max_body_bytes)
         app[METRICS] = metrics
         app[METRICS_PUBLIC] = s.metrics_public
         app[GATEWAY] = gateway
         app[CATALOG] = catalog
         app[JOBS] = jobs
         app[GUARD] = guard
-        app[GUARD_ADMIN] = guard_admin
-        app[KEYS] = key_admin
-        app[JUDGE_STATUS] = judges.status(self.store, judge_keeper, self.clock,
-                                          lambda: leadership.leading, leadership.server_id)
-        app[AGENTS] = AgentService(self.store, self.clock, engine_key, on_change=catalog_changed,
-                                   node_timeout=timedelta(seconds=s.control.node_timeout_s),
+        app[GUARD_ADMIN] = GuardAdmin(store, clock, on_change=notifier.settle)
+        app[KEYS] = KeyAdmin(store, clock, bytes.fromhex(s.key_secret),
+                             lambda: refresher.current.default_limits, on_change=notifier.settle)
+        app[JUDGE_STATUS] = judges.status(store, judge_keeper, clock, lambda: leadership.leading,
+                                          leadership.server_id)
+        app[AGENTS] = AgentService(store, clock, engine_key, on_change=notifier.settle,
+                                   node_timeout=node_timeout,
                                    servers_nodes=frozenset({"local", s.node_id}))
-        app.add_routes(data_plane.routes())
-        app.add_routes(admin.routes())
-        app.add_routes(job_routes.routes())
-        app.add_routes(guard_routes.routes())
-        app.add_routes(key_routes.routes())
-        app.add_routes(agent_routes.routes())
-        app[NODES] = NodeAdmin(self.store, self.clock, s.control.node_timeout_s, on_change=catalog_changed)
-        app.add_routes(node_routes.routes())
-
-        async def cluster_status() -> dict[str, Any]:
-            # This server's state first, the lease after: a server that says it leads took the
-            # lease before saying so, so the lease read next shows it (an election landing
-            # between two reads cannot pair "leading" with its predecessor's lease).
-            leading, epoch = leadership.leading, leadership.epoch
-            last_pass = reconciled[0].isoformat() if reconciled else None
-            lease = await asyncio.to_thread(self.store.leases.get)
-            servers = await asyncio.to_thread(self.store.servers.list)
-            now = self.clock.now()
-            holder = lease.holder if lease is not None and lease.expires_at > now else None
-            if self.store.engine.dialect.name == "sqlite":
-                holder = leadership.server_id
-            return {
-                "servers": server_views(servers, holder, now,
-                                        timedelta(seconds=s.server_timeout_s)),
-                "server": leadership.server_id,
-                "database": self.store.engine.dialect.name,
-                "leading": leading,
-                "epoch": epoch,
-                "last_reconcile_at": last_pass,
-                "lease": None if lease is None else {
-                    "holder": lease.holder, "epoch": lease.epoch,
-                    "renewed_at": lease.renewed_at.isoformat(),
-                    "expires_at": lease.expires_at.isoformat(),
-                },
-            }
-
-        app[CLUSTER] = cluster_status
+        app[NODES] = NodeAdmin(store, clock, control.node_timeout_s, on_change=notifier.settle)
+        app[CLUSTER] = lambda: self._cluster_status(leadership, duties)
+        for routes in (data_plane.routes, admin.routes, job_routes.routes, guard_routes.routes,
+                       key_routes.routes, agent_routes.routes, node_routes.routes):
+            app.add_routes(routes())
 
         async def lifecycle(_app: web.Application) -> AsyncIterator[None]:
             await client.start()
@@ -267,19 +198,46 @@ class Server:
             self._spawn(verdict_log.run(VERDICT_FLUSH_S), "verdict-log")
             self._spawn(limiter.run(ACCOUNTING_S, meter.flush), "limits-and-usage")
             self._spawn(self._heartbeats(leadership.server_id), "heartbeat")
+            self._spawn(demand.run(ACCOUNTING_S, tracker.snapshot), "demand")
             if s.embedded_node:
                 self._spawn(agent.run(self.loops.agent_s), "node-agent")
-            self._spawn(self._lead(leadership), "leadership")
+            self._spawn(self._lead(leadership, duties), "leadership")
             yield
             await self._cancel_all()
             await meter.flush()  # a clean shutdown loses no usage
-            await self._quietly(self.store.servers.remove, leadership.server_id)
+            await self._quietly(store.servers.remove, leadership.server_id)
             await client.close()
             await judge_client.close()
-            self.store.close()
+            store.close()
 
         app.cleanup_ctx.append(lifecycle)
         return app
+
+    async def _cluster_status(self, leadership: Leadership, duties: LeaderDuties) -> dict[str, Any]:
+        # This server's state first, the lease after: a server that says it leads took the
+        # lease before saying so, so the lease read next shows it (an election landing between
+        # two reads cannot pair "leading" with its predecessor's lease).
+        leading, epoch, last_pass = leadership.leading, leadership.epoch, duties.last_pass
+        lease = await asyncio.to_thread(self.store.leases.get)
+        servers = await asyncio.to_thread(self.store.servers.list)
+        now = self.clock.now()
+        holder = lease.holder if lease is not None and lease.expires_at > now else None
+        if self.store.engine.dialect.name == "sqlite":
+            holder = leadership.server_id
+        return {
+            "servers": server_views(servers, holder, now,
+                                    timedelta(seconds=self.settings.server_timeout_s)),
+            "server": leadership.server_id,
+            "database": self.store.engine.dialect.name,
+            "leading": leading,
+            "epoch": epoch,
+            "last_reconcile_at": last_pass.isoformat() if last_pass else None,
+            "lease": None if lease is None else {
+                "holder": lease.holder, "epoch": lease.epoch,
+                "renewed_at": lease.renewed_at.isoformat(),
+                "expires_at": lease.expires_at.isoformat(),
+            },
+        }
 
     async def step_down(self) -> None:
         """Leave the cluster before requests in flight drain: stop the election (which stops
@@ -293,23 +251,32 @@ class Server:
         if self.server_id is not None:
             await self._quietly(self.store.servers.remove, self.server_id)
 
-    async def _lead(self, leadership: Leadership) -> None:
-        """On SQLite this one server is always the leader; on PostgreSQL it is elected."""
+    async def _lead(self, leadership: Leadership, duties: LeaderDuties) -> None:
+        """On SQLite this one server is always the leader; on PostgreSQL it is elected. The
+        duties start after the epoch is set and stop after it is cleared."""
+
+        async def elected(epoch: int) -> None:
+            await leadership.elected(epoch)
+            await duties.start(epoch)
+
+        async def deposed() -> None:
+            await leadership.deposed()
+            await duties.stop()
+
         if self.store.engine.dialect.name == "sqlite":
-            leadership.epoch = 0
             try:
-                # Inside the try: a stop that lands while `elected` is still resuming serve jobs
-                # must stop the loops it already started (the elector does the same on PostgreSQL).
-                await leadership.elected(0)
+                # Inside the try: a stop that lands while the duties start must stop the loops
+                # they already started (the elector does the same on PostgreSQL).
+                await elected(0)
                 await asyncio.Event().wait()
             finally:
-                await asyncio.shield(leadership.deposed())
+                await asyncio.shield(deposed())
         s = self.settings
         timing = Timing(ttl=timedelta(seconds=s.leader_ttl_s),
                         renew_deadline=timedelta(seconds=s.leader_renew_deadline_s),
                         retry=timedelta(seconds=s.leader_retry_s))
         elector = Elector(leadership.server_id, self.store.leases, self.clock, timing,
-                          leadership.elected, leadership.deposed)
+                          elected, deposed)
         leadership.elector = elector
         await elector.run()
 

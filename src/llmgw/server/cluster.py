@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import socket
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -25,10 +24,9 @@ def _not_leading(_conn: Connection) -> None:
 
 @dataclass
 class Leadership:
-    """Starts the leader-only loops when elected and stops them when deposed."""
+    """Whether this server leads, and at which epoch: what its leader-only writes check. The
+    leader's duties start and stop beside it (`server.app`), never inside it."""
 
-    on_elected: Callable[[int], Awaitable[None]]
-    on_deposed: Callable[[], Awaitable[None]]
     clock: Clock = field(default_factory=SystemClock)
     server_id: str = field(default_factory=lambda: f"{socket.gethostname()}-{os.getpid()}")
     elector: Elector | None = None
@@ -36,11 +34,10 @@ class Leadership:
 
     async def elected(self, epoch: int) -> None:
         self.epoch = epoch
-        await self.on_elected(epoch)
 
     async def deposed(self) -> None:
+        # First: a write still in flight from the duties being stopped is refused.
         self.epoch = None
-        await self.on_deposed()
 
     @property
     def leading(self) -> bool:

@@ -15,7 +15,7 @@ from llmgw.core.guard import Policy
 from llmgw.core.ids import hash_key, key_prefix, new_api_key, new_id, secret_check
 from llmgw.core.jobs import ServeJob
 from llmgw.core.judges import DEFAULT_JUDGE, DEMO_JUDGE, DEMO_NOTE, KNOWN
-from llmgw.core.settings import CONFIG_FILE, ServerSettings, dump, load
+from llmgw.core.settings import CONFIG_FILE, DEFAULT_CTX_SIZE, ServerSettings, dump, load
 from llmgw.core.types import ApiKey, Engine, KeyScope, LocalSource, Model, Profile, Scaling
 from llmgw.node import hardware
 from llmgw.store.db import redact, schema_exists
@@ -83,7 +83,7 @@ def demo_model(path: Path) -> Model:
                 engine=Engine.LLAMACPP,
                 # A small context and no prompt cache keep the demo under 1 GB.
                 args=[
-                    "--ctx-size", "4096", "--cache-ram", "0", "--parallel", "2",
+                    "--ctx-size", str(DEFAULT_CTX_SIZE), "--cache-ram", "0", "--parallel", "2",
                     # The GGUF carries no chat template, and llama-server accepts `tools` only
                     # with a Jinja one (agents' clients send them on every request).
                     "--jinja", "--chat-template", DEMO_TEMPLATE,
@@ -106,7 +106,8 @@ def demo_judge(path: Path, node_selector: dict[str, str] | None = None) -> Model
                     # --swa-full: Gemma 3 uses sliding-window attention, and without a full-size
                     # cache llama-server cannot reuse the judge prompt's fixed head (measured:
                     # prompt time 950 ms -> 370 ms per judgment).
-                    args=["--ctx-size", "4096", "--cache-ram", "0", "--parallel", "2", "--swa-full"],
+                    args=["--ctx-size", str(DEFAULT_CTX_SIZE), "--cache-ram", "0", "--parallel", "2",
+                          "--swa-full"],
                     cpu_cores=1, min_memory_gb=1.0, node_selector=node_selector or {})
         ],
         scaling=Scaling(min=1, max=1),

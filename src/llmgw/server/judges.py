@@ -24,7 +24,7 @@ from llmgw.store.store import Store
 def keeper(
     store: Store, jobs: ServeJobs, catalog: CatalogService, clock: Clock, grace_s: float,
     on_change: Callable[[], Awaitable[None]], fence: Callable[[], Fence | None],
-    server_id: str = "",
+    server_id: str = "", leading: Callable[[], bool] = lambda: True,
 ) -> JudgeKeeper:
     """A judge keeper reading this install's store and acting through its services; its
     writes are fenced, so a deposed leader cannot serve or refit a judge. It publishes its
@@ -45,7 +45,7 @@ def keeper(
             if r.state != ReplicaState.STOPPING:
                 ids.setdefault(r.model, []).append(r.id)
         return KeeperView(
-            leader=True,  # one server on SQLite is always the leader
+            leader=leading(),
             guard_on=store.guard.switches().get("guard_enabled", False),
             policies=store.guard.policies(),
             models=store.catalog.list(),

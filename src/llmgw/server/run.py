@@ -16,7 +16,7 @@ from llmgw.api.edge import EdgeLimits, EdgeRunner
 from llmgw.core.errors import ConfigError
 from llmgw.core.ids import secret_check
 from llmgw.core.settings import ServerSettings, load
-from llmgw.server.app import Loops, Server
+from llmgw.server.app import Server
 from llmgw.store.db import redact
 from llmgw.store.install_repo import JOIN_HINT
 from llmgw.store.store import Store
@@ -62,7 +62,7 @@ async def serve(
         store.close()
         raise ConfigError(f"{data_dir / 'config.toml'} does not belong to the install in "
                           f"database {redact(url)}: {JOIN_HINT}")
-    server = Server(data_dir, settings, store, loops=Loops(keeper_s=settings.control.keeper_interval_s))
+    server = Server(data_dir, settings, store)
     logger.info("open files limit: %d (one per connection, engine and database connection)",
                 raise_open_files_limit())
     runner = app_runner(server.build_app(), edge_limits(settings))

@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
+from datetime import timedelta
 
 from llmgw.control.replica_keeper import Action, Forget, Pend, Place, Stop, new_replica
 from llmgw.core.clock import Clock
+from llmgw.core.demand import Activity
 from llmgw.core.guard import VerdictRecord
 from llmgw.core.types import Model, Node, Replica, ReplicaState
+from llmgw.gateway.metrics import Metrics
 from llmgw.node.agent import Assignment
 from llmgw.node.supervisor import Status
 from llmgw.store.lease_repo import Fence
@@ -64,6 +67,10 @@ def keeper_applier(
             case Pend():
                 assert action.replica_id is not None
                 store.replicas.update(action.replica_id, now, f, last_error=action.reason)
+            case Stop(room_for=str()):
+                # Said where `ctl model resources` shows it while the engine stops.
+                store.replicas.update(action.replica_id, now, f, state=ReplicaState.STOPPING,
+                                      last_error=action.reason)
             case Stop():
                 store.replicas.update(action.replica_id, now, f, state=ReplicaState.STOPPING)
             case Forget():
@@ -73,6 +80,28 @@ def keeper_applier(
         await asyncio.to_thread(apply, action)
 
     return run
+
+
+def activity_reader(store: Store, clock: Clock,
+                    server_timeout: timedelta) -> Callable[[], Awaitable[Activity]]:
+    """The live servers' demand, merged (what the keeper plans on and `model list` shows)."""
+
+    async def run() -> Activity:
+        return await asyncio.to_thread(store.servers.activity, clock.now(), server_timeout)
+
+    return run
+
+
+def keeper_metrics(metrics: Metrics) -> Callable[[Action], None]:
+    """Counts the keeper's cold starts and evictions in this server's metrics."""
+
+    def observe(action: Action) -> None:
+        if isinstance(action, Place) and action.cold:
+            metrics.cold_start(action.model)
+        elif isinstance(action, Stop) and action.room_for is not None and action.model:
+            metrics.evicted(action.model)
+
+    return observe
 
 
 def agent_assignments(store: Store, node_id: str) -> Callable[[], Awaitable[list[Assignment]]]:
@@ -115,6 +144,16 @@ def agent_forgetter(store: Store) -> Callable[[str], Awaitable[None]]:
         await asyncio.to_thread(store.replicas.delete, replica_id)
 
     return run
+
+
+def both(*calls: Callable[[VerdictRecord], None]) -> Callable[[VerdictRecord], None]:
+    """One callback that makes each of `calls` in turn (a verdict goes to the log and metrics)."""
+
+    def call(record: VerdictRecord) -> None:
+        for c in calls:
+            c(record)
+
+    return call
 
 
 def verdict_writer(store: Store) -> Callable[[list[VerdictRecord]], Awaitable[None]]:

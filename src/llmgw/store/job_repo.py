@@ -11,7 +11,7 @@ from sqlalchemy import Engine, insert, select, update
 
 from llmgw.core.errors import NotFound
 from llmgw.core.jobs import JobState, ServeJob, ServeRequest
-from llmgw.store.db import utc
+from llmgw.store.db import bump_revision, utc
 from llmgw.store.lease_repo import Fence
 from llmgw.store.schema import serve_jobs
 
@@ -20,6 +20,7 @@ logger = logging.getLogger(__name__)
 # A job that failed, was cancelled or gave way has an error; one that did not can only have a
 # warning: both share the `error` column, told apart by the state.
 _ERROR_STATES = (JobState.FAILED, JobState.CANCELLED, JobState.GAVE_WAY)
+_FINISHED = [s.value for s in JobState if s.finished]
 
 
 def _to_job(row: Any) -> ServeJob:
@@ -84,13 +85,34 @@ class JobRepo:
                     updated_at=now,
                 )
             )
+            # A job submitted to a follower must reach the leader, which runs every job.
+            bump_revision(conn)
 
-    def update(self, job_id: str, now: datetime, **fields: Any) -> None:
+    def update(self, job_id: str, now: datetime, fence: Fence | None = None, **fields: Any) -> bool:
+        """Change a job that has not finished (a finished job, cancelled from another server
+        meanwhile among them, keeps its end); False when there was none to change."""
         if isinstance(fields.get("state"), JobState):
             fields["state"] = fields["state"].value
         if "warning" in fields:
             fields["error"] = fields.pop("warning")
         with self._engine.begin() as conn:
-            conn.execute(
-                update(serve_jobs).where(serve_jobs.c.id == job_id).values(**fields, updated_at=now)
-            )
+            if fence is not None:
+                fence(conn)
+            return bool(conn.execute(
+                update(serve_jobs)
+                .where(serve_jobs.c.id == job_id, serve_jobs.c.state.notin_(_FINISHED))
+                .values(**fields, updated_at=now)
+            ).rowcount)
+
+    def cancel(self, job_id: str, now: datetime, error: str) -> bool:
+        """Mark a job that has not finished cancelled, from any server: the leader running it
+        sees the change and stops it. False when it had finished already."""
+        with self._engine.begin() as conn:
+            done = conn.execute(
+                update(serve_jobs)
+                .where(serve_jobs.c.id == job_id, serve_jobs.c.state.notin_(_FINISHED))
+                .values(state=JobState.CANCELLED.value, error=error, updated_at=now)
+            ).rowcount
+            if done:
+                bump_revision(conn)
+        return bool(done)

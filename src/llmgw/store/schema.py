@@ -198,4 +198,6 @@ servers = Table(
     Column("url", String(256), nullable=False),
     Column("started_at", DateTime(timezone=True), nullable=False),
     Column("heartbeat_at", DateTime(timezone=True), nullable=False),
+    # The server's demand as JSON (llmgw.core.demand.Activity), written about once a second.
+    Column("activity", Text, nullable=True),
 )

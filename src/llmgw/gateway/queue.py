@@ -1,0 +1,128 @@
+"""The request queue: a request for a local model with no ready replica waits here, in arrival
+order, until a routing table has a replica for it, or its time is up.
+
+One queue per server. Its waiters are woken by the refresher's new routing tables, never by
+polling; the first waiter of a model tells the server (`on_cold`), which records the demand so
+the leader places a replica at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+from llmgw.core.demand import Queued
+from llmgw.core.errors import NoReadyReplica, QueueFull, QueueTimeout
+from llmgw.core.settings import ControlSettings
+from llmgw.gateway.routing import Route, RoutingTable
+
+# What a client turned away by a full queue is told to wait: a replica that is loading is often
+# ready within seconds, and the queue drains all at once when it is.
+QUEUE_FULL_RETRY_S = 5
+
+
+@dataclass(eq=False)
+class _Waiter:
+    arrived: float  # on the queue's monotonic clock
+    woken: asyncio.Event = field(default_factory=asyncio.Event)
+
+
+class ColdQueue:
+    """Bounded per-model FIFO queues of requests waiting for a replica to become ready."""
+
+    def __init__(self, settings: ControlSettings, monotonic: Callable[[], float],
+                 on_cold: Callable[[str], None]) -> None:
+        self._max = settings.queue_max
+        self._timeout_s = settings.queue_timeout_s
+        self._monotonic = monotonic
+        self._on_cold = on_cold
+        # Only models with waiters have a line: an empty one is dropped, so the next arrival
+        # starts a new cold episode.
+        self._lines: dict[str, deque[_Waiter]] = {}
+
+    def depths(self) -> dict[str, int]:
+        """Requests waiting per model (only models with any)."""
+        return {name: len(line) for name, line in self._lines.items()}
+
+    def queued(self, now: datetime) -> dict[str, Queued]:
+        """What waits per model, with when its oldest request arrived (for the server's activity)."""
+        mono = self._monotonic()
+        return {
+            name: Queued(waiting=len(line), since=now - timedelta(seconds=max(mono - line[0].arrived, 0.0)))
+            for name, line in self._lines.items()
+        }
+
+    async def wait(self, route: Route, current: Callable[[], Route]) -> Route:
+        """A route of the same model with upstreams, once `current()` has one.
+
+        QueueFull (429) when `queue_max` requests already wait for the model, QueueTimeout (503)
+        after `queue_timeout_s`, NoReadyReplica at once (or as soon as a table says so) when the
+        model fits on no node. A cancelled waiter leaves its place."""
+        if route.upstreams:
+            return route
+        if route.nowhere:
+            raise _fits_nowhere(route)
+        name = route.model.name
+        line = self._lines.get(name)
+        waiting = len(line) if line is not None else 0
+        if self._max == 0:
+            # No queue on this server: the request is refused, but the model is still started.
+            self._on_cold(name)
+            raise NoReadyReplica(f"{name} has no ready replica yet ({route.unavailable}); this "
+                                 "server queues no requests (queue_max is 0): try again shortly")
+        if waiting >= self._max:
+            raise QueueFull(f"{name} has no ready replica and this server's queue for it is full "
+                            f"({waiting} waiting): try again shortly", QUEUE_FULL_RETRY_S)
+        if line is None:
+            line = self._lines[name] = deque()
+        waiter = _Waiter(self._monotonic())
+        line.append(waiter)
+        try:
+            if len(line) == 1:
+                self._on_cold(name)
+            return await self._until_ready(waiter, current)
+        finally:
+            line.remove(waiter)
+            if not line:
+                del self._lines[name]
+
+    async def _until_ready(self, waiter: _Waiter, current: Callable[[], Route]) -> Route:
+        try:
+            async with asyncio.timeout(self._timeout_s):
+                while True:
+                    await waiter.woken.wait()
+                    waiter.woken.clear()
+                    route = current()
+                    if route.upstreams:
+                        return route
+                    if route.nowhere:
+                        raise _fits_nowhere(route)
+                    if self._monotonic() - waiter.arrived >= self._timeout_s:
+                        raise TimeoutError
+        except TimeoutError:
+            raise self._timed_out(current(), waiter) from None
+
+    def refreshed(self, table: RoutingTable) -> None:
+        """Wake the waiters `table` settles, in arrival order: their model has a replica, fits
+        nowhere, or is gone; and any whose time is up by the queue's clock."""
+        now = self._monotonic()
+        for name, line in self._lines.items():
+            route = table.routes.get(name)
+            settled = route is None or bool(route.upstreams) or bool(route.nowhere)
+            for waiter in line:
+                if settled or now - waiter.arrived >= self._timeout_s:
+                    waiter.woken.set()
+
+    def _timed_out(self, route: Route, waiter: _Waiter) -> QueueTimeout:
+        waited = round(self._monotonic() - waiter.arrived)
+        name = route.model.name
+        if route.loading_on:
+            return QueueTimeout(f"{name} is loading on {route.loading_on}: waited {waited} s")
+        return QueueTimeout(f"{name} is waiting for a replica ({route.unavailable}): waited {waited} s")
+
+
+def _fits_nowhere(route: Route) -> NoReadyReplica:
+    return NoReadyReplica(f"{route.model.name} fits on no node: {route.nowhere}")

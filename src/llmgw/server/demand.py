@@ -1,0 +1,67 @@
+"""This server's demand, written to the store where the leader's keeper reads it."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable
+from datetime import datetime
+
+from llmgw.core.clock import Clock
+from llmgw.core.demand import Activity
+from llmgw.core.errors import LlmgwError
+from llmgw.store.store import Store
+
+logger = logging.getLogger(__name__)
+
+# Written at least this often while the server lives, changed or not: the leader then always
+# has a recent view, and a write lost to a database hiccup is repaired soon.
+REWRITE_S = 10.0
+
+
+class ActivityReporter:
+    """Writes `snapshot()` about once a second when it changed; a queue that forms for a cold
+    model is written at once and bumps the store's revision, which wakes the leader."""
+
+    def __init__(self, store: Store, server_id: str, clock: Clock) -> None:
+        self._store = store
+        self._server_id = server_id
+        self._clock = clock
+        self._wake = asyncio.Event()
+        self._urgent = False
+        self._written: Activity | None = None
+        self._written_at = float("-inf")
+
+    def cold(self, _model: str) -> None:
+        """A request started waiting for a model with no ready replica: tell the leader now."""
+        self._urgent = True
+        self._wake.set()
+
+    async def report(self, snapshot: Callable[[datetime], Activity]) -> None:
+        """Write the current activity, `snapshot(now)`, if it changed (or is due, or urgent)."""
+        urgent, self._urgent = self._urgent, False
+        activity = snapshot(self._clock.now())
+        same = (self._written is not None
+                and activity.model_copy(update={"at": None}) == self._written.model_copy(update={"at": None}))
+        if same and not urgent and self._clock.monotonic() - self._written_at < REWRITE_S:
+            return
+        try:
+            await asyncio.to_thread(self._store.servers.set_activity, self._server_id, activity, urgent)
+        except BaseException:
+            self._urgent = self._urgent or urgent  # not told yet: the next try tells it
+            raise
+        self._written, self._written_at = activity, self._clock.monotonic()
+
+    async def run(self, interval_s: float, snapshot: Callable[[datetime], Activity]) -> None:
+        """Report every `interval_s`, or at once for a cold queue; a failed write is retried."""
+        while True:
+            try:
+                await self.report(snapshot)
+            except LlmgwError as exc:
+                logger.warning("could not write this server's demand: %s", exc.message)
+            except Exception:
+                logger.exception("could not write this server's demand")
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), interval_s)
+            self._wake.clear()

@@ -1,0 +1,222 @@
+"""The data plane with a request queue: a request for a local model with no ready replica waits
+for one, through llmgw's real routes and the official clients."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import re
+import time
+from collections.abc import AsyncIterator
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import anthropic
+import openai
+import pytest
+
+from llmgw.core.settings import ControlSettings
+from llmgw.core.types import LocalSource, Model, Profile, Scaling
+from llmgw.gateway.metrics import Metrics
+from llmgw.gateway.queue import QUEUE_FULL_RETRY_S, ColdQueue
+from llmgw.gateway.routing import Route, RoutingTable, Upstream
+from llmgw.store.store import Store
+from tests.fakes.provider import ANSWER, FakeProvider, GatewayRig
+
+ON_DEMAND = Model(name="m", source=LocalSource(path="/m.gguf"), profiles=[Profile(name="cpu")],
+                  scaling=Scaling(min=0, max=1))
+MESSAGES = [{"role": "user", "content": "hi"}]
+
+
+class WatchedQueue(ColdQueue):
+    """The queue, telling the test when a model goes cold and when a request leaves."""
+
+    def __init__(self, **settings: Any) -> None:
+        super().__init__(ControlSettings(**settings), time.monotonic, lambda m: self.cold.put_nowait(m))
+        self.cold: asyncio.Queue[str] = asyncio.Queue()
+        self.left: asyncio.Queue[None] = asyncio.Queue()
+
+    async def wait(self, route: Route, current: Any) -> Route:
+        try:
+            return await super().wait(route, current)
+        finally:
+            self.left.put_nowait(None)
+
+
+async def next_one(queue: asyncio.Queue[Any], what: str) -> Any:
+    try:
+        return await asyncio.wait_for(queue.get(), 5)
+    except TimeoutError:
+        pytest.fail(f"{what} never happened")
+
+
+@contextlib.asynccontextmanager
+async def cold_rig(
+    tmp_path: Path, **settings: Any
+) -> AsyncIterator[tuple[GatewayRig, WatchedQueue, openai.AsyncOpenAI]]:
+    """The data plane with model `m` on demand and, for now, no replica of it anywhere; and an
+    OpenAI client of it."""
+    provider = await FakeProvider().start()
+    store = Store.open(f"sqlite:///{tmp_path / 'llmgw.db'}")
+    queue = WatchedQueue(**settings)
+    rig = GatewayRig(provider, store, model=ON_DEMAND, queue=queue)
+    rig.metrics = Metrics(lambda: rig.refresher.current.table if rig.refresher else RoutingTable({}),
+                          queued=queue.depths)
+    await rig.start()
+    publish(rig, Route(ON_DEMAND, (), unavailable="no replica is placed yet (the model starts on demand)"))
+    try:
+        async with rig.openai() as client:
+            yield rig, queue, client
+    finally:
+        await rig.close()
+        await provider.close()
+        store.close()
+
+
+def publish(rig: GatewayRig, route: Route) -> None:
+    """A new snapshot with `route` for `m`, handed to the queue as the refresher hands it."""
+    assert rig.refresher is not None and rig.queue is not None
+    snap = rig.refresher.current
+    table = RoutingTable({"m": route})
+    rig.refresher.current = replace(snap, revision=snap.revision + 1, table=table)
+    rig.queue.refreshed(table)
+
+
+def waits(rig: GatewayRig) -> int:
+    """How many waits the queue-wait histogram counted."""
+    assert rig.metrics is not None
+    return sum(sum(counts) for counts in rig.metrics.queue_waits.counts.values())
+
+
+def statuses(rig: GatewayRig) -> dict[str, int]:
+    """Requests counted per status."""
+    assert rig.metrics is not None
+    out: dict[str, int] = {}
+    for (_model, status, _key, _api), n in rig.metrics.requests.items():
+        out[status] = out.get(status, 0) + n
+    return out
+
+
+def ready(rig: GatewayRig) -> Route:
+    return Route(ON_DEMAND, (Upstream("replica-1", rig.provider.url),))
+
+
+@pytest.mark.parametrize("stream", [False, True])
+async def test_a_request_for_a_cold_model_waits_and_is_answered_once_a_replica_is_ready(
+    tmp_path: Path, stream: bool
+) -> None:
+    async with cold_rig(tmp_path) as (rig, queue, client):
+        call = asyncio.create_task(client.chat.completions.create(
+            model="m", messages=MESSAGES, stream=stream))
+        assert await next_one(queue.cold, "the model going cold") == "m"
+        publish(rig, Route(ON_DEMAND, (), unavailable="starting", loading_on="node-1"))
+        assert not call.done()  # not even a stream's headers: no replica has answered yet
+        assert rig.provider.requests == []
+
+        publish(rig, ready(rig))
+        answer = await call
+        if stream:
+            text = "".join([c.choices[0].delta.content or "" async for c in answer if c.choices])
+        else:
+            text = answer.choices[0].message.content
+        assert text == ANSWER
+        assert len(rig.provider.requests) == 1
+        assert queue.depths() == {}
+        assert waits(rig) == 1
+
+
+async def test_an_answered_request_marks_when_its_replica_was_last_used(tmp_path: Path) -> None:
+    async with cold_rig(tmp_path) as (rig, _queue, client):
+        route = ready(rig)
+        publish(rig, route)
+        before = time.time()
+        await client.chat.completions.create(model="m", messages=MESSAGES)
+        [up] = route.upstreams
+        assert up.outstanding == 0 and before <= up.last_used <= time.time()
+
+
+async def test_a_full_queue_is_a_429_with_retry_after_in_the_openai_dialect(tmp_path: Path) -> None:
+    async with cold_rig(tmp_path, queue_max=1) as (rig, queue, client):
+        first = asyncio.create_task(client.chat.completions.create(model="m", messages=MESSAGES))
+        await next_one(queue.cold, "the first request queueing")
+
+        with pytest.raises(openai.RateLimitError) as caught:
+            await client.chat.completions.create(model="m", messages=MESSAGES)
+
+        assert caught.value.response.headers["Retry-After"] == str(QUEUE_FULL_RETRY_S)
+        assert caught.value.code == "queue_full"
+        assert "queue for it is full (1 waiting)" in caught.value.message
+        publish(rig, ready(rig))
+        assert (await first).choices[0].message.content == ANSWER
+        assert waits(rig) == 1  # the one turned away never waited
+        assert statuses(rig) == {"200": 1, "429": 1}
+
+
+async def test_a_full_queue_is_a_429_with_retry_after_in_the_anthropic_dialect(tmp_path: Path) -> None:
+    async with cold_rig(tmp_path, queue_max=1) as (rig, queue, client):
+        waiting = asyncio.create_task(client.chat.completions.create(model="m", messages=MESSAGES))
+        await next_one(queue.cold, "the first request queueing")
+
+        async with rig.anthropic() as claude:
+            with pytest.raises(anthropic.RateLimitError) as caught:
+                await claude.messages.create(model="m", max_tokens=16,
+                                             messages=[{"role": "user", "content": "hi"}])
+
+        assert caught.value.response.headers["Retry-After"] == str(QUEUE_FULL_RETRY_S)
+        assert caught.value.body == {"type": "error", "error": {
+            "type": "rate_limit_error", "message": caught.value.body["error"]["message"]}}
+        assert "queue for it is full" in caught.value.message
+        waiting.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await waiting
+
+
+async def test_a_request_past_the_queue_timeout_is_a_503_saying_what_it_waited_for(tmp_path: Path) -> None:
+    async with cold_rig(tmp_path, queue_timeout_s=0.2) as (rig, queue, client):
+        call = asyncio.create_task(client.chat.completions.create(model="m", messages=MESSAGES))
+        await next_one(queue.cold, "the request queueing")
+        publish(rig, Route(ON_DEMAND, (), unavailable="starting", loading_on="node-2"))
+
+        with pytest.raises(openai.InternalServerError) as caught:
+            await call
+
+        assert caught.value.status_code == 503
+        assert caught.value.code == "queue_timeout"
+        assert re.search(r"503 - m is loading on node-2: waited \d+ s$", caught.value.message)
+        assert rig.provider.requests == []
+        assert waits(rig) == 1 and statuses(rig) == {"503": 1}
+
+
+async def test_a_client_that_leaves_while_queued_leaves_the_queue(tmp_path: Path) -> None:
+    async with cold_rig(tmp_path, queue_max=1) as (rig, queue, client):
+        gone = asyncio.create_task(client.chat.completions.create(model="m", messages=MESSAGES))
+        await next_one(queue.cold, "the request queueing")
+
+        gone.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await gone
+        await next_one(queue.left, "the request leaving the queue")
+        assert queue.depths() == {}
+
+        # Its place is free: the next request queues (a new cold episode) and is answered.
+        after = asyncio.create_task(client.chat.completions.create(model="m", messages=MESSAGES))
+        assert await next_one(queue.cold, "the next request queueing") == "m"
+        publish(rig, ready(rig))
+        assert (await after).choices[0].message.content == ANSWER
+        assert len(rig.provider.requests) == 1
+
+
+async def test_a_model_that_fits_on_no_node_is_a_503_at_once_with_the_schedulers_reason(
+    tmp_path: Path,
+) -> None:
+    async with cold_rig(tmp_path) as (rig, queue, client):
+        publish(rig, Route(ON_DEMAND, (), unavailable="pending: node big has 1.0 GB free, needs 8.0 GB",
+                           nowhere="node big has 1.0 GB free, needs 8.0 GB"))
+
+        with pytest.raises(openai.InternalServerError) as caught:
+            await client.chat.completions.create(model="m", messages=MESSAGES)
+
+        assert caught.value.status_code == 503 and caught.value.code == "no_ready_replica"
+        assert "node big has 1.0 GB free, needs 8.0 GB" in caught.value.message
+        assert queue.cold.empty()  # it never queued, so it called for no replica
