@@ -101,7 +101,7 @@ def test_a_min_0_model_starts_on_its_first_request_and_goes_when_idle(
     with c.explained(), client_for(s) as client:
         add_on_demand(s, MODEL, gguf, COLD_MEMORY_GB)
         s.ctl("model", "scale", MODEL, "--min", "0", "--max", "1", "--idle", "5s")
-        scaling = s.get("/admin/v1/models/cold")["scaling"]
+        scaling = s.get(f"/admin/v1/models/{MODEL}")["scaling"]
         assert (scaling["min"], scaling["max"], scaling["idle_s"]) == (0, 1, IDLE_S), scaling
         hold("no replica of a min-0 model nobody asked for", lambda: not c.live_replicas(MODEL),
              1.0)
