@@ -1,11 +1,12 @@
 """On-demand figures: what llmgw adds to a cold start, and how long a swap by memory takes.
 
-    .venv/bin/python bench/ondemand.py [--runs 5]
+    .venv/bin/python bench/ondemand.py [--runs 5] [--set KEY=VALUE ...] [--keep]
 
 Run it through `bash bench/ondemand.sh`, which installs what it needs first.
 
-One install as a user gets it (`server init --no-guard`, `server run` with its embedded node, SQLite,
-default settings), the demo GGUF (Gemma 3 270M Q4_K_M) added as on-demand models.
+One install as a user gets it (`server init --no-guard`, `server run` with its embedded node,
+SQLite, default settings unless `--set` changes one, e.g. `--set refresh_interval_s=0.2`), the
+demo GGUF (Gemma 3 270M Q4_K_M) added as on-demand models.
 
 1. Cold start through llmgw: a model with `min 0`, `idle 1s`; the time from sending a streamed chat
    request to its first token, the replica stopped (idle) before each run.
@@ -70,10 +71,26 @@ def first_token(base_url: str, key: str, model: str, timeout_s: float = 300) -> 
 class Install:
     """`server init --no-guard` and `server run` (text logs) in a temp dir."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, settings: dict[str, str]) -> None:
         self.server = LlmgwServer.init(root / "data", "--no-guard")
         self.gguf = self._demo_gguf(self.server.data_dir / "models")
         self.proc: subprocess.Popen[str] | None = None
+        if settings:
+            self._configure(settings)
+
+    def _configure(self, updates: dict[str, str]) -> None:
+        """Set `[server]` or `[control]` keys of config.toml, validated by the settings model."""
+        from llmgw.core.settings import ControlSettings, ServerSettings, dump, load
+
+        data = load(self.server.data_dir).model_dump()
+        for name, value in updates.items():
+            if name in ControlSettings.model_fields:
+                data["control"] = {**data["control"], name: value}
+            elif name in ServerSettings.model_fields:
+                data[name] = value
+            else:
+                raise SystemExit(f"--set {name}: no such setting")
+        (self.server.data_dir / "config.toml").write_text(dump(ServerSettings.model_validate(data)))
 
     @staticmethod
     def _demo_gguf(models: Path) -> Path:
@@ -200,7 +217,7 @@ def measure(install: Install, runs: int) -> tuple[list[float], list[float], list
 
 
 def report(through: list[float], hand: list[float], swaps: list[float], argv: list[str],
-           install: Install) -> str:
+           install: Install, settings: dict[str, str]) -> str:
     t, h = statistics.median(through), statistics.median(hand)
     added = t - h
     allowed = max(ALLOWED_FRACTION * h, ALLOWED_S)
@@ -210,8 +227,10 @@ def report(through: list[float], hand: list[float], swaps: list[float], argv: li
     lines = [
         f"# llmgw on-demand bench: {os.cpu_count()} cores, load average {os.getloadavg()[0]:.2f}",
         "",
-        "Demo GGUF (Gemma 3 270M Q4_K_M), one `server run` with its embedded node, default "
-        "settings. Replica argv (llmgw's, reused by hand on another port):",
+        "Demo GGUF (Gemma 3 270M Q4_K_M), one `server run` with its embedded node, "
+        + (f"settings: defaults but {', '.join(f'{k} = {v}' for k, v in settings.items())}. "
+           if settings else "default settings. ")
+        + "Replica argv (llmgw's, reused by hand on another port):",
         "",
         f"    {Path(argv[0]).name} {args}",
         "",
@@ -245,14 +264,19 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--runs", type=int, default=5, help="runs of each measurement")
     parser.add_argument("--keep", action="store_true", help="keep the temp dir with the logs")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                        help="a [server] or [control] setting for the install (repeatable)")
     args = parser.parse_args()
+    settings = dict(pair.split("=", 1) for pair in args.set if "=" in pair)
+    if len(settings) != len(args.set):
+        parser.error("--set takes KEY=VALUE")
 
     tmp = Path(tempfile.mkdtemp(prefix="llmgw-ondemand-bench-"))
-    install = Install(tmp)
+    install = Install(tmp, settings)
     try:
         install.start()
         through, hand, swaps, argv = measure(install, args.runs)
-        text = report(through, hand, swaps, argv, install)
+        text = report(through, hand, swaps, argv, install, settings)
         print(text)
         out = ROOT / "bench" / "results"
         out.mkdir(exist_ok=True)

@@ -4,7 +4,7 @@
 # at most 15 % or 0.5 s, whichever is larger), and the swap time between two on-demand models
 # that do not fit side by side. Written to bench/results/ondemand.md.
 #
-#   bash bench/ondemand.sh [--runs 5] [--keep]
+#   bash bench/ondemand.sh [--runs 5] [--set refresh_interval_s=0.2] [--keep]
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 # shellcheck source=scripts/common.sh
