@@ -250,8 +250,9 @@ def report(through: list[float], hand: list[float], swaps: list[float], argv: li
         "|---|---:|---:|---:|---:|",
         f"| stop A, start B, answer | {summary(swaps)} |",
         "",
-        f"A swap costs {statistics.median(swaps) - t:.2f} s over a cold start through llmgw; "
-        f"the server logged {made_room} \"to make room for\" stops.",
+        f"A swap's median is {statistics.median(swaps):.2f} s against {t:.2f} s for a cold start "
+        f"through llmgw (stopping the idle model first costs the difference); the server logged "
+        f"{made_room} \"to make room for\" stops.",
     ]
     problems = warnings(install.server.log())
     if problems:
