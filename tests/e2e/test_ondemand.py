@@ -143,6 +143,14 @@ def _lines(text: str, part: str) -> str:
     return "\n".join(line for line in text.splitlines() if part in line) or f"no {part} metric"
 
 
+def add_swap_models(server: Server, gguf: Path) -> None:
+    """swap-a and swap-b, on demand, each too big to run beside the other (once per install)."""
+    have = {m["name"] for m in server.get("/admin/v1/models")["data"]}
+    for name in ("swap-a", "swap-b"):
+        if name not in have:
+            add_on_demand(server, name, gguf, SWAP_MEMORY_GB)
+
+
 @pytest.mark.timeout(420)
 def test_two_models_that_fit_one_at_a_time_swap_on_demand(install: tuple[Cluster, Path]) -> None:
     c, gguf = install
@@ -159,8 +167,7 @@ def test_two_models_that_fit_one_at_a_time_swap_on_demand(install: tuple[Cluster
             stop.wait(0.1)
 
     with c.explained(), client_for(s) as client:
-        for name in ("swap-a", "swap-b"):
-            add_on_demand(s, name, gguf, SWAP_MEMORY_GB)
+        add_swap_models(s, gguf)
         watcher = Background(watch)
         took: list[tuple[str, float]] = []
         for i, (model, other) in enumerate([("swap-a", "swap-b"), ("swap-b", "swap-a")] * 2):
@@ -182,6 +189,46 @@ def test_two_models_that_fit_one_at_a_time_swap_on_demand(install: tuple[Cluster
         assert metric(text, "llmgw_evictions_total") >= 3, _lines(text, "evictions")
         for name in ("swap-a", "swap-b"):
             assert metric(text, "llmgw_evictions_total", model=name) >= 1, _lines(text, "evictions")
+
+
+# Tokens of an answer that takes seconds on one thread (the end-of-text token ignored).
+LONG_ANSWER = 400
+
+
+@pytest.mark.timeout(300)
+def test_a_swap_waits_for_the_request_in_flight(install: tuple[Cluster, Path]) -> None:
+    c, gguf = install
+    s = c.any_server()
+    with c.explained(), client_for(s) as client, client_for(s) as other_client:
+        add_swap_models(s, gguf)
+        assert ask(client, "swap-a").strip()  # swap-a runs, swap-b does not fit beside it
+        streaming = threading.Event()
+        streamed: dict[str, Any] = {"pieces": 0}
+
+        def long_answer(_stop: threading.Event) -> None:
+            stream = client.chat.completions.create(
+                model="swap-a", messages=HELLO, max_tokens=LONG_ANSWER, temperature=0, stream=True,
+                extra_body={"ignore_eos": True})
+            for chunk in stream:
+                if chunk.choices and chunk.choices[0].delta.content:
+                    streamed["pieces"] += 1
+                    streaming.set()
+                if chunk.choices and chunk.choices[0].finish_reason:
+                    streamed["finish"] = chunk.choices[0].finish_reason
+            streamed["ended"] = time.monotonic()
+
+        reader = Background(long_answer)
+        assert streaming.wait(60), "swap-a's long answer did not start"
+        sent = time.monotonic()
+        assert ask(other_client, "swap-b").strip()
+        answered = time.monotonic()
+        reader.join()
+        figure(f"swap-b asked {streamed['ended'] - sent:.2f}s before swap-a's answer in flight "
+               f"ended; answered {answered - streamed['ended']:.2f}s after it")
+        # swap-a's answer was not cut short: its replica was not stopped under it.
+        assert streamed.get("finish") == "length" and streamed["pieces"] >= LONG_ANSWER // 2, streamed
+        assert streamed["ended"] - sent >= 1.0, "the answer was too short to overlap the swap"
+        assert answered > streamed["ended"], "swap-b was answered while swap-a still streamed"
 
 
 # --- the queue's refusals, on a strict install ---------------------------------------------
