@@ -179,6 +179,47 @@ def engine_wrapper(directory: Path) -> Path:
     return path
 
 
+def real_engine_wrapper(directory: Path, delay_s: float = 0.0) -> Path:
+    """The real llama-server behind a script: a profile whose args hold `--mode` gets the fake
+    engine instead (fault injection beside real models on one node), and `delay_s` makes every
+    real start that much slower (a slow disk: a window in which a model is loading)."""
+    from llmgw.engines.llamacpp import find_binary
+
+    real = find_binary()  # $LLMGW_LLAMA_SERVER, PATH, or the packaged build
+    path = directory / "llama-server-wrapper"
+    path.write_text(
+        "#!/bin/sh\n"
+        f'case " $* " in *" --mode "*) exec {sys.executable} {FAKE_ENGINE} "$@";; esac\n'
+        + (f"sleep {delay_s}\n" if delay_s > 0 else "")
+        + f'exec {real} "$@"\n'
+    )
+    path.chmod(0o755)
+    return path
+
+
+def metrics_text(server: LlmgwServer) -> str:
+    """`GET /metrics` on `server` (with its admin key), as Prometheus text."""
+    import urllib.request
+
+    req = urllib.request.Request(server.url + "/metrics",
+                                 headers={"Authorization": f"Bearer {server.admin_key}"})
+    with urllib.request.urlopen(req, timeout=10) as resp:
+        return str(resp.read().decode())
+
+
+def metric(text: str, name: str, **labels: str) -> float:
+    """The sum of the samples of `name` in Prometheus `text` whose labels include `labels`
+    (0 when there are none)."""
+    import re
+
+    total = 0.0
+    for m in re.finditer(rf"^{re.escape(name)}(?:{{(.*?)}})? (\S+)$", text, flags=re.M):
+        have = dict(re.findall(r'(\w+)="((?:[^"\\]|\\.)*)"', m[1] or ""))
+        if all(have.get(k) == v for k, v in labels.items()):
+            total += float(m[2])
+    return total
+
+
 @dataclass
 class Cluster:
     """N servers on one database and M node agents, with helpers to break and watch them."""
@@ -202,11 +243,18 @@ class Cluster:
         init_args: Sequence[str] = ("--no-guard",),
         real_engine: bool = False,
         settings: dict[str, Any] | None = None,
+        engine: Path | None = None,
     ) -> Iterator[Cluster]:
-        """Init the install, start `servers` servers and a join token; stop everything after."""
+        """Init the install, start `servers` servers and a join token; stop everything after.
+
+        Engines are the fake one unless `real_engine` (llama-server as the environment finds
+        it) or `engine` (this executable) is given. `settings` may hold `[server]` and
+        `[control]` keys alike."""
         cluster = cls(root, database)
-        env = {k: v for k, v in os.environ.items() if k != "LLMGW_LLAMA_SERVER"}
-        if not real_engine:
+        env = dict(os.environ)
+        if engine is not None:
+            env["LLMGW_LLAMA_SERVER"] = str(engine)
+        elif not real_engine:
             env["LLMGW_LLAMA_SERVER"] = str(engine_wrapper(root))
         cluster.node_env = env
         try:
@@ -435,4 +483,5 @@ class Background:
             raise self.error
 
 
-__all__ = ["Background", "Cluster", "Node", "Server", "engine_wrapper", "hold", "pid_alive"]
+__all__ = ["Background", "Cluster", "Node", "Server", "engine_wrapper", "hold", "metric",
+           "metrics_text", "pid_alive", "real_engine_wrapper"]
