@@ -23,6 +23,7 @@ from llmgw.core.clock import FakeClock
 from llmgw.core.demand import Activity
 from llmgw.core.errors import StoreUnavailable
 from llmgw.core.types import Model, Node, Replica, ReplicaState
+from llmgw.gateway.routing import nowhere_reason
 from tests.demand_factories import (
     NO_DEMAND,
     SETTINGS,
@@ -528,13 +529,33 @@ def test_a_model_that_fits_nowhere_even_after_eviction_pends_with_the_schedulers
     assert isinstance(forget, Forget) and forget.replica_id != "r-phi"
 
 
-def test_a_busy_replica_of_another_model_is_not_stopped_so_the_waiting_one_pends() -> None:
+def test_a_busy_replica_of_another_model_is_not_stopped_so_the_waiting_one_waits_for_room() -> None:
     models = [on_demand_model("gemma3-270m", memory_gb=4.0), on_demand_model("phi-4")]
     demand = activity(queued={"gemma3-270m": 1}, replicas=use(**{"r-phi": (3, NOW)}))
 
     [pend] = plan(models, [four_gb_node()], [running("r-phi", "phi-4")], NOW, activity=demand)
 
-    assert isinstance(pend, Pend) and "node node-1 has 2 of 4 GB free" in pend.reason
+    # Not "fits nowhere": its requests keep waiting, and phi-4 makes room once it is idle.
+    assert isinstance(pend, Pend)
+    assert pend.reason == "waiting for room on node-1: phi-4 is busy; stopped to make room once idle"
+    assert nowhere_reason([replica_pending(model="gemma3-270m", reason=pend.reason)]) == ""
+
+    idle = activity(queued={"gemma3-270m": 1}, replicas=use(**{"r-phi": (0, NOW)}))
+    waiting = replica_pending(model="gemma3-270m", reason=pend.reason)
+    stop, place = plan(models, [four_gb_node()], [running("r-phi", "phi-4"), waiting], NOW,
+                       activity=idle)
+    assert isinstance(stop, Stop) and stop.room_for == "gemma3-270m"
+    assert isinstance(place, Place) and place.replica_id == waiting.id
+
+
+def test_a_model_too_big_for_any_node_even_empty_fits_nowhere_at_once() -> None:
+    models = [on_demand_model("gemma3-270m", memory_gb=64.0), on_demand_model("phi-4")]
+    demand = activity(queued={"gemma3-270m": 1}, replicas=use(**{"r-phi": (3, NOW)}))
+
+    [pend] = plan(models, [four_gb_node()], [running("r-phi", "phi-4")], NOW, activity=demand)
+
+    assert isinstance(pend, Pend) and not pend.reason.startswith("waiting for room")
+    assert nowhere_reason([replica_pending(model="gemma3-270m", reason=pend.reason)]) != ""
 
 
 async def test_the_keeper_autoscales_after_load_lasts_and_reports_each_action() -> None:

@@ -37,13 +37,15 @@ class Demand:
 
 async def test_a_cold_queue_is_written_at_once_and_wakes_the_leader(store: Store) -> None:
     clock, demand = FakeClock(NOW), Demand()
-    reporter = ActivityReporter(store, "server-a", clock)
+    woken: list[str] = []
+    reporter = ActivityReporter(store, "server-a", clock, lambda: woken.append("this server"))
     await reporter.report(demand)
     revision = store.revision()
     demand.now = Activity(queued={"gemma": Queued(waiting=1, since=NOW)})
     reporter.cold("gemma")
     await reporter.report(demand)
     assert store.revision() == revision + 1
+    assert woken == ["this server"]  # the leader may be this very server
     assert store.servers.activity(NOW, TIMEOUT).queued == {"gemma": Queued(waiting=1, since=NOW)}
 
 

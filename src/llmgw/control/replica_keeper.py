@@ -21,7 +21,7 @@ from llmgw.control.placement import NODE_TIMEOUT as NODE_TIMEOUT
 from llmgw.control.placement import lost
 from llmgw.control.scheduler import Cluster, Unschedulable
 from llmgw.core.clock import Clock
-from llmgw.core.demand import Activity
+from llmgw.core.demand import WAITING_FOR_ROOM, Activity
 from llmgw.core.ids import new_id
 from llmgw.core.loops import every
 from llmgw.core.settings import ControlSettings
@@ -199,6 +199,18 @@ class _Room:
         # Replicas this plan stops to make room: their own models plan without them.
         self.taken: set[str] = set()
 
+    def later(self, model: Model, cluster: Cluster) -> str | None:
+        """Why `model` is waiting for room, when it would fit once replicas of other models that
+        are busy now (requests in flight or waiting) go idle; None when it would not even then."""
+        calm = Activity(replicas={rid: use.model_copy(update={"in_flight": 0})
+                                  for rid, use in self.activity.replicas.items()})
+        found = eviction.choose(model, cluster, self.catalog, self.replicas, calm, self.taken)
+        if found is None:
+            return None
+        busy = sorted({v.model for v in found.victims})
+        return (f"{WAITING_FOR_ROOM} on {found.placement.node_id}: {', '.join(busy)} "
+                f"{'is' if len(busy) == 1 else 'are'} busy; stopped to make room once idle")
+
     def make(self, model: Model, cluster: Cluster) -> tuple[list[Action], Place] | None:
         """The stops that let one replica of `model` fit, and its placement; None if none do."""
         found = eviction.choose(model, cluster, self.catalog, self.replicas, self.activity,
@@ -277,8 +289,10 @@ def _keep(
                 actions.append(replace(place, replica_id=slot.id if slot else None, cold=cold))
                 continue
             nowhere = where
-            if slot is None or slot.last_error != where.summary:
-                actions.append(Pend(model.name, where.summary, slot.id if slot else None))
+            why = (room.later(model, cluster) if room is not None and want and want.queued
+                   else None) or where.summary
+            if slot is None or slot.last_error != why:
+                actions.append(Pend(model.name, why, slot.id if slot else None))
             continue
         cluster.take(model.name, where)
         p = where.profile

@@ -14,6 +14,11 @@ from pydantic import Field
 
 from llmgw.core.types import Frozen, UtcDatetime
 
+# How a pending replica's last error starts when its model fits once replicas of other models
+# finish their requests (they are stopped then to make room): its requests keep waiting, unlike
+# those of a model that fits nowhere, which get their 503 at once.
+WAITING_FOR_ROOM = "waiting for room"
+
 
 class Queued(Frozen):
     """Requests waiting for a model on one server (or merged across servers)."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
+from llmgw.core.demand import WAITING_FOR_ROOM
 from llmgw.core.errors import ModelNotFound, NoReadyReplica
 from llmgw.core.types import Model, Replica, ReplicaState, Scaling
 
@@ -125,7 +126,8 @@ def loading_on(replicas: list[Replica]) -> str | None:
 def nowhere_reason(replicas: list[Replica]) -> str:
     """The scheduler's reasons when every replica is pending on a node none has room on, else
     "": a pending replica without a reason is still being placed."""
-    if not replicas or any(r.state != ReplicaState.PENDING or not r.last_error for r in replicas):
+    if not replicas or any(r.state != ReplicaState.PENDING or not r.last_error
+                           or r.last_error.startswith(WAITING_FOR_ROOM) for r in replicas):
         return ""
     return "; ".join(sorted({_gist(r.last_error) for r in replicas}))
 

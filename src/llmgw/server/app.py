@@ -111,7 +111,7 @@ class Server:
         engine_key = store.install.engine_key()
         # Requests for a model with no ready replica wait here; the first one of a cold spell
         # is reported to the store at once, which wakes the leader's keeper.
-        demand = ActivityReporter(store, leadership.server_id, clock)
+        demand = ActivityReporter(store, leadership.server_id, clock, notifier.changed)
         queue = ColdQueue(control, clock.monotonic, on_cold=demand.cold)
 
         def refreshed(table: RoutingTable) -> None:

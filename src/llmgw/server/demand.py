@@ -24,8 +24,12 @@ class ActivityReporter:
     """Writes `snapshot()` about once a second when it changed; a queue that forms for a cold
     model is written at once and bumps the store's revision, which wakes the leader."""
 
-    def __init__(self, store: Store, server_id: str, clock: Clock) -> None:
+    def __init__(self, store: Store, server_id: str, clock: Clock,
+                 on_cold_written: Callable[[], None] = lambda: None) -> None:
         self._store = store
+        # The revision bump wakes other servers' refreshers; this server (which may be the
+        # leader) is told directly, rather than at its refresher's next look.
+        self._on_cold_written = on_cold_written
         self._server_id = server_id
         self._clock = clock
         self._wake = asyncio.Event()
@@ -52,6 +56,8 @@ class ActivityReporter:
             self._urgent = self._urgent or urgent  # not told yet: the next try tells it
             raise
         self._written, self._written_at = activity, self._clock.monotonic()
+        if urgent:
+            self._on_cold_written()
 
     async def run(self, interval_s: float, snapshot: Callable[[datetime], Activity]) -> None:
         """Report every `interval_s`, or at once for a cold queue; a failed write is retried."""
