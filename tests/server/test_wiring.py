@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from llmgw.control.catalog import CatalogService
 from llmgw.control.leader import Elector, Timing
 from llmgw.control.replica_keeper import Place, Stop
 from llmgw.core.clock import FakeClock
@@ -17,7 +18,7 @@ from llmgw.gateway.routing import RoutingTable
 from llmgw.server import wiring
 from llmgw.server.cluster import Leadership
 from llmgw.store.store import Store
-from tests.factories import NOW
+from tests.factories import NOW, gemma_model
 from tests.pg import fresh_database
 
 TTL = timedelta(seconds=15)
@@ -77,7 +78,7 @@ async def test_a_replica_stopped_to_make_room_says_so_while_it_stops(tmp_path: P
         [mistral] = store.replicas.list(model="mistral-7b")
 
         await apply(Stop(phi.id, "stopped to make room for gemma3-270m (idle since 23:59:30)",
-                         room_for="gemma3-270m"))
+                         room_for="gemma3-270m", model="phi-4", node_id="node-a"))
         await apply(Stop(mistral.id, "mistral-7b is scaled to 0"))
 
         [phi] = store.replicas.list(model="phi-4")
@@ -85,6 +86,13 @@ async def test_a_replica_stopped_to_make_room_says_so_while_it_stops(tmp_path: P
         assert phi.last_error == "stopped to make room for gemma3-270m (idle since 23:59:30)"
         [mistral] = store.replicas.list(model="mistral-7b")
         assert mistral.state == ReplicaState.STOPPING and mistral.last_error is None
+        # The row goes once the engine stops; the swap is kept for `ctl model resources`.
+        [swap] = store.install.evictions()
+        assert (swap.replica, swap.model, swap.node, swap.room_for) == (
+            phi.id, "phi-4", "node-a", "gemma3-270m")
+        store.catalog.add(gemma_model(), "operator", NOW)
+        resources = await CatalogService(store, clock).resources("gemma3-270m")
+        assert resources.evictions == [swap]
     finally:
         store.close()
 

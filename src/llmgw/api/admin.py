@@ -108,6 +108,7 @@ async def model_resources(request: web.Request) -> web.Response:
                 name: {"total_gb": e.total_gb, "parts": e.parts(), "describe": e.describe()}
                 for name, e in res.estimates.items()
             },
+            "evictions": [e.model_dump(mode="json") for e in res.evictions],
         }
     )
 

@@ -257,6 +257,13 @@ def _resources_table(d: dict[str, Any]) -> None:
           f["running"], _one_more(f)] for f in d["placement"]],
     )
     _replicas_table(d["replicas"])
+    if d.get("evictions"):
+        render.table(
+            "swaps (replicas stopped to make room)",
+            ["at", "replica", "of", "on", "for", "why"],
+            [[e["at"], e["replica"], e["model"], e["node"], e["room_for"], e["reason"]]
+             for e in d["evictions"]],
+        )
 
 
 def _one_more(fit: dict[str, Any]) -> str:

@@ -15,7 +15,7 @@ from llmgw.control.placement import NODE_TIMEOUT, free_on
 from llmgw.control.scheduler import Verdict, explain
 from llmgw.control.sizing import MemoryEstimate, estimate, fits
 from llmgw.core.clock import Clock
-from llmgw.core.demand import Activity
+from llmgw.core.demand import Activity, Evicted
 from llmgw.core.errors import InvalidRequest, LlmgwError
 from llmgw.core.names import PROVIDER_KEY_RULE, provider_key_allowed
 from llmgw.core.types import LocalSource, Model, Node, RemoteSource, Replica, ReplicaState, Scaling
@@ -53,6 +53,8 @@ class Resources:
     nodes: list[Node]
     # Per profile, the memory estimate from the GGUF's header, when the file is on this machine.
     estimates: dict[str, MemoryEstimate] = field(default_factory=dict)
+    # Recent swaps this model took part in: its replicas stopped for others, others' for it.
+    evictions: list[Evicted] = field(default_factory=list)
 
 
 def placement(
@@ -197,12 +199,16 @@ class CatalogService:
         """The model, where it fits and where one more replica of it would fit (see
         `placement`), its replicas, the nodes and the memory estimates."""
         model = await self.get(name)
+        # Estimates first: reading a large GGUF's header takes a while, and nodes read before it
+        # would look silent by the time the clock is read.
+        estimates = await asyncio.to_thread(self._estimates, model)
         nodes = await self.nodes()
         everything = await self.replicas()
-        estimates = await asyncio.to_thread(self._estimates, model)
         fit = placement(model, nodes, everything, estimates, self._clock.now(), self._node_timeout)
         mine = [r for r in everything if r.model == name]
-        return Resources(model, fit, mine, nodes, estimates)
+        swaps = [e for e in await asyncio.to_thread(self._store.install.evictions)
+                 if name in (e.model, e.room_for)]
+        return Resources(model, fit, mine, nodes, estimates, swaps)
 
     def _estimates(self, model: Model) -> dict[str, MemoryEstimate]:
         path = self._locate(model)

@@ -44,6 +44,17 @@ class Activity(Frozen):
     at: UtcDatetime | None = None
 
 
+class Evicted(Frozen):
+    """A replica the keeper stopped to make room for another model (kept for `model resources`)."""
+
+    at: UtcDatetime
+    replica: str
+    model: str
+    node: str
+    room_for: str
+    reason: str
+
+
 def _later(a: datetime | None, b: datetime | None) -> datetime | None:
     return b if a is None else a if b is None else max(a, b)
 

@@ -8,7 +8,7 @@ from datetime import timedelta
 
 from llmgw.control.replica_keeper import Action, Forget, Pend, Place, Stop, new_replica
 from llmgw.core.clock import Clock
-from llmgw.core.demand import Activity
+from llmgw.core.demand import Activity, Evicted
 from llmgw.core.guard import VerdictRecord
 from llmgw.core.types import Model, Node, Replica, ReplicaState
 from llmgw.gateway.metrics import Metrics
@@ -68,9 +68,12 @@ def keeper_applier(
                 assert action.replica_id is not None
                 store.replicas.update(action.replica_id, now, f, last_error=action.reason)
             case Stop(room_for=str()):
-                # Said where `ctl model resources` shows it while the engine stops.
+                # Said on the replica while its engine stops, and kept for `model resources`.
                 store.replicas.update(action.replica_id, now, f, state=ReplicaState.STOPPING,
                                       last_error=action.reason)
+                store.install.record_eviction(Evicted(
+                    at=now, replica=action.replica_id, model=action.model or "",
+                    node=action.node_id or "", room_for=action.room_for, reason=action.reason), f)
             case Stop():
                 store.replicas.update(action.replica_id, now, f, state=ReplicaState.STOPPING)
             case Forget():

@@ -9,12 +9,16 @@ from typing import Any
 from sqlalchemy import Engine, delete, insert, select
 from sqlalchemy.exc import IntegrityError
 
+from llmgw.core.demand import Evicted
 from llmgw.store.lease_repo import Fence
 from llmgw.store.schema import settings
 
 ENGINE_KEY = "engine_key"
 JUDGE_NODE = "judge_node_selector"
 JUDGE_KEEPER = "judge_keeper_state"
+EVICTIONS = "evictions"
+# How many evictions are kept (the newest): enough to explain the last few swaps of every model.
+EVICTIONS_KEPT = 50
 SECRET_CHECK = "key_secret_check"
 JOIN_HINT = ("copy config.toml from a server of this install (it holds the key secret every "
              "server shares) instead")
@@ -55,6 +59,22 @@ class InstallRepo:
                 fence(conn)
             conn.execute(delete(settings).where(settings.c.name == JUDGE_KEEPER))
             conn.execute(insert(settings).values(name=JUDGE_KEEPER, value=state))
+
+    def record_eviction(self, evicted: Evicted, fence: Fence | None = None) -> None:
+        """Keep a swap's stop (the newest `EVICTIONS_KEPT`); fenced like the stop itself."""
+        with self._engine.begin() as conn:
+            if fence is not None:
+                fence(conn)
+            row = conn.execute(select(settings.c.value).where(settings.c.name == EVICTIONS)).first()
+            kept = [*(row.value if row is not None else []), evicted.model_dump(mode="json")]
+            conn.execute(delete(settings).where(settings.c.name == EVICTIONS))
+            conn.execute(insert(settings).values(name=EVICTIONS, value=kept[-EVICTIONS_KEPT:]))
+
+    def evictions(self) -> list[Evicted]:
+        """The kept evictions, oldest first."""
+        with self._engine.connect() as conn:
+            row = conn.execute(select(settings.c.value).where(settings.c.name == EVICTIONS)).first()
+        return [Evicted.model_validate(e) for e in (row.value if row is not None else [])]
 
     def claim_secret(self, check: str) -> bool:
         """Record the install's key-secret check, or compare with the one recorded; False
