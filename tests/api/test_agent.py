@@ -12,7 +12,7 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
-from llmgw.core.settings import ServerSettings, load
+from llmgw.core.settings import ControlSettings, ServerSettings, load
 from llmgw.core.types import KeyScope, Node, Replica, ReplicaState
 from llmgw.server.app import Server
 from llmgw.server.init import init
@@ -33,7 +33,9 @@ class Install:
 @pytest.fixture
 def install(tmp_path: Path) -> Iterator[Install]:
     init(tmp_path / "data", guard=False, embedded_node=False)
-    settings = load(tmp_path / "data").model_copy(update={"key_secret": KEY_SECRET.hex()})
+    # A request for a model with no ready replica waits this long for one (not the default 120 s).
+    settings = load(tmp_path / "data").model_copy(update={
+        "key_secret": KEY_SECRET.hex(), "control": ControlSettings(queue_timeout_s=2)})
     store = Store.open(settings.database_url(tmp_path / "data"))
     keys: dict[str, str] = {}
     # "node", "thief" and "other" are join tokens (the last two for the attacks below).
@@ -229,3 +231,37 @@ async def test_traffic_and_the_engine_key_never_go_off_the_nodes_address(
     # so it may be gone by now: tests/control/test_agents.py checks what is stored).
     assert "node node-a reported replica r1 listening off its address 127.0.0.11: refused" in (
         caplog.text)
+
+
+async def test_a_node_learns_of_a_change_as_it_happens_not_at_its_next_round(api: Any) -> None:
+    client, keys = api
+    now = await (await client.get("/agent/v1/changes", headers=bearer(keys["node"]))).json()
+    held = asyncio.create_task(client.get(
+        "/agent/v1/changes", params={"since": str(now["revision"]), "wait": "25"},
+        headers=bearer(keys["node"])))
+    await asyncio.sleep(0)
+    assert not held.done()  # nothing changed: the call is held open
+    # An operator's change (here: a scale) is what the held call was waiting for.
+    added = await client.post("/admin/v1/models", headers=bearer(keys["admin"]), json={
+        "name": "m1", "source": {"kind": "remote", "base_url": "http://127.0.0.1:9/v1"}})
+    assert added.status == 201
+    async with asyncio.timeout(10):  # far below the 25 s the call may be held
+        answer = await (await held).json()
+    assert answer["revision"] > now["revision"]
+
+
+@pytest.mark.parametrize("query", [{"since": "x"}, {"wait": "soon"}, {"wait": "31"}, {"wait": "-1"}])
+async def test_a_bad_changes_call_is_a_400_naming_the_parameter(api: Any, query: dict[str, str]) -> None:
+    client, keys = api
+    resp = await client.get("/agent/v1/changes", params=query, headers=bearer(keys["node"]))
+    assert resp.status == 400
+    body = await resp.json()
+    assert_openai_error(body)
+    assert body["error"]["param"] == next(iter(query))
+
+
+async def test_only_join_tokens_may_watch_for_changes(api: Any) -> None:
+    client, keys = api
+    for name in ("user", "admin"):
+        resp = await client.get("/agent/v1/changes", headers=bearer(keys[name]))
+        assert resp.status == 403

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -11,7 +12,7 @@ from aiohttp.test_utils import TestServer
 
 from llmgw.core.errors import JoinRefused, ServerUnreachable
 from llmgw.core.types import ReplicaState
-from llmgw.node.remote import SYNC_PATH, ServerLink
+from llmgw.node.remote import CHANGES_PATH, SYNC_PATH, ServerLink
 from llmgw.node.supervisor import Status
 from tests.e2e.server_process import free_port
 from tests.factories import node, replica_placed
@@ -23,9 +24,17 @@ class FakeServer:
     def __init__(self, status: int = 200) -> None:
         self.status = status
         self.bodies: list[dict[str, Any]] = []
+        # The store's revisions, handed out one per changes call that is past the previous one.
+        self.revisions: asyncio.Queue[int] = asyncio.Queue()
+        self.watched: asyncio.Queue[dict[str, str]] = asyncio.Queue()
         app = web.Application()
         app.router.add_post(SYNC_PATH, self.sync)
+        app.router.add_get(CHANGES_PATH, self.changes)
         self.server = TestServer(app)
+
+    async def changes(self, request: web.Request) -> web.Response:
+        self.watched.put_nowait(dict(request.query))
+        return web.json_response({"revision": await self.revisions.get()})
 
     async def sync(self, request: web.Request) -> web.Response:
         body = await request.json()
@@ -114,3 +123,38 @@ async def test_a_refused_token_is_a_clear_error() -> None:
     finally:
         await link.close()
         await refusing.server.close()
+
+
+async def test_the_agent_is_woken_when_the_store_moves_and_only_then(servers: list[FakeServer]) -> None:
+    server = servers[0]
+    link = await link_to(server.url)
+    woken = asyncio.Event()
+    watch = asyncio.create_task(link.watch(woken.set, retry_s=0.01))
+    try:
+        async with asyncio.timeout(10):
+            first = await server.watched.get()
+            assert first == {"since": "-1", "wait": "25.0"}
+            await server.revisions.put(7)  # the first answer only says where the store is
+            assert (await server.watched.get())["since"] == "7"
+            await server.revisions.put(7)  # a held call that timed out: nothing moved
+            assert (await server.watched.get())["since"] == "7"
+            assert not woken.is_set()
+            await server.revisions.put(8)  # a placement
+            await woken.wait()
+    finally:
+        watch.cancel()
+        await asyncio.wait({watch})
+        await link.close()
+
+
+async def test_a_server_without_the_changes_call_ends_the_watch_and_nothing_else() -> None:
+    app = web.Application()  # an earlier version: no /agent/v1/changes
+    old = TestServer(app)
+    await old.start_server()
+    link = await link_to(str(old.make_url("")).rstrip("/"))
+    try:
+        async with asyncio.timeout(10):
+            await link.watch(lambda: None)  # returns: the agent's rounds go on as before
+    finally:
+        await link.close()
+        await old.close()

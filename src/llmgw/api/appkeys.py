@@ -34,3 +34,7 @@ METRICS_PUBLIC = web.AppKey("metrics_public", bool)
 ClusterStatus = Callable[[], Awaitable[dict[str, Any]]]
 CLUSTER: web.AppKey[ClusterStatus] = web.AppKey("cluster")
 AGENTS = web.AppKey("agents", AgentService)
+# Waits until the server's view of the store is past a revision, or a number of seconds pass;
+# returns the revision then (node agents hold one such call open to learn of placements at once).
+NextRevision = Callable[[int, float], Awaitable[int]]
+CHANGES: web.AppKey[NextRevision] = web.AppKey("changes")

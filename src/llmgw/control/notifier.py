@@ -10,6 +10,7 @@ before returning, so an admin call's answer and the next request agree.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Awaitable, Callable
 
 
@@ -34,6 +35,16 @@ class Notifier:
     def sync_with(self, refresh: Callable[[], Awaitable[object]]) -> None:
         """Have `settle` await `refresh` (this server's view of the store) after a change."""
         self._sync.append(refresh)
+
+    async def next_change(self, timeout_s: float) -> bool:
+        """Wait for the next change, at most `timeout_s`; False when none came."""
+        event = self.watch()
+        try:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(event.wait(), timeout_s)
+            return event.is_set()
+        finally:
+            self.unwatch(event)
 
     def changed(self) -> None:
         """Something changed: every watcher looks again."""

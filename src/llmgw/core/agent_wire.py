@@ -39,6 +39,12 @@ class Assigned(Frozen):
     model: Model | None
 
 
+class Changes(Frozen):
+    """The answer of `/agent/v1/changes`: the store's revision as the server sees it now."""
+
+    revision: int
+
+
 class SyncResponse(Frozen):
     """The node's replicas and the key its engines require."""
 

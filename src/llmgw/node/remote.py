@@ -6,6 +6,7 @@ them, so nothing said while the servers were away is lost) and brings the assign
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Callable
 
@@ -13,7 +14,7 @@ import aiohttp
 import orjson
 from pydantic import ValidationError
 
-from llmgw.core.agent_wire import ReplicaReport, SyncRequest, SyncResponse
+from llmgw.core.agent_wire import Changes, ReplicaReport, SyncRequest, SyncResponse
 from llmgw.core.errors import JoinRefused, ServerUnreachable
 from llmgw.core.types import Node
 from llmgw.node.agent import Assignment
@@ -22,6 +23,9 @@ from llmgw.node.supervisor import Status
 logger = logging.getLogger(__name__)
 
 SYNC_PATH = "/agent/v1/sync"
+CHANGES_PATH = "/agent/v1/changes"
+# How long the server holds one changes call open (its bound is 30 s).
+WATCH_WAIT_S = 25.0
 
 
 class ServerLink:
@@ -81,6 +85,38 @@ class ServerLink:
         self._stopped -= stopped
         self.engine_key = answer.engine_key
         return [Assignment(a.replica, a.model) for a in answer.assignments]
+
+    async def watch(self, wake: Callable[[], None], retry_s: float = 5.0,
+                    wait_s: float = WATCH_WAIT_S) -> None:
+        """Hold a changes call open with the server that last answered a round, and `wake` the
+        agent whenever the store moves (a replica placed here starts now, not at the next
+        round). Errors only delay the next call: the rounds go on regardless, and a server
+        without the call (an earlier version) ends the watch."""
+        assert self._session is not None, "ServerLink.start() was not called"
+        revision: int | None = None
+        timeout = aiohttp.ClientTimeout(total=wait_s + 10)
+        while True:
+            url = self._servers[self._good]
+            params = {"since": str(revision if revision is not None else -1), "wait": str(wait_s)}
+            try:
+                async with self._session.get(
+                    url + CHANGES_PATH, params=params, timeout=timeout,
+                    headers={"Authorization": f"Bearer {self._token}"},
+                ) as resp:
+                    raw = await resp.read()
+                    if resp.status == 404:
+                        logger.info("server %s does not push changes; placements arrive with "
+                                    "the agent's rounds", url)
+                        return
+                    if resp.status != 200:
+                        raise aiohttp.ClientResponseError(resp.request_info, (), status=resp.status)
+                now = Changes.model_validate_json(raw).revision
+            except (aiohttp.ClientError, TimeoutError, ValidationError):
+                await asyncio.sleep(retry_s)
+                continue
+            if revision is not None and now != revision:
+                wake()
+            revision = now
 
     async def _round(self, body: bytes) -> SyncResponse:
         assert self._session is not None, "ServerLink.start() was not called"

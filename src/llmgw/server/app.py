@@ -21,6 +21,7 @@ from llmgw.api import nodes as node_routes
 from llmgw.api.appkeys import (
     AGENTS,
     CATALOG,
+    CHANGES,
     CLUSTER,
     GATEWAY,
     GUARD,
@@ -182,6 +183,16 @@ class Server:
                                    servers_nodes=frozenset({"local", s.node_id}))
         app[NODES] = NodeAdmin(store, clock, control.node_timeout_s, on_change=notifier.settle)
         app[CLUSTER] = lambda: self._cluster_status(leadership, duties)
+
+        async def next_revision(since: int, wait_s: float) -> int:
+            # A change is announced before this server's snapshot has it (`settle`): look
+            # again until the revision moved or the time is up.
+            deadline = clock.monotonic() + wait_s
+            while refresher.current.revision == since and (left := deadline - clock.monotonic()) > 0:
+                await notifier.next_change(left)
+            return refresher.current.revision
+
+        app[CHANGES] = next_revision
         for routes in (data_plane.routes, admin.routes, job_routes.routes, guard_routes.routes,
                        key_routes.routes, agent_routes.routes, node_routes.routes):
             app.add_routes(routes())

@@ -147,10 +147,12 @@ async def run_node(opts: NodeOptions) -> None:
                 node.address, node.cores, node.memory_gb, node.gpus or "none", node.labels,
                 ", ".join(opts.servers))
     task = asyncio.create_task(agent.run(opts.interval_s), name="node-agent")
+    watch = asyncio.create_task(link.watch(agent.wake.set), name="node-watch")
     try:
         await stop.wait()
         logger.info("stopping: engines get SIGTERM, then SIGKILL")
     finally:
+        watch.cancel()
         task.cancel()
-        await asyncio.wait({task})
+        await asyncio.wait({task, watch})
         await link.close()
