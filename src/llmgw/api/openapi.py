@@ -21,7 +21,7 @@ from llmgw.api.admin import ScaleRequest
 from llmgw.api.guard import EnableJudge, JudgmentRequest, SwitchRequest
 from llmgw.api.nodes import LabelRequest
 from llmgw.control.node_admin import LABEL_KEY_PATTERN, LABEL_VALUE_PATTERN, MAX_LABELS
-from llmgw.core.agent_wire import SyncRequest
+from llmgw.core.agent_wire import Changes, SyncRequest
 from llmgw.core.guard import JudgeSpec, Outcome, Policy
 from llmgw.core.jobs import ServeRequest
 from llmgw.core.names import MODEL_NAME_MAX
@@ -33,7 +33,7 @@ from llmgw.gateway.wire.checks import MAX_TOKENS
 JSON = "application/json"
 _MODELS: tuple[type[BaseModel], ...] = (
     Model, Policy, ServeRequest, KeyRequest, Limits, ScaleRequest, SwitchRequest, EnableJudge,
-    JudgmentRequest, JudgeSpec, LabelRequest, SyncRequest,
+    JudgmentRequest, JudgeSpec, LabelRequest, SyncRequest, Changes,
 )
 _PARAM = re.compile(r"{(\w+)}")
 
@@ -290,6 +290,11 @@ def _paths() -> dict[str, dict[str, Schema]]:
         "/admin/v1/cluster": {"get": _op("This server, the leader and its lease", adm)},
         "/agent/v1/sync": {"post": _op("A node agent's heartbeat, reports and assignments",
                                        "agent", body=_ref("SyncRequest"))},
+        "/agent/v1/changes": {"get": _op(
+            "Held until this server's view of the store is past `since` (or `wait` seconds, at "
+            "most 30, pass); answers the revision then", "agent", returns=_ref("Changes"),
+            query={"since": {"type": "integer"},
+                   "wait": {"type": "number", "minimum": 0, "maximum": 30}})},
         "/admin/v1/jobs": {
             "get": _op("List serve jobs", adm, returns=_list_of(_OPEN)),
             "post": _op("Start a serve job", adm, body=_ref("ServeRequest"), status=201,
