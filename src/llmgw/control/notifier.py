@@ -10,8 +10,9 @@ before returning, so an admin call's answer and the next request agree.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import Awaitable, Callable
+
+from llmgw.core.loops import woken
 
 
 class Notifier:
@@ -40,9 +41,7 @@ class Notifier:
         """Wait for the next change, at most `timeout_s`; False when none came."""
         event = self.watch()
         try:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(event.wait(), timeout_s)
-            return event.is_set()
+            return await woken(event, timeout_s)
         finally:
             self.unwatch(event)
 

@@ -10,6 +10,19 @@ from collections.abc import Awaitable, Callable
 from llmgw.core.errors import LlmgwError
 
 
+async def woken(event: asyncio.Event, timeout_s: float) -> bool:
+    """Wait for `event` at most `timeout_s`; whether it was set.
+
+    Not `asyncio.wait_for(event.wait(), …)`: on Python 3.11 that returns normally when the event
+    is set in the same turn as the waiting task is cancelled, losing the cancellation, so a
+    loop that is stopped while something wakes it runs on for ever (and a shutdown waiting for
+    it hangs). `asyncio.timeout` keeps the cancellation."""
+    with contextlib.suppress(TimeoutError):
+        async with asyncio.timeout(timeout_s):
+            await event.wait()
+    return event.is_set()
+
+
 async def every(
     interval_s: float,
     wake: asyncio.Event,
@@ -26,6 +39,5 @@ async def every(
             logger.warning("%s: %s", what, exc.message)
         except Exception:
             logger.exception("%s failed", what)
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(wake.wait(), interval_s)
+        await woken(wake, interval_s)
         wake.clear()

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Awaitable, Callable
 
 from llmgw.core.errors import LlmgwError
 from llmgw.core.guard import VerdictRecord
+from llmgw.core.loops import woken
 
 logger = logging.getLogger(__name__)
 
@@ -50,8 +50,7 @@ class VerdictBuffer:
     async def run(self, interval_s: float) -> None:
         try:
             while True:
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._wake.wait(), interval_s)
+                await woken(self._wake, interval_s)
                 self._wake.clear()
                 await self.flush()
         finally:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Callable
 from datetime import datetime
@@ -11,6 +10,7 @@ from datetime import datetime
 from llmgw.core.clock import Clock
 from llmgw.core.demand import Activity
 from llmgw.core.errors import LlmgwError
+from llmgw.core.loops import woken
 from llmgw.store.store import Store
 
 logger = logging.getLogger(__name__)
@@ -68,6 +68,5 @@ class ActivityReporter:
                 logger.warning("could not write this server's demand: %s", exc.message)
             except Exception:
                 logger.exception("could not write this server's demand")
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), interval_s)
+            await woken(self._wake, interval_s)
             self._wake.clear()
