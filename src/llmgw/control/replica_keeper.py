@@ -80,6 +80,15 @@ class Forget:
 Action = Place | Pend | Stop | Forget
 
 
+class Plan(list[Action]):
+    """A pass's actions, and since when each model's load has stayed above the scale-up
+    threshold (what the next pass is given as `busy_since`)."""
+
+    def __init__(self, actions: list[Action], busy_since: dict[str, datetime]) -> None:
+        super().__init__(actions)
+        self.busy_since = busy_since
+
+
 def plan(
     models: list[Model],
     nodes: list[Node],
@@ -91,7 +100,7 @@ def plan(
     activity: Activity | None = None,
     settings: ControlSettings | None = None,
     busy_since: Mapping[str, datetime] | None = None,
-) -> list[Action]:
+) -> Plan:
     """What to change so each local model has `scaling.min` replicas placed where they fit
     (other than judges, on the `judge_machine` only when nothing else fits).
 
@@ -104,25 +113,7 @@ def plan(
     and `scaling.max` replicas as its demand says: a queue starts a cold model at once, load
     sustained per ready replica adds one, idle replicas above `min` stop; a model with requests
     waiting that fits nowhere may stop idle replicas of other models on one node to fit there
-    (see `control.eviction`). `busy_since` is what the previous pass returned (`plan_pass`)."""
-    return plan_pass(models, nodes, replicas, now, node_timeout, leading_since, judge_machine,
-                     activity, settings, busy_since)[0]
-
-
-def plan_pass(
-    models: list[Model],
-    nodes: list[Node],
-    replicas: list[Replica],
-    now: datetime,
-    node_timeout: timedelta = NODE_TIMEOUT,
-    leading_since: datetime | None = None,
-    judge_machine: Mapping[str, str] | None = None,
-    activity: Activity | None = None,
-    settings: ControlSettings | None = None,
-    busy_since: Mapping[str, datetime] | None = None,
-) -> tuple[list[Action], dict[str, datetime]]:
-    """`plan`, and since when each model's load has stayed above the threshold (for the next
-    pass's `busy_since`)."""
+    (see `control.eviction`). `busy_since` is the previous pass's `Plan.busy_since`."""
     if leading_since is not None:
         # A heartbeat older than this leader's election counts as made then: after a database
         # outage or a leader change every heartbeat is old though no node is gone, and
@@ -180,7 +171,7 @@ def plan_pass(
             actions += _keep(model, have, cluster, w, room)
             actions += _make_way(model, have, leaving.get(model.name, []))
     busy = {name: w.busy_since for name, w in demand.items() if w.busy_since is not None}
-    return actions, busy
+    return Plan(actions, busy)
 
 
 def _queued(demand: Mapping[str, Want], name: str) -> bool:
@@ -341,9 +332,9 @@ class ReplicaKeeper:
         models, nodes, replicas = await self._read()
         machine = await self._judge_machine() if self._judge_machine else None
         activity = await self._read_activity() if self._read_activity else None
-        actions, self.busy_since = plan_pass(
-            models, nodes, replicas, self._clock.now(), self._node_timeout, self.since, machine,
-            activity, self._settings, self.busy_since)
+        actions = plan(models, nodes, replicas, self._clock.now(), self._node_timeout, self.since,
+                       machine, activity, self._settings, self.busy_since)
+        self.busy_since = actions.busy_since
         for action in actions:
             logger.info("replica keeper: %s", _describe(action))
             await self._apply(action)

@@ -9,8 +9,7 @@ from datetime import datetime
 
 from llmgw.core.clock import Clock
 from llmgw.core.demand import Activity
-from llmgw.core.errors import LlmgwError
-from llmgw.core.loops import woken
+from llmgw.core.loops import every
 from llmgw.store.store import Store
 
 logger = logging.getLogger(__name__)
@@ -61,12 +60,5 @@ class ActivityReporter:
 
     async def run(self, interval_s: float, snapshot: Callable[[datetime], Activity]) -> None:
         """Report every `interval_s`, or at once for a cold queue; a failed write is retried."""
-        while True:
-            try:
-                await self.report(snapshot)
-            except LlmgwError as exc:
-                logger.warning("could not write this server's demand: %s", exc.message)
-            except Exception:
-                logger.exception("could not write this server's demand")
-            await woken(self._wake, interval_s)
-            self._wake.clear()
+        await every(interval_s, self._wake, lambda: self.report(snapshot),
+                    "writing this server's demand", logger)
