@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from llmgw.core.demand import Activity
+from llmgw.core.demand import Activity, loading_on
 from llmgw.core.settings import ControlSettings
 from llmgw.core.types import Model, Replica, ReplicaState
 
@@ -183,7 +183,7 @@ def state(model: Model, replicas: list[Replica], activity: Activity, now: dateti
             return "ready"
         quiet = (now - max(used)).total_seconds()
         return f"idle {ago(quiet)}" if quiet >= 60 else "ready"
-    loading = sorted({r.node_id for r in live if r.state == ReplicaState.STARTING and r.node_id})
+    loading = loading_on(live)
     if loading:
         return f"loading on {', '.join(loading)}"
     if any(r.node_id is None for r in live):

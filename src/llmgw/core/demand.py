@@ -12,7 +12,7 @@ from datetime import datetime
 
 from pydantic import Field
 
-from llmgw.core.types import Frozen, UtcDatetime
+from llmgw.core.types import Frozen, Replica, ReplicaState, UtcDatetime
 
 # How a pending replica's last error starts when its model fits once replicas of other models
 # finish their requests (they are stopped then to make room): its requests keep waiting, unlike
@@ -53,6 +53,11 @@ class Evicted(Frozen):
     node: str
     room_for: str
     reason: str
+
+
+def loading_on(replicas: list[Replica]) -> list[str]:
+    """The nodes where replicas among `replicas` are starting, sorted."""
+    return sorted({r.node_id for r in replicas if r.state == ReplicaState.STARTING and r.node_id})
 
 
 def _later(a: datetime | None, b: datetime | None) -> datetime | None:

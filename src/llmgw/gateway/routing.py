@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
+from llmgw.core import demand
 from llmgw.core.demand import WAITING_FOR_ROOM
 from llmgw.core.errors import ModelNotFound, NoReadyReplica
 from llmgw.core.types import Model, Replica, ReplicaState, Scaling
@@ -119,8 +120,7 @@ def unavailable_reason(replicas: list[Replica], scaling: Scaling | None = None) 
 
 def loading_on(replicas: list[Replica]) -> str | None:
     """The nodes where replicas of a model are starting, or None when none is."""
-    nodes = sorted({r.node_id for r in replicas if r.state == ReplicaState.STARTING and r.node_id})
-    return ", ".join(nodes) if nodes else None
+    return ", ".join(demand.loading_on(replicas)) or None
 
 
 def nowhere_reason(replicas: list[Replica]) -> str:
