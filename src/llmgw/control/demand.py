@@ -14,7 +14,7 @@ between `scaling.min` and `scaling.max`, and which idle replicas go:
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime
 
 from llmgw.core.demand import Activity, loading_on
@@ -47,7 +47,6 @@ class Load:
     ready: int
     starting: int
     live: int
-    idle_since: dict[str, datetime] = field(default_factory=dict)
 
 
 def last_use(replica: Replica, activity: Activity) -> datetime | None:
