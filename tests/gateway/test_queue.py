@@ -235,3 +235,15 @@ async def test_a_waiter_is_released_by_the_refreshers_next_snapshot(any_store: S
     route = await waiting
     assert [u.id for u in route.upstreams] == ["r1"]
     assert queue.depths() == {}
+
+
+async def test_a_burst_never_queues_more_than_the_bound() -> None:
+    rig = Rig(queue_max=5)
+    burst = [rig.waiter() for _ in range(20)]
+    await settled()
+    turned_away = [t for t in burst if t.done()]
+    assert len(turned_away) == 15 and all(isinstance(t.exception(), QueueFull) for t in turned_away)
+    assert rig.queue.depths() == {MODEL.name: 5} and rig.cold == [MODEL.name]
+    rig.publish(READY)
+    assert await asyncio.gather(*[t for t in burst if not t.done()]) == [READY] * 5
+    assert rig.queue.depths() == {}
