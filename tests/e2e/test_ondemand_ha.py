@@ -99,6 +99,18 @@ def join_all(threads: list[threading.Thread]) -> None:
         assert not t.is_alive(), "a queued request hung past the queue's timeout"
 
 
+def kill_leader_and_drain(c: Cluster, leader: Server, successor: Server,
+                          threads: list[threading.Thread]) -> float:
+    """kill -9 the leader, wait for `successor` to lead and for every queued request to end;
+    the seconds from the kill."""
+    killed_at = time.monotonic()
+    leader.kill9()
+    c.wait(f"{successor.name} to lead", lambda: successor.cluster()["leading"], TTL_S + 10,
+           every_s=0.1)
+    join_all(threads)
+    return time.monotonic() - killed_at
+
+
 def assert_one_replica_stays(c: Cluster, model: str, server: Server) -> None:
     """One ready replica, and it stays: the new leader neither duplicated nor stopped it."""
     c.wait_ready_replicas(model, 1, timeout_s=COLD_START_S, server=server)
@@ -116,12 +128,7 @@ def test_a_leader_killed_while_a_model_loads(ha: Cluster) -> None:
         c.wait("od-failover to be loading", lambda: [
             r["state"] for r in c.live_replicas("od-failover", survivor)] == ["starting"],
             COLD_START_S, every_s=0.05)
-        killed_at = time.monotonic()
-        leader.kill9()
-        c.wait(f"{survivor.name} to lead", lambda: survivor.cluster()["leading"], TTL_S + 10,
-               every_s=0.1)
-        join_all(threads)
-        took = time.monotonic() - killed_at
+        took = kill_leader_and_drain(c, leader, survivor, threads)
         figure(f"leader killed while od-failover loaded: {len(outcomes)} queued requests -> "
                f"{[kind for kind, _ in outcomes]} within {took:.2f}s of the kill")
         assert len(outcomes) == 3
@@ -147,12 +154,7 @@ def test_a_leader_that_dies_before_placing_leaves_the_cold_start_to_the_next(ha:
         c.wait("the follower to queue the requests", lambda: metric(
             metrics_text(follower), "llmgw_queue_depth", model="od-orphan") == 2, 10, every_s=0.1)
         assert not c.live_replicas("od-orphan", follower)
-        killed_at = time.monotonic()
-        leader.kill9()
-        c.wait(f"{follower.name} to lead", lambda: follower.cluster()["leading"], TTL_S + 10,
-               every_s=0.1)
-        join_all(threads)
-        took = time.monotonic() - killed_at
+        took = kill_leader_and_drain(c, leader, follower, threads)
         figure(f"leader paused then killed before placing od-orphan: {[k for k, _ in outcomes]} "
                f"{took:.2f}s after the kill")
         assert [kind for kind, _ in outcomes] == ["ok", "ok"], outcomes
