@@ -14,6 +14,8 @@ from llmgw.api.endpoints import Endpoint
 from llmgw.api.jobs import GET_JOB, LIST_JOBS, START_JOB
 
 HERE = "/ui/models"
+# The page shows the newest job of this many models.
+JOBS_SHOWN = 20
 FINISHED = ("running", "failed", "cancelled", "gave_way")
 
 
@@ -26,7 +28,7 @@ def latest_jobs(jobs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     newest: dict[str, dict[str, Any]] = {}
     for job in sorted(jobs, key=lambda j: j.get("created_at") or ""):
         newest[job["model"]] = job
-    return sorted(newest.values(), key=lambda j: j.get("created_at") or "", reverse=True)
+    return sorted(newest.values(), key=lambda j: j.get("created_at") or "", reverse=True)[:JOBS_SHOWN]
 
 
 async def models(request: web.Request) -> web.Response:
