@@ -9,7 +9,7 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
-from llmgw.api import admin, keys
+from llmgw.api import admin, data_plane, keys
 from llmgw.api.appkeys import KEYS
 from llmgw.api.endpoints import invoke
 from llmgw.core.errors import Forbidden, InvalidRequest, NotFound
@@ -80,3 +80,8 @@ async def test_a_query_is_validated_too(app: web.Application) -> None:
     with pytest.raises(InvalidRequest) as bad:
         await invoke(keys.USAGE, app, root, query={"since": "yesterday"})
     assert bad.value.param == "since"
+
+
+async def test_the_data_plane_is_not_invoked_around_http(app: web.Application) -> None:
+    with pytest.raises(InvalidRequest):
+        await invoke(data_plane.CHAT, app, await admin_key(app), body={"model": "m", "messages": []})

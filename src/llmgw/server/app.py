@@ -12,7 +12,7 @@ from typing import Any
 
 from aiohttp import web
 
-from llmgw.api import data_plane, routes
+from llmgw.api import routes
 from llmgw.api.appkeys import (
     AGENTS,
     CATALOG,
@@ -189,7 +189,6 @@ class Server:
             return refresher.current.revision
 
         app[CHANGES] = next_revision
-        app.add_routes(data_plane.routes())
         app.add_routes(bind(routes.ENDPOINTS))
 
         async def lifecycle(_app: web.Application) -> AsyncIterator[None]:
