@@ -14,19 +14,13 @@ from llmgw.api.appkeys import KEYS
 from llmgw.api.endpoints import invoke
 from llmgw.core.errors import Forbidden, InvalidRequest, NotFound
 from llmgw.core.protocol import DataList, KeyOut, KeyRequest, ScaleRequest
-from llmgw.core.settings import load
 from llmgw.core.types import ApiKey
-from llmgw.server.app import Server
-from llmgw.server.init import init
-from llmgw.store.store import Store
+from tests.api.test_openapi import build
 
 
 @pytest.fixture
 async def app(tmp_path: Path) -> AsyncIterator[web.Application]:
-    init(tmp_path / "data", guard=False)
-    settings = load(tmp_path / "data")
-    store = Store.open(settings.database_url(tmp_path / "data"))
-    app = Server(tmp_path / "data", settings, store).build_app()
+    app, _, _ = build(tmp_path / "data")
     async with TestClient(TestServer(app)):  # runs the app's start-up, as `server run` does
         yield app
 
