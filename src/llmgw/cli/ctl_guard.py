@@ -9,14 +9,11 @@ import typer
 
 from llmgw.cli import render
 from llmgw.cli.client import quote
-from llmgw.cli.ctl import app, call, json_wanted, show
+from llmgw.cli.context import CtlContext
 
 guard_app = typer.Typer(help="Guard policies, judges and the verdict log.", no_args_is_help=True)
 policy_app = typer.Typer(help="Which traffic is judged, by which judges.", no_args_is_help=True)
 judge_app = typer.Typer(help="The judge models.", no_args_is_help=True)
-app.add_typer(guard_app, name="guard")
-guard_app.add_typer(policy_app, name="policy")
-guard_app.add_typer(judge_app, name="judge")
 
 CSV = Annotated[str | None, typer.Option(help="Comma-separated.")]
 
@@ -39,55 +36,60 @@ def _policies_table(policies: list[dict[str, Any]]) -> None:
 
 
 @guard_app.command("status")
-def guard_status() -> None:
+def guard_status(ctx: typer.Context) -> None:
     """Whether the guard is on, and its policies."""
+    ctl = CtlContext.of(ctx)
+
     def table(d: dict[str, Any]) -> None:
         render.console.print(f"guard: {'on' if d['guard_enabled'] else 'OFF'}; prompt text in the "
                              f"verdict log: {'on' if d['log_prompts'] else 'off'}", highlight=False)
         _policies_table(d["policies"])
 
-    show(call("GET", "/admin/v1/guard"), table)
+    ctl.show(ctl.call("GET", "/admin/v1/guard"), table)
 
 
-def _switch(name: str, on: bool) -> None:
-    data = call("POST", "/admin/v1/guard/switches", {name: on})
-    show(data, lambda d: render.console.print(
+def _switch(ctl: CtlContext, name: str, on: bool) -> None:
+    data = ctl.call("POST", "/admin/v1/guard/switches", {name: on})
+    ctl.show(data, lambda d: render.console.print(
         f"guard {'on' if d['guard_enabled'] else 'off'}; prompt logging "
         f"{'on' if d['log_prompts'] else 'off'}", highlight=False))
 
 
 @guard_app.command("on")
-def guard_on() -> None:
+def guard_on(ctx: typer.Context) -> None:
     """Switch the guard on (policies apply again)."""
-    _switch("guard_enabled", True)
+    _switch(CtlContext.of(ctx), "guard_enabled", True)
 
 
 @guard_app.command("off")
-def guard_off() -> None:
+def guard_off(ctx: typer.Context) -> None:
     """Switch the guard off as a whole: no request is judged."""
-    _switch("guard_enabled", False)
+    _switch(CtlContext.of(ctx), "guard_enabled", False)
 
 
 @guard_app.command("log-prompts")
-def guard_log_prompts(on: Annotated[bool, typer.Argument(help="true or false")]) -> None:
+def guard_log_prompts(ctx: typer.Context, on: Annotated[bool, typer.Argument(help="true or false")]) -> None:
     """Keep (or stop keeping) the judged text in the verdict log. Off by default."""
-    _switch("log_prompts", on)
+    _switch(CtlContext.of(ctx), "log_prompts", on)
 
 
 @policy_app.command("list")
-def policy_list() -> None:
+def policy_list(ctx: typer.Context) -> None:
     """All guard policies."""
-    show(call("GET", "/admin/v1/guard/policies"), lambda d: _policies_table(d["data"]))
+    ctl = CtlContext.of(ctx)
+    ctl.show(ctl.call("GET", "/admin/v1/guard/policies"), lambda d: _policies_table(d["data"]))
 
 
 @policy_app.command("show")
-def policy_show(name: str) -> None:
+def policy_show(ctx: typer.Context, name: str) -> None:
     """One policy."""
-    show(call("GET", f"/admin/v1/guard/policies/{quote(name)}"), lambda p: _policies_table([p]))
+    ctl = CtlContext.of(ctx)
+    ctl.show(ctl.call("GET", f"/admin/v1/guard/policies/{quote(name)}"), lambda p: _policies_table([p]))
 
 
 @policy_app.command("set")
 def policy_set(
+    ctx: typer.Context,
     name: str,
     judges: Annotated[str | None, typer.Option(help="Judges, comma-separated (required when new).")] = None,
     models: CSV = None,
@@ -107,8 +109,9 @@ def policy_set(
     enabled: Annotated[bool | None, typer.Option("--enabled/--disabled")] = None,
 ) -> None:
     """Create a policy, or change the given fields of an existing one."""
+    ctl = CtlContext.of(ctx)
     try:
-        current = call("GET", f"/admin/v1/guard/policies/{quote(name)}", quiet_404=True)
+        current = ctl.call("GET", f"/admin/v1/guard/policies/{quote(name)}", quiet_404=True)
     except LookupError:
         current = {}
     changes = {
@@ -123,18 +126,20 @@ def policy_set(
         render.console.print(f"policy {p['name']} saved (by {p['by']})", highlight=False)
         _policies_table([p])
 
-    show(call("PUT", f"/admin/v1/guard/policies/{quote(name)}", body), saved)
+    ctl.show(ctl.call("PUT", f"/admin/v1/guard/policies/{quote(name)}", body), saved)
 
 
 @policy_app.command("remove")
-def policy_remove(name: str) -> None:
+def policy_remove(ctx: typer.Context, name: str) -> None:
     """Remove a policy."""
-    show(call("DELETE", f"/admin/v1/guard/policies/{quote(name)}"),
-         lambda _d: render.console.print(f"removed policy {name}"))
+    ctl = CtlContext.of(ctx)
+    ctl.show(ctl.call("DELETE", f"/admin/v1/guard/policies/{quote(name)}"),
+             lambda _d: render.console.print(f"removed policy {name}"))
 
 
 @judge_app.command("enable")
 def judge_enable(
+    ctx: typer.Context,
     repo: Annotated[str, typer.Option(help="Hugging Face repo of the judge's GGUF.")],
     file: Annotated[str, typer.Option(help="GGUF file in the repo.")],
     name: Annotated[str | None, typer.Option(help="Judge name policies use.")] = None,
@@ -142,16 +147,19 @@ def judge_enable(
     gpu: Annotated[bool, typer.Option(help="Run it on a GPU.")] = False,
 ) -> None:
     """Teach llmgw a judge it does not know by name; a policy naming it has it served."""
+    ctl = CtlContext.of(ctx)
     body = {"repo": repo, "file": file, "name": name, "format": format, "gpu": gpu}
-    data = call("POST", "/admin/v1/guard/judges", body)
-    show(data, lambda j: render.console.print(
+    data = ctl.call("POST", "/admin/v1/guard/judges", body)
+    ctl.show(data, lambda j: render.console.print(
         f"judge {j['name']} enabled ({j['format']} format); name it in a policy: "
         f"llmgw ctl guard policy set NAME --judges {j['name']}", highlight=False))
 
 
 @judge_app.command("status")
-def judge_status() -> None:
+def judge_status(ctx: typer.Context) -> None:
     """Per judge: known or enabled, in the catalog, replicas ready, keeper state, latency."""
+    ctl = CtlContext.of(ctx)
+
     def table(d: dict[str, Any]) -> None:
         render.table(
             "judges",
@@ -163,11 +171,12 @@ def judge_status() -> None:
         if leader:
             render.console.print(f"keeper: the leader's, on server {leader}", highlight=False)
 
-    show(call("GET", "/admin/v1/guard/judges"), table)
+    ctl.show(ctl.call("GET", "/admin/v1/guard/judges"), table)
 
 
 @guard_app.command("verdicts")
 def verdicts(
+    ctx: typer.Context,
     policy: Annotated[str | None, typer.Option()] = None,
     judge: Annotated[str | None, typer.Option()] = None,
     outcome: Annotated[
@@ -177,11 +186,12 @@ def verdicts(
     limit: Annotated[int, typer.Option()] = 50,
 ) -> None:
     """The verdict log, newest first."""
+    ctl = CtlContext.of(ctx)
     query = "&".join(f"{k}={quote(str(v))}" for k, v in
                      {"policy": policy, "judge": judge, "outcome": outcome, "since": since,
                       "limit": limit}.items() if v is not None)
-    show(
-        call("GET", "/admin/v1/guard/verdicts?" + query),
+    ctl.show(
+        ctl.call("GET", "/admin/v1/guard/verdicts?" + query),
         lambda d: render.table(
             "verdicts",
             ["at", "policy", "judge", "dir", "outcome", "categories", "let through", "ms", "model", "key"],
@@ -194,12 +204,14 @@ def verdicts(
 
 @guard_app.command("eval")
 def guard_eval(
+    ctx: typer.Context,
     judge: Annotated[str, typer.Option(help="The judge to evaluate.")],
     file: Annotated[Path, typer.Option(help='JSONL: {"text", "label": "safe"|"unsafe", "direction"}.')],
     budget_ms: Annotated[int, typer.Option(help="Budget per judgment.")] = 5000,
     strict: Annotated[bool, typer.Option(help="Count Controversial as unsafe.")] = True,
 ) -> None:
     """Precision, recall, F1 and latency of a judge on your own labelled cases."""
+    ctl = CtlContext.of(ctx)
     from llmgw.cli.evaluate import Case, score
 
     try:
@@ -211,9 +223,9 @@ def guard_eval(
     answers = []
     with render.console.status(f"judging {len(cases)} cases with {judge}…"):
         for c in cases:
-            answers.append(call("POST", "/admin/v1/guard/judgments",
-                                {"judge": judge, "text": c.text, "direction": c.direction,
-                                 "budget_ms": budget_ms}))
+            answers.append(ctl.call("POST", "/admin/v1/guard/judgments",
+                                    {"judge": judge, "text": c.text, "direction": c.direction,
+                                     "budget_ms": budget_ms}))
     errors = sorted({a["error"] for a in answers if a.get("error")})
     if answers and all(a.get("verdict") is None for a in answers):
         render.error(f"no case was judged: {'; '.join(errors)}")
@@ -221,7 +233,7 @@ def guard_eval(
     for message in errors:
         render.error(f"some judgments failed: {message}")
     report = score(cases, answers, strict=strict)
-    if json_wanted():
+    if ctl.json:
         render.emit_json(report)
         return
     render.table(f"{judge} on {file.name}", ["cases", "precision", "recall", "F1", "failed",

@@ -18,11 +18,10 @@ from rich.progress import (
 )
 
 from llmgw.cli import render
-from llmgw.cli.ctl import app, call, model_app, show
+from llmgw.cli.context import CtlContext
 from llmgw.core.settings import DEFAULT_CTX_SIZE
 
 job_app = typer.Typer(help="Serve jobs: fetching, adding and placing models.", no_args_is_help=True)
-app.add_typer(job_app, name="job")
 
 FINISHED = {"running", "failed", "cancelled", "gave_way"}
 POLL_S = 0.5
@@ -33,8 +32,8 @@ def _default_name(file: str) -> str:
     return re.sub(r"[^a-z0-9._-]+", "-", stem).strip("-") or "model"
 
 
-@model_app.command("serve")
 def model_serve(
+    ctx: typer.Context,
     repo: Annotated[str, typer.Option(help="Hugging Face repo, e.g. Qwen/Qwen3-0.6B-GGUF.")],
     file: Annotated[str, typer.Option(help="GGUF file in the repo.")],
     revision: Annotated[str, typer.Option(help="Branch, tag or commit.")] = "main",
@@ -54,6 +53,7 @@ def model_serve(
     """Fetch a GGUF from Hugging Face, size it, add it to the catalog and serve it."""
     import shlex
 
+    ctl = CtlContext.of(ctx)
     body = {
         "name": name or _default_name(file),
         "source": {"kind": "hf", "repo": repo, "file": file, "revision": revision},
@@ -64,28 +64,28 @@ def model_serve(
         "scaling": {"min": min_replicas, "max": max(min_replicas, 1)},
         "if_absent": if_absent,
     }
-    job = call("POST", "/admin/v1/jobs", body)
+    job = ctl.call("POST", "/admin/v1/jobs", body)
     if not wait:
-        show(job, lambda j: render.console.print(
+        ctl.show(job, lambda j: render.console.print(
             f"job {j['id']}: {j['state']} (serve {j['model']}); follow it with "
             f"`llmgw ctl job watch {j['id']}`", highlight=False))
         return
     render.console.print(f"job {job['id']}: serving {job['model']} from {repo}/{file}",
                          highlight=False)
-    final = _watch(job["id"])
+    final = _watch(ctl, job["id"])
     if final["state"] != "running":
         raise typer.Exit(1)
-    _wait_ready(final["model"])
+    _wait_ready(ctl, final["model"])
 
 
-def _watch(job_id: str) -> dict[str, Any]:
+def _watch(ctl: CtlContext, job_id: str) -> dict[str, Any]:
     """Progress until the job finishes; returns its last state."""
     columns = (SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), DownloadColumn(),
                TransferSpeedColumn(), TimeRemainingColumn())
     with Progress(*columns, console=render.console, transient=False) as bar:
         task = bar.add_task("queued", total=None)
         while True:
-            job = call("GET", f"/admin/v1/jobs/{job_id}")
+            job = ctl.call("GET", f"/admin/v1/jobs/{job_id}")
             total = job["bytes_total"] or None
             bar.update(task, description=job["state"], total=total, completed=job["bytes_done"])
             if job["state"] in FINISHED:
@@ -109,10 +109,10 @@ def _say_outcome(job: dict[str, Any]) -> None:
         render.error(f"job {job['id']} {state}: {job.get('error') or ''}")
 
 
-def _wait_ready(model: str) -> None:
+def _wait_ready(ctl: CtlContext, model: str) -> None:
     with render.console.status(f"waiting for a ready replica of {model}…"):
         while True:
-            reps = call("GET", f"/admin/v1/replicas?model={model}")["data"]
+            reps = ctl.call("GET", f"/admin/v1/replicas?model={model}")["data"]
             if any(r["state"] == "ready" for r in reps):
                 break
             pending = [r for r in reps if r["state"] in ("pending", "failed") and r["last_error"]]
@@ -140,14 +140,17 @@ def _progress(j: dict[str, Any]) -> str:
 
 
 @job_app.command("list")
-def job_list() -> None:
+def job_list(ctx: typer.Context) -> None:
     """All serve jobs, oldest first."""
-    show(call("GET", "/admin/v1/jobs"), lambda d: _jobs_table(d["data"]))
+    ctl = CtlContext.of(ctx)
+    ctl.show(ctl.call("GET", "/admin/v1/jobs"), lambda d: _jobs_table(d["data"]))
 
 
 @job_app.command("show")
-def job_show(job_id: str) -> None:
+def job_show(ctx: typer.Context, job_id: str) -> None:
     """One job in full."""
+    ctl = CtlContext.of(ctx)
+
     def detail(j: dict[str, Any]) -> None:
         _jobs_table([j])
         src = j["request"]["source"]
@@ -158,19 +161,20 @@ def job_show(job_id: str) -> None:
         if j.get("warning"):
             render.console.print(f"warning: {j['warning']}", highlight=False)
 
-    show(call("GET", f"/admin/v1/jobs/{job_id}"), detail)
+    ctl.show(ctl.call("GET", f"/admin/v1/jobs/{job_id}"), detail)
 
 
 @job_app.command("watch")
-def job_watch(job_id: str) -> None:
+def job_watch(ctx: typer.Context, job_id: str) -> None:
     """Progress until the job finishes."""
-    final = _watch(job_id)
+    final = _watch(CtlContext.of(ctx), job_id)
     if final["state"] in ("failed", "cancelled"):
         raise typer.Exit(1)
 
 
 @job_app.command("cancel")
-def job_cancel(job_id: str) -> None:
+def job_cancel(ctx: typer.Context, job_id: str) -> None:
     """Stop a job that has not finished (a partial download is kept for a later resume)."""
-    show(call("POST", f"/admin/v1/jobs/{job_id}/cancel"),
-         lambda j: render.console.print(f"job {j['id']}: {j['state']}", highlight=False))
+    ctl = CtlContext.of(ctx)
+    ctl.show(ctl.call("POST", f"/admin/v1/jobs/{job_id}/cancel"),
+             lambda j: render.console.print(f"job {j['id']}: {j['state']}", highlight=False))

@@ -12,14 +12,12 @@ from typing import Annotated, Any
 import typer
 
 from llmgw.cli import render
-from llmgw.cli.ctl import app, call, json_wanted, server_url, show
+from llmgw.cli.context import CtlContext
 
 node_app = typer.Typer(help="Machines that run replicas: status, labels, cordon, drain, remove.",
                        no_args_is_help=True)
 token_app = typer.Typer(help="Join tokens: the key a new machine's `llmgw node run` presents.",
                         no_args_is_help=True)
-app.add_typer(node_app, name="node")
-node_app.add_typer(token_app, name="token")
 
 NodeId = Annotated[str, typer.Argument(help="The node's id, as `ctl node list` shows it.")]
 POLL_S = 1.0
@@ -68,14 +66,17 @@ def _say(text: str) -> None:
 
 
 @node_app.command("list")
-def node_list() -> None:
+def node_list(ctx: typer.Context) -> None:
     """Every node: status (ready, cordoned, draining, lost), hardware, labels, replicas."""
-    show(call("GET", "/admin/v1/nodes"), lambda d: _nodes_table(d["data"]))
+    ctl = CtlContext.of(ctx)
+    ctl.show(ctl.call("GET", "/admin/v1/nodes"), lambda d: _nodes_table(d["data"]))
 
 
 @node_app.command("show")
-def node_show(node_id: NodeId) -> None:
+def node_show(ctx: typer.Context, node_id: NodeId) -> None:
     """One node in full, with the replicas placed on it."""
+    ctl = CtlContext.of(ctx)
+
     def detail(n: dict[str, Any]) -> None:
         _nodes_table([n])
         render.table(
@@ -85,7 +86,7 @@ def node_show(node_id: NodeId) -> None:
               r["restarts"], (r["last_error"] or "").split("\n", 1)[0]] for r in n["replicas"]],
         )
 
-    show(call("GET", _path(node_id)), detail)
+    ctl.show(ctl.call("GET", _path(node_id)), detail)
 
 
 def _label_changes(changes: list[str]) -> dict[str, Any]:
@@ -105,6 +106,7 @@ def _label_changes(changes: list[str]) -> dict[str, Any]:
 
 @node_app.command("label")
 def node_label(
+    ctx: typer.Context,
     node_id: NodeId,
     changes: Annotated[list[str], typer.Argument(
         help="key=value to set (value may be empty), key- to remove.", show_default=False)],
@@ -114,26 +116,30 @@ def node_label(
     Keys are 1-63 letters, digits and . _ / - (starting and ending with a letter or digit);
     values up to 63 of the same, or empty. A label the node's agent declares (`llmgw node run
     --label`) is applied again on its next report, so remove it there."""
-    data = call("POST", _path(node_id, "/labels"), _label_changes(changes))
-    show(data, lambda n: _say(f"node {n['id']}: labels {_labels(n)}"))
+    ctl = CtlContext.of(ctx)
+    data = ctl.call("POST", _path(node_id, "/labels"), _label_changes(changes))
+    ctl.show(data, lambda n: _say(f"node {n['id']}: labels {_labels(n)}"))
 
 
 @node_app.command("cordon")
-def node_cordon(node_id: NodeId) -> None:
+def node_cordon(ctx: typer.Context, node_id: NodeId) -> None:
     """No new replicas on this node; those it runs keep running."""
-    show(call("POST", _path(node_id, "/cordon")), lambda n: _say(
+    ctl = CtlContext.of(ctx)
+    ctl.show(ctl.call("POST", _path(node_id, "/cordon")), lambda n: _say(
         f"node {n['id']}: {n['status']}; no new replicas, {n['replica_count']} keep running"))
 
 
 @node_app.command("uncordon")
-def node_uncordon(node_id: NodeId) -> None:
+def node_uncordon(ctx: typer.Context, node_id: NodeId) -> None:
     """Let the node take new replicas again (this also ends a drain)."""
-    show(call("POST", _path(node_id, "/uncordon")),
-         lambda n: _say(f"node {n['id']}: {n['status']}; takes new replicas"))
+    ctl = CtlContext.of(ctx)
+    ctl.show(ctl.call("POST", _path(node_id, "/uncordon")),
+             lambda n: _say(f"node {n['id']}: {n['status']}; takes new replicas"))
 
 
 @node_app.command("drain")
 def node_drain(
+    ctx: typer.Context,
     node_id: NodeId,
     wait: Annotated[bool, typer.Option(help="Wait until the node has no replicas left.")] = False,
     timeout: Annotated[float, typer.Option(help="With --wait: give up after this many seconds.")]
@@ -141,17 +147,18 @@ def node_drain(
 ) -> None:
     """Cordon the node and move its replicas to other nodes (the keeper stops them here and
     places them elsewhere). Remove the node once it is empty."""
-    node = call("POST", _path(node_id, "/drain"))
+    ctl = CtlContext.of(ctx)
+    node = ctl.call("POST", _path(node_id, "/drain"))
     if not wait:
-        show(node, lambda n: _say(f"node {n['id']}: draining, {n['replica_count']} replica(s) to "
+        ctl.show(node, lambda n: _say(f"node {n['id']}: draining, {n['replica_count']} replica(s) to "
                                   f"move; follow it with `llmgw ctl node drain {n['id']} --wait`"))
         return
-    node = _wait_drained(node, timeout)
-    show(node, lambda n: _say(f"node {n['id']}: drained, no replicas left; remove it with "
+    node = _wait_drained(ctl, node, timeout)
+    ctl.show(node, lambda n: _say(f"node {n['id']}: drained, no replicas left; remove it with "
                               f"`llmgw ctl node remove {n['id']}`"))
 
 
-def _wait_drained(node: dict[str, Any], timeout_s: float) -> dict[str, Any]:
+def _wait_drained(ctl: CtlContext, node: dict[str, Any], timeout_s: float) -> dict[str, Any]:
     """Poll until `node` has no replicas, printing a line each time the count changes; exit 1 on
     timeout or when the drain is called off."""
     deadline = time.monotonic() + timeout_s
@@ -160,23 +167,23 @@ def _wait_drained(node: dict[str, Any], timeout_s: float) -> dict[str, Any]:
         if node["status"] not in ("draining", "lost"):
             render.error(f"node {node['id']} is {node['status']} now: the drain was called off")
             raise typer.Exit(1)
-        if node["replica_count"] != shown and not json_wanted():
+        if node["replica_count"] != shown and not ctl.json:
             shown = node["replica_count"]
             _say(f"draining {node['id']}: {shown} replica(s) left")
         if time.monotonic() >= deadline:
             render.error(f"node {node['id']} still has {node['replica_count']} replica(s) "
-                         f"after {timeout_s:g}s{_held_by(node['id'])}")
+                         f"after {timeout_s:g}s{_held_by(ctl, node['id'])}")
             raise typer.Exit(1)
         time.sleep(POLL_S)
-        node = call("GET", _path(node["id"]))
+        node = ctl.call("GET", _path(node["id"]))
     return node
 
 
-def _held_by(node_id: str) -> str:
+def _held_by(ctl: CtlContext, node_id: str) -> str:
     """Why a drain is stuck: a replica here stays until its replacement is ready elsewhere."""
-    here = call("GET", _path(node_id))["replicas"]
+    here = ctl.call("GET", _path(node_id))["replicas"]
     models = {r["model"] for r in here if r["state"] != "stopping"}
-    waiting = [r for r in call("GET", "/admin/v1/replicas")["data"]
+    waiting = [r for r in ctl.call("GET", "/admin/v1/replicas")["data"]
                if r["model"] in models and r["state"] == "pending"]
     return "".join(f"\n  {r['model']}: its replacement is pending: {r['last_error']}"
                    for r in waiting)
@@ -184,6 +191,7 @@ def _held_by(node_id: str) -> str:
 
 @node_app.command("remove")
 def node_remove(
+    ctx: typer.Context,
     node_id: NodeId,
     force: Annotated[bool, typer.Option(
         help="Remove it even though it reports and still runs replicas.")] = False,
@@ -193,8 +201,9 @@ def node_remove(
     Refused while the node reports and still has replicas: drain it first, or pass --force. A
     lost node goes at once. If its agent is still running, the node registers again on its next
     report: stop `llmgw node run` on that machine to retire it."""
+    ctl = CtlContext.of(ctx)
     path = _path(node_id) + ("?force=true" if force else "")
-    show(call("DELETE", path), lambda d: _say(f"removed node {d['id']}; {AGENT_COMES_BACK}"))
+    ctl.show(ctl.call("DELETE", path), lambda d: _say(f"removed node {d['id']}; {AGENT_COMES_BACK}"))
 
 
 def _expiry(expires: str | None) -> dict[str, Any]:
@@ -223,6 +232,7 @@ def _tokens_table(keys: list[dict[str, Any]]) -> None:
 
 @token_app.command("create")
 def token_create(
+    ctx: typer.Context,
     name: Annotated[str | None, typer.Option(help="A name for the token; default: node-DATE-RANDOM.")]
     = None,
     node: Annotated[str | None, typer.Option(
@@ -237,13 +247,14 @@ def token_create(
     node of its first report). It reaches the agent API only: it cannot call models or the
     admin API. The agent reads it from LLMGW_NODE_TOKEN, which keeps it out of shell history
     and `ps`."""
+    ctl = CtlContext.of(ctx)
     # Names of live keys are unique: a default must not collide with a token made the same second.
     default = f"node-{datetime.now(UTC):%Y%m%d-%H%M%S}-{secrets.token_hex(2)}"
     body = {"name": name or default, "scope": "node",
             **({"node_id": node} if node else {}), **_expiry(expires)}
-    key = call("POST", "/admin/v1/keys", body)
+    key = ctl.call("POST", "/admin/v1/keys", body)
     # The secret goes in the environment, never on the command line printed here.
-    command = f"llmgw node run --server {server_url()}" + (f" --node-id {node}" if node else "")
+    command = f"llmgw node run --server {ctl.server_url()}" + (f" --node-id {node}" if node else "")
 
     def text(k: dict[str, Any]) -> None:
         until = f"expires {k['expires_at'][:19]}" if k["expires_at"] else "does not expire"
@@ -255,26 +266,29 @@ def token_create(
              f"prompt of the first line, then run the second:\n\n"
              f"  read -rs {TOKEN_ENV} && export {TOKEN_ENV}\n  {k['command']}\n")
 
-    show({**key, "command": command, "env": TOKEN_ENV}, text)
+    ctl.show({**key, "command": command, "env": TOKEN_ENV}, text)
 
 
 @token_app.command("list")
-def token_list() -> None:
+def token_list(ctx: typer.Context) -> None:
     """Join tokens (prefix and last four characters only); other keys are in `ctl key list`."""
-    keys = call("GET", "/admin/v1/keys")["data"]
-    show({"data": [k for k in keys if k["scope"] == "node"]}, lambda d: _tokens_table(d["data"]))
+    ctl = CtlContext.of(ctx)
+    keys = ctl.call("GET", "/admin/v1/keys")["data"]
+    ctl.show({"data": [k for k in keys if k["scope"] == "node"]}, lambda d: _tokens_table(d["data"]))
 
 
 @token_app.command("revoke")
 def token_revoke(
+    ctx: typer.Context,
     token: Annotated[str, typer.Argument(help="The token's id, name or visible prefix.")],
 ) -> None:
     """Revoke a join token: agents presenting it are refused from then on."""
+    ctl = CtlContext.of(ctx)
     ref = urllib.parse.quote(token, safe="")
-    key = call("GET", f"/admin/v1/keys/{ref}")
+    key = ctl.call("GET", f"/admin/v1/keys/{ref}")
     if key["scope"] != "node":
         render.error(f"{key['name']} ({key['label']}) is a {key['scope']} key, not a node token: "
                      "revoke it with `llmgw ctl key revoke`")
         raise typer.Exit(1)
-    show(call("POST", f"/admin/v1/keys/{urllib.parse.quote(key['id'], safe='')}/revoke"),
-         lambda k: _say(f"revoked node token {k['name']} ({k['label']})"))
+    ctl.show(ctl.call("POST", f"/admin/v1/keys/{urllib.parse.quote(key['id'], safe='')}/revoke"),
+             lambda k: _say(f"revoked node token {k['name']} ({k['label']})"))
