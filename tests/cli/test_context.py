@@ -1,14 +1,19 @@
 """ctl's global options live on each invocation's context: two invocations in one process, or a
-group driven with its own context object, never see each other's options."""
+group driven with its own context object, never see each other's options. Request bodies are
+protocol models: a value one refuses is a clear error naming the option, before anything is sent."""
 
 from __future__ import annotations
 
 import json
 
+import pytest
+from pydantic import ValidationError
 from typer.testing import CliRunner
 
 from llmgw.cli import ctl, ctl_models
-from llmgw.cli.context import CtlContext
+from llmgw.cli.context import CtlContext, body, refusal
+from llmgw.core.protocol import ScaleRequest
+from llmgw.core.types import Limits, Profile, Scaling
 from tests.conftest import DEMO
 from tests.e2e.server_process import LlmgwServer
 
@@ -48,3 +53,58 @@ def test_a_group_runs_with_the_context_object_it_is_given(demo_server: LlmgwServ
 
 def test_the_key_never_shows_in_the_context_repr() -> None:
     assert "s3cret" not in repr(CtlContext(url="http://h", key="sk-llmgw-s3cret"))
+
+
+@pytest.mark.parametrize(("args", "option", "why"), [
+    (["key", "create", "k", "--rpm", "0"], "--rpm", "greater than or equal to 1"),
+    (["key", "create", "k", "--expires-in-days", "-1"], "--expires-in-days", "greater than 0"),
+    (["model", "add", "bad!name", "--path", "/m/x.gguf"], "NAME", "name must be"),
+    (["model", "add", "m", "--path", "/m/x.gguf", "--cores", "5000"], "--cores", "less than or equal"),
+    (["model", "add", "m", "--base-url", "ftp://host/v1"], "--base-url", "http:// or https://"),
+    (["model", "scale", "m", "--min", "100"], "--min", "less than or equal to 64"),
+    (["model", "serve", "--repo", "a/b", "--file", "x.gguf", "--memory-gb", "0"], "--memory-gb",
+     "greater than 0"),
+])
+def test_a_value_the_request_model_refuses_is_one_line_naming_the_option(
+    args: list[str], option: str, why: str,
+) -> None:
+    # Nothing listens on port 9: an error about reaching it would mean the body was sent.
+    result = CliRunner().invoke(ctl.app, ["--url", "http://127.0.0.1:9", "--key", "sk-llmgw-x", *args],
+                                env={"COLUMNS": "250"})
+    assert result.exit_code == 1
+    assert result.stderr.startswith(f"error: {option}: ") and why in result.stderr
+    assert "cannot reach" not in result.stderr and "Traceback" not in result.output
+
+
+@pytest.mark.parametrize(("args", "option", "choices"), [
+    (["key", "create", "k", "--scope", "root"], "--scope", "'admin', 'user', 'node', 'metrics'"),
+    (["guard", "judge", "enable", "--repo", "a/b", "--file", "x.gguf", "--format", "gpt"], "--format",
+     "'qwen3guard', 'llama-guard'"),
+    (["guard", "verdicts", "--outcome", "blocked"], "--outcome", "'safe', 'unsafe'"),
+    (["guard", "policy", "set", "p", "--on-failure", "maybe"], "--on-failure", "'closed', 'open'"),
+])
+def test_an_option_taking_a_protocol_enum_lists_its_values(
+    args: list[str], option: str, choices: str,
+) -> None:
+    result = CliRunner().invoke(ctl.app, ["--url", "http://127.0.0.1:9", "--key", "sk-llmgw-x", *args],
+                                env={"COLUMNS": "250"})
+    assert result.exit_code == 2
+    text = " ".join(result.output.split())
+    assert f"Invalid value for '{option}'" in text and choices in text
+
+
+def test_a_refusal_names_the_option_of_the_model_that_refused() -> None:
+    fields = {"Profile.name": "--profile", "name": "NAME", "cpu_cores": "--cores", "Scaling": "--min/--max"}
+    with pytest.raises(ValidationError) as profile:
+        Profile(name=7, cpu_cores=1)  # type: ignore[arg-type]
+    assert refusal(profile.value, fields) == "--profile: Input should be a valid string"
+    with pytest.raises(ValidationError) as scaling:
+        Scaling(min=3, max=1)
+    assert refusal(scaling.value, fields) == "--min/--max: scaling.max (1) is below scaling.min (3)"
+    assert refusal(scaling.value, {}) == "scaling.max (1) is below scaling.min (3)"
+
+
+def test_a_body_holds_only_the_fields_ctl_set() -> None:
+    assert body(ScaleRequest(min=1, max=None)) == {"min": 1, "max": None}  # idle: unchanged
+    assert body(ScaleRequest(min=1, idle_s=None)) == {"min": 1, "idle_s": None}  # idle: off
+    assert body(Limits(rpm=5)) == {"rpm": 5}

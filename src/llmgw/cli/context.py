@@ -3,11 +3,13 @@ calls made with them."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
 import typer
+from pydantic import BaseModel, ValidationError
 
 from llmgw.cli import render
 from llmgw.cli.client import AdminClient, CtlError
@@ -56,3 +58,31 @@ class CtlContext:
             render.emit_json(data)
         else:
             as_table(data)
+
+
+def body(request: BaseModel) -> dict[str, Any]:
+    """A protocol model as a request body: only the fields ctl set, so the server's defaults and
+    "unchanged when left out" rules apply to the rest."""
+    return request.model_dump(mode="json", exclude_unset=True)
+
+
+@contextmanager
+def options_for(fields: Mapping[str, str]) -> Iterator[None]:
+    """Build request models inside: a value a model refuses is one error line naming the option
+    that gave it, and exit 1. `fields` maps `field` or `Model.field` (or `Model`, for a rule
+    across fields) to the option."""
+    try:
+        yield
+    except ValidationError as exc:
+        render.error(refusal(exc, fields))
+        raise typer.Exit(1) from None
+
+
+def refusal(exc: ValidationError, fields: Mapping[str, str]) -> str:
+    """The first thing `exc` refuses, said as ctl's options name it (never the value given)."""
+    err = exc.errors(include_url=False)[0]
+    parts = [str(p) for p in err["loc"] if isinstance(p, str)]
+    keys = [k for part in reversed(parts) for k in (f"{exc.title}.{part}", part)] + [exc.title]
+    option = next((fields[k] for k in keys if k in fields), None)
+    message = str(err["msg"]).removeprefix("Value error, ")
+    return f"{option}: {message}" if option else message

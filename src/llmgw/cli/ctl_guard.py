@@ -9,13 +9,19 @@ import typer
 
 from llmgw.cli import render
 from llmgw.cli.client import quote
-from llmgw.cli.context import CtlContext
+from llmgw.cli.context import CtlContext, body, options_for
+from llmgw.core.guard import Controversial, InputMode, JudgeFormat, OnFailure, Outcome, Policy
+from llmgw.core.protocol import EnableJudge, JudgmentRequest, SwitchRequest
 
 guard_app = typer.Typer(help="Guard policies, judges and the verdict log.", no_args_is_help=True)
 policy_app = typer.Typer(help="Which traffic is judged, by which judges.", no_args_is_help=True)
 judge_app = typer.Typer(help="The judge models.", no_args_is_help=True)
 
 CSV = Annotated[str | None, typer.Option(help="Comma-separated.")]
+# Which option of `policy set` gives each field of the Policy it sends.
+POLICY_OPTIONS = {"name": "NAME", "judges": "--judges", "models": "--models", "keys": "--keys",
+                  "block_categories": "--block", "budget_ms": "--budget-ms",
+                  "stream_window_chars": "--window-chars", "Policy": "--input/--output"}
 
 
 def _split(text: str | None) -> list[str] | None:
@@ -49,7 +55,8 @@ def guard_status(ctx: typer.Context) -> None:
 
 
 def _switch(ctl: CtlContext, name: str, on: bool) -> None:
-    data = ctl.call("POST", "/admin/v1/guard/switches", {name: on})
+    request = SwitchRequest(guard_enabled=on) if name == "guard_enabled" else SwitchRequest(log_prompts=on)
+    data = ctl.call("POST", "/admin/v1/guard/switches", body(request))
     ctl.show(data, lambda d: render.console.print(
         f"guard {'on' if d['guard_enabled'] else 'off'}; prompt logging "
         f"{'on' if d['log_prompts'] else 'off'}", highlight=False))
@@ -96,13 +103,15 @@ def policy_set(
     keys: CSV = None,
     input: Annotated[bool | None, typer.Option("--input/--no-input", help="Judge prompts.")] = None,
     output: Annotated[bool | None, typer.Option("--output/--no-output", help="Judge answers.")] = None,
-    input_mode: Annotated[
-        str | None, typer.Option(help="before: judge, then call the model; parallel: both at once.")
-    ] = None,
+    input_mode: Annotated[InputMode | None, typer.Option(
+        help="before: judge, then call the model; parallel: both at once.", case_sensitive=False)] = None,
     block: Annotated[str | None, typer.Option(help="Categories that block (default: all).")] = None,
-    controversial: Annotated[str | None, typer.Option(help="strict or loose.")] = None,
+    controversial: Annotated[Controversial | None, typer.Option(
+        help="strict: Controversial counts as unsafe; loose: as safe.", case_sensitive=False)] = None,
     budget_ms: Annotated[int | None, typer.Option(help="Time a judgment may take.")] = None,
-    on_failure: Annotated[str | None, typer.Option(help="closed (refuse) or open (let through).")] = None,
+    on_failure: Annotated[OnFailure | None, typer.Option(
+        help="A judge that cannot answer in time: closed refuses, open lets through.",
+        case_sensitive=False)] = None,
     window_chars: Annotated[
         int | None, typer.Option(help="Streams: characters held back per judgment.")
     ] = None,
@@ -120,13 +129,16 @@ def policy_set(
         "controversial": controversial, "budget_ms": budget_ms, "on_failure": on_failure,
         "stream_window_chars": window_chars, "enabled": enabled,
     }
-    body = {**{k: v for k, v in current.items() if k not in ("name", "by", "updated_at")},
-            **{k: v for k, v in changes.items() if v is not None}}
+    fields = {**{k: v for k, v in current.items() if k not in ("name", "by", "updated_at")},
+              **{k: v for k, v in changes.items() if v is not None}}
+    with options_for(POLICY_OPTIONS):
+        policy = Policy(name=name, **fields)
+
     def saved(p: dict[str, Any]) -> None:
         render.console.print(f"policy {p['name']} saved (by {p['by']})", highlight=False)
         _policies_table([p])
 
-    ctl.show(ctl.call("PUT", f"/admin/v1/guard/policies/{quote(name)}", body), saved)
+    ctl.show(ctl.call("PUT", f"/admin/v1/guard/policies/{quote(name)}", body(policy)), saved)
 
 
 @policy_app.command("remove")
@@ -143,13 +155,16 @@ def judge_enable(
     repo: Annotated[str, typer.Option(help="Hugging Face repo of the judge's GGUF.")],
     file: Annotated[str, typer.Option(help="GGUF file in the repo.")],
     name: Annotated[str | None, typer.Option(help="Judge name policies use.")] = None,
-    format: Annotated[str, typer.Option(help="qwen3guard or llama-guard.")] = "qwen3guard",
+    format: Annotated[JudgeFormat, typer.Option(
+        help="The prompt and verdict format the judge was trained on.", case_sensitive=False)
+    ] = JudgeFormat.QWEN3GUARD,
     gpu: Annotated[bool, typer.Option(help="Run it on a GPU.")] = False,
 ) -> None:
     """Teach llmgw a judge it does not know by name; a policy naming it has it served."""
     ctl = CtlContext.of(ctx)
-    body = {"repo": repo, "file": file, "name": name, "format": format, "gpu": gpu}
-    data = ctl.call("POST", "/admin/v1/guard/judges", body)
+    with options_for({"repo": "--repo", "file": "--file", "name": "--name"}):
+        request = EnableJudge(repo=repo, file=file, name=name, format=format, gpu=gpu)
+    data = ctl.call("POST", "/admin/v1/guard/judges", body(request))
     ctl.show(data, lambda j: render.console.print(
         f"judge {j['name']} enabled ({j['format']} format); name it in a policy: "
         f"llmgw ctl guard policy set NAME --judges {j['name']}", highlight=False))
@@ -179,9 +194,7 @@ def verdicts(
     ctx: typer.Context,
     policy: Annotated[str | None, typer.Option()] = None,
     judge: Annotated[str | None, typer.Option()] = None,
-    outcome: Annotated[
-        str | None, typer.Option(help="safe, unsafe, failed_timeout, failed_unparseable, failed_error.")
-    ] = None,
+    outcome: Annotated[Outcome | None, typer.Option(help="Only this outcome.", case_sensitive=False)] = None,
     since: Annotated[str | None, typer.Option(help="ISO time, e.g. 2026-11-29T10:00:00+00:00.")] = None,
     limit: Annotated[int, typer.Option()] = 50,
 ) -> None:
@@ -223,9 +236,9 @@ def guard_eval(
     answers = []
     with render.console.status(f"judging {len(cases)} cases with {judge}…"):
         for c in cases:
-            answers.append(ctl.call("POST", "/admin/v1/guard/judgments",
-                                    {"judge": judge, "text": c.text, "direction": c.direction,
-                                     "budget_ms": budget_ms}))
+            request = JudgmentRequest(judge=judge, text=c.text, direction=c.direction,
+                                      budget_ms=budget_ms)
+            answers.append(ctl.call("POST", "/admin/v1/guard/judgments", body(request)))
     errors = sorted({a["error"] for a in answers if a.get("error")})
     if answers and all(a.get("verdict") is None for a in answers):
         render.error(f"no case was judged: {'; '.join(errors)}")

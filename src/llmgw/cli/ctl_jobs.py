@@ -18,12 +18,13 @@ from rich.progress import (
 )
 
 from llmgw.cli import render
-from llmgw.cli.context import CtlContext
+from llmgw.cli.context import CtlContext, body, options_for
+from llmgw.core.protocol import JobState, ServeRequest
 from llmgw.core.settings import DEFAULT_CTX_SIZE
+from llmgw.core.types import HubSource, ReplicaState, Scaling
 
 job_app = typer.Typer(help="Serve jobs: fetching, adding and placing models.", no_args_is_help=True)
 
-FINISHED = {"running", "failed", "cancelled", "gave_way"}
 POLL_S = 0.5
 
 
@@ -54,17 +55,16 @@ def model_serve(
     import shlex
 
     ctl = CtlContext.of(ctx)
-    body = {
-        "name": name or _default_name(file),
-        "source": {"kind": "hf", "repo": repo, "file": file, "revision": revision},
-        "cores": cores,
-        "memory_gb": memory_gb,
-        "ctx_size": ctx_size,
-        "args": shlex.split(args),
-        "scaling": {"min": min_replicas, "max": max(min_replicas, 1)},
-        "if_absent": if_absent,
-    }
-    job = ctl.call("POST", "/admin/v1/jobs", body)
+    with options_for({"name": "--name", "repo": "--repo", "file": "--file", "revision": "--revision",
+                      "cores": "--cores", "memory_gb": "--memory-gb", "ctx_size": "--ctx-size",
+                      "args": "--args", "min": "--min"}):
+        request = ServeRequest(
+            name=name or _default_name(file),
+            source=HubSource(kind="hf", repo=repo, file=file, revision=revision),
+            cores=cores, memory_gb=memory_gb, ctx_size=ctx_size, args=shlex.split(args),
+            scaling=Scaling(min=min_replicas, max=max(min_replicas, 1)), if_absent=if_absent,
+        )
+    job = ctl.call("POST", "/admin/v1/jobs", body(request))
     if not wait:
         ctl.show(job, lambda j: render.console.print(
             f"job {j['id']}: {j['state']} (serve {j['model']}); follow it with "
@@ -73,7 +73,7 @@ def model_serve(
     render.console.print(f"job {job['id']}: serving {job['model']} from {repo}/{file}",
                          highlight=False)
     final = _watch(ctl, job["id"])
-    if final["state"] != "running":
+    if final["state"] != JobState.RUNNING:
         raise typer.Exit(1)
     _wait_ready(ctl, final["model"])
 
@@ -88,7 +88,7 @@ def _watch(ctl: CtlContext, job_id: str) -> dict[str, Any]:
             job = ctl.call("GET", f"/admin/v1/jobs/{job_id}")
             total = job["bytes_total"] or None
             bar.update(task, description=job["state"], total=total, completed=job["bytes_done"])
-            if job["state"] in FINISHED:
+            if JobState(job["state"]).finished:
                 break
             time.sleep(POLL_S)
     _say_outcome(job)
@@ -97,13 +97,13 @@ def _watch(ctl: CtlContext, job_id: str) -> dict[str, Any]:
 
 def _say_outcome(job: dict[str, Any]) -> None:
     state = job["state"]
-    if state == "running":
+    if state == JobState.RUNNING:
         render.console.print(f"[green]added[/] {job['model']}", highlight=False)
         if job.get("warning"):
             render.console.print(f"[yellow]warning[/]: {job['warning']}", highlight=False)
         if job.get("estimate"):
             render.console.print(f"memory estimate: {job['estimate']}", highlight=False)
-    elif state == "gave_way":
+    elif state == JobState.GAVE_WAY:
         render.console.print(f"[yellow]gave way[/]: {job['error']}", highlight=False)
     else:
         render.error(f"job {job['id']} {state}: {job.get('error') or ''}")
@@ -113,10 +113,11 @@ def _wait_ready(ctl: CtlContext, model: str) -> None:
     with render.console.status(f"waiting for a ready replica of {model}…"):
         while True:
             reps = ctl.call("GET", f"/admin/v1/replicas?model={model}")["data"]
-            if any(r["state"] == "ready" for r in reps):
+            if any(r["state"] == ReplicaState.READY for r in reps):
                 break
-            pending = [r for r in reps if r["state"] in ("pending", "failed") and r["last_error"]]
-            if pending and all(r["state"] == "pending" for r in reps):
+            pending = [r for r in reps
+                       if r["state"] in (ReplicaState.PENDING, ReplicaState.FAILED) and r["last_error"]]
+            if pending and all(r["state"] == ReplicaState.PENDING for r in reps):
                 render.error(f"{model} cannot be placed: {pending[0]['last_error']}")
                 raise typer.Exit(1)
             time.sleep(POLL_S)
@@ -168,7 +169,7 @@ def job_show(ctx: typer.Context, job_id: str) -> None:
 def job_watch(ctx: typer.Context, job_id: str) -> None:
     """Progress until the job finishes."""
     final = _watch(CtlContext.of(ctx), job_id)
-    if final["state"] in ("failed", "cancelled"):
+    if final["state"] in (JobState.FAILED, JobState.CANCELLED):
         raise typer.Exit(1)
 
 

@@ -8,14 +8,17 @@ import typer
 
 from llmgw.cli import render
 from llmgw.cli.client import quote
-from llmgw.cli.context import CtlContext
+from llmgw.cli.context import CtlContext, body, options_for
+from llmgw.core.protocol import KeyRequest
+from llmgw.core.types import KeyScope, Limits
 
 key_app = typer.Typer(help="API keys: shown once, stored hashed.", no_args_is_help=True)
 limits_app = typer.Typer(help="Limits that apply to every key that sets none.", no_args_is_help=True)
 
 Opt = typer.Option
 KeyRef = Annotated[str, typer.Argument(help="Id, name or visible prefix.")]
-LIMIT_FIELDS = ("rpm", "tpm", "concurrent", "tokens_per_day", "tokens_per_month")
+LIMIT_FIELDS = tuple(Limits.model_fields)
+LIMIT_OPTIONS = {f: "--" + f.replace("_", "-") for f in LIMIT_FIELDS}
 
 
 def _limits(rpm: int | None, tpm: int | None, concurrent: int | None, per_day: int | None,
@@ -48,8 +51,8 @@ def _shown_once(k: dict[str, Any]) -> None:
 def key_create(
     ctx: typer.Context,
     name: str,
-    scope: Annotated[str, Opt(help="user, admin, node (a join token; see `ctl node token`) "
-                                     "or metrics (may only scrape /metrics).")] = "user",
+    scope: Annotated[KeyScope, Opt(help="node: a join token (see `ctl node token`); metrics: may "
+                                          "only scrape /metrics.", case_sensitive=False)] = KeyScope.USER,
     models: Annotated[str | None, Opt(help="Models it may use, comma-separated (patterns).")] = None,
     expires_in_days: Annotated[float | None, Opt(help="Expire after this many days.")] = None,
     rpm: Annotated[int | None, Opt(help="Requests per minute.")] = None,
@@ -61,11 +64,13 @@ def key_create(
 ) -> None:
     """Create a key; it is shown once. A user key (via --key) mints only within its own grants."""
     ctl = CtlContext.of(ctx)
-    body = {"name": name, "scope": scope,
-            "models": [m.strip() for m in (models or "").split(",") if m.strip()],
-            "expires_in_days": expires_in_days, "note": note,
-            "limits": _limits(rpm, tpm, concurrent, tokens_per_day, tokens_per_month)}
-    ctl.show(ctl.call("POST", "/admin/v1/keys", body), _shown_once)
+    with options_for({"name": "NAME", "expires_in_days": "--expires-in-days", "note": "--note",
+                      **LIMIT_OPTIONS}):
+        request = KeyRequest(
+            name=name, scope=scope, models=[m.strip() for m in (models or "").split(",") if m.strip()],
+            expires_in_days=expires_in_days, note=note,
+            limits=Limits(**_limits(rpm, tpm, concurrent, tokens_per_day, tokens_per_month)))
+    ctl.show(ctl.call("POST", "/admin/v1/keys", body(request)), _shown_once)
 
 
 @key_app.command("list")
@@ -118,7 +123,9 @@ def limits_default(
     changes = _limits(rpm, tpm, concurrent, tokens_per_day, tokens_per_month)
     if changes or clear:
         current = {} if clear else ctl.call("GET", "/admin/v1/limits/default")
-        data = ctl.call("PUT", "/admin/v1/limits/default", {**current, **changes})
+        with options_for(LIMIT_OPTIONS):
+            limits = Limits(**{**current, **changes})
+        data = ctl.call("PUT", "/admin/v1/limits/default", body(limits))
     else:
         data = ctl.call("GET", "/admin/v1/limits/default")
     ctl.show(data, lambda d: render.console.print(f"default limits: {_limits_text(d)}", highlight=False))

@@ -9,12 +9,20 @@ import typer
 
 from llmgw.cli import render
 from llmgw.cli.client import quote
-from llmgw.cli.context import CtlContext
-from llmgw.core.types import ProviderApi
+from llmgw.cli.context import CtlContext, body, options_for
+from llmgw.core.protocol import ScaleRequest
+from llmgw.core.types import Engine, LocalSource, Model, Profile, ProviderApi, RemoteSource, Scaling
 
 model_app = typer.Typer(help="The model catalog.", no_args_is_help=True)
 replica_app = typer.Typer(help="Running engine processes.", no_args_is_help=True)
 cluster_app = typer.Typer(help="Servers and the leader.", no_args_is_help=True)
+
+# Which option of `model add` gives each field of the Model it sends.
+MODEL_OPTIONS = {"Model.name": "NAME", "path": "--path", "base_url": "--base-url",
+                 "api_key_env": "--api-key-env", "model": "--upstream-model", "Profile.name": "--profile",
+                 "args": "--args", "cpu_cores": "--cores", "min_memory_gb": "--memory-gb",
+                 "node_selector": "--node-selector", "gpu": "--gpus", "gpu_class": "--gpu-class",
+                 "Scaling.min": "--min", "Scaling.max": "--max"}
 
 
 def _source(m: dict[str, Any]) -> str:
@@ -102,27 +110,22 @@ def model_add(
             render.error(f"--node-selector takes KEY=VALUE, got {pair!r}")
             raise typer.Exit(2)
         selector[key] = value
-    if path is not None:
-        source: dict[str, Any] = {"kind": "local", "path": path}
-        engine = "llamacpp"
-    else:
-        source = {"kind": "remote", "base_url": base_url, "api_key_env": api_key_env,
-                  "model": upstream_model}
-        if api is not None:  # left out otherwise, so a server that predates `api` still accepts it
-            source["api"] = api.value
-        engine = "remote"
-    body = {
-        "name": name,
-        "source": source,
-        "profiles": [
-            {"name": profile, "engine": engine, "args": shlex.split(args), "cpu_cores": cores,
-             "min_memory_gb": memory_gb, "node_selector": selector, "gpu": gpus,
-             "gpu_class": gpu_class}
-        ] if engine == "llamacpp" else [],
-        "scaling": {"min": min_replicas if engine == "llamacpp" else 0,
-                    "max": max(max_replicas or min_replicas, min_replicas)},
-    }
-    data = ctl.call("POST", "/admin/v1/models", body)
+    with options_for(MODEL_OPTIONS):
+        if path is not None:
+            source: LocalSource | RemoteSource = LocalSource(kind="local", path=path)
+            profiles = [Profile(name=profile, engine=Engine.LLAMACPP, args=shlex.split(args),
+                                cpu_cores=cores, min_memory_gb=memory_gb, node_selector=selector,
+                                gpu=gpus, gpu_class=gpu_class)]
+        else:
+            # `api` is left out unless given, so a server that predates it still accepts the body.
+            dialect = {"api": api} if api is not None else {}
+            source = RemoteSource(kind="remote", base_url=base_url or "", api_key_env=api_key_env,
+                                  model=upstream_model, **dialect)
+            profiles = []
+        on_node = isinstance(source, LocalSource)
+        model = Model(name=name, source=source, profiles=profiles, scaling=Scaling(
+            min=min_replicas if on_node else 0, max=max(max_replicas or min_replicas, min_replicas)))
+    data = ctl.call("POST", "/admin/v1/models", body(model))
     ctl.show(data, lambda m: render.console.print(f"added {m['name']} (by {m['by']})"))
 
 
@@ -178,10 +181,12 @@ def model_scale(
 ) -> None:
     """Change how many replicas the keeper keeps ready, and when idle ones stop."""
     ctl = CtlContext.of(ctx)
-    body: dict[str, Any] = {"min": min_replicas, "max": max_replicas}
-    if idle is not None:
-        body["idle_s"] = parse_idle(idle)
-    data = ctl.call("POST", f"/admin/v1/models/{quote(name)}/scale", body)
+    idle_s = parse_idle(idle) if idle is not None else None
+    with options_for({"min": "--min", "max": "--max", "idle_s": "--idle"}):
+        # --idle left out leaves idle_s unset, which the server reads as "unchanged".
+        request = (ScaleRequest(min=min_replicas, max=max_replicas) if idle is None
+                   else ScaleRequest(min=min_replicas, max=max_replicas, idle_s=idle_s))
+    data = ctl.call("POST", f"/admin/v1/models/{quote(name)}/scale", body(request))
     ctl.show(
         data,
         lambda m: render.console.print(

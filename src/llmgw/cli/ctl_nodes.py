@@ -12,7 +12,9 @@ from typing import Annotated, Any
 import typer
 
 from llmgw.cli import render
-from llmgw.cli.context import CtlContext
+from llmgw.cli.context import CtlContext, body, options_for
+from llmgw.core.protocol import KeyRequest, LabelRequest
+from llmgw.core.types import KeyScope, ReplicaState
 
 node_app = typer.Typer(help="Machines that run replicas: status, labels, cordon, drain, remove.",
                        no_args_is_help=True)
@@ -89,19 +91,20 @@ def node_show(ctx: typer.Context, node_id: NodeId) -> None:
     ctl.show(ctl.call("GET", _path(node_id)), detail)
 
 
-def _label_changes(changes: list[str]) -> dict[str, Any]:
+def _label_changes(changes: list[str]) -> LabelRequest:
     """`key=value` sets (the value may be empty), `key-` removes."""
-    body: dict[str, Any] = {"set": {}, "remove": []}
+    labels: dict[str, str] = {}
+    remove: list[str] = []
     for change in changes:
         key, sep, value = change.partition("=")
         if sep and key:
-            body["set"][key] = value
+            labels[key] = value
         elif not sep and len(change) > 1 and change.endswith("-"):
-            body["remove"].append(change[:-1])
+            remove.append(change[:-1])
         else:
             render.error(f"{change!r}: write key=value to set a label, key- to remove one")
             raise typer.Exit(2)
-    return body
+    return LabelRequest(set=labels, remove=remove)
 
 
 @node_app.command("label")
@@ -117,7 +120,7 @@ def node_label(
     values up to 63 of the same, or empty. A label the node's agent declares (`llmgw node run
     --label`) is applied again on its next report, so remove it there."""
     ctl = CtlContext.of(ctx)
-    data = ctl.call("POST", _path(node_id, "/labels"), _label_changes(changes))
+    data = ctl.call("POST", _path(node_id, "/labels"), body(_label_changes(changes)))
     ctl.show(data, lambda n: _say(f"node {n['id']}: labels {_labels(n)}"))
 
 
@@ -182,9 +185,9 @@ def _wait_drained(ctl: CtlContext, node: dict[str, Any], timeout_s: float) -> di
 def _held_by(ctl: CtlContext, node_id: str) -> str:
     """Why a drain is stuck: a replica here stays until its replacement is ready elsewhere."""
     here = ctl.call("GET", _path(node_id))["replicas"]
-    models = {r["model"] for r in here if r["state"] != "stopping"}
+    models = {r["model"] for r in here if r["state"] != ReplicaState.STOPPING}
     waiting = [r for r in ctl.call("GET", "/admin/v1/replicas")["data"]
-               if r["model"] in models and r["state"] == "pending"]
+               if r["model"] in models and r["state"] == ReplicaState.PENDING]
     return "".join(f"\n  {r['model']}: its replacement is pending: {r['last_error']}"
                    for r in waiting)
 
@@ -218,7 +221,7 @@ def _expiry(expires: str | None) -> dict[str, Any]:
     except ValueError:
         render.error(f"--expires {expires!r}: give a duration (90m, 12h, 30d, 2w) or an ISO date")
         raise typer.Exit(2) from None
-    return {"expires_at": (at if at.tzinfo else at.replace(tzinfo=UTC)).isoformat()}
+    return {"expires_at": at if at.tzinfo else at.replace(tzinfo=UTC)}
 
 
 def _tokens_table(keys: list[dict[str, Any]]) -> None:
@@ -250,9 +253,11 @@ def token_create(
     ctl = CtlContext.of(ctx)
     # Names of live keys are unique: a default must not collide with a token made the same second.
     default = f"node-{datetime.now(UTC):%Y%m%d-%H%M%S}-{secrets.token_hex(2)}"
-    body = {"name": name or default, "scope": "node",
-            **({"node_id": node} if node else {}), **_expiry(expires)}
-    key = ctl.call("POST", "/admin/v1/keys", body)
+    fields = {**_expiry(expires), **({"node_id": node} if node else {})}
+    with options_for({"name": "--name", "node_id": "--node", "expires_in_days": "--expires",
+                      "expires_at": "--expires"}):
+        request = KeyRequest(name=name or default, scope=KeyScope.NODE, **fields)
+    key = ctl.call("POST", "/admin/v1/keys", body(request))
     # The secret goes in the environment, never on the command line printed here.
     command = f"llmgw node run --server {ctl.server_url()}" + (f" --node-id {node}" if node else "")
 
@@ -274,7 +279,7 @@ def token_list(ctx: typer.Context) -> None:
     """Join tokens (prefix and last four characters only); other keys are in `ctl key list`."""
     ctl = CtlContext.of(ctx)
     keys = ctl.call("GET", "/admin/v1/keys")["data"]
-    ctl.show({"data": [k for k in keys if k["scope"] == "node"]}, lambda d: _tokens_table(d["data"]))
+    ctl.show({"data": [k for k in keys if k["scope"] == KeyScope.NODE]}, lambda d: _tokens_table(d["data"]))
 
 
 @token_app.command("revoke")
@@ -286,7 +291,7 @@ def token_revoke(
     ctl = CtlContext.of(ctx)
     ref = urllib.parse.quote(token, safe="")
     key = ctl.call("GET", f"/admin/v1/keys/{ref}")
-    if key["scope"] != "node":
+    if key["scope"] != KeyScope.NODE:
         render.error(f"{key['name']} ({key['label']}) is a {key['scope']} key, not a node token: "
                      "revoke it with `llmgw ctl key revoke`")
         raise typer.Exit(1)
