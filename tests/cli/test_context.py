@@ -7,13 +7,14 @@ from __future__ import annotations
 import json
 
 import pytest
+import typer
 from pydantic import ValidationError
 from typer.testing import CliRunner
 
 from llmgw.cli import ctl, ctl_models
-from llmgw.cli.context import CtlContext, body, refusal
-from llmgw.core.protocol import ScaleRequest
-from llmgw.core.types import Limits, Profile, Scaling
+from llmgw.cli.context import CtlContext, body, parse, query, refusal
+from llmgw.core.protocol import DataList, NodeRemoveQuery, ReplicaQuery, ScaleRequest, UsageQuery
+from llmgw.core.types import Limits, Profile, Replica, Scaling
 from tests.conftest import DEMO
 from tests.e2e.server_process import LlmgwServer
 
@@ -108,3 +109,30 @@ def test_a_body_holds_only_the_fields_ctl_set() -> None:
     assert body(ScaleRequest(min=1, max=None)) == {"min": 1, "max": None}  # idle: unchanged
     assert body(ScaleRequest(min=1, idle_s=None)) == {"min": 1, "idle_s": None}  # idle: off
     assert body(Limits(rpm=5)) == {"rpm": 5}
+
+
+def test_a_query_holds_only_the_filters_given() -> None:
+    assert query(ReplicaQuery()) == ""
+    assert query(NodeRemoveQuery(force=True)) == "?force=true"
+    assert query(UsageQuery(model="org/m:q4 x", since="2026-11-01")) == \
+        "?model=org%2Fm%3Aq4+x&since=2026-11-01"
+
+
+def test_an_answer_ctl_cannot_read_is_one_line_not_a_traceback(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(typer.Exit) as caught:
+        parse(DataList[Replica], {"data": [{"model": "m"}]})
+    assert caught.value.exit_code == 1
+    err = " ".join(capsys.readouterr().err.split())
+    assert err.startswith("error: the server answered what this ctl cannot read (data.0.id: Field required)")
+    assert "another version of llmgw" in err
+
+
+def test_json_output_is_the_servers_answer_as_it_came(demo_server: LlmgwServer) -> None:
+    runner = CliRunner()
+    env = env_of(demo_server)
+    for args, path in ((["guard", "status"], "/admin/v1/guard"), (["key", "show", "admin"], None),
+                       (["limits", "default"], "/admin/v1/limits/default")):
+        result = runner.invoke(ctl.app, ["--json", *args], env=env)
+        assert result.exit_code == 0, result.output
+        answer = json.loads(result.stdout)
+        assert answer == demo_server.get(path or f"/admin/v1/keys/{answer['id']}")

@@ -6,13 +6,16 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
+from urllib.parse import urlencode
 
 import typer
 from pydantic import BaseModel, ValidationError
 
 from llmgw.cli import render
 from llmgw.cli.client import AdminClient, CtlError
+
+M = TypeVar("M", bound=BaseModel)
 
 
 @dataclass(frozen=True)
@@ -59,11 +62,39 @@ class CtlContext:
         else:
             as_table(data)
 
+    def show_as(self, out: type[M], data: Any, as_table: Callable[[M], None]) -> None:
+        """`data` as the server sent it with `--json`; else read as the response model `out` and
+        rendered by `as_table`."""
+        if self.json:
+            render.emit_json(data)
+        else:
+            as_table(parse(out, data))
+
+
+def parse(out: type[M], data: Any) -> M:
+    """A server's answer as its protocol response model; one that does not fit (a server of
+    another version) is an error line, not a traceback."""
+    try:
+        return out.model_validate(data)
+    except ValidationError as exc:
+        err = exc.errors(include_url=False)[0]
+        where = ".".join(str(p) for p in err["loc"]) or "the answer"
+        render.error(f"the server answered what this ctl cannot read ({where}: {err['msg']}); "
+                     "is it another version of llmgw?")
+        raise typer.Exit(1) from None
+
 
 def body(request: BaseModel) -> dict[str, Any]:
     """A protocol model as a request body: only the fields ctl set, so the server's defaults and
     "unchanged when left out" rules apply to the rest."""
     return request.model_dump(mode="json", exclude_unset=True)
+
+
+def query(request: BaseModel) -> str:
+    """A protocol query model as a query string (`?a=1&b=x`, or empty): only the fields ctl set."""
+    fields = {k: str(v).lower() if isinstance(v, bool) else v
+              for k, v in body(request).items() if v is not None}
+    return "?" + urlencode(fields) if fields else ""
 
 
 @contextmanager

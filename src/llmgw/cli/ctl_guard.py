@@ -2,16 +2,36 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 
 from llmgw.cli import render
 from llmgw.cli.client import quote
-from llmgw.cli.context import CtlContext, body, options_for
-from llmgw.core.guard import Controversial, InputMode, JudgeFormat, OnFailure, Outcome, Policy
-from llmgw.core.protocol import EnableJudge, JudgmentRequest, SwitchRequest
+from llmgw.cli.context import CtlContext, body, options_for, query
+from llmgw.core.guard import (
+    Controversial,
+    Direction,
+    InputMode,
+    JudgeFormat,
+    JudgeSpec,
+    OnFailure,
+    Outcome,
+    Policy,
+    VerdictRecord,
+)
+from llmgw.core.protocol import (
+    DataList,
+    EnableJudge,
+    GuardOut,
+    JudgeStatusOut,
+    JudgmentRequest,
+    SwitchesOut,
+    SwitchRequest,
+    VerdictQuery,
+)
 
 guard_app = typer.Typer(help="Guard policies, judges and the verdict log.", no_args_is_help=True)
 policy_app = typer.Typer(help="Which traffic is judged, by which judges.", no_args_is_help=True)
@@ -28,16 +48,20 @@ def _split(text: str | None) -> list[str] | None:
     return None if text is None else [t.strip() for t in text.split(",") if t.strip()]
 
 
-def _policies_table(policies: list[dict[str, Any]]) -> None:
+def _checks(p: Policy) -> str:
+    """What a policy judges: input, output or input+output, and whether input runs in parallel."""
+    checks = "+".join(d for d, on in ((Direction.INPUT, p.input), (Direction.OUTPUT, p.output)) if on)
+    return checks + (" (parallel)" if p.input and p.input_mode == InputMode.PARALLEL else "")
+
+
+def _policies_table(policies: Sequence[Policy]) -> None:
     render.table(
         "policies",
         ["name", "on", "models", "keys", "checks", "judges", "blocks", "controversial", "budget ms",
          "on failure", "by"],
-        [[p["name"], "yes" if p["enabled"] else "no", ",".join(p["models"]), ",".join(p["keys"]),
-          "+".join(d for d in ("input", "output") if p[d]) + (" (parallel)" if p["input"] and
-                                                              p["input_mode"] == "parallel" else ""),
-          ",".join(p["judges"]), ",".join(p["block_categories"]) or "all", p["controversial"],
-          p["budget_ms"], p["on_failure"], p["by"]] for p in policies],
+        [[p.name, "yes" if p.enabled else "no", ",".join(p.models), ",".join(p.keys), _checks(p),
+          ",".join(p.judges), ",".join(p.block_categories) or "all", p.controversial, p.budget_ms,
+          p.on_failure, p.by] for p in policies],
     )
 
 
@@ -46,20 +70,20 @@ def guard_status(ctx: typer.Context) -> None:
     """Whether the guard is on, and its policies."""
     ctl = CtlContext.of(ctx)
 
-    def table(d: dict[str, Any]) -> None:
-        render.console.print(f"guard: {'on' if d['guard_enabled'] else 'OFF'}; prompt text in the "
-                             f"verdict log: {'on' if d['log_prompts'] else 'off'}", highlight=False)
-        _policies_table(d["policies"])
+    def table(d: GuardOut) -> None:
+        render.console.print(f"guard: {'on' if d.guard_enabled else 'OFF'}; prompt text in the "
+                             f"verdict log: {'on' if d.log_prompts else 'off'}", highlight=False)
+        _policies_table(d.policies)
 
-    ctl.show(ctl.call("GET", "/admin/v1/guard"), table)
+    ctl.show_as(GuardOut, ctl.call("GET", "/admin/v1/guard"), table)
 
 
 def _switch(ctl: CtlContext, name: str, on: bool) -> None:
     request = SwitchRequest(guard_enabled=on) if name == "guard_enabled" else SwitchRequest(log_prompts=on)
     data = ctl.call("POST", "/admin/v1/guard/switches", body(request))
-    ctl.show(data, lambda d: render.console.print(
-        f"guard {'on' if d['guard_enabled'] else 'off'}; prompt logging "
-        f"{'on' if d['log_prompts'] else 'off'}", highlight=False))
+    ctl.show_as(SwitchesOut, data, lambda d: render.console.print(
+        f"guard {'on' if d.guard_enabled else 'off'}; prompt logging "
+        f"{'on' if d.log_prompts else 'off'}", highlight=False))
 
 
 @guard_app.command("on")
@@ -84,14 +108,16 @@ def guard_log_prompts(ctx: typer.Context, on: Annotated[bool, typer.Argument(hel
 def policy_list(ctx: typer.Context) -> None:
     """All guard policies."""
     ctl = CtlContext.of(ctx)
-    ctl.show(ctl.call("GET", "/admin/v1/guard/policies"), lambda d: _policies_table(d["data"]))
+    ctl.show_as(DataList[Policy], ctl.call("GET", "/admin/v1/guard/policies"),
+                lambda d: _policies_table(d.data))
 
 
 @policy_app.command("show")
 def policy_show(ctx: typer.Context, name: str) -> None:
     """One policy."""
     ctl = CtlContext.of(ctx)
-    ctl.show(ctl.call("GET", f"/admin/v1/guard/policies/{quote(name)}"), lambda p: _policies_table([p]))
+    ctl.show_as(Policy, ctl.call("GET", f"/admin/v1/guard/policies/{quote(name)}"),
+                lambda p: _policies_table([p]))
 
 
 @policy_app.command("set")
@@ -134,11 +160,11 @@ def policy_set(
     with options_for(POLICY_OPTIONS):
         policy = Policy(name=name, **fields)
 
-    def saved(p: dict[str, Any]) -> None:
-        render.console.print(f"policy {p['name']} saved (by {p['by']})", highlight=False)
+    def saved(p: Policy) -> None:
+        render.console.print(f"policy {p.name} saved (by {p.by})", highlight=False)
         _policies_table([p])
 
-    ctl.show(ctl.call("PUT", f"/admin/v1/guard/policies/{quote(name)}", body(policy)), saved)
+    ctl.show_as(Policy, ctl.call("PUT", f"/admin/v1/guard/policies/{quote(name)}", body(policy)), saved)
 
 
 @policy_app.command("remove")
@@ -165,9 +191,9 @@ def judge_enable(
     with options_for({"repo": "--repo", "file": "--file", "name": "--name"}):
         request = EnableJudge(repo=repo, file=file, name=name, format=format, gpu=gpu)
     data = ctl.call("POST", "/admin/v1/guard/judges", body(request))
-    ctl.show(data, lambda j: render.console.print(
-        f"judge {j['name']} enabled ({j['format']} format); name it in a policy: "
-        f"llmgw ctl guard policy set NAME --judges {j['name']}", highlight=False))
+    ctl.show_as(JudgeSpec, data, lambda j: render.console.print(
+        f"judge {j.name} enabled ({j.format} format); name it in a policy: "
+        f"llmgw ctl guard policy set NAME --judges {j.name}", highlight=False))
 
 
 @judge_app.command("status")
@@ -175,18 +201,18 @@ def judge_status(ctx: typer.Context) -> None:
     """Per judge: known or enabled, in the catalog, replicas ready, keeper state, latency."""
     ctl = CtlContext.of(ctx)
 
-    def table(d: dict[str, Any]) -> None:
+    def table(d: DataList[JudgeStatusOut]) -> None:
         render.table(
             "judges",
             ["judge", "source", "in catalog", "ready", "keeper", "p50 ms", "p99 ms", "note"],
-            [[j["judge"], j["source"], "yes" if j["in_catalog"] else "no", j["replicas_ready"],
-              j["keeper"], j["p50_ms"], j["p99_ms"], j["note"]] for j in d["data"]],
+            [[j.judge, j.source, "yes" if j.in_catalog else "no", j.replicas_ready, j.keeper,
+              j.p50_ms, j.p99_ms, j.note] for j in d.data],
         )
-        leader = next((j["keeper_server"] for j in d["data"] if j.get("keeper_server")), None)
+        leader = next((j.keeper_server for j in d.data if j.keeper_server), None)
         if leader:
             render.console.print(f"keeper: the leader's, on server {leader}", highlight=False)
 
-    ctl.show(ctl.call("GET", "/admin/v1/guard/judges"), table)
+    ctl.show_as(DataList[JudgeStatusOut], ctl.call("GET", "/admin/v1/guard/judges"), table)
 
 
 @guard_app.command("verdicts")
@@ -200,17 +226,17 @@ def verdicts(
 ) -> None:
     """The verdict log, newest first."""
     ctl = CtlContext.of(ctx)
-    query = "&".join(f"{k}={quote(str(v))}" for k, v in
-                     {"policy": policy, "judge": judge, "outcome": outcome, "since": since,
-                      "limit": limit}.items() if v is not None)
-    ctl.show(
-        ctl.call("GET", "/admin/v1/guard/verdicts?" + query),
+    given = {"policy": policy, "judge": judge, "outcome": outcome, "since": since}
+    with options_for({"since": "--since", "limit": "--limit"}):
+        filters = VerdictQuery(limit=limit, **{k: v for k, v in given.items() if v is not None})
+    ctl.show_as(
+        DataList[VerdictRecord],
+        ctl.call("GET", "/admin/v1/guard/verdicts" + query(filters)),
         lambda d: render.table(
             "verdicts",
             ["at", "policy", "judge", "dir", "outcome", "categories", "let through", "ms", "model", "key"],
-            [[v["at"][:19], v["policy"], v["judge"], v["direction"], v["outcome"],
-              ",".join(v["categories"]), "yes" if v["let_through"] else "", v["latency_ms"],
-              v["model"], v["key"]] for v in d["data"]],
+            [[render.when(v.at), v.policy, v.judge, v.direction, v.outcome, ",".join(v.categories),
+              "yes" if v.let_through else "", v.latency_ms, v.model, v.key] for v in d.data],
         ),
     )
 

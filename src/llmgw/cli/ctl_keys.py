@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from collections.abc import Sequence
+from typing import Annotated
 
 import typer
 
 from llmgw.cli import render
 from llmgw.cli.client import quote
-from llmgw.cli.context import CtlContext, body, options_for
-from llmgw.core.protocol import KeyRequest
+from llmgw.cli.context import CtlContext, body, options_for, query
+from llmgw.core.protocol import DataList, KeyCreated, KeyOut, KeyRequest, KeyRevoked, UsageQuery, UsageRowOut
 from llmgw.core.types import KeyScope, Limits
 
 key_app = typer.Typer(help="API keys: shown once, stored hashed.", no_args_is_help=True)
@@ -27,23 +28,22 @@ def _limits(rpm: int | None, tpm: int | None, concurrent: int | None, per_day: i
     return {k: v for k, v in values.items() if v is not None}
 
 
-def _limits_text(limits: dict[str, Any]) -> str:
-    return ", ".join(f"{k} {v}" for k, v in limits.items() if v is not None) or "-"
+def _limits_text(limits: Limits) -> str:
+    return ", ".join(f"{k} {v}" for k, v in limits.model_dump().items() if v is not None) or "-"
 
 
-def _keys_table(keys: list[dict[str, Any]]) -> None:
+def _keys_table(keys: Sequence[KeyOut]) -> None:
     render.table(
         "keys",
         ["id", "name", "key", "scope", "models", "limits", "expires", "revoked", "by", "note"],
-        [[k["id"], k["name"], k["label"], k["scope"], ",".join(k["models"]) or "all",
-          _limits_text(k["limits"]), (k["expires_at"] or "never")[:19], "yes" if k["revoked"] else "",
-          k["by"], k["note"]] for k in keys],
+        [[k.id, k.name, k.label, k.scope, ",".join(k.models) or "all", _limits_text(k.limits),
+          render.when(k.expires_at, "never"), "yes" if k.revoked else "", k.by, k.note] for k in keys],
     )
 
 
-def _shown_once(k: dict[str, Any]) -> None:
-    render.console.print(f"key {k['name']} ({k['id']}), scope {k['scope']}, limits "
-                         f"{_limits_text(k['limits'])}\n\n  {k['key']}\n\nshown once: store it now",
+def _shown_once(k: KeyCreated) -> None:
+    render.console.print(f"key {k.name} ({k.id}), scope {k.scope}, limits "
+                         f"{_limits_text(k.limits)}\n\n  {k.key}\n\nshown once: store it now",
                          highlight=False)
 
 
@@ -70,21 +70,21 @@ def key_create(
             name=name, scope=scope, models=[m.strip() for m in (models or "").split(",") if m.strip()],
             expires_in_days=expires_in_days, note=note,
             limits=Limits(**_limits(rpm, tpm, concurrent, tokens_per_day, tokens_per_month)))
-    ctl.show(ctl.call("POST", "/admin/v1/keys", body(request)), _shown_once)
+    ctl.show_as(KeyCreated, ctl.call("POST", "/admin/v1/keys", body(request)), _shown_once)
 
 
 @key_app.command("list")
 def key_list(ctx: typer.Context) -> None:
     """Every key (prefix and last four characters only)."""
     ctl = CtlContext.of(ctx)
-    ctl.show(ctl.call("GET", "/admin/v1/keys"), lambda d: _keys_table(d["data"]))
+    ctl.show_as(DataList[KeyOut], ctl.call("GET", "/admin/v1/keys"), lambda d: _keys_table(d.data))
 
 
 @key_app.command("show")
 def key_show(ctx: typer.Context, key: KeyRef) -> None:
     """One key."""
     ctl = CtlContext.of(ctx)
-    ctl.show(ctl.call("GET", f"/admin/v1/keys/{quote(key)}"), lambda k: _keys_table([k]))
+    ctl.show_as(KeyOut, ctl.call("GET", f"/admin/v1/keys/{quote(key)}"), lambda k: _keys_table([k]))
 
 
 @key_app.command("revoke")
@@ -93,19 +93,19 @@ def key_revoke(ctx: typer.Context, key: KeyRef) -> None:
     within its refresh interval."""
     ctl = CtlContext.of(ctx)
 
-    def said(k: dict[str, Any]) -> None:
-        beneath = k.get("revoked_beneath", 0)
+    def said(k: KeyRevoked) -> None:
+        beneath = k.revoked_beneath
         also = f", and {beneath} key{'s' if beneath != 1 else ''} minted beneath it" if beneath else ""
-        render.console.print(f"revoked {k['name']} ({k['label']}){also}", highlight=False)
+        render.console.print(f"revoked {k.name} ({k.label}){also}", highlight=False)
 
-    ctl.show(ctl.call("POST", f"/admin/v1/keys/{quote(key)}/revoke"), said)
+    ctl.show_as(KeyRevoked, ctl.call("POST", f"/admin/v1/keys/{quote(key)}/revoke"), said)
 
 
 @key_app.command("rotate")
 def key_rotate(ctx: typer.Context, key: KeyRef) -> None:
     """A new secret with the same settings; the old one is revoked."""
     ctl = CtlContext.of(ctx)
-    ctl.show(ctl.call("POST", f"/admin/v1/keys/{quote(key)}/rotate"), _shown_once)
+    ctl.show_as(KeyCreated, ctl.call("POST", f"/admin/v1/keys/{quote(key)}/rotate"), _shown_once)
 
 
 @limits_app.command("default")
@@ -128,7 +128,8 @@ def limits_default(
         data = ctl.call("PUT", "/admin/v1/limits/default", body(limits))
     else:
         data = ctl.call("GET", "/admin/v1/limits/default")
-    ctl.show(data, lambda d: render.console.print(f"default limits: {_limits_text(d)}", highlight=False))
+    ctl.show_as(Limits, data, lambda d: render.console.print(f"default limits: {_limits_text(d)}",
+                                                             highlight=False))
 
 
 def usage(
@@ -139,11 +140,11 @@ def usage(
 ) -> None:
     """Requests, tokens, errors and guard blocks per key, model and day."""
     ctl = CtlContext.of(ctx)
-    query = "&".join(f"{k}={quote(v)}" for k, v in
-                     {"key": key, "model": model, "since": since}.items() if v)
-    ctl.show(ctl.call("GET", "/admin/v1/usage?" + query), lambda d: render.table(
+    filters = UsageQuery(**{k: v for k, v in {"key": key, "model": model, "since": since}.items() if v})
+    answer = ctl.call("GET", "/admin/v1/usage" + query(filters))
+    ctl.show_as(DataList[UsageRowOut], answer, lambda d: render.table(
         "usage",
         ["day", "key", "model", "requests", "prompt tokens", "completion tokens", "errors", "blocked"],
-        [[u["day"], u["key_id"], u["model"], u["requests"], u["prompt_tokens"],
-          u["completion_tokens"], u["errors"], u["blocked"]] for u in d["data"]],
+        [[u.day, u.key_id, u.model, u.requests, u.prompt_tokens, u.completion_tokens, u.errors,
+          u.blocked] for u in d.data],
     ))

@@ -3,15 +3,34 @@
 from __future__ import annotations
 
 import shlex
-from typing import Annotated, Any
+from collections.abc import Sequence
+from typing import Annotated
 
 import typer
 
 from llmgw.cli import render
 from llmgw.cli.client import quote
-from llmgw.cli.context import CtlContext, body, options_for
-from llmgw.core.protocol import ScaleRequest
-from llmgw.core.types import Engine, LocalSource, Model, Profile, ProviderApi, RemoteSource, Scaling
+from llmgw.cli.context import CtlContext, body, options_for, query
+from llmgw.core.protocol import (
+    ClusterOut,
+    DataList,
+    FitOut,
+    ModelOut,
+    ReplicaQuery,
+    ResourcesOut,
+    ScaleRequest,
+)
+from llmgw.core.types import (
+    Engine,
+    HubSource,
+    LocalSource,
+    Model,
+    Profile,
+    ProviderApi,
+    RemoteSource,
+    Replica,
+    Scaling,
+)
 
 model_app = typer.Typer(help="The model catalog.", no_args_is_help=True)
 replica_app = typer.Typer(help="Running engine processes.", no_args_is_help=True)
@@ -25,40 +44,28 @@ MODEL_OPTIONS = {"Model.name": "NAME", "path": "--path", "base_url": "--base-url
                  "Scaling.min": "--min", "Scaling.max": "--max"}
 
 
-def _source(m: dict[str, Any]) -> str:
-    s = m["source"]
-    if s["kind"] == "hf":
-        return f"hf:{s['repo']}/{s['file']}@{s['revision']}"
-    if s["kind"] == "local":
-        return str(s["path"])
-    # An entry written by a server older than the dialects has no `api`: it was OpenAI-compatible.
-    return f"{s['base_url']} ({s.get('api', 'openai')})"
+def _source(m: Model) -> str:
+    s = m.source
+    if isinstance(s, HubSource):
+        return f"hf:{s.repo}/{s.file}@{s.revision}"
+    if isinstance(s, LocalSource):
+        return s.path
+    return f"{s.base_url} ({s.api})"
 
 
 @model_app.command("list")
 def model_list(ctx: typer.Context) -> None:
     """List catalog models and their state (cold, loading on NODE, ready, idle 3m)."""
     ctl = CtlContext.of(ctx)
-    data = ctl.call("GET", "/admin/v1/models")
-    ctl.show(
-        data,
+    ctl.show_as(
+        DataList[ModelOut],
+        ctl.call("GET", "/admin/v1/models"),
         lambda d: render.table(
             "models",
             ["name", "source", "profiles", "min", "max", "idle", "state", "by", "updated"],
-            [
-                [
-                    m["name"],
-                    _source(m),
-                    ", ".join(p["name"] for p in m["profiles"]) or "-",
-                    m["scaling"]["min"],
-                    m["scaling"]["max"],
-                    idle_text(m["scaling"].get("idle_s")),
-                    m.get("state", ""),  # a server older than on-demand models sends none
-                    m["by"],
-                    (m["updated_at"] or "")[:19],
-                ]
-                for m in d["data"]
-            ],
+            [[m.name, _source(m), ", ".join(p.name for p in m.profiles) or "-", m.scaling.min,
+              m.scaling.max, idle_text(m.scaling.idle_s), m.state, m.by, render.when(m.updated_at)]
+             for m in d.data],
         ),
     )
 
@@ -126,7 +133,7 @@ def model_add(
         model = Model(name=name, source=source, profiles=profiles, scaling=Scaling(
             min=min_replicas if on_node else 0, max=max(max_replicas or min_replicas, min_replicas)))
     data = ctl.call("POST", "/admin/v1/models", body(model))
-    ctl.show(data, lambda m: render.console.print(f"added {m['name']} (by {m['by']})"))
+    ctl.show_as(Model, data, lambda m: render.console.print(f"added {m.name} (by {m.by})"))
 
 
 @model_app.command("remove")
@@ -187,59 +194,52 @@ def model_scale(
         request = (ScaleRequest(min=min_replicas, max=max_replicas) if idle is None
                    else ScaleRequest(min=min_replicas, max=max_replicas, idle_s=idle_s))
     data = ctl.call("POST", f"/admin/v1/models/{quote(name)}/scale", body(request))
-    ctl.show(
-        data,
-        lambda m: render.console.print(
-            f"{m['name']}: min {m['scaling']['min']}, max {m['scaling']['max']}, idle "
-            f"{idle_text(m['scaling'].get('idle_s'))} (by {m['by']})", highlight=False,
-        ),
-    )
+    ctl.show_as(Model, data, lambda m: render.console.print(
+        f"{m.name}: min {m.scaling.min}, max {m.scaling.max}, idle {idle_text(m.scaling.idle_s)} "
+        f"(by {m.by})", highlight=False))
 
 
-def _resources_table(d: dict[str, Any]) -> None:
-    m = d["model"]
-    render.console.print(f"[bold]{m['name']}[/]  source {_source(m)}  scaling "
-                         f"{m['scaling']['min']}..{m['scaling']['max']}  idle "
-                         f"{idle_text(m['scaling'].get('idle_s'))}  by {m['by']}")
-    est = d.get("estimates", {})
+def _resources_table(d: ResourcesOut) -> None:
+    m = d.model
+    render.console.print(f"[bold]{m.name}[/]  source {_source(m)}  scaling "
+                         f"{m.scaling.min}..{m.scaling.max}  idle {idle_text(m.scaling.idle_s)}  by {m.by}")
+    est = d.estimates
     render.table(
         "profiles",
         ["name", "engine", "cores", "memory GB", "estimate (GiB)", "args"],
-        [[p["name"], p["engine"], p["cpu_cores"], p["min_memory_gb"],
-          est[p["name"]]["describe"] if p["name"] in est else "-", " ".join(p["args"])]
-         for p in m["profiles"]],
+        [[p.name, p.engine, p.cpu_cores, p.min_memory_gb,
+          est[p.name].describe if p.name in est else "-", " ".join(p.args)] for p in m.profiles],
     )
     render.table(
         "placement",
         ["profile", "node", "fits", "why not", "running", "one more"],
-        [[f["profile"], f["node_id"], "yes" if f["fits"] else "no", f["reason"] or "",
-          f["running"], _one_more(f)] for f in d["placement"]],
+        [[f.profile, f.node_id, "yes" if f.fits else "no", f.reason or "", f.running, _one_more(f)]
+         for f in d.placement],
     )
-    _replicas_table(d["replicas"])
-    if d.get("evictions"):
+    _replicas_table(d.replicas)
+    if d.evictions:
         render.table(
             "swaps (replicas stopped to make room)",
             ["at", "replica", "of", "on", "for", "why"],
-            [[e["at"], e["replica"], e["model"], e["node"], e["room_for"], e["reason"]]
-             for e in d["evictions"]],
+            [[render.when(e.at), e.replica, e.model, e.node, e.room_for, e.reason] for e in d.evictions],
         )
 
 
-def _one_more(fit: dict[str, Any]) -> str:
+def _one_more(fit: FitOut) -> str:
     """Whether one more replica fits now; its reason only when "why not" does not say it."""
-    if fit["one_more"]:
+    if fit.one_more:
         return "yes"
-    if fit["one_more_reason"] == fit["reason"]:
+    if fit.one_more_reason == fit.reason:
         return "no"
-    return f"no: {fit['one_more_reason']}"
+    return f"no: {fit.one_more_reason}"
 
 
-def _replicas_table(replicas: list[dict[str, Any]]) -> None:
+def _replicas_table(replicas: Sequence[Replica]) -> None:
     render.table(
         "replicas",
         ["id", "model", "node", "profile", "state", "endpoint", "restarts", "last error"],
-        [[r["id"], r["model"], r["node_id"] or "-", r["profile"] or "-", r["state"],
-          r["endpoint"] or "", r["restarts"], _first_line(r["last_error"])] for r in replicas],
+        [[r.id, r.model, r.node_id or "-", r.profile or "-", r.state, r.endpoint or "", r.restarts,
+          _first_line(r.last_error)] for r in replicas],
     )
 
 
@@ -251,7 +251,7 @@ def _first_line(text: str | None) -> str:
 def model_resources(ctx: typer.Context, name: str) -> None:
     """Profiles, where each fits, replicas, and why a replica is pending."""
     ctl = CtlContext.of(ctx)
-    ctl.show(ctl.call("GET", f"/admin/v1/models/{quote(name)}/resources"), _resources_table)
+    ctl.show_as(ResourcesOut, ctl.call("GET", f"/admin/v1/models/{quote(name)}/resources"), _resources_table)
 
 
 @replica_app.command("list")
@@ -260,8 +260,8 @@ def replica_list(
 ) -> None:
     """List replicas and their state."""
     ctl = CtlContext.of(ctx)
-    path = "/admin/v1/replicas" + (f"?model={quote(model)}" if model else "")
-    ctl.show(ctl.call("GET", path), lambda d: _replicas_table(d["data"]))
+    path = "/admin/v1/replicas" + query(ReplicaQuery(model=model) if model else ReplicaQuery())
+    ctl.show_as(DataList[Replica], ctl.call("GET", path), lambda d: _replicas_table(d.data))
 
 
 @cluster_app.command("status")
@@ -269,29 +269,27 @@ def cluster_status(ctx: typer.Context) -> None:
     """The servers, which one leads at which epoch, and when its lease expires."""
     ctl = CtlContext.of(ctx)
 
-    def text(d: dict[str, Any]) -> None:
-        lease = d["lease"]
+    def text(d: ClusterOut) -> None:
         render.table(
             "servers",
             ["id", "url", "state", "leader", "started", "last seen"],
-            [[s["id"] + (" (this one)" if s["id"] == d["server"] else ""), s["url"],
-              s.get("state", "live"), "yes" if s["leader"] else "", s["started_at"][:19],
-              f"{s['seen_s_ago']:g}s ago"]
-             for s in d.get("servers", [])],
+            [[s.id + (" (this one)" if s.id == d.server else ""), s.url, s.state,
+              "yes" if s.leader else "", s.started_at[:19], f"{s.seen_s_ago:g}s ago"]
+             for s in d.servers],
         )
         render.console.print(
-            f"server {d['server']} ({d['database']}): "
-            f"{'leader at epoch ' + str(d['epoch']) if d['leading'] else 'not the leader'}",
+            f"server {d.server} ({d.database}): "
+            f"{'leader at epoch ' + str(d.epoch) if d.leading else 'not the leader'}",
             highlight=False,
         )
-        if lease:
-            render.console.print(f"lease: {lease['holder']}, epoch {lease['epoch']}, expires "
-                                 f"{lease['expires_at'][:23]}", highlight=False)
-        elif d["database"] == "sqlite":
+        if d.lease:
+            render.console.print(f"lease: {d.lease.holder}, epoch {d.lease.epoch}, expires "
+                                 f"{d.lease.expires_at[:23]}", highlight=False)
+        elif d.database == "sqlite":
             render.console.print("lease: none (on SQLite the one server is always the leader)",
                                  highlight=False)
-        if d.get("last_reconcile_at"):
-            render.console.print(f"replica keeper: last pass {d['last_reconcile_at'][:23]}",
+        if d.last_reconcile_at:
+            render.console.print(f"replica keeper: last pass {d.last_reconcile_at[:23]}",
                                  highlight=False)
 
-    ctl.show(ctl.call("GET", "/admin/v1/cluster"), text)
+    ctl.show_as(ClusterOut, ctl.call("GET", "/admin/v1/cluster"), text)
