@@ -63,7 +63,7 @@ async def delete_policy(call: Call[None, None]) -> Removed:
 
 
 async def judges(call: Call[None, None]) -> DataList[JudgeStatusOut]:
-    return DataList(data=[JudgeStatusOut.model_validate(j) for j in await call.app[JUDGE_STATUS]()])
+    return DataList(data=await call.app[JUDGE_STATUS]())
 
 
 async def enable_judge(call: Call[EnableJudge, None]) -> JudgeSpec:
