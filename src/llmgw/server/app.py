@@ -28,6 +28,7 @@ from llmgw.api.appkeys import (
     METRICS_PUBLIC,
     NODES,
 )
+from llmgw.api.console import routes as console
 from llmgw.api.endpoints import bind
 from llmgw.api.errors import openai_errors
 from llmgw.control.agents import AgentService
@@ -191,6 +192,8 @@ class Server:
 
         app[CHANGES] = next_revision
         app.add_routes(bind(routes.ENDPOINTS))
+        if s.ui:
+            console.mount(app, s.key_secret)
 
         async def lifecycle(_app: web.Application) -> AsyncIterator[None]:
             await client.start()

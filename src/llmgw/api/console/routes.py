@@ -1,0 +1,99 @@
+"""The console's route table and the sub-application `server run` mounts at `/ui`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from aiohttp import web
+
+from llmgw.api.console import (
+    pages_guard,
+    pages_keys,
+    pages_models,
+    pages_nodes,
+    pages_overview,
+    pages_playground,
+    pages_signin,
+    pages_usage,
+    security,
+)
+from llmgw.api.console.access import ROOT, SESSIONS, Need, PageHandler, guarded
+from llmgw.api.console.session import Sessions, console_secret
+from llmgw.api.console.traffic import Traffic
+
+PREFIX = "/ui"
+STATIC = Path(__file__).parent / "static"
+
+
+@dataclass(frozen=True)
+class Route:
+    method: str
+    path: str  # below /ui
+    handler: PageHandler
+    need: Need
+
+
+ROUTES: tuple[Route, ...] = (
+    Route("GET", "/signin", pages_signin.signin_form, Need.PUBLIC),
+    Route("POST", "/signin", pages_signin.signin, Need.PUBLIC),
+    Route("POST", "/signout", pages_signin.signout, Need.SIGNED),
+    Route("GET", "/", pages_overview.overview, Need.SIGNED),
+    Route("GET", "/live/overview", pages_overview.live, Need.SIGNED),
+    Route("GET", "/models", pages_models.models, Need.ADMIN),
+    Route("POST", "/models/add", pages_models.add_model, Need.ADMIN),
+    Route("POST", "/models/serve", pages_models.serve, Need.ADMIN),
+    Route("POST", "/models/{name:.+}/scale", pages_models.scale, Need.ADMIN),
+    Route("POST", "/models/{name:.+}/remove", pages_models.remove, Need.ADMIN),
+    Route("GET", "/models/{name:.+}", pages_models.resources, Need.ADMIN),
+    Route("GET", "/jobs/{id}/progress", pages_models.job_progress, Need.ADMIN),
+    Route("GET", "/nodes", pages_nodes.nodes, Need.ADMIN),
+    Route("GET", "/live/nodes", pages_nodes.live, Need.ADMIN),
+    Route("POST", "/nodes/labels", pages_nodes.label, Need.ADMIN),
+    Route("POST", "/nodes/join-token", pages_nodes.join_token, Need.ADMIN),
+    Route("POST", "/nodes/{id}/{action}", pages_nodes.act, Need.ADMIN),
+    Route("GET", "/guard", pages_guard.guard, Need.ADMIN),
+    Route("POST", "/guard/switches", pages_guard.switch, Need.ADMIN),
+    Route("GET", "/guard/new-policy", pages_guard.new_policy, Need.ADMIN),
+    Route("POST", "/guard/policies", pages_guard.save_policy, Need.ADMIN),
+    Route("GET", "/guard/policies/{name}", pages_guard.policy, Need.ADMIN),
+    Route("POST", "/guard/policies/{name}/remove", pages_guard.remove_policy, Need.ADMIN),
+    Route("GET", "/guard/verdicts", pages_guard.verdicts, Need.ADMIN),
+    Route("POST", "/guard/judgment", pages_guard.judgment, Need.ADMIN),
+    Route("GET", "/keys", pages_keys.keys, Need.SIGNED),
+    Route("POST", "/keys", pages_keys.create, Need.SIGNED),
+    Route("POST", "/keys/{id}/revoke", pages_keys.revoke, Need.SIGNED),
+    Route("POST", "/keys/{id}/rotate", pages_keys.rotate, Need.ADMIN),
+    Route("GET", "/usage", pages_usage.usage, Need.SIGNED),
+    Route("GET", "/usage/data", pages_usage.usage_data, Need.SIGNED),
+    Route("GET", "/playground", pages_playground.playground, Need.SIGNED),
+    Route("POST", "/playground/chat", pages_playground.chat, Need.SIGNED),
+    Route("GET", "/playground/verdicts", pages_playground.verdicts, Need.ADMIN),
+)
+
+
+def console(root: web.Application, sessions: Sessions) -> web.Application:
+    """The console as a sub-application of `root` (whose services it reads); mount it with
+    `root.add_subapp(PREFIX, console(root, sessions))`."""
+    # Request bodies are bounded by the server's own client_max_size (the request is the root's).
+    app = web.Application(middlewares=[security.html_errors])
+    app[ROOT] = root
+    app[SESSIONS] = sessions
+    app[pages_overview.TRAFFIC] = Traffic()
+    for route in ROUTES:
+        app.router.add_route(route.method, route.path, guarded(route.need, route.handler))
+    app.router.add_static("/static", STATIC)
+    app.on_response_prepare.append(security.add_headers)
+    return app
+
+
+async def _home(_request: web.Request) -> web.Response:
+    return web.Response(status=308, headers={"Location": PREFIX + "/", "Cache-Control": "no-store",
+                                             **security.HEADERS})
+
+
+def mount(root: web.Application, key_secret_hex: str) -> None:
+    """Serve the console at /ui on `root`, its sessions signed with a secret derived from the
+    install's key secret (so every server of the install accepts them)."""
+    root.router.add_get(PREFIX, _home)
+    root.add_subapp(PREFIX, console(root, Sessions(console_secret(key_secret_hex))))
