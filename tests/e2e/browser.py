@@ -1,0 +1,130 @@
+"""A real headless Chromium for the console's tests: fixtures, condition waits and screenshots.
+
+Chromium and chromedriver come from Debian's packages (scripts/common.sh `ensure_chromium`
+installs them and exports LLMGW_CHROMIUM and LLMGW_CHROMEDRIVER). A missing browser fails the
+tests: it never skips them.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pytest
+from selenium import webdriver
+from selenium.common.exceptions import TimeoutException, WebDriverException
+from selenium.webdriver.chrome.service import Service
+from selenium.webdriver.common.by import By
+from selenium.webdriver.remote.webelement import WebElement
+from selenium.webdriver.support.ui import WebDriverWait
+
+SCREENSHOTS = Path(__file__).resolve().parents[2] / "docs" / "screenshots"
+DESKTOP = (1280, 900)
+PHONE = (390, 844)
+# Offline and quiet: no update checks, sync or first-run pages making requests of their own.
+FLAGS = ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+         "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+
+T = TypeVar("T")
+
+
+def chromium_paths() -> tuple[str, str]:
+    """The browser and driver executables; an assertion error naming what is missing."""
+    browser = os.environ.get("LLMGW_CHROMIUM", "/usr/bin/chromium")
+    driver = os.environ.get("LLMGW_CHROMEDRIVER", "/usr/bin/chromedriver")
+    for what, path in (("chromium", browser), ("chromedriver", driver)):
+        assert os.access(path, os.X_OK), (
+            f"{what} not found at {path}: run the tests through scripts/test.sh (it installs "
+            "chromium and chromium-driver) or set LLMGW_CHROMIUM / LLMGW_CHROMEDRIVER")
+    return browser, driver
+
+
+def chrome(profile: Path, size: tuple[int, int], *, dark: bool = False,
+           mobile: bool = False) -> webdriver.Chrome:
+    """A headless Chromium with its own profile directory, its viewport `size` wide and high."""
+    binary, driver_path = chromium_paths()
+    options = webdriver.ChromeOptions()
+    options.binary_location = binary
+    for flag in [*FLAGS, f"--user-data-dir={profile}", f"--window-size={size[0]},{size[1]}"]:
+        options.add_argument(flag)
+    driver = webdriver.Chrome(service=Service(executable_path=driver_path), options=options)
+    try:
+        # The window has a minimum width; the device metrics make the page itself `size`.
+        driver.execute_cdp_cmd("Emulation.setDeviceMetricsOverride", {
+            "width": size[0], "height": size[1], "deviceScaleFactor": 1, "mobile": mobile})
+        if dark:
+            driver.execute_cdp_cmd("Emulation.setEmulatedMedia", {
+                "features": [{"name": "prefers-color-scheme", "value": "dark"}]})
+    except WebDriverException:
+        driver.quit()
+        raise
+    return driver
+
+
+@pytest.fixture(scope="module")
+def browser(tmp_path_factory: pytest.TempPathFactory) -> Iterator[webdriver.Chrome]:
+    """A desktop browser (1280x900), shared by a module's tests."""
+    driver = chrome(tmp_path_factory.mktemp("chromium-desktop"), DESKTOP)
+    yield driver
+    driver.quit()
+
+
+@pytest.fixture(scope="module")
+def phone(tmp_path_factory: pytest.TempPathFactory) -> Iterator[webdriver.Chrome]:
+    """A phone-sized browser (390x844) preferring the dark colour scheme."""
+    driver = chrome(tmp_path_factory.mktemp("chromium-phone"), PHONE, dark=True, mobile=True)
+    yield driver
+    driver.quit()
+
+
+def wait_until(driver: webdriver.Chrome, what: str, check: Callable[[webdriver.Chrome], T | None],
+               timeout_s: float = 30) -> T:
+    """The first truthy value of `check(driver)`; fails naming `what` and the page on timeout."""
+    try:
+        return WebDriverWait(driver, timeout_s, poll_frequency=0.1).until(
+            lambda d: check(d) or False, message=what)
+    except TimeoutException as exc:
+        raise AssertionError(
+            f"timed out after {timeout_s}s waiting for {what} at {driver.current_url}") from exc
+
+
+def find(driver: webdriver.Chrome, css: str, timeout_s: float = 30) -> WebElement:
+    """The element matching `css`, once it is in the page."""
+    def present(d: webdriver.Chrome) -> WebElement | None:
+        found = d.find_elements(By.CSS_SELECTOR, css)
+        return found[0] if found else None
+
+    return wait_until(driver, f"an element {css!r}", present, timeout_s)
+
+
+def text_of(driver: webdriver.Chrome, css: str) -> str:
+    """The visible text of the first element matching `css` ("" when there is none)."""
+    found = driver.find_elements(By.CSS_SELECTOR, css)
+    return found[0].text.strip() if found else ""
+
+
+def page_loaded(driver: webdriver.Chrome, path: str) -> None:
+    """Wait until the browser shows `path` (a URL path such as /ui/keys) fully loaded."""
+    def loaded(d: webdriver.Chrome) -> bool:
+        ready = d.execute_script("return document.readyState") == "complete"
+        return ready and str(d.current_url).split("?")[0].endswith(path)
+
+    wait_until(driver, f"the page {path}", loaded)
+
+
+def screenshot(driver: webdriver.Chrome, name: str) -> Path:
+    """Save the viewport as docs/screenshots/NAME.png (the README shows these)."""
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    path = SCREENSHOTS / f"{name}.png"
+    # Fonts and images loaded, so the picture is the page a person sees.
+    wait_until(driver, "the page's fonts", lambda d: d.execute_script(
+        "return document.readyState === 'complete' && document.fonts.status === 'loaded'"))
+    assert driver.save_screenshot(str(path)), f"could not write {path}"
+    return path
+
+
+def cookies(driver: webdriver.Chrome) -> dict[str, dict[str, Any]]:
+    """The browser's cookies for the current site, by name."""
+    return {str(c["name"]): dict(c) for c in driver.get_cookies()}
