@@ -7,10 +7,17 @@ tests: it never skips them.
 
 from __future__ import annotations
 
+import http.client
+import json
 import os
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from email.message import Message
+from html.parser import HTMLParser
+from http.cookies import SimpleCookie
 from pathlib import Path
 from typing import Any, TypeVar
+from urllib.parse import urlencode, urlsplit
 
 import pytest
 from selenium import webdriver
@@ -49,6 +56,8 @@ def chrome(profile: Path, size: tuple[int, int], *, dark: bool = False,
     options.binary_location = binary
     for flag in [*FLAGS, f"--user-data-dir={profile}", f"--window-size={size[0]},{size[1]}"]:
         options.add_argument(flag)
+    # The console's messages (CSP violations land there) and every request the page made.
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL", "performance": "ALL"})
     driver = webdriver.Chrome(service=Service(executable_path=driver_path), options=options)
     try:
         # The window has a minimum width; the device metrics make the page itself `size`.
@@ -128,3 +137,95 @@ def screenshot(driver: webdriver.Chrome, name: str) -> Path:
 def cookies(driver: webdriver.Chrome) -> dict[str, dict[str, Any]]:
     """The browser's cookies for the current site, by name."""
     return {str(c["name"]): dict(c) for c in driver.get_cookies()}
+
+
+def requested_urls(driver: webdriver.Chrome) -> list[str]:
+    """Every URL the browser requested since the last call (documents, scripts, fetches)."""
+    urls = []
+    for entry in driver.get_log("performance"):
+        message = json.loads(entry["message"])["message"]
+        if message.get("method") == "Network.requestWillBeSent":
+            urls.append(str(message["params"]["request"]["url"]))
+    return urls
+
+
+def console_errors(driver: webdriver.Chrome) -> list[str]:
+    """The page console's errors since the last call: a CSP violation, a script error. An HTTP
+    error status is not one here (a 403 page is what some tests expect)."""
+    return [str(e["message"]) for e in driver.get_log("browser")
+            if e["level"] == "SEVERE" and "the server responded with a status of 4" not in e["message"]]
+
+
+class _Forms(HTMLParser):
+    """The CSRF token a page carries: a form's `csrf_token` field or htmx's `hx-headers`."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.token = ""
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        a = dict(attrs)
+        if tag == "input" and a.get("name") == "csrf_token" and a.get("value"):
+            self.token = self.token or str(a["value"])
+        elif a.get("hx-headers"):
+            token = json.loads(str(a["hx-headers"])).get("X-CSRF-Token")
+            self.token = self.token or str(token or "")
+
+
+def csrf_token(html: str) -> str:
+    """The CSRF token in a console page ("" when it has none)."""
+    parser = _Forms()
+    parser.feed(html)
+    return parser.token
+
+
+@dataclass
+class Reply:
+    status: int
+    headers: Message
+    text: str
+
+    def cookie_header(self, name: str) -> str:
+        """The Set-Cookie header setting `name` ("" when none does)."""
+        return next((h for h in self.headers.get_all("Set-Cookie") or []
+                     if h.split("=", 1)[0].strip() == name), "")
+
+
+@dataclass
+class Http:
+    """Plain HTTP to the console without a browser: cookies kept by name, redirects not followed."""
+
+    base: str
+    cookies: dict[str, str] = field(default_factory=dict)
+
+    def call(self, method: str, path: str, form: dict[str, str] | None = None,
+             headers: dict[str, str] | None = None) -> Reply:
+        host, port = urlsplit(self.base).netloc.split(":")
+        conn = http.client.HTTPConnection(host, int(port), timeout=60)
+        h = dict(headers or {})
+        if self.cookies:
+            h["Cookie"] = "; ".join(f"{k}={v}" for k, v in self.cookies.items())
+        body = None
+        if form is not None:
+            body = urlencode(form)
+            h["Content-Type"] = "application/x-www-form-urlencoded"
+        try:
+            conn.request(method, path, body=body, headers=h)
+            resp = conn.getresponse()
+            reply = Reply(resp.status, resp.headers, resp.read().decode(errors="replace"))
+        finally:
+            conn.close()
+        for header in reply.headers.get_all("Set-Cookie") or []:
+            jar: SimpleCookie = SimpleCookie(header)
+            for name, morsel in jar.items():
+                if morsel["max-age"] == "0" or not morsel.value:
+                    self.cookies.pop(name, None)
+                else:
+                    self.cookies[name] = morsel.value
+        return reply
+
+    def sign_in(self, key: str) -> Reply:
+        """The sign-in form, filled and posted as a browser would (its CSRF token included)."""
+        page = self.call("GET", "/ui/signin")
+        assert page.status == 200, page.status
+        return self.call("POST", "/ui/signin", {"key": key, "csrf_token": csrf_token(page.text)})

