@@ -127,6 +127,26 @@ def test_a_key_beneath_an_expired_key_expires_with_it() -> None:
     assert caught.value.code == "expired_api_key"
 
 
+def test_a_key_is_found_by_id_under_the_same_rules_as_by_secret() -> None:
+    # The console's sessions hold a key id: a session lives exactly as long as the key would
+    # be let in.
+    _, live = user_key(name="live")
+    _, revoked = user_key(name="revoked", revoked=True)
+    _, parent = user_key(name="parent", expires_at=NOW + timedelta(hours=1))
+    _, child = minted(parent)
+    _, orphan = minted(revoked)
+    keys = cache(live, revoked, parent, child, orphan)
+    assert keys.principal(live.id, NOW) == live
+    assert keys.principal(child.id, NOW) == child
+    for gone in (revoked.id, orphan.id, "key-unknown"):
+        with pytest.raises(Unauthenticated) as caught:
+            keys.principal(gone, NOW)
+        assert caught.value.message == "Incorrect API key provided"
+    with pytest.raises(Unauthenticated) as caught:
+        keys.principal(child.id, NOW + timedelta(hours=1))
+    assert caught.value.code == "expired_api_key"
+
+
 def test_a_family_starts_at_the_key_an_admin_made() -> None:
     # An admin key's keys are not its family: revoking or limiting it leaves them alone.
     _, admin = admin_key(revoked=True)

@@ -129,6 +129,8 @@ class ServerSettings(BaseModel):
     server_timeout_s: float = Field(default=30.0, gt=0)
     # Whether `/metrics` answers without a key; otherwise it takes an admin or metrics key.
     metrics_public: bool = False
+    # Whether `server run` serves the web console at `/ui`.
+    ui: bool = True
 
     def database_url(self, data_dir: Path) -> str:
         """The configured database, else the SQLite file in the data directory."""

@@ -30,12 +30,13 @@ class KeyCache:
         self._families = {kid: tuple(ids) for kid, ids in members.items()}
         # Each key with the earliest expiry in its chain; a chain holding a revoked key is out.
         self._by_hash: dict[str, tuple[ApiKey, datetime | None]] = {}
+        self._by_id: dict[str, tuple[ApiKey, datetime | None]] = {}
         for k in keys:
             chain = self._chains[k.id]
             if any(a.revoked for a in chain):
                 continue
             ends = [a.expires_at for a in chain if a.expires_at is not None]
-            self._by_hash[k.hash] = (k, min(ends) if ends else None)
+            self._by_hash[k.hash] = self._by_id[k.id] = (k, min(ends) if ends else None)
 
     def chain(self, key: ApiKey) -> tuple[ApiKey, ...]:
         """`key`, then the key that minted it, and so on up to its family's first key."""
@@ -59,10 +60,22 @@ class KeyCache:
         found = self._by_hash.get(hash_key(self._secret, token.strip()))
         if found is None:  # unknown, revoked, or minted beneath a revoked key
             raise Unauthenticated("Incorrect API key provided")
-        key, expires_at = found
-        if expires_at is not None and expires_at <= now:
-            raise Unauthenticated("API key has expired", code="expired_api_key")
-        return key
+        return _unexpired(found, now)
+
+    def principal(self, key_id: str, now: datetime) -> ApiKey:
+        """The key with id `key_id` if a request bearing it would be let in now (not revoked,
+        not expired, no minter revoked or expired), else Unauthenticated."""
+        found = self._by_id.get(key_id)
+        if found is None:
+            raise Unauthenticated("Incorrect API key provided")
+        return _unexpired(found, now)
+
+
+def _unexpired(found: tuple[ApiKey, datetime | None], now: datetime) -> ApiKey:
+    key, expires_at = found
+    if expires_at is not None and expires_at <= now:
+        raise Unauthenticated("API key has expired", code="expired_api_key")
+    return key
 
 
 def _chain(key: ApiKey, by_id: dict[str, ApiKey]) -> tuple[ApiKey, ...]:

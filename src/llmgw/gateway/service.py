@@ -39,6 +39,14 @@ _ONLY = {
     KeyScope.METRICS: "a metrics key cannot mint keys or call models: it reaches /metrics only",
 }
 
+
+def _in_scopes(key: ApiKey, scopes: frozenset[KeyScope]) -> ApiKey:
+    if key.scope not in scopes:
+        wanted = " or ".join(sorted(scope.value for scope in scopes))
+        raise Forbidden(_ONLY.get(key.scope) or f"this endpoint takes {wanted} keys only")
+    return key
+
+
 # Which dialect reads each API's requests.
 WIRES: dict[Api, Wire] = {
     Api.CHAT: openai_chat.CHAT,
@@ -83,10 +91,12 @@ class Gateway:
     ) -> ApiKey:
         """The caller's key, or 401; 403 when its scope is not one of `scopes`."""
         key = self._refresher.current.keys.authenticate(authorization, self._clock.now())
-        if key.scope not in scopes:
-            wanted = " or ".join(sorted(scope.value for scope in scopes))
-            raise Forbidden(_ONLY.get(key.scope) or f"this endpoint takes {wanted} keys only")
-        return key
+        return _in_scopes(key, scopes)
+
+    def principal(self, key_id: str, scopes: frozenset[KeyScope] = CLIENT_SCOPES) -> ApiKey:
+        """The key with this id, as `authenticate` would let it in now: 401 when it is unknown,
+        revoked, expired or minted beneath a revoked or expired key; 403 outside `scopes`."""
+        return _in_scopes(self._refresher.current.keys.principal(key_id, self._clock.now()), scopes)
 
     def models(self, key: ApiKey) -> list[Model]:
         """Catalog models this key may use."""

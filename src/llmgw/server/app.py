@@ -33,6 +33,7 @@ from llmgw.api.appkeys import (
     METRICS_PUBLIC,
     NODES,
 )
+from llmgw.api.console import routes as console
 from llmgw.api.errors import openai_errors
 from llmgw.control.agents import AgentService
 from llmgw.control.catalog import CatalogService
@@ -196,6 +197,8 @@ class Server:
         for routes in (data_plane.routes, admin.routes, job_routes.routes, guard_routes.routes,
                        key_routes.routes, agent_routes.routes, node_routes.routes):
             app.add_routes(routes())
+        if s.ui:
+            console.mount(app, s.key_secret)
 
         async def lifecycle(_app: web.Application) -> AsyncIterator[None]:
             await client.start()

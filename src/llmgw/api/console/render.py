@@ -1,0 +1,78 @@
+"""Rendering the console's Jinja2 templates into responses."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import datetime
+from typing import Any
+
+from aiohttp import web
+from jinja2 import Environment, PackageLoader, select_autoescape
+
+from llmgw.api.console.visitor import VISITOR, Visitor
+
+_ENV = Environment(loader=PackageLoader("llmgw.api.console", "templates"),
+                   autoescape=select_autoescape(default=True, default_for_string=True),
+                   trim_blocks=True, lstrip_blocks=True)
+
+# The nav: (path, label, admin only).
+NAV = (
+    ("/ui/", "Overview", False),
+    ("/ui/models", "Models", True),
+    ("/ui/nodes", "Nodes", True),
+    ("/ui/guard", "Guard", True),
+    ("/ui/keys", "Keys", False),
+    ("/ui/usage", "Usage", False),
+    ("/ui/playground", "Playground", False),
+)
+
+
+def _when(value: datetime | str | None) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, str):
+        return value
+    return value.strftime("%Y-%m-%d %H:%M:%S")
+
+
+def _size(n: float | int | None) -> str:
+    if n is None:
+        return ""
+    size = float(n)
+    for unit in ("B", "KB", "MB", "GB"):
+        if size < 1024 or unit == "GB":
+            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1024
+    return f"{size:.1f} GB"
+
+
+_ENV.filters["when"] = _when
+_ENV.filters["size"] = _size
+
+
+def html(template: str, context: Mapping[str, Any]) -> str:
+    """A template rendered with `context`."""
+    return _ENV.get_template(template).render(**context)
+
+
+def page(request: web.Request, template: str, status: int = 200, **context: Any) -> web.Response:
+    """A page (or a fragment) for the signed-in visitor, if any: nav, whoami and CSRF token come
+    from the request."""
+    visitor: Visitor | None = request.get(VISITOR)
+    nav = [(path, label) for path, label, admin in NAV
+           if visitor is not None and (visitor.admin or not admin)]
+    body = html(template, {"visitor": visitor, "nav": nav, "path": request.path, **context})
+    return web.Response(text=body, status=status, content_type="text/html", charset="utf-8")
+
+
+def error(request: web.Request, status: int, message: str) -> web.Response:
+    """An error page with its message only."""
+    return page(request, "error.html", status=status, status_code=status, message=message)
+
+
+def done(request: web.Request, location: str) -> web.Response:
+    """After a form did its work: 303 to `location`; htmx requests get `HX-Redirect` instead (a
+    redirect of its XHR would only swap the page in)."""
+    if request.headers.get("HX-Request") == "true":
+        return web.Response(status=200, headers={"HX-Redirect": location})
+    return web.Response(status=303, headers={"Location": location})
