@@ -20,9 +20,10 @@ from llmgw.core.errors import (
     Unauthenticated,
 )
 from llmgw.core.ids import hash_key
+from llmgw.core.protocol import KeyRequest
 from llmgw.core.types import ApiKey, KeyScope, Limits
 from llmgw.gateway.auth import KeyCache
-from llmgw.gateway.keys_admin import KeyAdmin, KeyRequest
+from llmgw.gateway.keys_admin import KeyAdmin
 from llmgw.store.store import Store
 from tests.factories import KEY_SECRET, NOW, admin_key
 

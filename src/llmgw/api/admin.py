@@ -6,25 +6,14 @@ from dataclasses import asdict
 from typing import Any
 
 from aiohttp import web
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import ValidationError
 
 from llmgw.api.appkeys import CATALOG, CLUSTER, GATEWAY
 from llmgw.api.body import json_response, read_json
 from llmgw.core.errors import InvalidRequest
+from llmgw.core.protocol import ScaleRequest
 from llmgw.core.types import ApiKey, Model
 from llmgw.gateway.auth import require_admin
-
-
-class ScaleRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    min: int = Field(ge=0, le=64, description="Replicas kept ready; 0: the model is on demand "
-                     "(started by its first request).")
-    max: int | None = Field(default=None, ge=0, le=64, description=(
-        "Upper bound for autoscaling on load. Left out: unchanged if it was above min, else min "
-        "(at least 1)."))
-    idle_s: float | None = Field(default=None, gt=0, le=30 * 86400, description=(
-        "Replicas above min that served nothing for this many seconds are stopped; null: they "
-        "stay. Unchanged when left out."))
 
 
 def admin_key(request: web.Request) -> ApiKey:

@@ -6,40 +6,16 @@ from datetime import datetime
 from typing import Any
 
 from aiohttp import web
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import ValidationError
 
 from llmgw.api.admin import admin_key, by, invalid
 from llmgw.api.appkeys import GUARD, GUARD_ADMIN, JUDGE_STATUS
 from llmgw.api.body import json_response, read_json
 from llmgw.core.errors import InvalidRequest
-from llmgw.core.guard import Direction, JudgeFormat, JudgeSpec, Policy
+from llmgw.core.guard import Direction, JudgeSpec, Policy
+from llmgw.core.protocol import EnableJudge, JudgmentRequest, SwitchRequest
 from llmgw.core.types import as_utc
 from llmgw.guard.prompts import Turn
-
-
-class SwitchRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    guard_enabled: bool | None = None
-    log_prompts: bool | None = None
-
-
-class EnableJudge(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    repo: str
-    file: str
-    name: str | None = None
-    format: JudgeFormat = JudgeFormat.QWEN3GUARD
-    gpu: bool = False
-    size_gb: float = Field(default=1.0, gt=0)
-
-
-class JudgmentRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    judge: str
-    text: str
-    direction: Direction = Direction.INPUT
-    budget_ms: int = Field(default=5000, ge=1, le=600_000)
-
 
 
 def _policy(p: Policy) -> dict[str, Any]:

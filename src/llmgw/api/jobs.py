@@ -10,7 +10,8 @@ from pydantic import ValidationError
 from llmgw.api.admin import admin_key, by, invalid
 from llmgw.api.appkeys import JOBS
 from llmgw.api.body import json_response, read_json
-from llmgw.core.jobs import ServeJob, ServeRequest
+from llmgw.core.jobs import ServeJob
+from llmgw.core.protocol import ServeRequest
 
 
 def _dump(job: ServeJob) -> dict[str, Any]:

@@ -13,8 +13,8 @@ from llmgw.api.admin import admin_key, invalid
 from llmgw.api.appkeys import GATEWAY, KEYS
 from llmgw.api.body import json_response, read_json
 from llmgw.core.errors import InvalidRequest
+from llmgw.core.protocol import KeyRequest
 from llmgw.core.types import ApiKey, Limits, as_utc
-from llmgw.gateway.keys_admin import KeyRequest
 
 
 def _dump(key: ApiKey) -> dict[str, Any]:

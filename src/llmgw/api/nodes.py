@@ -5,22 +5,14 @@ from __future__ import annotations
 from typing import Any
 
 from aiohttp import web
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import ValidationError
 
 from llmgw.api.admin import admin_key, invalid
 from llmgw.api.appkeys import NODES
 from llmgw.api.body import json_response, read_json
 from llmgw.control.node_admin import NodeDetail, NodeView
 from llmgw.core.errors import InvalidRequest
-
-
-class LabelRequest(BaseModel):
-    """What `POST /admin/v1/nodes/{id}/labels` takes; the label rules are NodeAdmin's."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    set: dict[str, str] = Field(default_factory=dict)
-    remove: list[str] = Field(default_factory=list)
+from llmgw.core.protocol import LabelRequest
 
 
 def dump_view(view: NodeView) -> dict[str, Any]:

@@ -17,17 +17,21 @@ from pydantic import BaseModel
 from pydantic.json_schema import models_json_schema
 
 from llmgw import __version__
-from llmgw.api.admin import ScaleRequest
-from llmgw.api.guard import EnableJudge, JudgmentRequest, SwitchRequest
-from llmgw.api.nodes import LabelRequest
 from llmgw.control.node_admin import LABEL_KEY_PATTERN, LABEL_VALUE_PATTERN, MAX_LABELS
 from llmgw.core.agent_wire import Changes, SyncRequest
 from llmgw.core.guard import JudgeSpec, Outcome, Policy
-from llmgw.core.jobs import ServeRequest
 from llmgw.core.names import MODEL_NAME_MAX
+from llmgw.core.protocol import (
+    EnableJudge,
+    JudgmentRequest,
+    KeyRequest,
+    LabelRequest,
+    ScaleRequest,
+    ServeRequest,
+    SwitchRequest,
+)
 from llmgw.core.settings import DEFAULT_CTX_SIZE
 from llmgw.core.types import _REPO_RE, NAME_PATTERN, Limits, Model
-from llmgw.gateway.keys_admin import KeyRequest
 from llmgw.gateway.wire.checks import MAX_TOKENS
 
 JSON = "application/json"

@@ -23,8 +23,8 @@ from llmgw.control.judge_keeper import (
 )
 from llmgw.core.clock import Clock
 from llmgw.core.errors import LlmgwError
-from llmgw.core.jobs import ServeRequest
 from llmgw.core.loops import every
+from llmgw.core.protocol import ServeRequest
 from llmgw.core.types import HubSource, Profile
 
 logger = logging.getLogger(__name__)

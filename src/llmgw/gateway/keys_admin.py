@@ -7,12 +7,11 @@ import fnmatch
 from collections.abc import Awaitable, Callable
 from datetime import datetime, timedelta
 
-from pydantic import BaseModel, ConfigDict, Field
-
 from llmgw.core.clock import Clock
 from llmgw.core.errors import Forbidden, InvalidRequest, NotFound
 from llmgw.core.ids import hash_key, key_prefix, new_api_key, new_id
-from llmgw.core.types import ApiKey, KeyScope, Limits, UtcDatetime
+from llmgw.core.protocol import KeyRequest
+from llmgw.core.types import ApiKey, KeyScope, Limits
 from llmgw.store.key_repo import MintCaps
 from llmgw.store.store import Store
 from llmgw.store.usage_repo import UsageRow
@@ -20,22 +19,6 @@ from llmgw.store.usage_repo import UsageRow
 # What a user key's family (the key an admin made and all minted beneath it) may mint; admin
 # keys mint without a cap.
 MINT_CAPS = MintCaps(live=100, per_hour=100)
-
-
-class KeyRequest(BaseModel):
-    """What `POST /admin/v1/keys` takes."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    name: str = Field(min_length=1, max_length=128)
-    scope: KeyScope = KeyScope.USER
-    models: list[str] = Field(default_factory=list)
-    expires_at: UtcDatetime | None = None  # without a zone: UTC
-    expires_in_days: float | None = Field(default=None, gt=0, le=36500)
-    limits: Limits = Field(default_factory=Limits)
-    note: str = Field(default="", max_length=1000)
-    # A join token's node, when the admin names it (else its first report binds it).
-    node_id: str | None = Field(default=None, min_length=1, max_length=128)
 
 
 class KeyAdmin:

@@ -14,8 +14,8 @@ from llmgw.control.judge_loop import JudgeKeeper
 from llmgw.control.placement import free_on
 from llmgw.control.serve_jobs import ServeJobs
 from llmgw.core.clock import Clock
-from llmgw.core.jobs import ServeRequest
 from llmgw.core.judges import KNOWN
+from llmgw.core.protocol import ServeRequest
 from llmgw.core.types import Profile, ReplicaState
 from llmgw.store.lease_repo import Fence
 from llmgw.store.store import Store

@@ -64,6 +64,7 @@ class Install:
 
     server: TestServer
     settings: ServerSettings
+    store: Store
     admin: str
     browser: Browser
     _opened: list[TestClient[Any, Any]]
@@ -86,20 +87,20 @@ class Install:
         return body  # type: ignore[no-any-return]
 
 
-async def open_install(tmp_path: Path, **settings: Any) -> tuple[TestServer, ServerSettings, str]:
+async def open_install(tmp_path: Path, **settings: Any) -> tuple[TestServer, ServerSettings, str, Store]:
     result = init(tmp_path / "data", guard=False)
     assert result.admin_key
     config = load(tmp_path / "data").model_copy(update=settings)
     store = Store.open(config.database_url(tmp_path / "data"))
     app = Server(tmp_path / "data", config, store).build_app()
-    return TestServer(app), config, result.admin_key
+    return TestServer(app), config, result.admin_key, store
 
 
 @pytest.fixture
 async def install(tmp_path: Path) -> AsyncIterator[Install]:
-    server, settings, admin = await open_install(tmp_path)
+    server, settings, admin, store = await open_install(tmp_path)
     opened: list[TestClient[Any, Any]] = []
     async with TestClient(server) as client:
-        yield Install(server, settings, admin, Browser(client), opened)
+        yield Install(server, settings, store, admin, Browser(client), opened)
         for other in opened:
             await other.close()

@@ -176,7 +176,7 @@ async def test_another_sessions_csrf_token_is_refused(install: Install) -> None:
 
 
 async def test_the_console_is_off_when_the_install_says_so(tmp_path: Path) -> None:
-    server, _, _ = await open_install(tmp_path, ui=False)
+    server, *_ = await open_install(tmp_path, ui=False)
     async with TestClient(server) as client:
         resp = await Browser(client).get("/ui/signin")
         assert resp.status == 404

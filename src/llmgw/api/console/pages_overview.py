@@ -17,16 +17,28 @@ TRAFFIC = web.AppKey("console_traffic", Traffic)
 async def _context(request: web.Request) -> dict[str, Any]:
     who = visitor(request)
     app = root(request)
+    key = who.key
     if not who.admin:
-        return {"models": app[GATEWAY].models(who.key),
-                "usage": await data.usage_summary(app, who.key)}
+        rows = (await data.call(app, key, "usage"))["data"]
+        return {"models": app[GATEWAY].models(key), "usage": usage_by_model(rows)}
     return {
-        "cluster": await data.cluster(app, who.key),
-        "nodes": await data.nodes(app, who.key),
-        "replicas": await data.replicas(app, who.key),
-        "guard": await data.guard_switches(app, who.key),
+        "cluster": await data.call(app, key, "cluster"),
+        "nodes": (await data.call(app, key, "list_nodes"))["data"],
+        "replicas": (await data.call(app, key, "list_replicas"))["data"],
+        "guard": await data.call(app, key, "guard_overview"),
         "traffic": request.app[TRAFFIC].sample(app[METRICS]),
     }
+
+
+def usage_by_model(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Usage rows (per key, model and day) summed per model."""
+    totals: dict[str, dict[str, Any]] = {}
+    for row in rows:
+        t = totals.setdefault(row["model"], {"model": row["model"], "requests": 0, "prompt_tokens": 0,
+                                             "completion_tokens": 0, "errors": 0, "blocked": 0})
+        for field in ("requests", "prompt_tokens", "completion_tokens", "errors", "blocked"):
+            t[field] += row.get(field, 0)
+    return sorted(totals.values(), key=lambda t: t["model"])
 
 
 async def overview(request: web.Request) -> web.Response:

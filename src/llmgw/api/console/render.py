@@ -31,7 +31,10 @@ def _when(value: datetime | str | None) -> str:
     if value is None:
         return ""
     if isinstance(value, str):
-        return value
+        try:
+            return datetime.fromisoformat(value).strftime("%Y-%m-%d %H:%M:%S")
+        except ValueError:
+            return value
     return value.strftime("%Y-%m-%d %H:%M:%S")
 
 

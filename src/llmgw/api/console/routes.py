@@ -7,7 +7,17 @@ from pathlib import Path
 
 from aiohttp import web
 
-from llmgw.api.console import pages_overview, pages_signin, security
+from llmgw.api.console import (
+    pages_guard,
+    pages_keys,
+    pages_models,
+    pages_nodes,
+    pages_overview,
+    pages_playground,
+    pages_signin,
+    pages_usage,
+    security,
+)
 from llmgw.api.console.access import ROOT, SESSIONS, Need, PageHandler, guarded
 from llmgw.api.console.session import Sessions, console_secret
 from llmgw.api.console.traffic import Traffic
@@ -32,6 +42,35 @@ ROUTES: tuple[Route, ...] = (
     Route("POST", "/signout", pages_signin.signout, Need.SIGNED),
     Route("GET", "/", pages_overview.overview, Need.SIGNED),
     Route("GET", "/live/overview", pages_overview.live, Need.SIGNED),
+    Route("GET", "/models", pages_models.models, Need.ADMIN),
+    Route("POST", "/models/add", pages_models.add_model, Need.ADMIN),
+    Route("POST", "/models/serve", pages_models.serve, Need.ADMIN),
+    Route("POST", "/models/{name:.+}/scale", pages_models.scale, Need.ADMIN),
+    Route("POST", "/models/{name:.+}/remove", pages_models.remove, Need.ADMIN),
+    Route("GET", "/models/{name:.+}", pages_models.resources, Need.ADMIN),
+    Route("GET", "/jobs/{id}/progress", pages_models.job_progress, Need.ADMIN),
+    Route("GET", "/nodes", pages_nodes.nodes, Need.ADMIN),
+    Route("GET", "/live/nodes", pages_nodes.live, Need.ADMIN),
+    Route("POST", "/nodes/labels", pages_nodes.label, Need.ADMIN),
+    Route("POST", "/nodes/join-token", pages_nodes.join_token, Need.ADMIN),
+    Route("POST", "/nodes/{id}/{action}", pages_nodes.act, Need.ADMIN),
+    Route("GET", "/guard", pages_guard.guard, Need.ADMIN),
+    Route("POST", "/guard/switches", pages_guard.switch, Need.ADMIN),
+    Route("GET", "/guard/new-policy", pages_guard.new_policy, Need.ADMIN),
+    Route("POST", "/guard/policies", pages_guard.save_policy, Need.ADMIN),
+    Route("GET", "/guard/policies/{name}", pages_guard.policy, Need.ADMIN),
+    Route("POST", "/guard/policies/{name}/remove", pages_guard.remove_policy, Need.ADMIN),
+    Route("GET", "/guard/verdicts", pages_guard.verdicts, Need.ADMIN),
+    Route("POST", "/guard/judgment", pages_guard.judgment, Need.ADMIN),
+    Route("GET", "/keys", pages_keys.keys, Need.SIGNED),
+    Route("POST", "/keys", pages_keys.create, Need.SIGNED),
+    Route("POST", "/keys/{id}/revoke", pages_keys.revoke, Need.SIGNED),
+    Route("POST", "/keys/{id}/rotate", pages_keys.rotate, Need.ADMIN),
+    Route("GET", "/usage", pages_usage.usage, Need.SIGNED),
+    Route("GET", "/usage/data", pages_usage.usage_data, Need.SIGNED),
+    Route("GET", "/playground", pages_playground.playground, Need.SIGNED),
+    Route("POST", "/playground/chat", pages_playground.chat, Need.SIGNED),
+    Route("GET", "/playground/verdicts", pages_playground.verdicts, Need.ADMIN),
 )
 
 

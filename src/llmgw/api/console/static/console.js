@@ -7,23 +7,25 @@ function csrfToken() {
   return meta ? meta.content : "";
 }
 
+// A button with data-copy="ID" copies the text of the element with that id (a new key's secret).
 function setupCopy() {
-  const button = document.getElementById("key-copy");
-  const secret = document.getElementById("key-secret");
-  if (!button || !secret) return;
-  button.addEventListener("click", async () => {
-    const text = secret.textContent.trim();
-    try {
-      await navigator.clipboard.writeText(text);
-    } catch (_) {
-      const range = document.createRange();
-      range.selectNodeContents(secret);
-      const selection = window.getSelection();
-      selection.removeAllRanges();
-      selection.addRange(range);
-      document.execCommand("copy");
-    }
-    button.textContent = "Copied";
+  document.querySelectorAll("button[data-copy]").forEach((button) => {
+    const secret = document.getElementById(button.dataset.copy);
+    if (!secret) return;
+    button.addEventListener("click", async () => {
+      const text = secret.textContent.trim();
+      try {
+        await navigator.clipboard.writeText(text);
+      } catch (_) {
+        const range = document.createRange();
+        range.selectNodeContents(secret);
+        const selection = window.getSelection();
+        selection.removeAllRanges();
+        selection.addRange(range);
+        document.execCommand("copy");
+      }
+      button.textContent = "Copied";
+    });
   });
 }
 
@@ -147,7 +149,21 @@ async function setupUsageChart() {
   });
 }
 
+// An htmx request the server refused (an error page): its message above the page, not nothing.
+function setupErrors() {
+  document.body.addEventListener("htmx:responseError", async (event) => {
+    const flash = document.getElementById("flash");
+    if (!flash) return;
+    const xhr = event.detail.xhr;
+    const doc = new DOMParser().parseFromString(xhr.responseText, "text/html");
+    const message = doc.getElementById("error-message");
+    flash.textContent = message ? message.textContent : "The request failed (" + xhr.status + ").";
+    flash.hidden = false;
+  });
+}
+
 document.addEventListener("DOMContentLoaded", () => {
+  setupErrors();
   setupCopy();
   setupPlayground();
   setupUsageChart();

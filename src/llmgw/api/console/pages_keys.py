@@ -1,0 +1,51 @@
+"""The keys page: the keys this visitor's key may see (an admin key: all; a user key: itself and
+the keys it minted), creating one (its secret shown once), revoking, rotating (admin)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aiohttp import web
+
+from llmgw.api.console import data, forms, render
+from llmgw.api.console.access import root, visitor
+
+HERE = "/ui/keys"
+SCOPES = ("user", "admin", "metrics", "node")
+
+
+async def _call(request: web.Request, name: str, **kw: Any) -> Any:
+    return await data.call(root(request), visitor(request).key, name, **kw)
+
+
+async def keys(request: web.Request, created: dict[str, Any] | None = None, action: str = "") -> web.Response:
+    """The list and the create form; `created` is a key just made or rotated, shown this once."""
+    listed = (await _call(request, "list_keys"))["data"]
+    names = {k["id"]: k["name"] for k in listed}
+    return render.page(request, "keys.html", keys=listed, names=names, created=created, action=action,
+                       scopes=SCOPES if visitor(request).admin else ("user",))
+
+
+async def create(request: web.Request) -> web.Response:
+    """A new key minted by the visitor's key, within what that key may grant."""
+    form = await forms.read(request)
+    limits = forms.given(rpm=forms.integer(form, "rpm"), tpm=forms.integer(form, "tpm"),
+                         tokens_per_day=forms.integer(form, "tokens_per_day"))
+    body = forms.given(name=forms.text(form, "name", required=True), scope=forms.text(form, "scope"),
+                       models=forms.names(form, "models") or None,
+                       expires_in_days=forms.number(form, "expires_in_days"),
+                       limits=limits or None, note=forms.text(form, "note"))
+    created = await _call(request, "create_key", body=body)
+    return await keys(request, created, "created")
+
+
+async def revoke(request: web.Request) -> web.Response:
+    """Revoke a key and every key beneath it (a key the visitor may not see is a 404)."""
+    await _call(request, "revoke_key", params={"id": request.match_info["id"]})
+    return render.done(request, HERE)
+
+
+async def rotate(request: web.Request) -> web.Response:
+    """A new secret for a key (admin keys): shown this once."""
+    rotated = await _call(request, "rotate_key", params={"id": request.match_info["id"]})
+    return await keys(request, rotated, "rotated")

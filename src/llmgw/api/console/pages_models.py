@@ -1,0 +1,103 @@
+"""The models page: the catalog, adding models, serve jobs with live progress, scaling, removing,
+and one model's resources."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aiohttp import web
+
+from llmgw.api.console import data, forms, render
+from llmgw.api.console.access import root, visitor
+
+HERE = "/ui/models"
+FINISHED = ("running", "failed", "cancelled", "gave_way")
+
+
+async def _call(request: web.Request, name: str, **kw: Any) -> Any:
+    return await data.call(root(request), visitor(request).key, name, **kw)
+
+
+def latest_jobs(jobs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The newest job of each model, newest first (a model's progress row shows its last job)."""
+    newest: dict[str, dict[str, Any]] = {}
+    for job in sorted(jobs, key=lambda j: j.get("created_at") or ""):
+        newest[job["model"]] = job
+    return sorted(newest.values(), key=lambda j: j.get("created_at") or "", reverse=True)
+
+
+async def models(request: web.Request) -> web.Response:
+    """The catalog table, the forms, and the recent serve jobs."""
+    catalog = (await _call(request, "list_models"))["data"]
+    jobs = latest_jobs((await _call(request, "list_jobs"))["data"])
+    states = {m["name"]: m["state"] for m in catalog}
+    return render.page(request, "models.html", models=catalog,
+                       jobs=[progress_view(j, states.get(j["model"])) for j in jobs])
+
+
+def progress_view(job: dict[str, Any], model_state: str | None) -> dict[str, Any]:
+    """What a job's progress row shows; `polling` while the job runs or its model is not ready."""
+    done, total, rate = job.get("bytes_done", 0), job.get("bytes_total", 0), job.get("rate_bps", 0.0)
+    state = job["state"]
+    eta = (total - done) / rate if rate > 0 and total > done else None
+    ready = model_state is not None and model_state.startswith("ready")
+    polling = state not in FINISHED or (state == "running" and not ready)
+    return {"job": job, "done": done, "total": total, "rate": rate, "eta_s": eta,
+            "complete": state == "running" or (total > 0 and done >= total),
+            "model_state": model_state if state == "running" else None, "polling": polling}
+
+
+async def job_progress(request: web.Request) -> web.Response:
+    """One job's progress row (htmx polls it every second until the model is ready or failed)."""
+    job = await _call(request, "get_job", params={"id": request.match_info["id"]})
+    state = None
+    if job["state"] == "running":
+        state = next((m["state"] for m in (await _call(request, "list_models"))["data"]
+                      if m["name"] == job["model"]), None)
+    return render.page(request, "job.html", p=progress_view(job, state))
+
+
+async def add_model(request: web.Request) -> web.Response:
+    """A local GGUF file or a remote provider's model into the catalog."""
+    form = await forms.read(request)
+    name = forms.text(form, "name", required=True)
+    if form.get("kind") == "remote":
+        source = forms.given(kind="remote", base_url=forms.text(form, "base_url", required=True),
+                             api=forms.text(form, "api"), model=forms.text(form, "remote_model"),
+                             api_key_env=forms.text(form, "api_key_env"))
+    else:
+        source = {"kind": "local", "path": forms.text(form, "path", required=True)}
+    await _call(request, "add_model", body={"name": name, "source": source})
+    return render.done(request, HERE)
+
+
+async def serve(request: web.Request) -> web.Response:
+    """A serve job for a file on the Hub; its progress row appears on the models page."""
+    form = await forms.read(request)
+    body = forms.given(name=forms.text(form, "name", required=True),
+                       source={"kind": "hf", "repo": forms.text(form, "repo", required=True),
+                               "file": forms.text(form, "file", required=True)},
+                       cores=forms.integer(form, "cores"))
+    await _call(request, "start_job", body=body)
+    return render.done(request, HERE)
+
+
+async def scale(request: web.Request) -> web.Response:
+    """A model's replica bounds and idle timeout (empty fields stay as they are)."""
+    form = await forms.read(request)
+    body = forms.given(min=forms.integer(form, "min", required=True), max=forms.integer(form, "max"),
+                       idle_s=forms.number(form, "idle_s"))
+    await _call(request, "scale_model", body=body, params={"name": request.match_info["name"]})
+    return render.done(request, HERE)
+
+
+async def remove(request: web.Request) -> web.Response:
+    """A model out of the catalog (the page asks to confirm first)."""
+    await _call(request, "remove_model", params={"name": request.match_info["name"]})
+    return render.done(request, HERE)
+
+
+async def resources(request: web.Request) -> web.Response:
+    """A model's memory estimate by part and where it fits, with each node's reason when not."""
+    res = await _call(request, "model_resources", params={"name": request.match_info["name"]})
+    return render.page(request, "model.html", res=res)

@@ -1,0 +1,69 @@
+"""The playground: chat with one of the key's models through the gateway itself, streamed, and
+(admin keys) the guard's verdicts on that request."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+from aiohttp import web
+
+from llmgw.api.appkeys import GATEWAY
+from llmgw.api.body import read_json
+from llmgw.api.console import data, render
+from llmgw.api.console.access import root, visitor
+from llmgw.api.context import REQUEST_ID, STARTED
+from llmgw.api.replies import write
+from llmgw.core.errors import InvalidRequest
+from llmgw.gateway.wire.dialect import Api
+
+ROLES = ("system", "user", "assistant")
+# The verdict log entries looked through for one request's verdicts (newest first).
+RECENT_VERDICTS = 500
+MAX_TOKENS = 512
+
+
+async def playground(request: web.Request) -> web.Response:
+    """The form: the key's models, a prompt, the answer as it streams in."""
+    who = visitor(request)
+    models = [m for m in root(request)[GATEWAY].models(who.key) if not m.guard]
+    return render.page(request, "playground.html", models=models)
+
+
+def _messages(payload: dict[str, Any]) -> tuple[str, list[dict[str, str]]]:
+    model, messages = payload.get("model"), payload.get("messages")
+    if not isinstance(model, str) or not model:
+        raise InvalidRequest("Pick a model.", param="model")
+    if not isinstance(messages, list) or not messages or len(messages) > 100:
+        raise InvalidRequest("Write a message first.", param="messages")
+    out = []
+    for m in messages:
+        if not (isinstance(m, dict) and m.get("role") in ROLES and isinstance(m.get("content"), str)):
+            raise InvalidRequest("Each message needs a role and a text.", param="messages")
+        out.append({"role": m["role"], "content": m["content"]})
+    if not out[-1]["content"].strip():
+        raise InvalidRequest("Write a message first.", param="messages")
+    return model, out
+
+
+async def chat(request: web.Request) -> web.StreamResponse:
+    """`{model, messages}` in, the gateway's SSE stream of chat completion chunks out: the same
+    path (auth, limits, guard, usage) as `/v1/chat/completions` with the visitor's key."""
+    _, payload = await read_json(request)
+    model, messages = _messages(payload)
+    upstream = {"model": model, "messages": messages, "stream": True, "max_tokens": MAX_TOKENS,
+                "stream_options": {"include_usage": True}}
+    reply = await root(request)[GATEWAY].forward(
+        visitor(request).key, Api.CHAT, orjson.dumps(upstream), upstream,
+        request.get(REQUEST_ID, ""), request.get(STARTED))
+    return await write(request, reply)
+
+
+async def verdicts(request: web.Request) -> web.Response:
+    """The verdict log's entries for one request (admin keys): a fragment the page polls until
+    the flushed verdicts appear."""
+    request_id = request.query.get("request_id", "")
+    found = await data.call(root(request), visitor(request).key, "list_verdicts",
+                            query={"limit": str(RECENT_VERDICTS)})
+    rows = [v for v in found["data"] if request_id and v["request_id"] == request_id]
+    return render.page(request, "verdict_rows.html", verdicts=rows, empty="No verdicts yet.")

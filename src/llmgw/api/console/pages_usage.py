@@ -1,0 +1,57 @@
+"""The usage page: tokens per day, model and key as a chart and a table, and the key's limits."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from aiohttp import web
+
+from llmgw.api.console import data, render
+from llmgw.api.console.access import root, visitor
+from llmgw.core.errors import InvalidRequest
+
+PERIODS = (1, 7, 30, 90)
+
+
+def _days(request: web.Request) -> int:
+    raw = request.query.get("days", "7")
+    if not raw.isdigit() or int(raw) not in PERIODS:
+        raise InvalidRequest(f"days must be one of {', '.join(map(str, PERIODS))}", param="days")
+    return int(raw)
+
+
+async def _rows(request: web.Request, days: int) -> tuple[list[dict[str, Any]], dict[str, str]]:
+    """Usage rows since `days` ago (UTC days, today included) and the names of the keys they are
+    for, as far as the visitor may see them."""
+    app, key = root(request), visitor(request).key
+    today = datetime.now(UTC).date()
+    since = (today - timedelta(days=days - 1)).isoformat()
+    rows = (await data.call(app, key, "usage", query={"since": since}))["data"]
+    names = {k["id"]: k["name"] for k in (await data.call(app, key, "list_keys"))["data"]}
+    return sorted(rows, key=lambda r: (r["day"], r["model"], r["key_id"]), reverse=True), names
+
+
+async def usage(request: web.Request) -> web.Response:
+    """The chart (its data comes from /ui/usage/data), the table and the key's limits."""
+    days = _days(request)
+    rows, names = await _rows(request, days)
+    return render.page(request, "usage.html", rows=rows, names=names, days=days, periods=PERIODS,
+                       limits=visitor(request).key.limits.model_dump())
+
+
+def chart(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """Chart.js bar data: tokens per day, one stacked dataset per model."""
+    days = sorted({r["day"] for r in rows})
+    per: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
+    for r in rows:
+        per[r["model"]][r["day"]] += r["prompt_tokens"] + r["completion_tokens"]
+    return {"unit": "tokens", "labels": days,
+            "datasets": [{"label": model, "data": [per[model][d] for d in days]} for model in sorted(per)]}
+
+
+async def usage_data(request: web.Request) -> web.Response:
+    """The chart's data as JSON (same session, same view of usage as the table)."""
+    rows, _ = await _rows(request, _days(request))
+    return web.json_response(chart(rows))

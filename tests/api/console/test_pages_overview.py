@@ -1,0 +1,36 @@
+"""The overview through the real app: what an admin and a user see, and the live fragment."""
+
+from __future__ import annotations
+
+from tests.api.console.conftest import Install
+
+ADMIN_PARTS = ('id="servers"', 'id="nodes"', 'id="replicas"', 'id="traffic"', 'id="guard-state"')
+
+
+async def test_an_admin_sees_servers_nodes_replicas_traffic_and_the_guard(install: Install) -> None:
+    await install.browser.signin(install.admin)
+    page = await (await install.browser.get("/ui/")).text()
+    assert all(part in page for part in ADMIN_PARTS)
+    assert 'hx-get="/ui/live/overview"' in page and 'hx-trigger="every 2s"' in page
+    assert 'data-node="local"' in page  # the embedded node
+    assert "leader" in page
+    live = await install.browser.get("/ui/live/overview")
+    text = await live.text()
+    assert all(part in text for part in ADMIN_PARTS)
+    assert "<html" not in text  # a fragment, swapped into the page
+
+
+async def test_a_user_sees_its_models_and_usage_and_nothing_of_the_cluster(install: Install) -> None:
+    status, body = await install.api("POST", "/admin/v1/models", {
+        "name": "mine", "source": {"kind": "remote", "base_url": "https://api.example.com/v1"}})
+    assert status == 201, body
+    status, body = await install.api("POST", "/admin/v1/models", {
+        "name": "theirs", "source": {"kind": "remote", "base_url": "https://api.example.com/v1"}})
+    assert status == 201, body
+    user = await install.mint("alice", models=["mine"])
+    await install.browser.signin(user["key"])
+    page = await (await install.browser.get("/ui/")).text()
+    assert 'data-model="mine"' in page and "theirs" not in page
+    assert 'id="usage-summary"' in page
+    assert not any(part in page for part in ADMIN_PARTS)
+    assert "alice" in page.split('id="whoami"', 1)[1].split("</span>", 1)[0]

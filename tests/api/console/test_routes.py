@@ -1,0 +1,83 @@
+"""Every console route behind its checks: a session, the CSRF token on every POST, and an admin
+key on the admin pages; errors are HTML with the message only."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from llmgw.api.console.access import Need
+from llmgw.api.console.routes import ROUTES, Route
+from tests.api.console.conftest import Install
+
+SIGNED_IN = [r for r in ROUTES if r.need is not Need.PUBLIC]
+POSTS = [r for r in SIGNED_IN if r.method == "POST"]
+ADMIN = [r for r in ROUTES if r.need is Need.ADMIN]
+
+
+def url(route: Route) -> str:
+    """The route's path with its parameters filled in."""
+    return "/ui" + re.sub(r"\{(\w+)(:[^}]*)?\}", lambda m: {"action": "cordon"}.get(m.group(1), "x"),
+                          route.path)
+
+
+def rid(route: Route) -> str:
+    return f"{route.method} {route.path}"
+
+
+@pytest.mark.parametrize("route", SIGNED_IN, ids=rid)
+async def test_without_a_session_every_page_sends_to_sign_in(install: Install, route: Route) -> None:
+    resp = await install.browser.client.request(route.method, url(route), allow_redirects=False,
+                                                data={"csrf_token": "x"})
+    assert resp.status == 303 and resp.headers["Location"] == "/ui/signin"
+
+
+@pytest.mark.parametrize("route", POSTS, ids=rid)
+async def test_a_post_without_the_csrf_token_is_refused(install: Install, route: Route) -> None:
+    await install.browser.signin(install.admin)
+    for sent in ({}, {"csrf_token": "0" * 64}):
+        resp = await install.browser.post(url(route), sent)
+        assert resp.status == 403, await resp.text()
+        assert "form expired" in await resp.text()
+    # A token in the query string is not one either.
+    token = await install.browser.csrf()
+    resp = await install.browser.post(url(route) + f"?csrf_token={token}", {})
+    assert resp.status == 403
+
+
+@pytest.mark.parametrize("route", ADMIN, ids=rid)
+async def test_a_user_key_gets_a_403_page_on_admin_pages(install: Install, route: Route) -> None:
+    user = await install.mint("alice")
+    await install.browser.signin(user["key"])
+    token = await install.browser.csrf()
+    resp = await install.browser.client.request(route.method, url(route), allow_redirects=False,
+                                                data={"csrf_token": token})
+    assert resp.status == 403
+    assert resp.headers["Content-Type"].startswith("text/html")
+    text = await resp.text()
+    assert "This page needs an admin key." in text
+    assert 'id="nav"' in text  # still signed in: the page says why, with the user's own nav
+
+
+async def test_a_user_keys_nav_shows_only_its_pages(install: Install) -> None:
+    user = await install.mint("alice")
+    await install.browser.signin(user["key"])
+    text = await (await install.browser.get("/ui/")).text()
+    nav = text.split('<nav id="nav">', 1)[1].split("</nav>", 1)[0]
+    assert re.findall(r'href="([^"]+)"', nav) == ["/ui/", "/ui/keys", "/ui/usage", "/ui/playground"]
+    admin = await install.new_browser()
+    await admin.signin(install.admin)
+    text = await (await admin.get("/ui/")).text()
+    nav = text.split('<nav id="nav">', 1)[1].split("</nav>", 1)[0]
+    assert re.findall(r'href="([^"]+)"', nav) == ["/ui/", "/ui/models", "/ui/nodes", "/ui/guard",
+                                                  "/ui/keys", "/ui/usage", "/ui/playground"]
+
+
+async def test_every_page_an_admin_opens_renders(install: Install) -> None:
+    await install.browser.signin(install.admin)
+    for route in ROUTES:
+        if route.method != "GET" or "{" in route.path or route.need is Need.PUBLIC:
+            continue
+        resp = await install.browser.get(url(route))
+        assert resp.status == 200, (route.path, await resp.text())
