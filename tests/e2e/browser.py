@@ -89,10 +89,11 @@ def phone(tmp_path_factory: pytest.TempPathFactory) -> Iterator[webdriver.Chrome
 
 
 def wait_until(driver: webdriver.Chrome, what: str, check: Callable[[webdriver.Chrome], T | None],
-               timeout_s: float = 30) -> T:
-    """The first truthy value of `check(driver)`; fails naming `what` and the page on timeout."""
+               timeout_s: float = 30, every_s: float = 0.1) -> T:
+    """The first truthy value of `check(driver)`; fails naming `what` and the page on timeout.
+    A check that reloads the page asks every second or so (`every_s`)."""
     try:
-        return WebDriverWait(driver, timeout_s, poll_frequency=0.1).until(
+        return WebDriverWait(driver, timeout_s, poll_frequency=every_s).until(
             lambda d: check(d) or False, message=what)
     except TimeoutException as exc:
         raise AssertionError(

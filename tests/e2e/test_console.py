@@ -30,7 +30,7 @@ from tests.e2e.browser import (
     text_of,
     wait_until,
 )
-from tests.e2e.server_process import LlmgwServer, wait_for
+from tests.e2e.server_process import LlmgwServer
 from tests.e2e.test_serve import FILE, REPO, Hub
 
 __all__ = ["browser", "phone"]  # the fixtures
@@ -82,6 +82,20 @@ def users(server: LlmgwServer) -> dict[str, dict[str, Any]]:
     client = openai.OpenAI(base_url=server.url + "/v1", api_key=bob["key"], max_retries=0, timeout=120)
     client.chat.completions.create(model=DEMO, messages=[{"role": "user", "content": "Hi"}], max_tokens=4)
     return {"alice": alice, "child": child, "bob": bob}
+
+
+@pytest.fixture(autouse=True)
+def clean_pages(request: pytest.FixtureRequest, server: LlmgwServer) -> Iterator[None]:
+    """Each test starts from the browsers' logs read, and ends with no console error (a CSP
+    violation is one) and the admin key in no page and no URL requested."""
+    drivers = [request.getfixturevalue(n) for n in ("browser", "phone") if n in request.fixturenames]
+    for driver in drivers:
+        requested_urls(driver)
+        console_errors(driver)
+    yield
+    for driver in drivers:
+        assert not leaks(server, driver)
+        assert not console_errors(driver)
 
 
 def leaks(server: LlmgwServer, driver: webdriver.Chrome) -> list[str]:
@@ -159,32 +173,29 @@ def test_serve_from_the_hub_shows_the_download_until_the_model_is_ready(
         field.clear()
         field.send_keys(value)
     find(browser, "#serve-submit").click()
-    bar = f"#job-{HUB_MODEL} progress"
+    job = f"#job-{HUB_MODEL}"
 
     def fraction(d: webdriver.Chrome) -> float:
         value, top = d.execute_script(
-            "const p = document.querySelector(arguments[0]); return p ? [p.value, p.max] : [0, 1];", bar)
+            "const p = document.querySelector(arguments[0]); return p ? [p.value, p.max] : [0, 1];",
+            job + " progress")
         return float(value) / float(top or 1)
 
-    wait_until(browser, "the download part way", lambda d: 0 < fraction(d) < 1, 60)
-    wait_until(browser, "the job running", lambda d: text_of(d, f"#job-{HUB_MODEL} .job-state") == "running",
-               240)
+    # The row refreshes itself: part way, then the whole file and the job running the model.
+    wait_until(browser, "the download part way, with its rate and ETA",
+               lambda d: 0 < fraction(d) < 1 and "/s" in text_of(d, job) and "ETA" in text_of(d, job), 60)
+    wait_until(browser, "the job running", lambda d: text_of(d, f"{job} .job-state") == "running", 240)
     assert fraction(browser) == 1
-    server.wait_ready(HUB_MODEL)
-
-    def ready(d: webdriver.Chrome) -> bool:
-        d.refresh()
-        return state_of(d, "table#models", HUB_MODEL) == "ready"
-
-    wait_until(browser, "the served model ready in the models page", ready, 30)
-    assert not leaks(server, browser)
+    wait_until(browser, "the served model ready in its job's row",
+               lambda d: text_of(d, f"{job} .model-state .state") == "ready", 240)
+    visit(browser, server, "/ui/models")
+    assert state_of(browser, "table#models", HUB_MODEL) == "ready"
     screenshot(browser, "models")
 
 
 def test_the_playground_streams_an_answer_and_the_guard_page_shows_its_verdict(
         browser: webdriver.Chrome, server: LlmgwServer) -> None:
     sign_in(browser, server, server.admin_key)
-    before = {v["request_id"] for v in server.get("/admin/v1/guard/verdicts")["data"]}
     visit(browser, server, "/ui/playground")
     Select(find(browser, "select#pg-model")).select_by_value(DEMO)
     find(browser, "textarea#pg-input").send_keys("Name three colours.")
@@ -199,15 +210,12 @@ def test_the_playground_streams_an_answer_and_the_guard_page_shows_its_verdict(
     assert find(browser, "#pg-output").text
     partial = {n for n, done in browser.execute_script("return window.lengths") if n and done != "1"}
     assert len(partial) >= 2, f"the answer did not grow in steps: {sorted(partial)}"
-    wait_until(browser, "the request's verdicts in the playground",
-               lambda d: d.find_elements(By.CSS_SELECTOR, "#pg-verdicts tr.verdict"), 60)
+    verdicts = wait_until(browser, "the request's verdicts in the playground",
+                          lambda d: d.find_elements(By.CSS_SELECTOR, "#pg-verdicts tr.verdict"), 60)
+    rid = str(verdicts[0].get_attribute("data-request-id"))
+    logged = [v for v in server.get("/admin/v1/guard/verdicts")["data"] if v["request_id"] == rid]
+    assert [(v["model"], v["judge"]) for v in logged] == [(DEMO, DEMO_JUDGE)]
     screenshot(browser, "playground")
-
-    def new_request() -> str | None:
-        ids = {v["request_id"] for v in server.get("/admin/v1/guard/verdicts")["data"]} - before
-        return ids.pop() if len(ids) == 1 else None
-
-    rid = wait_for("the playground request's verdict in the log", new_request, 60)
     visit(browser, server, "/ui/guard")
     for table in ("#guard-switches", "table#policies", "table#judges"):
         assert find(browser, table).text
@@ -216,7 +224,7 @@ def test_the_playground_streams_an_answer_and_the_guard_page_shows_its_verdict(
         d.refresh()
         return bool(d.find_elements(By.CSS_SELECTOR, f'table#verdicts tr.verdict[data-request-id="{rid}"]'))
 
-    wait_until(browser, "the verdict in the guard page", listed, 30)
+    wait_until(browser, "the verdict in the guard page", listed, 30, every_s=1)
     assert DEMO_JUDGE in find(browser, f'tr.verdict[data-request-id="{rid}"]').text
     screenshot(browser, "guard")
 
@@ -245,7 +253,7 @@ def test_usage_is_charted_and_tabled(browser: webdriver.Chrome, server: LlmgwSer
         return DEMO in text_of(d, "table#usage")
 
     visit(browser, server, "/ui/usage")
-    wait_until(browser, "the demo model's usage in the table", tabled, 30)
+    wait_until(browser, "the demo model's usage in the table", tabled, 30, every_s=1)
     drawn = ("const c = document.querySelector('canvas#usage-chart');"
              "const blank = document.createElement('canvas'); blank.width = c.width; blank.height = c.height;"
              "return c.width > 0 && c.toDataURL() !== blank.toDataURL();")
@@ -374,4 +382,4 @@ def test_revoking_the_signed_in_key_ends_its_session(browser: webdriver.Chrome, 
         d.refresh()
         return bool(d.find_elements(By.CSS_SELECTOR, "form#signin"))
 
-    wait_until(browser, "the revoked key's session to end", signed_out, 30)
+    wait_until(browser, "the revoked key's session to end", signed_out, 30, every_s=1)
