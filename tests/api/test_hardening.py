@@ -136,8 +136,10 @@ async def test_admin_endpoints_refuse_a_user_key(api: Any) -> None:
     client, headers = api
     made = await client.post("/admin/v1/keys", json={"name": "u"}, headers=headers)
     user = {"Authorization": f"Bearer {(await made.json())['key']}"}
-    for method, path in [("GET", "/admin/v1/models"), ("GET", "/admin/v1/keys"),
-                         ("POST", "/admin/v1/guard/switches"), ("GET", "/admin/v1/usage")]:
+    # Keys and usage answer a user key too, limited to its own (tests/api/test_keys.py).
+    for method, path in [("GET", "/admin/v1/models"), ("PUT", "/admin/v1/limits/default"),
+                         ("POST", "/admin/v1/guard/switches"), ("GET", "/admin/v1/nodes"),
+                         ("POST", "/admin/v1/keys/u/rotate")]:
         resp = await client.request(method, path, headers=user, json={})
         assert resp.status == 403, path
         assert (await resp.json())["error"]["code"] == "forbidden"

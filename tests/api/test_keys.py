@@ -17,6 +17,7 @@ from llmgw.core.settings import load
 from llmgw.server.app import Server
 from llmgw.server.init import init
 from llmgw.store.store import Store
+from llmgw.store.usage_repo import UsageRow
 
 MODEL = "m"
 # What the stand-in upstream reports for every answer.
@@ -46,6 +47,7 @@ class Api:
     client: TestClient[Any, Any]
     admin: str
     upstream: Upstream
+    store: Store
 
     async def call(self, method: str, path: str, body: Any = None,
                    key: str | None = None) -> tuple[int, dict[str, Any]]:
@@ -98,7 +100,7 @@ async def api(tmp_path: Path, upstream: Upstream) -> AsyncIterator[Api]:
     app = Server(tmp_path / "data", settings, store).build_app()
     async with TestClient(TestServer(app)) as client:
         assert result.admin_key
-        api = Api(client, result.admin_key, upstream)
+        api = Api(client, result.admin_key, upstream, store)
         status, body = await api.call("POST", "/admin/v1/models", {
             "name": MODEL, "source": {"kind": "remote", "base_url": upstream.url},
             "profiles": [{"engine": "remote", "cpu_cores": 0, "min_memory_gb": 0}],
@@ -190,6 +192,98 @@ async def test_a_user_key_cannot_take_a_name_a_live_key_has(api: Api) -> None:
     assert status == 201 and rotated["name"] == "alice"
     status, found = await api.call("GET", "/admin/v1/keys/alice")
     assert status == 200 and found["id"] == rotated["id"]
+
+
+# --- a user key sees its own family and nothing else --------------------------------------------
+
+
+@dataclass
+class Family:
+    """Two user keys an admin made; the first minted a child, which minted a grandchild."""
+
+    alice: dict[str, Any]
+    child: dict[str, Any]
+    grandchild: dict[str, Any]
+    bob: dict[str, Any]
+
+
+@pytest.fixture
+async def family(api: Api) -> Family:
+    alice = await api.mint("alice")
+    child = await api.mint("alice-ci", alice["key"])
+    return Family(alice, child, await api.mint("alice-ci-nightly", child["key"]), await api.mint("bob"))
+
+
+async def unknown_key_answer(api: Api, method: str, path: str, ref: str, key: str) -> tuple[int, Any]:
+    """What `key` is told about a key that does not exist, as if it were `ref`."""
+    status, body = await api.call(method, path.format(ref="key-nosuchkey"), key=key)
+    return status, {**body["error"], "message": body["error"]["message"].replace("key-nosuchkey", ref)}
+
+
+async def test_a_user_key_lists_itself_and_the_keys_minted_beneath_it(api: Api, family: Family) -> None:
+    status, listed = await api.call("GET", "/admin/v1/keys", key=family.alice["key"])
+    assert status == 200
+    assert {k["name"] for k in listed["data"]} == {"alice", "alice-ci", "alice-ci-nightly"}
+    assert all("hash" not in k and "key" not in k for k in listed["data"])
+    _, listed = await api.call("GET", "/admin/v1/keys", key=family.child["key"])
+    assert {k["name"] for k in listed["data"]} == {"alice-ci", "alice-ci-nightly"}
+    # The grandparent sees the grandchild by id, name and prefix.
+    for ref in (family.grandchild["id"], "alice-ci-nightly", family.grandchild["prefix"]):
+        status, shown = await api.call("GET", f"/admin/v1/keys/{ref}", key=family.alice["key"])
+        assert status == 200 and shown["id"] == family.grandchild["id"]
+
+
+@pytest.mark.parametrize("method,path", [("GET", "/admin/v1/keys/{ref}"),
+                                         ("POST", "/admin/v1/keys/{ref}/revoke"),
+                                         ("GET", "/admin/v1/usage?key={ref}")])
+async def test_another_keys_id_name_or_prefix_answers_as_a_key_that_does_not_exist(
+    api: Api, family: Family, method: str, path: str
+) -> None:
+    # The child asks about its parent, a sibling family, and the admin key, every way it can.
+    admin = (await api.call("GET", "/admin/v1/keys/admin"))[1]
+    for other in (family.alice, family.bob, admin):
+        for ref in (other["id"], other["name"], other["prefix"]):
+            status, body = await api.call(method, path.format(ref=ref), key=family.child["key"])
+            assert (status, body["error"]) == await unknown_key_answer(
+                api, method, path, ref, family.child["key"]), ref
+            assert status == 404
+    # Nothing was revoked on the way.
+    _, listed = await api.call("GET", "/admin/v1/keys")
+    assert not any(k["revoked"] for k in listed["data"])
+    assert await api.chat(family.bob["key"]) == 200
+
+
+async def test_a_user_key_revokes_what_it_minted_and_never_a_sibling(api: Api, family: Family) -> None:
+    status, _ = await api.call("POST", f"/admin/v1/keys/{family.bob['id']}/revoke",
+                               key=family.alice["key"])
+    assert status == 404
+    assert await api.chat(family.bob["key"]) == 200
+    status, revoked = await api.call("POST", f"/admin/v1/keys/{family.grandchild['id']}/revoke",
+                                     key=family.alice["key"])
+    assert status == 200 and revoked["revoked"] and "key" not in revoked
+    assert await api.chat(family.grandchild["key"]) == 401
+    assert await api.chat(family.child["key"]) == 200
+
+
+async def test_a_user_key_reads_the_usage_of_its_own_family_only(api: Api, family: Family) -> None:
+    day = "2026-01-05"
+    api.store.usage.add_usage([UsageRow(k["id"], MODEL, day, requests=i + 1) for i, k in enumerate(
+        (family.alice, family.child, family.grandchild, family.bob))])
+    status, rows = await api.call("GET", "/admin/v1/usage", key=family.child["key"])
+    assert status == 200
+    assert {(r["key_id"], r["requests"]) for r in rows["data"]} == {
+        (family.child["id"], 2), (family.grandchild["id"], 3)}
+    status, rows = await api.call("GET", f"/admin/v1/usage?key={family.grandchild['name']}",
+                                  key=family.alice["key"])
+    assert status == 200 and [r["requests"] for r in rows["data"]] == [3]
+    _, rows = await api.call("GET", "/admin/v1/usage")  # an admin key still sees everyone's
+    assert len(rows["data"]) == 4
+
+
+async def test_a_user_key_still_cannot_rotate_even_its_own_keys(api: Api, family: Family) -> None:
+    status, body = await api.call("POST", f"/admin/v1/keys/{family.child['id']}/rotate",
+                                  key=family.alice["key"])
+    assert status == 403 and body["error"]["code"] == "forbidden"
 
 
 # --- a key cannot map the catalog -------------------------------------------------------------

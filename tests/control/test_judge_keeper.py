@@ -33,9 +33,8 @@ from llmgw.control.judge_keeper import (
 from llmgw.control.judge_loop import JudgeKeeper
 from llmgw.core.clock import FakeClock
 from llmgw.core.guard import JudgeSpec, Policy
-from llmgw.core.jobs import ServeJob
 from llmgw.core.judges import DEFAULT_JUDGE, DEMO_JUDGE, KNOWN
-from llmgw.core.protocol import JobState, ServeRequest
+from llmgw.core.protocol import JobState, ServeJob, ServeRequest
 from llmgw.core.types import Engine, HubSource, Model, Profile, Scaling
 from tests.factories import NOW
 

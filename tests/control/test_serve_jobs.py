@@ -13,8 +13,7 @@ from llmgw.control.catalog import CatalogService
 from llmgw.control.serve_jobs import ServeJobs
 from llmgw.core.clock import SystemClock
 from llmgw.core.errors import FetchFailed, FetchRefused, InvalidRequest
-from llmgw.core.jobs import ServeJob
-from llmgw.core.protocol import JobState, ServeRequest
+from llmgw.core.protocol import JobState, ServeJob, ServeRequest
 from llmgw.core.types import HubSource, LocalSource, Model, Profile
 from llmgw.node.files import Progress
 from llmgw.store.lease_repo import fence

@@ -8,8 +8,7 @@ from pathlib import Path
 import pytest
 
 from llmgw.core.errors import Conflict, ModelNotFound
-from llmgw.core.jobs import ServeJob
-from llmgw.core.protocol import ServeRequest
+from llmgw.core.protocol import ServeJob, ServeRequest
 from llmgw.core.types import LocalSource, Model, Profile, ProviderApi, RemoteSource, ReplicaState, Scaling
 from llmgw.store.db import schema_exists
 from llmgw.store.store import Store

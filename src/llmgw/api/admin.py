@@ -1,129 +1,117 @@
-"""The admin API: `/admin/v1/*`, admin keys only."""
+"""The admin API's catalog routes: `/admin/v1/models`, replicas and the cluster, admin keys only."""
 
 from __future__ import annotations
 
 from dataclasses import asdict
 from typing import Any
 
-from aiohttp import web
-from pydantic import ValidationError
-
-from llmgw.api.appkeys import CATALOG, CLUSTER, GATEWAY
-from llmgw.api.body import json_response, read_json
+from llmgw.api.appkeys import CATALOG, CLUSTER
+from llmgw.api.endpoints import Call, Endpoint
 from llmgw.core.errors import InvalidRequest
-from llmgw.core.protocol import ScaleRequest
-from llmgw.core.types import ApiKey, Model
-from llmgw.gateway.auth import require_admin
+from llmgw.core.protocol import (
+    ClusterOut,
+    DataList,
+    EstimateOut,
+    FitOut,
+    ModelOut,
+    Removed,
+    ReplicaQuery,
+    ResourcesOut,
+    ScaleRequest,
+)
+from llmgw.core.types import ApiKey, Model, Replica
+
+TAG = "admin"
+# Model names may contain '/', so the name pattern is greedy and the routes with a suffix come
+# first.
+NAME = "{name:.+}"
+_HUB = {"kind": "hf", "repo": "unsloth/gemma-3-270m-it-GGUF", "file": "gemma-3-270m-it-Q4_K_M.gguf"}
 
 
-def admin_key(request: web.Request) -> ApiKey:
-    key = request.app[GATEWAY].authenticate(request.headers.get("Authorization"))
-    require_admin(key)
-    return key
+def by(key: ApiKey | None) -> str:
+    """Who made a change, as the catalog records it."""
+    return f"{key.name} ({key.label})" if key else ""
 
 
-def by(key: ApiKey) -> str:
-    return f"{key.name} ({key.label})"
+def _server_set(payload: dict[str, Any], _params: object) -> dict[str, Any]:
+    """A model body without the fields the server sets (a model read back may carry them)."""
+    return {k: v for k, v in payload.items() if k not in ("by", "created_at", "updated_at")}
 
 
-def invalid(exc: ValidationError) -> InvalidRequest:
-    first = exc.errors()[0]
-    where = ".".join(str(p) for p in first["loc"]) or None
-    return InvalidRequest(f"{where + ': ' if where else ''}{first['msg']}", param=where)
-
-
-def _dump(model: Model) -> dict[str, Any]:
-    return model.model_dump(mode="json")
-
-
-async def list_models(request: web.Request) -> web.Response:
-    admin_key(request)
-    catalog = request.app[CATALOG]
+async def list_models(call: Call[None, None]) -> DataList[ModelOut]:
+    catalog = call.app[CATALOG]
     models = await catalog.models()
     states = await catalog.states(models)
-    return json_response({"data": [_dump(m) | {"state": states[m.name]} for m in models]})
+    return DataList(data=[ModelOut(**dict(m), state=states[m.name]) for m in models])
 
 
-async def add_model(request: web.Request) -> web.Response:
-    key = admin_key(request)
-    _, payload = await read_json(request)
-    for field in ("by", "created_at", "updated_at"):
-        payload.pop(field, None)
-    try:
-        model = Model.model_validate(payload)
-    except ValidationError as exc:
-        raise invalid(exc) from exc
-    added = await request.app[CATALOG].add(model, by(key))
-    return json_response(_dump(added), status=201)
+async def add_model(call: Call[Model, None]) -> Model:
+    return await call.app[CATALOG].add(call.body, by(call.key))
 
 
-async def get_model(request: web.Request) -> web.Response:
-    admin_key(request)
-    return json_response(_dump(await request.app[CATALOG].get(request.match_info["name"])))
+async def get_model(call: Call[None, None]) -> Model:
+    return await call.app[CATALOG].get(call.params["name"])
 
 
-async def remove_model(request: web.Request) -> web.Response:
-    admin_key(request)
-    name = request.match_info["name"]
-    await request.app[CATALOG].remove(name)
-    return json_response({"name": name, "removed": True})
+async def remove_model(call: Call[None, None]) -> Removed:
+    name = call.params["name"]
+    await call.app[CATALOG].remove(name)
+    return Removed(name=name)
 
 
-async def scale_model(request: web.Request) -> web.Response:
-    key = admin_key(request)
-    _, payload = await read_json(request)
-    try:
-        req = ScaleRequest.model_validate(payload)
-    except ValidationError as exc:
-        raise invalid(exc) from exc
+async def scale_model(call: Call[ScaleRequest, None]) -> Model:
+    req = call.body
     if req.max is not None and req.max < req.min:
         raise InvalidRequest(f"max ({req.max}) is below min ({req.min})", param="max")
     idle = req.idle_s if "idle_s" in req.model_fields_set else ...
-    model = await request.app[CATALOG].scale(request.match_info["name"], req.min, req.max, by(key),
-                                             idle)
-    return json_response(_dump(model))
+    return await call.app[CATALOG].scale(call.params["name"], req.min, req.max, by(call.key), idle)
 
 
-async def model_resources(request: web.Request) -> web.Response:
-    admin_key(request)
-    res = await request.app[CATALOG].resources(request.match_info["name"])
-    return json_response(
-        {
-            "model": _dump(res.model),
-            "placement": [asdict(f) for f in res.placement],
-            "replicas": [r.model_dump(mode="json") for r in res.replicas],
-            "nodes": [n.model_dump(mode="json") for n in res.nodes],
-            "estimates": {
-                name: {"total_gb": e.total_gb, "parts": e.parts(), "describe": e.describe()}
-                for name, e in res.estimates.items()
-            },
-            "evictions": [e.model_dump(mode="json") for e in res.evictions],
-        }
+async def model_resources(call: Call[None, None]) -> ResourcesOut:
+    res = await call.app[CATALOG].resources(call.params["name"])
+    return ResourcesOut(
+        model=res.model,
+        placement=[FitOut(**asdict(f)) for f in res.placement],
+        replicas=res.replicas,
+        nodes=res.nodes,
+        estimates={name: EstimateOut(total_gb=e.total_gb, parts=e.parts(), describe=e.describe())
+                   for name, e in res.estimates.items()},
+        evictions=res.evictions,
     )
 
 
-async def list_replicas(request: web.Request) -> web.Response:
-    admin_key(request)
-    replicas = await request.app[CATALOG].replicas(request.query.get("model"))
-    return json_response({"data": [r.model_dump(mode="json") for r in replicas]})
+async def list_replicas(call: Call[None, ReplicaQuery]) -> DataList[Replica]:
+    return DataList(data=await call.app[CATALOG].replicas(call.query.model))
 
 
-async def cluster(request: web.Request) -> web.Response:
-    admin_key(request)
-    return json_response(await request.app[CLUSTER]())
+async def cluster(call: Call[None, None]) -> ClusterOut:
+    return ClusterOut.model_validate(await call.app[CLUSTER]())
 
 
-def routes() -> list[web.RouteDef]:
-    """The admin routes. Model names may contain '/', so the name pattern is greedy and the
-    routes with a suffix come first."""
-    name = "{name:.+}"
-    return [
-        web.get("/admin/v1/models", list_models),
-        web.post("/admin/v1/models", add_model),
-        web.get(f"/admin/v1/models/{name}/resources", model_resources),
-        web.post(f"/admin/v1/models/{name}/scale", scale_model),
-        web.get(f"/admin/v1/models/{name}", get_model),
-        web.delete(f"/admin/v1/models/{name}", remove_model),
-        web.get("/admin/v1/replicas", list_replicas),
-        web.get("/admin/v1/cluster", cluster),
-    ]
+LIST_MODELS = Endpoint("list_models", "GET", "/admin/v1/models",
+                       "List catalog models with each one's on-demand state", TAG, list_models,
+                       returns=DataList[ModelOut])
+ADD_MODEL = Endpoint("add_model", "POST", "/admin/v1/models", "Add a catalog model", TAG, add_model,
+                     body=Model, shape=_server_set, returns=Model, status=201,
+                     example={"name": "gemma3-270m", "source": _HUB, "scaling": {"min": 0, "max": 1},
+                              "profiles": [{"name": "cpu", "cpu_cores": 2, "min_memory_gb": 1}]})
+MODEL_RESOURCES = Endpoint("model_resources", "GET", f"/admin/v1/models/{NAME}/resources",
+                           "Placement and memory estimates", TAG, model_resources,
+                           returns=ResourcesOut)
+SCALE_MODEL = Endpoint("scale_model", "POST", f"/admin/v1/models/{NAME}/scale",
+                       "Scale a model (min 0 and idle_s: on demand, stopped when idle)", TAG,
+                       scale_model, body=ScaleRequest, returns=Model,
+                       example={"min": 0, "max": 2, "idle_s": 600})
+GET_MODEL = Endpoint("get_model", "GET", f"/admin/v1/models/{NAME}", "Show a catalog model", TAG,
+                     get_model, returns=Model)
+REMOVE_MODEL = Endpoint("remove_model", "DELETE", f"/admin/v1/models/{NAME}",
+                        "Remove a catalog model", TAG, remove_model, returns=Removed)
+LIST_REPLICAS = Endpoint("list_replicas", "GET", "/admin/v1/replicas", "List replicas", TAG,
+                         list_replicas, query=ReplicaQuery, returns=DataList[Replica])
+CLUSTER_STATUS = Endpoint("cluster_status", "GET", "/admin/v1/cluster",
+                          "This server, the leader and its lease", TAG, cluster, returns=ClusterOut)
+
+ENDPOINTS: list[Endpoint[Any, Any]] = [
+    LIST_MODELS, ADD_MODEL, MODEL_RESOURCES, SCALE_MODEL, GET_MODEL, REMOVE_MODEL, LIST_REPLICAS,
+    CLUSTER_STATUS,
+]

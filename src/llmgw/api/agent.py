@@ -1,53 +1,36 @@
-"""The agent API: `/agent/v1/*`, for node agents holding a join token."""
+"""The agent API: `/agent/v1/*`, for node agents holding a join token.
+
+Join tokens only, not admin keys: a token is bound to its node, and an admin key on a node's
+command line would grant far more than reporting as one machine."""
 
 from __future__ import annotations
 
-from aiohttp import web
-from pydantic import ValidationError
+from typing import Any
 
-from llmgw.api.admin import invalid
-from llmgw.api.appkeys import AGENTS, CHANGES, GATEWAY
-from llmgw.api.body import json_response, read_json
-from llmgw.core.agent_wire import Changes, SyncRequest
-from llmgw.core.errors import InvalidRequest
-from llmgw.core.types import KeyScope
+from llmgw.api.appkeys import AGENTS, CHANGES
+from llmgw.api.endpoints import Access, Call, Endpoint
+from llmgw.core.agent_wire import Changes, SyncRequest, SyncResponse
+from llmgw.core.protocol import ChangesQuery
 
-AGENTS_SCOPES = frozenset({KeyScope.NODE})
-# The longest a changes call is held open: well inside the agents' own request timeout and any
-# proxy's idle timeout.
-MAX_WAIT_S = 30.0
+TAG = "agent"
 
 
-async def sync(request: web.Request) -> web.Response:
-    # Join tokens only, not admin keys: a token is bound to its node, and an admin key on a
-    # node's command line would grant far more than reporting as one machine.
-    key = request.app[GATEWAY].authenticate(request.headers.get("Authorization"), AGENTS_SCOPES)
-    _, payload = await read_json(request)
-    try:
-        req = SyncRequest.model_validate(payload)
-    except ValidationError as exc:
-        raise invalid(exc) from exc
-    answer = await request.app[AGENTS].sync(req, key)
-    return json_response(answer.model_dump(mode="json"))
+async def sync(call: Call[SyncRequest, None]) -> SyncResponse:
+    return await call.app[AGENTS].sync(call.body, call.caller)
 
 
-async def changes(request: web.Request) -> web.Response:
+async def changes(call: Call[None, ChangesQuery]) -> Changes:
     """Answer once this server's view of the store is past `since` (a placement, a stop, any
     change), or after `wait` seconds: the agent then syncs at once instead of at its next round."""
-    request.app[GATEWAY].authenticate(request.headers.get("Authorization"), AGENTS_SCOPES)
-    try:
-        since = int(request.query.get("since", "-1"))
-    except ValueError:
-        raise InvalidRequest("since must be an integer revision", param="since") from None
-    try:
-        wait = float(request.query.get("wait", "0"))
-    except ValueError:
-        raise InvalidRequest("wait must be a number of seconds", param="wait") from None
-    if not 0 <= wait <= MAX_WAIT_S:
-        raise InvalidRequest(f"wait must be between 0 and {MAX_WAIT_S:g} seconds", param="wait")
-    revision = await request.app[CHANGES](since, wait)
-    return json_response(Changes(revision=revision).model_dump(mode="json"))
+    return Changes(revision=await call.app[CHANGES](call.query.since, call.query.wait))
 
 
-def routes() -> list[web.RouteDef]:
-    return [web.post("/agent/v1/sync", sync), web.get("/agent/v1/changes", changes)]
+SYNC = Endpoint("agent_sync", "POST", "/agent/v1/sync",
+                "A node agent's heartbeat, reports and assignments", TAG, sync, access=Access.NODE,
+                body=SyncRequest, returns=SyncResponse)
+WATCH_CHANGES = Endpoint("agent_changes", "GET", "/agent/v1/changes",
+                         "Held until this server's view of the store is past `since` (or `wait` "
+                         "seconds, at most 30, pass); answers the revision then", TAG, changes,
+                         access=Access.NODE, query=ChangesQuery, returns=Changes)
+
+ENDPOINTS: list[Endpoint[Any, Any]] = [SYNC, WATCH_CHANGES]

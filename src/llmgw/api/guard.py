@@ -2,141 +2,120 @@
 
 from __future__ import annotations
 
-from datetime import datetime
 from typing import Any
 
-from aiohttp import web
-from pydantic import ValidationError
-
-from llmgw.api.admin import admin_key, by, invalid
+from llmgw.api.admin import by
 from llmgw.api.appkeys import GUARD, GUARD_ADMIN, JUDGE_STATUS
-from llmgw.api.body import json_response, read_json
-from llmgw.core.errors import InvalidRequest
-from llmgw.core.guard import Direction, JudgeSpec, Policy
-from llmgw.core.protocol import EnableJudge, JudgmentRequest, SwitchRequest
-from llmgw.core.types import as_utc
+from llmgw.api.endpoints import Call, Endpoint
+from llmgw.core.guard import Direction, JudgeSpec, Policy, VerdictRecord
+from llmgw.core.protocol import (
+    DataList,
+    EnableJudge,
+    GuardOut,
+    JudgeStatusOut,
+    JudgmentRequest,
+    Removed,
+    SwitchesOut,
+    SwitchRequest,
+    VerdictOut,
+    VerdictQuery,
+)
 from llmgw.guard.prompts import Turn
 
-
-def _policy(p: Policy) -> dict[str, Any]:
-    return p.model_dump(mode="json")
+TAG = "guard"
 
 
-async def overview(request: web.Request) -> web.Response:
-    admin_key(request)
-    ga = request.app[GUARD_ADMIN]
-    switches = await ga.switches()
-    return json_response({**switches, "policies": [_policy(p) for p in await ga.policies()]})
+def _policy_body(payload: dict[str, Any], params: Any) -> dict[str, Any]:
+    """A policy body takes its name from the path; the server sets who and when."""
+    body = {k: v for k, v in payload.items() if k not in ("by", "updated_at")}
+    return {**body, "name": params["name"]}
 
 
-async def set_switches(request: web.Request) -> web.Response:
-    admin_key(request)
-    _, payload = await read_json(request)
-    try:
-        req = SwitchRequest.model_validate(payload)
-    except ValidationError as exc:
-        raise invalid(exc) from exc
-    ga = request.app[GUARD_ADMIN]
-    for name, value in req.model_dump(exclude_none=True).items():
+async def overview(call: Call[None, None]) -> GuardOut:
+    ga = call.app[GUARD_ADMIN]
+    return GuardOut(**await ga.switches(), policies=await ga.policies())
+
+
+async def set_switches(call: Call[SwitchRequest, None]) -> SwitchesOut:
+    ga = call.app[GUARD_ADMIN]
+    for name, value in call.body.model_dump(exclude_none=True).items():
         await ga.set_switch(name, value)
-    return json_response(await ga.switches())
+    return SwitchesOut(**await ga.switches())
 
 
-async def list_policies(request: web.Request) -> web.Response:
-    admin_key(request)
-    return json_response({"data": [_policy(p) for p in await request.app[GUARD_ADMIN].policies()]})
+async def list_policies(call: Call[None, None]) -> DataList[Policy]:
+    return DataList(data=await call.app[GUARD_ADMIN].policies())
 
 
-async def get_policy(request: web.Request) -> web.Response:
-    admin_key(request)
-    return json_response(_policy(await request.app[GUARD_ADMIN].policy(request.match_info["name"])))
+async def get_policy(call: Call[None, None]) -> Policy:
+    return await call.app[GUARD_ADMIN].policy(call.params["name"])
 
 
-async def put_policy(request: web.Request) -> web.Response:
-    key = admin_key(request)
-    _, payload = await read_json(request)
-    payload = {**payload, "name": request.match_info["name"]}
-    for field in ("by", "updated_at"):
-        payload.pop(field, None)
-    try:
-        policy = Policy.model_validate(payload)
-    except ValidationError as exc:
-        raise invalid(exc) from exc
-    return json_response(_policy(await request.app[GUARD_ADMIN].set_policy(policy, by(key))))
+async def put_policy(call: Call[Policy, None]) -> Policy:
+    return await call.app[GUARD_ADMIN].set_policy(call.body, by(call.key))
 
 
-async def delete_policy(request: web.Request) -> web.Response:
-    admin_key(request)
-    name = request.match_info["name"]
-    await request.app[GUARD_ADMIN].remove_policy(name)
-    return json_response({"name": name, "removed": True})
+async def delete_policy(call: Call[None, None]) -> Removed:
+    name = call.params["name"]
+    await call.app[GUARD_ADMIN].remove_policy(name)
+    return Removed(name=name)
 
 
-async def judges(request: web.Request) -> web.Response:
-    admin_key(request)
-    return json_response({"data": await request.app[JUDGE_STATUS]()})
+async def judges(call: Call[None, None]) -> DataList[JudgeStatusOut]:
+    return DataList(data=[JudgeStatusOut.model_validate(j) for j in await call.app[JUDGE_STATUS]()])
 
 
-async def enable_judge(request: web.Request) -> web.Response:
-    key = admin_key(request)
-    _, payload = await read_json(request)
-    try:
-        req = EnableJudge.model_validate(payload)
-        name = req.name or req.file.rsplit("/", 1)[-1].removesuffix(".gguf").lower()
-        spec = JudgeSpec(name=name, repo=req.repo, file=req.file, size_gb=req.size_gb, gpu=req.gpu,
-                         format=req.format)
-    except ValidationError as exc:
-        raise invalid(exc) from exc
-    await request.app[GUARD_ADMIN].enable_judge(spec, by(key))
-    return json_response(spec.model_dump(mode="json"), status=201)
+async def enable_judge(call: Call[EnableJudge, None]) -> JudgeSpec:
+    req = call.body
+    name = req.name or req.file.rsplit("/", 1)[-1].removesuffix(".gguf").lower()
+    spec = JudgeSpec(name=name, repo=req.repo, file=req.file, size_gb=req.size_gb, gpu=req.gpu,
+                     format=req.format)
+    await call.app[GUARD_ADMIN].enable_judge(spec, by(call.key))
+    return spec
 
 
-async def verdicts(request: web.Request) -> web.Response:
-    admin_key(request)
-    q = request.query
-    try:
-        # A time without a zone is UTC, as everywhere in the API.
-        since = as_utc(datetime.fromisoformat(q["since"])) if q.get("since") else None
-        limit = int(q.get("limit", "100"))
-    except ValueError as exc:
-        raise InvalidRequest(f"bad query: {exc}") from exc
-    records = await request.app[GUARD_ADMIN].verdicts(
-        since=since, policy=q.get("policy"), judge=q.get("judge"), outcome=q.get("outcome"),
-        limit=max(1, min(limit, 10_000)),
+async def verdicts(call: Call[None, VerdictQuery]) -> DataList[VerdictRecord]:
+    q = call.query
+    records = await call.app[GUARD_ADMIN].verdicts(
+        since=q.since, policy=q.policy, judge=q.judge, outcome=q.outcome,
+        limit=max(1, min(q.limit, 10_000)),
     )
-    return json_response({"data": [r.model_dump(mode="json") for r in records]})
+    return DataList(data=records)
 
 
-async def judgment(request: web.Request) -> web.Response:
+async def judgment(call: Call[JudgmentRequest, None]) -> VerdictOut:
     """One judgment on demand (for `ctl guard eval`): the verdict and how long it took."""
-    admin_key(request)
-    _, payload = await read_json(request)
-    try:
-        req = JudgmentRequest.model_validate(payload)
-    except ValidationError as exc:
-        raise invalid(exc) from exc
+    req = call.body
     turns = [Turn("user", req.text)] if req.direction == Direction.INPUT else [
         Turn("user", ""), Turn("assistant", req.text)]
-    answer = await request.app[GUARD].ask(req.judge, req.direction, turns, req.budget_ms)
-    return json_response({
-        "judge": answer.judge,
-        "outcome": answer.outcome.value,
-        "verdict": answer.verdict.model_dump(mode="json") if answer.verdict else None,
-        "error": answer.error or None,
-        "latency_ms": round(answer.latency_ms, 1),
-    })
+    answer = await call.app[GUARD].ask(req.judge, req.direction, turns, req.budget_ms)
+    return VerdictOut(judge=answer.judge, outcome=answer.outcome, verdict=answer.verdict,
+                      error=answer.error or None, latency_ms=round(answer.latency_ms, 1))
 
 
-def routes() -> list[web.RouteDef]:
-    return [
-        web.get("/admin/v1/guard", overview),
-        web.post("/admin/v1/guard/switches", set_switches),
-        web.get("/admin/v1/guard/policies", list_policies),
-        web.get("/admin/v1/guard/policies/{name}", get_policy),
-        web.put("/admin/v1/guard/policies/{name}", put_policy),
-        web.delete("/admin/v1/guard/policies/{name}", delete_policy),
-        web.get("/admin/v1/guard/judges", judges),
-        web.post("/admin/v1/guard/judges", enable_judge),
-        web.get("/admin/v1/guard/verdicts", verdicts),
-        web.post("/admin/v1/guard/judgments", judgment),
-    ]
+GUARD_OVERVIEW = Endpoint("guard_overview", "GET", "/admin/v1/guard", "Guard switches and policies",
+                          TAG, overview, returns=GuardOut)
+SET_SWITCHES = Endpoint("set_switches", "POST", "/admin/v1/guard/switches", "Set guard switches", TAG,
+                        set_switches, body=SwitchRequest, returns=SwitchesOut)
+LIST_POLICIES = Endpoint("list_policies", "GET", "/admin/v1/guard/policies", "List policies", TAG,
+                         list_policies, returns=DataList[Policy])
+GET_POLICY = Endpoint("get_policy", "GET", "/admin/v1/guard/policies/{name}", "Show a policy", TAG,
+                      get_policy, returns=Policy)
+PUT_POLICY = Endpoint("put_policy", "PUT", "/admin/v1/guard/policies/{name}",
+                      "Create or replace a policy", TAG, put_policy, body=Policy, shape=_policy_body,
+                      returns=Policy)
+DELETE_POLICY = Endpoint("delete_policy", "DELETE", "/admin/v1/guard/policies/{name}",
+                         "Remove a policy", TAG, delete_policy, returns=Removed)
+LIST_JUDGES = Endpoint("list_judges", "GET", "/admin/v1/guard/judges", "Judge status", TAG, judges,
+                       returns=DataList[JudgeStatusOut])
+ENABLE_JUDGE = Endpoint("enable_judge", "POST", "/admin/v1/guard/judges", "Enable a judge", TAG,
+                        enable_judge, body=EnableJudge, returns=JudgeSpec, status=201)
+LIST_VERDICTS = Endpoint("list_verdicts", "GET", "/admin/v1/guard/verdicts", "The verdict log", TAG,
+                         verdicts, query=VerdictQuery, returns=DataList[VerdictRecord])
+JUDGMENT = Endpoint("judgment", "POST", "/admin/v1/guard/judgments", "One judgment on demand", TAG,
+                    judgment, body=JudgmentRequest, returns=VerdictOut)
+
+ENDPOINTS: list[Endpoint[Any, Any]] = [
+    GUARD_OVERVIEW, SET_SWITCHES, LIST_POLICIES, GET_POLICY, PUT_POLICY, DELETE_POLICY, LIST_JUDGES,
+    ENABLE_JUDGE, LIST_VERDICTS, JUDGMENT,
+]

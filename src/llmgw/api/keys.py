@@ -1,4 +1,7 @@
-"""Keys, default limits and usage in the admin API."""
+"""Keys, default limits and usage in the admin API.
+
+Listing, showing, revoking and usage take any admin or user key: a user key sees itself and the
+keys minted beneath it, and any other key is as unknown to it as one that does not exist."""
 
 from __future__ import annotations
 
@@ -6,78 +9,51 @@ from dataclasses import asdict
 from datetime import date, datetime
 from typing import Any
 
-from aiohttp import web
-from pydantic import ValidationError
-
-from llmgw.api.admin import admin_key, invalid
-from llmgw.api.appkeys import GATEWAY, KEYS
-from llmgw.api.body import json_response, read_json
+from llmgw.api.appkeys import KEYS
+from llmgw.api.endpoints import Access, Call, Endpoint
 from llmgw.core.errors import InvalidRequest
-from llmgw.core.protocol import KeyRequest
-from llmgw.core.types import ApiKey, Limits, as_utc
+from llmgw.core.protocol import DataList, KeyCreated, KeyOut, KeyRequest, KeyRevoked, UsageQuery, UsageRowOut
+from llmgw.core.types import Limits, as_utc
+
+TAG = "keys"
 
 
-def _dump(key: ApiKey) -> dict[str, Any]:
-    """A key as lists show it: never its hash."""
-    data = key.model_dump(mode="json", exclude={"hash"})
-    data["label"] = key.label
-    return data
-
-
-async def create_key(request: web.Request) -> web.Response:
+async def create_key(call: Call[KeyRequest, None]) -> KeyCreated:
     # Any valid key may mint; KeyAdmin keeps a user key's children within its own grants.
-    minter = request.app[GATEWAY].authenticate(request.headers.get("Authorization"))
-    _, payload = await read_json(request)
-    try:
-        req = KeyRequest.model_validate(payload)
-    except ValidationError as exc:
-        raise invalid(exc) from exc
-    key, secret = await request.app[KEYS].create(req, minter)
-    return json_response({**_dump(key), "key": secret}, status=201)
+    key, secret = await call.app[KEYS].create(call.body, call.caller)
+    return KeyCreated(**dict(KeyOut.of(key)), key=secret)
 
 
-async def list_keys(request: web.Request) -> web.Response:
-    admin_key(request)
-    return json_response({"data": [_dump(k) for k in await request.app[KEYS].keys()]})
+async def list_keys(call: Call[None, None]) -> DataList[KeyOut]:
+    return DataList(data=[KeyOut.of(k) for k in await call.app[KEYS].keys(call.key)])
 
 
-async def get_key(request: web.Request) -> web.Response:
-    admin_key(request)
-    return json_response(_dump(await request.app[KEYS].find(request.match_info["id"])))
+async def get_key(call: Call[None, None]) -> KeyOut:
+    return KeyOut.of(await call.app[KEYS].find(call.params["id"], call.key))
 
 
-async def revoke_key(request: web.Request) -> web.Response:
-    admin_key(request)
-    key, beneath = await request.app[KEYS].revoke(request.match_info["id"])
-    return json_response({**_dump(key), "revoked_beneath": beneath})
+async def revoke_key(call: Call[None, None]) -> KeyRevoked:
+    key, beneath = await call.app[KEYS].revoke(call.params["id"], call.key)
+    return KeyRevoked(**dict(KeyOut.of(key)), revoked_beneath=beneath)
 
 
-async def rotate_key(request: web.Request) -> web.Response:
-    by = admin_key(request)
-    key, secret = await request.app[KEYS].rotate(request.match_info["id"], by)
-    return json_response({**_dump(key), "key": secret}, status=201)
+async def rotate_key(call: Call[None, None]) -> KeyCreated:
+    key, secret = await call.app[KEYS].rotate(call.params["id"], call.caller)
+    return KeyCreated(**dict(KeyOut.of(key)), key=secret)
 
 
-async def get_default_limits(request: web.Request) -> web.Response:
-    admin_key(request)
-    return json_response((await request.app[KEYS].default_limits()).model_dump())
+async def get_default_limits(call: Call[None, None]) -> Limits:
+    return await call.app[KEYS].default_limits()
 
 
-async def put_default_limits(request: web.Request) -> web.Response:
-    admin_key(request)
-    _, payload = await read_json(request)
-    try:
-        limits = Limits.model_validate(payload)
-    except ValidationError as exc:
-        raise invalid(exc) from exc
-    return json_response((await request.app[KEYS].set_default_limits(limits)).model_dump())
+async def put_default_limits(call: Call[Limits, None]) -> Limits:
+    return await call.app[KEYS].set_default_limits(call.body)
 
 
-async def usage(request: web.Request) -> web.Response:
-    admin_key(request)
-    q = request.query
-    rows = await request.app[KEYS].usage(q.get("key"), q.get("model"), _day(q.get("since")))
-    return json_response({"data": [asdict(r) for r in rows]})
+async def usage(call: Call[None, UsageQuery]) -> DataList[UsageRowOut]:
+    q = call.query
+    rows = await call.app[KEYS].usage(q.key, q.model, _day(q.since), call.key)
+    return DataList(data=[UsageRowOut(**asdict(r)) for r in rows])
 
 
 def _day(since: str | None) -> str | None:
@@ -95,14 +71,28 @@ def _day(since: str | None) -> str | None:
                              param="since") from exc
 
 
-def routes() -> list[web.RouteDef]:
-    return [
-        web.post("/admin/v1/keys", create_key),
-        web.get("/admin/v1/keys", list_keys),
-        web.get("/admin/v1/keys/{id}", get_key),
-        web.post("/admin/v1/keys/{id}/revoke", revoke_key),
-        web.post("/admin/v1/keys/{id}/rotate", rotate_key),
-        web.get("/admin/v1/limits/default", get_default_limits),
-        web.put("/admin/v1/limits/default", put_default_limits),
-        web.get("/admin/v1/usage", usage),
-    ]
+CREATE_KEY = Endpoint("create_key", "POST", "/admin/v1/keys", "Create a key (shown once)", TAG,
+                      create_key, access=Access.KEY, body=KeyRequest, returns=KeyCreated, status=201)
+LIST_KEYS = Endpoint("list_keys", "GET", "/admin/v1/keys",
+                     "List keys (a user key: itself and the keys minted beneath it)", TAG, list_keys,
+                     access=Access.KEY, returns=DataList[KeyOut])
+GET_KEY = Endpoint("get_key", "GET", "/admin/v1/keys/{id}", "Show a key", TAG, get_key,
+                   access=Access.KEY, returns=KeyOut)
+REVOKE_KEY = Endpoint("revoke_key", "POST", "/admin/v1/keys/{id}/revoke",
+                      "Revoke a key and the keys minted beneath it", TAG, revoke_key,
+                      access=Access.KEY, returns=KeyRevoked)
+ROTATE_KEY = Endpoint("rotate_key", "POST", "/admin/v1/keys/{id}/rotate", "Rotate a key (shown once)",
+                      TAG, rotate_key, returns=KeyCreated, status=201)
+GET_DEFAULT_LIMITS = Endpoint("get_default_limits", "GET", "/admin/v1/limits/default",
+                              "Default limits", TAG, get_default_limits, returns=Limits)
+PUT_DEFAULT_LIMITS = Endpoint("put_default_limits", "PUT", "/admin/v1/limits/default",
+                              "Set default limits", TAG, put_default_limits, body=Limits,
+                              returns=Limits)
+USAGE = Endpoint("usage", "GET", "/admin/v1/usage",
+                 "Usage per key, model and day (a user key: its own and its minted keys')", TAG,
+                 usage, access=Access.KEY, query=UsageQuery, returns=DataList[UsageRowOut])
+
+ENDPOINTS: list[Endpoint[Any, Any]] = [
+    CREATE_KEY, LIST_KEYS, GET_KEY, REVOKE_KEY, ROTATE_KEY, GET_DEFAULT_LIMITS, PUT_DEFAULT_LIMITS,
+    USAGE,
+]

@@ -4,90 +4,68 @@ from __future__ import annotations
 
 from typing import Any
 
-from aiohttp import web
-from pydantic import ValidationError
-
-from llmgw.api.admin import admin_key, invalid
 from llmgw.api.appkeys import NODES
-from llmgw.api.body import json_response, read_json
-from llmgw.control.node_admin import NodeDetail, NodeView
-from llmgw.core.errors import InvalidRequest
-from llmgw.core.protocol import LabelRequest
+from llmgw.api.endpoints import Call, Endpoint
+from llmgw.control.node_admin import NodeView
+from llmgw.core.protocol import DataList, LabelRequest, NodeDetailOut, NodeOut, NodeRemoved, NodeRemoveQuery
+
+TAG = "admin"
 
 
-def dump_view(view: NodeView) -> dict[str, Any]:
+def node_out(view: NodeView) -> NodeOut:
     """A node as the API shows it: its row, plus status, heartbeat age and replica count."""
-    return {
-        **view.node.model_dump(mode="json"),
-        "status": view.status.value,
-        "heartbeat_age_s": view.heartbeat_age_s,
-        "replica_count": view.replica_count,
-    }
+    return NodeOut(**dict(view.node), status=view.status.value, heartbeat_age_s=view.heartbeat_age_s,
+                   replica_count=view.replica_count)
 
 
-def _dump_detail(detail: NodeDetail) -> dict[str, Any]:
-    return {**dump_view(detail.view),
-            "replicas": [r.model_dump(mode="json") for r in detail.replicas]}
+async def list_nodes(call: Call[None, None]) -> DataList[NodeOut]:
+    return DataList(data=[node_out(v) for v in await call.app[NODES].list()])
 
 
-def _flag(request: web.Request, name: str) -> bool:
-    raw = request.query.get(name, "false").lower()
-    if raw not in ("true", "1", "false", "0"):
-        raise InvalidRequest(f"'{name}' must be true or false", param=name)
-    return raw in ("true", "1")
+async def show_node(call: Call[None, None]) -> NodeDetailOut:
+    detail = await call.app[NODES].show(call.params["id"])
+    return NodeDetailOut(**dict(node_out(detail.view)), replicas=detail.replicas)
 
 
-async def list_nodes(request: web.Request) -> web.Response:
-    admin_key(request)
-    return json_response({"data": [dump_view(v) for v in await request.app[NODES].list()]})
+async def label_node(call: Call[LabelRequest, None]) -> NodeOut:
+    return node_out(await call.app[NODES].label(call.params["id"], call.body.set, call.body.remove))
 
 
-async def show_node(request: web.Request) -> web.Response:
-    admin_key(request)
-    return json_response(_dump_detail(await request.app[NODES].show(request.match_info["id"])))
+async def cordon_node(call: Call[None, None]) -> NodeOut:
+    return node_out(await call.app[NODES].cordon(call.params["id"]))
 
 
-async def label_node(request: web.Request) -> web.Response:
-    admin_key(request)
-    _, payload = await read_json(request)
-    try:
-        req = LabelRequest.model_validate(payload)
-    except ValidationError as exc:
-        raise invalid(exc) from exc
-    view = await request.app[NODES].label(request.match_info["id"], req.set, req.remove)
-    return json_response(dump_view(view))
+async def uncordon_node(call: Call[None, None]) -> NodeOut:
+    return node_out(await call.app[NODES].uncordon(call.params["id"]))
 
 
-async def cordon_node(request: web.Request) -> web.Response:
-    admin_key(request)
-    return json_response(dump_view(await request.app[NODES].cordon(request.match_info["id"])))
+async def drain_node(call: Call[None, None]) -> NodeOut:
+    return node_out(await call.app[NODES].drain(call.params["id"]))
 
 
-async def uncordon_node(request: web.Request) -> web.Response:
-    admin_key(request)
-    return json_response(dump_view(await request.app[NODES].uncordon(request.match_info["id"])))
+async def remove_node(call: Call[None, NodeRemoveQuery]) -> NodeRemoved:
+    node_id = call.params["id"]
+    await call.app[NODES].remove(node_id, force=call.query.force)
+    return NodeRemoved(id=node_id)
 
 
-async def drain_node(request: web.Request) -> web.Response:
-    admin_key(request)
-    return json_response(dump_view(await request.app[NODES].drain(request.match_info["id"])))
+LIST_NODES = Endpoint("list_nodes", "GET", "/admin/v1/nodes", "List nodes with their status", TAG,
+                      list_nodes, returns=DataList[NodeOut])
+SHOW_NODE = Endpoint("show_node", "GET", "/admin/v1/nodes/{id}", "Show a node and its replicas", TAG,
+                     show_node, returns=NodeDetailOut)
+REMOVE_NODE = Endpoint("remove_node", "DELETE", "/admin/v1/nodes/{id}",
+                       "Remove a node (refused while it runs replicas, unless force)", TAG,
+                       remove_node, query=NodeRemoveQuery, returns=NodeRemoved)
+LABEL_NODE = Endpoint("label_node", "POST", "/admin/v1/nodes/{id}/labels",
+                      "Set and remove node labels", TAG, label_node, body=LabelRequest,
+                      returns=NodeOut, example={"set": {"zone": "eu-1"}, "remove": ["old"]})
+CORDON_NODE = Endpoint("cordon_node", "POST", "/admin/v1/nodes/{id}/cordon",
+                       "Cordon a node: no new replicas", TAG, cordon_node, returns=NodeOut)
+UNCORDON_NODE = Endpoint("uncordon_node", "POST", "/admin/v1/nodes/{id}/uncordon",
+                         "Uncordon a node (ends a drain)", TAG, uncordon_node, returns=NodeOut)
+DRAIN_NODE = Endpoint("drain_node", "POST", "/admin/v1/nodes/{id}/drain",
+                      "Drain a node: its replicas move elsewhere", TAG, drain_node, returns=NodeOut)
 
-
-async def remove_node(request: web.Request) -> web.Response:
-    admin_key(request)
-    node_id = request.match_info["id"]
-    await request.app[NODES].remove(node_id, force=_flag(request, "force"))
-    return json_response({"id": node_id, "removed": True})
-
-
-def routes() -> list[web.RouteDef]:
-    """The node routes."""
-    return [
-        web.get("/admin/v1/nodes", list_nodes),
-        web.get("/admin/v1/nodes/{id}", show_node),
-        web.delete("/admin/v1/nodes/{id}", remove_node),
-        web.post("/admin/v1/nodes/{id}/labels", label_node),
-        web.post("/admin/v1/nodes/{id}/cordon", cordon_node),
-        web.post("/admin/v1/nodes/{id}/uncordon", uncordon_node),
-        web.post("/admin/v1/nodes/{id}/drain", drain_node),
-    ]
+ENDPOINTS: list[Endpoint[Any, Any]] = [
+    LIST_NODES, SHOW_NODE, REMOVE_NODE, LABEL_NODE, CORDON_NODE, UNCORDON_NODE, DRAIN_NODE,
+]

@@ -29,9 +29,8 @@ from datetime import datetime, timedelta
 from pydantic import ValidationError
 
 from llmgw.core.guard import JudgeSpec, Policy
-from llmgw.core.jobs import ServeJob
 from llmgw.core.judges import DEFAULT_JUDGE, DEMO_JUDGE
-from llmgw.core.protocol import JobState, ServeRequest
+from llmgw.core.protocol import JobState, ServeJob, ServeRequest
 from llmgw.core.types import Engine, HubSource, Model, Profile, Scaling
 
 logger = logging.getLogger(__name__)

@@ -18,8 +18,7 @@ from llmgw.control.sizing import estimate
 from llmgw.core.clock import Clock
 from llmgw.core.errors import Conflict, LlmgwError, Retryable, StaleEpoch
 from llmgw.core.ids import new_id
-from llmgw.core.jobs import ServeJob
-from llmgw.core.protocol import JobState, ServeRequest
+from llmgw.core.protocol import JobState, ServeJob, ServeRequest
 from llmgw.core.types import Engine, HubSource, LocalSource, Model, Profile
 from llmgw.node.files import ModelFiles
 from llmgw.node.gguf_info import read_info

@@ -7,14 +7,30 @@ Limits, Policy, ...) stay where they are and appear here as fields.
 
 from __future__ import annotations
 
+from datetime import datetime
 from enum import StrEnum
+from typing import Generic, Literal, Self, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, computed_field, field_validator
 
 from llmgw.core import names
-from llmgw.core.guard import Direction, JudgeFormat
+from llmgw.core.demand import Evicted
+from llmgw.core.guard import Direction, JudgeFormat, Outcome, Policy, Verdict
 from llmgw.core.settings import DEFAULT_CTX_SIZE
-from llmgw.core.types import Frozen, HubSource, KeyScope, Limits, LocalSource, Profile, Scaling, UtcDatetime
+from llmgw.core.types import (
+    ApiKey,
+    Frozen,
+    HubSource,
+    KeyScope,
+    Limits,
+    LocalSource,
+    Model,
+    Node,
+    Profile,
+    Replica,
+    Scaling,
+    UtcDatetime,
+)
 
 # Used when a serve request names no profile: small enough for a laptop, big enough to be useful.
 DEFAULT_CORES = 2
@@ -127,3 +143,284 @@ class JobState(StrEnum):
     @property
     def finished(self) -> bool:
         return self in (JobState.RUNNING, JobState.FAILED, JobState.CANCELLED, JobState.GAVE_WAY)
+
+
+class ServeJob(Frozen):
+    """A serve job as stored and shown."""
+
+    id: str
+    request: ServeRequest
+    state: JobState = JobState.QUEUED
+    bytes_done: int = 0
+    bytes_total: int = 0
+    rate_bps: float = 0.0
+    error: str | None = None
+    # What the operator should know about a job that did not fail (a file that was not verified).
+    warning: str | None = None
+    estimate: str | None = None
+    created_at: datetime | None = None
+    updated_at: datetime | None = None
+
+    @property
+    def model(self) -> str:
+        return self.request.name
+
+
+# Responses. Field names are the wire's: ctl, the console and scripts read them.
+
+T = TypeVar("T")
+
+
+class DataList(BaseModel, Generic[T]):
+    """A list answer: `{"data": [...]}`."""
+
+    data: list[T]
+
+
+class Removed(BaseModel):
+    """A catalog model or guard policy that was removed."""
+
+    name: str
+    removed: bool = True
+
+
+class NodeRemoved(BaseModel):
+    """A node that was removed."""
+
+    id: str
+    removed: bool = True
+
+
+class ModelOut(Model):
+    """A catalog model with its on-demand state."""
+
+    state: str = Field(description="cold, pending, loading on NODE, ready, idle 3m, failed or remote")
+
+
+class FitOut(BaseModel):
+    """One profile of a model on one node: does it fit, does it run there, would one more fit."""
+
+    profile: str
+    node_id: str
+    fits: bool
+    reason: str | None
+    running: int
+    one_more: bool
+    one_more_reason: str | None
+
+
+class EstimateOut(BaseModel):
+    """A profile's memory estimate from the GGUF header, by part (GiB)."""
+
+    total_gb: float
+    parts: dict[str, float]
+    describe: str
+
+
+class ResourcesOut(BaseModel):
+    """What `ctl model resources` shows: placement per node, replicas, nodes, estimates, swaps."""
+
+    model: Model
+    placement: list[FitOut]
+    replicas: list[Replica]
+    nodes: list[Node]
+    estimates: dict[str, EstimateOut]
+    evictions: list[Evicted]
+
+
+# How a node looks to an operator (control.node_admin.NodeState's values).
+NodeStatus = Literal["ready", "cordoned", "draining", "lost"]
+
+
+class NodeOut(Node):
+    """A node as the API shows it: its row, plus status, heartbeat age and replica count."""
+
+    status: NodeStatus
+    heartbeat_age_s: float | None
+    replica_count: int
+
+
+class NodeDetailOut(NodeOut):
+    """A node and the replicas placed on it."""
+
+    replicas: list[Replica]
+
+
+class JobOut(ServeJob):
+    """A serve job, with the model it serves named at the top (read back, that field is
+    ignored: it is the request's name)."""
+
+    model_config = ConfigDict(frozen=True, extra="ignore")
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def model(self) -> str:
+        return self.request.name
+
+
+class ServerOut(BaseModel):
+    """One server of the cluster as `cluster status` lists it."""
+
+    id: str
+    url: str
+    started_at: str
+    seen_s_ago: float
+    state: Literal["live", "gone"]
+    leader: bool
+
+
+class LeaseOut(BaseModel):
+    """The leader's lease."""
+
+    holder: str
+    epoch: int
+    renewed_at: str
+    expires_at: str
+
+
+class ClusterOut(BaseModel):
+    """This server, the leader and its lease."""
+
+    servers: list[ServerOut]
+    server: str
+    database: str
+    leading: bool
+    epoch: int | None
+    last_reconcile_at: str | None
+    lease: LeaseOut | None
+
+
+class SwitchesOut(BaseModel):
+    """The guard's switches."""
+
+    guard_enabled: bool
+    log_prompts: bool
+
+
+class GuardOut(SwitchesOut):
+    """The guard's switches and policies."""
+
+    policies: list[Policy]
+
+
+class JudgeStatusOut(BaseModel):
+    """One judge: where it comes from, whether it serves, its keeper's state, its latency."""
+
+    judge: str
+    source: Literal["known", "enabled", "catalog only"]
+    note: str
+    format: JudgeFormat | None
+    in_catalog: bool
+    replicas_ready: int
+    keeper: str
+    keeper_server: str | None
+    p50_ms: float | None
+    p99_ms: float | None
+    judgments: int
+
+
+class VerdictOut(BaseModel):
+    """One judgment on demand: the verdict and how long it took."""
+
+    judge: str
+    outcome: Outcome
+    verdict: Verdict | None
+    error: str | None
+    latency_ms: float
+
+
+class KeyOut(BaseModel):
+    """A key as lists show it: never its hash; `label` is how logs name it."""
+
+    id: str
+    name: str
+    prefix: str
+    last4: str
+    scope: KeyScope
+    models: list[str] = Field(default_factory=list)
+    expires_at: datetime | None = None
+    revoked: bool = False
+    by: str = ""
+    created_at: datetime | None = None
+    limits: Limits = Field(default_factory=Limits)
+    note: str = ""
+    minted_by: str | None = None
+    node_id: str | None = None
+    label: str
+
+    @classmethod
+    def of(cls, key: ApiKey) -> Self:
+        """`key` without its hash."""
+        return cls(**key.model_dump(exclude={"hash"}), label=key.label)
+
+
+class KeyCreated(KeyOut):
+    """A key just created or rotated, with its secret: shown this once."""
+
+    key: str
+
+
+class KeyRevoked(KeyOut):
+    """A revoked key and how many keys minted beneath it were revoked with it."""
+
+    revoked_beneath: int
+
+
+class UsageRowOut(BaseModel):
+    """One key's use of one model on one UTC day."""
+
+    key_id: str
+    model: str
+    day: str
+    requests: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    errors: int = 0
+    blocked: int = 0
+
+
+# Query parameters.
+
+
+class ReplicaQuery(BaseModel):
+    """`GET /admin/v1/replicas`: optionally one model's."""
+
+    model: str | None = None
+
+
+class NodeRemoveQuery(BaseModel):
+    """`DELETE /admin/v1/nodes/{id}`."""
+
+    force: bool = Field(default=False, description="Remove it even while it runs replicas.")
+
+
+class UsageQuery(BaseModel):
+    """`GET /admin/v1/usage` filters."""
+
+    key: str | None = Field(default=None, description="A key's id, name or prefix.")
+    model: str | None = None
+    since: str | None = Field(default=None, description="A date (YYYY-MM-DD) or an ISO time; "
+                              "rows from the UTC day it falls on.", json_schema_extra={"format": "date"})
+
+
+class VerdictQuery(BaseModel):
+    """`GET /admin/v1/guard/verdicts` filters."""
+
+    since: UtcDatetime | None = None
+    policy: str | None = None
+    judge: str | None = None
+    outcome: Outcome | None = None
+    limit: int = Field(default=100, json_schema_extra={"minimum": 1, "maximum": 10_000},
+                       description="At most this many (clamped to 1..10000).")
+
+
+# The longest an agent's changes call is held open: well inside the agents' own request timeout
+# and any proxy's idle timeout.
+CHANGES_MAX_WAIT_S = 30.0
+
+
+class ChangesQuery(BaseModel):
+    """`GET /agent/v1/changes`: answer once the store is past `since`, or after `wait` seconds."""
+
+    since: int = Field(default=-1, description="A revision; -1: answer at once.")
+    wait: float = Field(default=0.0, ge=0, le=CHANGES_MAX_WAIT_S, description="Seconds to hold the call.")

@@ -40,13 +40,15 @@ class KeyAdmin:
         if self._on_change is not None:
             await self._on_change()
 
-    async def keys(self) -> list[ApiKey]:
-        return await asyncio.to_thread(self._store.keys.list)
+    async def keys(self, viewer: ApiKey | None = None) -> list[ApiKey]:
+        """Every key `viewer` may see (see `visible`); all of them without a viewer."""
+        return visible(viewer, await asyncio.to_thread(self._store.keys.list))
 
-    async def find(self, ref: str) -> ApiKey:
+    async def find(self, ref: str, viewer: ApiKey | None = None) -> ApiKey:
         """A key by id, name (a live key's first, as names are unique among live keys; then an
-        expired one's) or visible prefix."""
-        keys = await self.keys()
+        expired one's) or visible prefix, among the keys `viewer` may see: any other is as
+        unknown as one that does not exist."""
+        keys = await self.keys(viewer)
         now = self._clock.now()
         named = [k for k in keys if k.name == ref and not k.revoked]
         hits = [k for k in keys if k.id == ref] \
@@ -115,9 +117,10 @@ class KeyAdmin:
             expires = expires or minter.expires_at
         return models, limits, expires
 
-    async def revoke(self, ref: str) -> tuple[ApiKey, int]:
-        """Revoke a key and every key minted beneath it; the key, and how many those were."""
-        key = await self.find(ref)
+    async def revoke(self, ref: str, viewer: ApiKey | None = None) -> tuple[ApiKey, int]:
+        """Revoke a key (one `viewer` may see) and every key minted beneath it; the key, and how
+        many those were."""
+        key = await self.find(ref, viewer)
         beneath = await asyncio.to_thread(self._store.keys.revoke, key.id)
         await self._changed()
         return await asyncio.to_thread(self._store.keys.get, key.id), beneath
@@ -146,9 +149,35 @@ class KeyAdmin:
         await self._changed()
         return limits
 
-    async def usage(self, key: str | None, model: str | None, since: str | None) -> list[UsageRow]:
-        key_id = (await self.find(key)).id if key else None
-        return await asyncio.to_thread(self._store.usage.usage, key_id, model, since)
+    async def usage(self, key: str | None, model: str | None, since: str | None,
+                    viewer: ApiKey | None = None) -> list[UsageRow]:
+        """Usage rows, of one key when `key` names one; only of keys `viewer` may see."""
+        if key:
+            return await asyncio.to_thread(self._store.usage.usage, (await self.find(key, viewer)).id,
+                                           model, since)
+        rows = await asyncio.to_thread(self._store.usage.usage, None, model, since)
+        if viewer is None or viewer.scope == KeyScope.ADMIN:
+            return rows
+        mine = {k.id for k in await self.keys(viewer)}
+        return [r for r in rows if r.key_id in mine]
+
+
+def visible(viewer: ApiKey | None, keys: list[ApiKey]) -> list[ApiKey]:
+    """The keys among `keys` that `viewer` may see: all of them for an admin key (or no viewer:
+    the server itself); for any other key, itself and the keys minted beneath it."""
+    if viewer is None or viewer.scope == KeyScope.ADMIN:
+        return keys
+    minted: dict[str, list[str]] = {}
+    for k in keys:
+        if k.minted_by is not None:
+            minted.setdefault(k.minted_by, []).append(k.id)
+    seen, todo = {viewer.id}, [viewer.id]
+    while todo:
+        for child in minted.get(todo.pop(), []):
+            if child not in seen:
+                seen.add(child)
+                todo.append(child)
+    return [k for k in keys if k.id in seen]
 
 
 def _granted(wanted: str, allowed: list[str]) -> bool:

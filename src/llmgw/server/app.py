@@ -12,12 +12,7 @@ from typing import Any
 
 from aiohttp import web
 
-from llmgw.api import admin, data_plane
-from llmgw.api import agent as agent_routes
-from llmgw.api import guard as guard_routes
-from llmgw.api import jobs as job_routes
-from llmgw.api import keys as key_routes
-from llmgw.api import nodes as node_routes
+from llmgw.api import data_plane, routes
 from llmgw.api.appkeys import (
     AGENTS,
     CATALOG,
@@ -34,6 +29,7 @@ from llmgw.api.appkeys import (
     NODES,
 )
 from llmgw.api.console import routes as console
+from llmgw.api.endpoints import bind
 from llmgw.api.errors import openai_errors
 from llmgw.control.agents import AgentService
 from llmgw.control.catalog import CatalogService
@@ -194,9 +190,8 @@ class Server:
             return refresher.current.revision
 
         app[CHANGES] = next_revision
-        for routes in (data_plane.routes, admin.routes, job_routes.routes, guard_routes.routes,
-                       key_routes.routes, agent_routes.routes, node_routes.routes):
-            app.add_routes(routes())
+        app.add_routes(data_plane.routes())
+        app.add_routes(bind(routes.ENDPOINTS))
         if s.ui:
             console.mount(app, s.key_secret)
 

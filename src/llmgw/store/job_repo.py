@@ -10,8 +10,7 @@ from pydantic import ValidationError
 from sqlalchemy import Engine, insert, select, update
 
 from llmgw.core.errors import NotFound
-from llmgw.core.jobs import ServeJob
-from llmgw.core.protocol import JobState, ServeRequest
+from llmgw.core.protocol import JobState, ServeJob, ServeRequest
 from llmgw.store.db import bump_revision, utc
 from llmgw.store.lease_repo import Fence
 from llmgw.store.schema import serve_jobs

@@ -67,6 +67,7 @@ class Install:
     store: Store
     admin: str
     browser: Browser
+    data: Path  # the install's data directory
     _opened: list[TestClient[Any, Any]]
 
     async def new_browser(self) -> Browser:
@@ -101,6 +102,6 @@ async def install(tmp_path: Path) -> AsyncIterator[Install]:
     server, settings, admin, store = await open_install(tmp_path)
     opened: list[TestClient[Any, Any]] = []
     async with TestClient(server) as client:
-        yield Install(server, settings, store, admin, Browser(client), opened)
+        yield Install(server, settings, store, admin, Browser(client), tmp_path / "data", opened)
         for other in opened:
             await other.close()

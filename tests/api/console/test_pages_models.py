@@ -4,7 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from aiohttp import ClientResponse
+
 from llmgw.api.console.pages_models import latest_jobs, progress_view
+from tests.api.console.conftest import Install
+from tests.fakes.gguf_files import write_gguf
 
 
 def job(model: str, state: str, created: str, **over: Any) -> dict[str, Any]:
@@ -34,3 +38,87 @@ def test_a_running_job_polls_until_its_model_is_ready() -> None:
 def test_a_failed_job_stops_polling() -> None:
     view = progress_view(job("a", "failed", "t", error="the Hub has no such file"), None)
     assert not view["polling"] and view["eta_s"] is None
+
+
+# --- through the real app ----------------------------------------------------------------------
+
+
+async def post_form(install: Install, url: str, **fields: str) -> ClientResponse:
+    token = await install.browser.csrf("/ui/models")
+    return await install.browser.post(url, {"csrf_token": token, **fields})
+
+
+async def catalog(install: Install) -> dict[str, Any]:
+    status, body = await install.api("GET", "/admin/v1/models")
+    assert status == 200
+    return {m["name"]: m for m in body["data"]}
+
+
+async def test_adding_a_local_and_a_remote_model_lists_them(install: Install) -> None:
+    await install.browser.signin(install.admin)
+    gguf = write_gguf(install.data / "models" / "tiny.gguf")
+    # More cores than the node has: listed, never started.
+    resp = await post_form(install, "/ui/models/add", kind="local", name="tiny", path=str(gguf), cores="1024")
+    assert resp.status == 303 and resp.headers["Location"] == "/ui/models"
+    resp = await post_form(install, "/ui/models/add", kind="remote", name="far",
+                           base_url="https://api.example.com/v1", api="openai", remote_model="gpt-x")
+    assert resp.status == 303
+    models = await catalog(install)
+    assert models["far"]["source"]["model"] == "gpt-x"
+    assert models["tiny"]["profiles"][0]["cpu_cores"] == 1024
+    page = await (await install.browser.get("/ui/models")).text()
+    for name in ("tiny", "far"):
+        row = page.split(f'<tr data-model="{name}">', 1)[1].split("</tr>", 1)[0]
+        assert 'class="state' in row and f'class="scale-form inline" data-model="{name}"' in row
+        assert f'class="remove-model danger" data-model="{name}"' in row
+
+
+async def test_a_refused_model_is_an_error_page_naming_the_problem(install: Install) -> None:
+    await install.browser.signin(install.admin)
+    resp = await post_form(install, "/ui/models/add", kind="local", name="a b", path="/etc/passwd")
+    assert resp.status == 400
+    text = await resp.text()
+    assert 'id="error-message"' in text and "name" in text
+    assert await catalog(install) == {}
+
+
+async def test_scaling_and_removing_a_model(install: Install) -> None:
+    status, _ = await install.api("POST", "/admin/v1/models", {
+        "name": "org/far", "source": {"kind": "remote", "base_url": "https://api.example.com/v1"}})
+    assert status == 201
+    await install.browser.signin(install.admin)
+    resp = await post_form(install, "/ui/models/org/far/scale", min="0", max="3", idle_s="60")
+    assert resp.status == 303
+    assert (await catalog(install))["org/far"]["scaling"] == {"min": 0, "max": 3, "idle_s": 60.0}
+    page = await (await install.browser.get("/ui/models/org/far")).text()
+    assert 'id="placement"' in page and 'id="estimates"' in page
+    token = await install.browser.csrf("/ui/models")
+    resp = await install.browser.post("/ui/models/org/far/remove",
+                                      headers={"X-CSRF-Token": token, "HX-Request": "true"})
+    assert resp.status == 200 and resp.headers["HX-Redirect"] == "/ui/models"
+    assert await catalog(install) == {}
+
+
+async def test_a_serve_job_shows_its_progress_row(install: Install) -> None:
+    gguf = write_gguf(install.data / "models" / "tiny.gguf")
+    status, job = await install.api("POST", "/admin/v1/jobs",
+                                    {"name": "tiny", "source": {"kind": "local", "path": str(gguf)}})
+    assert status == 201, job
+    await install.browser.signin(install.admin)
+    page = await (await install.browser.get("/ui/models")).text()
+    assert 'id="job-tiny"' in page and "<progress" in page and 'class="job-state' in page
+    fragment = await (await install.browser.get(f"/ui/jobs/{job['id']}/progress")).text()
+    assert fragment.lstrip().startswith('<div id="job-tiny"')
+    assert "<html" not in fragment
+
+
+async def test_serving_from_the_hub_starts_a_job(install: Install) -> None:
+    await install.browser.signin(install.admin)
+    resp = await post_form(install, "/ui/models/serve", name="tiny", repo="acme/tiny-GGUF",
+                           file="tiny.gguf", cores="1")
+    assert resp.status == 303
+    status, jobs = await install.api("GET", "/admin/v1/jobs")
+    [job] = jobs["data"]
+    assert job["request"]["source"] == {"kind": "hf", "repo": "acme/tiny-GGUF", "file": "tiny.gguf",
+                                        "revision": "main"}
+    assert job["request"]["cores"] == 1

@@ -10,6 +10,17 @@ from aiohttp import web
 
 from llmgw.api.console import data, forms, render
 from llmgw.api.console.access import root, visitor
+from llmgw.api.endpoints import Endpoint
+from llmgw.api.guard import (
+    DELETE_POLICY,
+    GET_POLICY,
+    GUARD_OVERVIEW,
+    JUDGMENT,
+    LIST_JUDGES,
+    LIST_VERDICTS,
+    PUT_POLICY,
+    SET_SWITCHES,
+)
 from llmgw.core.errors import InvalidRequest
 
 HERE = "/ui/guard"
@@ -20,15 +31,15 @@ OUTCOMES = ("safe", "unsafe", "failed_timeout", "failed_unparseable", "failed_er
 NOT_EDITED = ("name", "by", "updated_at")
 
 
-async def _call(request: web.Request, name: str, **kw: Any) -> Any:
-    return await data.call(root(request), visitor(request).key, name, **kw)
+async def _call(request: web.Request, ep: Endpoint[Any, Any], **kw: Any) -> Any:
+    return await data.call(root(request), visitor(request).key, ep, **kw)
 
 
 async def guard(request: web.Request) -> web.Response:
     """Switches, policies, judges, the latest verdicts and the judgment form."""
-    overview = await _call(request, "guard_overview")
-    judges = (await _call(request, "list_judges"))["data"]
-    verdicts = (await _call(request, "list_verdicts", query={"limit": "20"}))["data"]
+    overview = await _call(request, GUARD_OVERVIEW)
+    judges = (await _call(request, LIST_JUDGES))["data"]
+    verdicts = (await _call(request, LIST_VERDICTS, query={"limit": "20"}))["data"]
     return render.page(request, "guard.html", switches={s: overview.get(s) for s in SWITCHES},
                        policies=overview["policies"], judges=judges, verdicts=verdicts)
 
@@ -39,7 +50,7 @@ async def switch(request: web.Request) -> web.Response:
     name = forms.text(form, "switch", required=True)
     if name not in SWITCHES:
         raise InvalidRequest("unknown switch", param="switch")
-    await _call(request, "set_switches", body={name: form.get("on") == "true"})
+    await _call(request, SET_SWITCHES, body={name: form.get("on") == "true"})
     return render.done(request, HERE)
 
 
@@ -50,7 +61,7 @@ def _editable(policy: dict[str, Any]) -> str:
 async def policy(request: web.Request) -> web.Response:
     """One policy as JSON in an editor."""
     name = request.match_info["name"]
-    found = await _call(request, "get_policy", params={"name": name})
+    found = await _call(request, GET_POLICY, params={"name": name})
     return render.page(request, "policy.html", name=name, text=_editable(found), new=False)
 
 
@@ -72,22 +83,22 @@ async def save_policy(request: web.Request) -> web.Response:
                              param="policy") from None
     if not isinstance(body, dict):
         raise InvalidRequest("the policy must be a JSON object", param="policy")
-    await _call(request, "put_policy", params={"name": name}, body=body)
+    await _call(request, PUT_POLICY, params={"name": name}, body=body)
     return render.done(request, HERE)
 
 
 async def remove_policy(request: web.Request) -> web.Response:
     """Remove a policy (the page asks to confirm first)."""
-    await _call(request, "delete_policy", params={"name": request.match_info["name"]})
+    await _call(request, DELETE_POLICY, params={"name": request.match_info["name"]})
     return render.done(request, HERE)
 
 
 async def verdicts(request: web.Request) -> web.Response:
     """The verdict log, filtered by policy, judge and outcome."""
     chosen = {f: request.query[f] for f in FILTERS if request.query.get(f)}
-    found = (await _call(request, "list_verdicts", query={**chosen, "limit": "200"}))["data"]
-    judges = (await _call(request, "list_judges"))["data"]
-    overview = await _call(request, "guard_overview")
+    found = (await _call(request, LIST_VERDICTS, query={**chosen, "limit": "200"}))["data"]
+    judges = (await _call(request, LIST_JUDGES))["data"]
+    overview = await _call(request, GUARD_OVERVIEW)
     return render.page(request, "verdicts.html", verdicts=found, chosen=chosen, outcomes=OUTCOMES,
                        policies=[p["name"] for p in overview["policies"]],
                        judges=[j["judge"] for j in judges])
@@ -99,5 +110,5 @@ async def judgment(request: web.Request) -> web.Response:
     body = forms.given(judge=forms.text(form, "judge", required=True),
                        text=forms.text(form, "text", required=True),
                        direction=forms.text(form, "direction"))
-    answer = await _call(request, "judgment", body=body)
+    answer = await _call(request, JUDGMENT, body=body)
     return render.page(request, "judgment.html", answer=answer)

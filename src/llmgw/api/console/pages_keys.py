@@ -9,18 +9,21 @@ from aiohttp import web
 
 from llmgw.api.console import data, forms, render
 from llmgw.api.console.access import root, visitor
+from llmgw.api.endpoints import Endpoint
+from llmgw.api.keys import CREATE_KEY, LIST_KEYS, REVOKE_KEY, ROTATE_KEY
+from llmgw.core.errors import NotFound
 
 HERE = "/ui/keys"
 SCOPES = ("user", "admin", "metrics", "node")
 
 
-async def _call(request: web.Request, name: str, **kw: Any) -> Any:
-    return await data.call(root(request), visitor(request).key, name, **kw)
+async def _call(request: web.Request, ep: Endpoint[Any, Any], **kw: Any) -> Any:
+    return await data.call(root(request), visitor(request).key, ep, **kw)
 
 
 async def keys(request: web.Request, created: dict[str, Any] | None = None, action: str = "") -> web.Response:
     """The list and the create form; `created` is a key just made or rotated, shown this once."""
-    listed = (await _call(request, "list_keys"))["data"]
+    listed = (await _call(request, LIST_KEYS))["data"]
     names = {k["id"]: k["name"] for k in listed}
     return render.page(request, "keys.html", keys=listed, names=names, created=created, action=action,
                        scopes=SCOPES if visitor(request).admin else ("user",))
@@ -35,17 +38,25 @@ async def create(request: web.Request) -> web.Response:
                        models=forms.names(form, "models") or None,
                        expires_in_days=forms.number(form, "expires_in_days"),
                        limits=limits or None, note=forms.text(form, "note"))
-    created = await _call(request, "create_key", body=body)
+    created = await _call(request, CREATE_KEY, body=body)
     return await keys(request, created, "created")
 
 
+async def _on_key(request: web.Request, ep: Endpoint[Any, Any]) -> Any:
+    try:
+        return await _call(request, ep, params={"id": request.match_info["id"]})
+    except NotFound:
+        # The page names no id: the API's message is for a command line, where the id was typed.
+        raise NotFound("There is no such key.") from None
+
+
 async def revoke(request: web.Request) -> web.Response:
-    """Revoke a key and every key beneath it (a key the visitor may not see is a 404)."""
-    await _call(request, "revoke_key", params={"id": request.match_info["id"]})
+    """Revoke a key and every key beneath it (a key the visitor may not see is a 404, as one that
+    does not exist)."""
+    await _on_key(request, REVOKE_KEY)
     return render.done(request, HERE)
 
 
 async def rotate(request: web.Request) -> web.Response:
     """A new secret for a key (admin keys): shown this once."""
-    rotated = await _call(request, "rotate_key", params={"id": request.match_info["id"]})
-    return await keys(request, rotated, "rotated")
+    return await keys(request, await _on_key(request, ROTATE_KEY), "rotated")

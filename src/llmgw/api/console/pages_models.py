@@ -7,15 +7,18 @@ from typing import Any
 
 from aiohttp import web
 
+from llmgw.api.admin import ADD_MODEL, LIST_MODELS, MODEL_RESOURCES, REMOVE_MODEL, SCALE_MODEL
 from llmgw.api.console import data, forms, render
 from llmgw.api.console.access import root, visitor
+from llmgw.api.endpoints import Endpoint
+from llmgw.api.jobs import GET_JOB, LIST_JOBS, START_JOB
 
 HERE = "/ui/models"
 FINISHED = ("running", "failed", "cancelled", "gave_way")
 
 
-async def _call(request: web.Request, name: str, **kw: Any) -> Any:
-    return await data.call(root(request), visitor(request).key, name, **kw)
+async def _call(request: web.Request, ep: Endpoint[Any, Any], **kw: Any) -> Any:
+    return await data.call(root(request), visitor(request).key, ep, **kw)
 
 
 def latest_jobs(jobs: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -28,8 +31,8 @@ def latest_jobs(jobs: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 async def models(request: web.Request) -> web.Response:
     """The catalog table, the forms, and the recent serve jobs."""
-    catalog = (await _call(request, "list_models"))["data"]
-    jobs = latest_jobs((await _call(request, "list_jobs"))["data"])
+    catalog = (await _call(request, LIST_MODELS))["data"]
+    jobs = latest_jobs((await _call(request, LIST_JOBS))["data"])
     states = {m["name"]: m["state"] for m in catalog}
     return render.page(request, "models.html", models=catalog,
                        jobs=[progress_view(j, states.get(j["model"])) for j in jobs])
@@ -49,10 +52,10 @@ def progress_view(job: dict[str, Any], model_state: str | None) -> dict[str, Any
 
 async def job_progress(request: web.Request) -> web.Response:
     """One job's progress row (htmx polls it every second until the model is ready or failed)."""
-    job = await _call(request, "get_job", params={"id": request.match_info["id"]})
+    job = await _call(request, GET_JOB, params={"id": request.match_info["id"]})
     state = None
     if job["state"] == "running":
-        state = next((m["state"] for m in (await _call(request, "list_models"))["data"]
+        state = next((m["state"] for m in (await _call(request, LIST_MODELS))["data"]
                       if m["name"] == job["model"]), None)
     return render.page(request, "job.html", p=progress_view(job, state))
 
@@ -65,9 +68,12 @@ async def add_model(request: web.Request) -> web.Response:
         source = forms.given(kind="remote", base_url=forms.text(form, "base_url", required=True),
                              api=forms.text(form, "api"), model=forms.text(form, "remote_model"),
                              api_key_env=forms.text(form, "api_key_env"))
+        body: dict[str, Any] = {"name": name, "source": source}
     else:
-        source = {"kind": "local", "path": forms.text(form, "path", required=True)}
-    await _call(request, "add_model", body={"name": name, "source": source})
+        # A local model runs on a node: one profile, with the cores asked for (one by default).
+        body = {"name": name, "source": {"kind": "local", "path": forms.text(form, "path", required=True)},
+                "profiles": [{"name": "default", "cpu_cores": forms.integer(form, "cores") or 1}]}
+    await _call(request, ADD_MODEL, body=body)
     return render.done(request, HERE)
 
 
@@ -78,7 +84,7 @@ async def serve(request: web.Request) -> web.Response:
                        source={"kind": "hf", "repo": forms.text(form, "repo", required=True),
                                "file": forms.text(form, "file", required=True)},
                        cores=forms.integer(form, "cores"))
-    await _call(request, "start_job", body=body)
+    await _call(request, START_JOB, body=body)
     return render.done(request, HERE)
 
 
@@ -87,17 +93,17 @@ async def scale(request: web.Request) -> web.Response:
     form = await forms.read(request)
     body = forms.given(min=forms.integer(form, "min", required=True), max=forms.integer(form, "max"),
                        idle_s=forms.number(form, "idle_s"))
-    await _call(request, "scale_model", body=body, params={"name": request.match_info["name"]})
+    await _call(request, SCALE_MODEL, body=body, params={"name": request.match_info["name"]})
     return render.done(request, HERE)
 
 
 async def remove(request: web.Request) -> web.Response:
     """A model out of the catalog (the page asks to confirm first)."""
-    await _call(request, "remove_model", params={"name": request.match_info["name"]})
+    await _call(request, REMOVE_MODEL, params={"name": request.match_info["name"]})
     return render.done(request, HERE)
 
 
 async def resources(request: web.Request) -> web.Response:
     """A model's memory estimate by part and where it fits, with each node's reason when not."""
-    res = await _call(request, "model_resources", params={"name": request.match_info["name"]})
+    res = await _call(request, MODEL_RESOURCES, params={"name": request.match_info["name"]})
     return render.page(request, "model.html", res=res)

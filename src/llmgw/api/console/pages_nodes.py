@@ -9,17 +9,20 @@ from aiohttp import web
 
 from llmgw.api.console import data, forms, render
 from llmgw.api.console.access import root, visitor
+from llmgw.api.endpoints import Endpoint
+from llmgw.api.keys import CREATE_KEY
+from llmgw.api.nodes import CORDON_NODE, DRAIN_NODE, LABEL_NODE, LIST_NODES, UNCORDON_NODE
 
 HERE = "/ui/nodes"
-ACTIONS = {"cordon": "cordon_node", "uncordon": "uncordon_node", "drain": "drain_node"}
+ACTIONS = {"cordon": CORDON_NODE, "uncordon": UNCORDON_NODE, "drain": DRAIN_NODE}
 
 
-async def _call(request: web.Request, name: str, **kw: Any) -> Any:
-    return await data.call(root(request), visitor(request).key, name, **kw)
+async def _call(request: web.Request, ep: Endpoint[Any, Any], **kw: Any) -> Any:
+    return await data.call(root(request), visitor(request).key, ep, **kw)
 
 
 async def _nodes(request: web.Request) -> list[dict[str, Any]]:
-    return (await _call(request, "list_nodes"))["data"]  # type: ignore[no-any-return]
+    return (await _call(request, LIST_NODES))["data"]  # type: ignore[no-any-return]
 
 
 async def nodes(request: web.Request, token: dict[str, Any] | None = None) -> web.Response:
@@ -46,7 +49,7 @@ async def label(request: web.Request) -> web.Response:
     """Set and remove labels on one node."""
     form = await forms.read(request)
     node = forms.text(form, "node", required=True) or ""
-    await _call(request, "label_node", params={"id": node},
+    await _call(request, LABEL_NODE, params={"id": node},
                 body={"set": forms.pairs(form, "set"), "remove": forms.names(form, "remove")})
     return render.done(request, HERE)
 
@@ -56,5 +59,5 @@ async def join_token(request: web.Request) -> web.Response:
     form = await forms.read(request)
     body = forms.given(name=forms.text(form, "name", required=True), scope="node",
                        node_id=forms.text(form, "node_id"))
-    created = await _call(request, "create_key", body=body)
+    created = await _call(request, CREATE_KEY, body=body)
     return await nodes(request, token=created)

@@ -6,10 +6,14 @@ from typing import Any
 
 from aiohttp import web
 
+from llmgw.api.admin import CLUSTER_STATUS, LIST_REPLICAS
 from llmgw.api.appkeys import GATEWAY, METRICS
 from llmgw.api.console import data, render
 from llmgw.api.console.access import root, visitor
 from llmgw.api.console.traffic import Traffic
+from llmgw.api.guard import GUARD_OVERVIEW
+from llmgw.api.keys import USAGE
+from llmgw.api.nodes import LIST_NODES
 
 TRAFFIC = web.AppKey("console_traffic", Traffic)
 
@@ -19,13 +23,13 @@ async def _context(request: web.Request) -> dict[str, Any]:
     app = root(request)
     key = who.key
     if not who.admin:
-        rows = (await data.call(app, key, "usage"))["data"]
+        rows = (await data.call(app, key, USAGE))["data"]
         return {"models": app[GATEWAY].models(key), "usage": usage_by_model(rows)}
     return {
-        "cluster": await data.call(app, key, "cluster"),
-        "nodes": (await data.call(app, key, "list_nodes"))["data"],
-        "replicas": (await data.call(app, key, "list_replicas"))["data"],
-        "guard": await data.call(app, key, "guard_overview"),
+        "cluster": await data.call(app, key, CLUSTER_STATUS),
+        "nodes": (await data.call(app, key, LIST_NODES))["data"],
+        "replicas": (await data.call(app, key, LIST_REPLICAS))["data"],
+        "guard": await data.call(app, key, GUARD_OVERVIEW),
         "traffic": request.app[TRAFFIC].sample(app[METRICS]),
     }
 

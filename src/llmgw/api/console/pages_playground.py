@@ -13,6 +13,7 @@ from llmgw.api.body import read_json
 from llmgw.api.console import data, render
 from llmgw.api.console.access import root, visitor
 from llmgw.api.context import REQUEST_ID, STARTED
+from llmgw.api.guard import LIST_VERDICTS
 from llmgw.api.replies import write
 from llmgw.core.errors import InvalidRequest
 from llmgw.gateway.wire.dialect import Api
@@ -63,7 +64,7 @@ async def verdicts(request: web.Request) -> web.Response:
     """The verdict log's entries for one request (admin keys): a fragment the page polls until
     the flushed verdicts appear."""
     request_id = request.query.get("request_id", "")
-    found = await data.call(root(request), visitor(request).key, "list_verdicts",
+    found = await data.call(root(request), visitor(request).key, LIST_VERDICTS,
                             query={"limit": str(RECENT_VERDICTS)})
     rows = [v for v in found["data"] if request_id and v["request_id"] == request_id]
     return render.page(request, "verdict_rows.html", verdicts=rows, empty="No verdicts yet.")

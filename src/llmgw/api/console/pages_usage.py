@@ -10,6 +10,7 @@ from aiohttp import web
 
 from llmgw.api.console import data, render
 from llmgw.api.console.access import root, visitor
+from llmgw.api.keys import LIST_KEYS, USAGE
 from llmgw.core.errors import InvalidRequest
 
 PERIODS = (1, 7, 30, 90)
@@ -28,8 +29,8 @@ async def _rows(request: web.Request, days: int) -> tuple[list[dict[str, Any]], 
     app, key = root(request), visitor(request).key
     today = datetime.now(UTC).date()
     since = (today - timedelta(days=days - 1)).isoformat()
-    rows = (await data.call(app, key, "usage", query={"since": since}))["data"]
-    names = {k["id"]: k["name"] for k in (await data.call(app, key, "list_keys"))["data"]}
+    rows = (await data.call(app, key, USAGE, query={"since": since}))["data"]
+    names = {k["id"]: k["name"] for k in (await data.call(app, key, LIST_KEYS))["data"]}
     return sorted(rows, key=lambda r: (r["day"], r["model"], r["key_id"]), reverse=True), names
 
 

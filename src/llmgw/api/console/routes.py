@@ -24,8 +24,6 @@ from llmgw.api.console.traffic import Traffic
 
 PREFIX = "/ui"
 STATIC = Path(__file__).parent / "static"
-# Form posts are small; the playground's JSON is bounded by the data plane's own limits anyway.
-MAX_FORM_BYTES = 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -77,7 +75,8 @@ ROUTES: tuple[Route, ...] = (
 def console(root: web.Application, sessions: Sessions) -> web.Application:
     """The console as a sub-application of `root` (whose services it reads); mount it with
     `root.add_subapp(PREFIX, console(root, sessions))`."""
-    app = web.Application(middlewares=[security.html_errors], client_max_size=MAX_FORM_BYTES)
+    # Request bodies are bounded by the server's own client_max_size (the request is the root's).
+    app = web.Application(middlewares=[security.html_errors])
     app[ROOT] = root
     app[SESSIONS] = sessions
     app[pages_overview.TRAFFIC] = Traffic()

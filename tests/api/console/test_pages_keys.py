@@ -1,0 +1,96 @@
+"""The keys page through the real app: a new key's secret shown once, and a user key seeing and
+touching only itself and the keys it minted."""
+
+from __future__ import annotations
+
+import re
+from datetime import UTC, datetime
+
+from llmgw.store.usage_repo import UsageRow
+from tests.api.console.conftest import Browser, Install
+
+
+def key_names(page: str) -> set[str]:
+    return set(re.findall(r'<tr data-key-name="([^"]+)"', page))
+
+
+def secret_in(page: str) -> str | None:
+    found = re.search(r'<code id="key-secret">([^<]+)</code>', page)
+    return found.group(1) if found else None
+
+
+async def create(browser: Browser, **fields: str) -> tuple[int, str]:
+    token = await browser.csrf("/ui/keys")
+    resp = await browser.post("/ui/keys", {"csrf_token": token, **fields})
+    return resp.status, await resp.text()
+
+
+async def test_a_new_keys_secret_is_shown_once_and_works(install: Install) -> None:
+    await install.browser.signin(install.admin)
+    status, page = await create(install.browser, name="ci", rpm="60")
+    assert status == 200
+    secret = secret_in(page)
+    assert secret and 'id="key-copy"' in page
+    assert "ci" in key_names(page)
+    status, listed = await install.api("GET", "/admin/v1/models", key=secret)
+    assert status == 403  # a user key: it works, and is refused the admin API
+    again = await (await install.browser.get("/ui/keys")).text()
+    assert "ci" in key_names(again) and secret not in again and secret_in(again) is None
+
+
+async def test_a_user_key_sees_only_itself_and_the_keys_it_minted(install: Install) -> None:
+    alice = await install.mint("alice")
+    await install.mint("bob")
+    child = await install.mint("alice-ci", alice["key"])
+    await install.browser.signin(alice["key"])
+    page = await (await install.browser.get("/ui/keys")).text()
+    assert key_names(page) == {"alice", "alice-ci"}
+    assert 'class="rotate-key' not in page  # rotating is the admin's
+    status, page = await create(install.browser, name="alice-2", scope="admin")
+    assert status == 403  # a user key mints user keys only
+    status, page = await create(install.browser, name="alice-2")
+    assert status == 200 and secret_in(page)
+    assert key_names(page) == {"alice", "alice-ci", "alice-2"}
+    assert child["id"]
+
+
+async def test_a_user_key_cannot_revoke_another_keys_key(install: Install) -> None:
+    alice = await install.mint("alice")
+    bob = await install.mint("bob")
+    child = await install.mint("alice-ci", alice["key"])
+    await install.browser.signin(alice["key"])
+    token = await install.browser.csrf("/ui/keys")
+    for target in (bob["id"], "key-does-not-exist"):
+        resp = await install.browser.post(f"/ui/keys/{target}/revoke", {"csrf_token": token})
+        assert resp.status == 404  # the same answer whether it exists or not
+        assert "There is no such key." in await resp.text() and target not in await resp.text()
+    status, listed = await install.api("GET", "/admin/v1/keys")
+    assert not next(k for k in listed["data"] if k["id"] == bob["id"])["revoked"]
+    resp = await install.browser.post(f"/ui/keys/{child['id']}/revoke", {"csrf_token": token})
+    assert resp.status == 303 and resp.headers["Location"] == "/ui/keys"
+    status, listed = await install.api("GET", "/admin/v1/keys")
+    assert next(k for k in listed["data"] if k["id"] == child["id"])["revoked"]
+
+
+async def test_an_admin_rotates_a_key_and_sees_the_new_secret_once(install: Install) -> None:
+    alice = await install.mint("alice")
+    await install.browser.signin(install.admin)
+    token = await install.browser.csrf("/ui/keys")
+    resp = await install.browser.post(f"/ui/keys/{alice['id']}/rotate", {"csrf_token": token})
+    assert resp.status == 200
+    secret = secret_in(await resp.text())
+    assert secret and secret != alice["key"]
+    assert (await install.api("GET", "/v1/models", key=secret))[0] == 200
+    assert (await install.api("GET", "/v1/models", key=alice["key"]))[0] == 401
+
+
+async def test_a_user_sees_only_its_familys_usage(install: Install) -> None:
+    alice = await install.mint("alice")
+    bob = await install.mint("bob")
+    today = datetime.now(UTC).date().isoformat()
+    install.store.usage.add_usage([UsageRow(key["id"], "m", today, requests=1, prompt_tokens=5)
+                                   for key in (alice, bob)])
+    await install.browser.signin(alice["key"])
+    page = await (await install.browser.get("/ui/usage")).text()
+    assert 'id="usage-chart"' in page and 'id="usage"' in page
+    assert 'data-key-name="alice"' in page and "bob" not in page
