@@ -7,6 +7,7 @@ tests: it never skips them.
 
 from __future__ import annotations
 
+import base64
 import http.client
 import json
 import os
@@ -110,9 +111,15 @@ def find(driver: webdriver.Chrome, css: str, timeout_s: float = 30) -> WebElemen
 
 
 def text_of(driver: webdriver.Chrome, css: str) -> str:
-    """The visible text of the first element matching `css` ("" when there is none)."""
-    found = driver.find_elements(By.CSS_SELECTOR, css)
-    return found[0].text.strip() if found else ""
+    """The visible text of the first element matching `css` ("" when there is none). Read in one
+    step in the page, so a part htmx swaps meanwhile cannot leave a stale element behind."""
+    return str(driver.execute_script(
+        "const e = document.querySelector(arguments[0]); return e ? e.innerText.trim() : '';", css))
+
+
+def text(driver: webdriver.Chrome, css: str, timeout_s: float = 30) -> str:
+    """The text of the element matching `css`, once it is in the page and says something."""
+    return wait_until(driver, f"text in {css!r}", lambda d: text_of(d, css), timeout_s)
 
 
 def page_loaded(driver: webdriver.Chrome, path: str) -> None:
@@ -124,14 +131,23 @@ def page_loaded(driver: webdriver.Chrome, path: str) -> None:
     wait_until(driver, f"the page {path}", loaded)
 
 
-def screenshot(driver: webdriver.Chrome, name: str) -> Path:
-    """Save the viewport as docs/screenshots/NAME.png (the README shows these)."""
+def screenshot(driver: webdriver.Chrome, name: str, max_height: int = 0) -> Path:
+    """Save the page as docs/screenshots/NAME.png (the README shows these): the viewport, or with
+    `max_height` the page from its top down to that many pixels (or its end)."""
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
     path = SCREENSHOTS / f"{name}.png"
     # Fonts and images loaded, so the picture is the page a person sees.
     wait_until(driver, "the page's fonts", lambda d: d.execute_script(
         "return document.readyState === 'complete' && document.fonts.status === 'loaded'"))
-    assert driver.save_screenshot(str(path)), f"could not write {path}"
+    if not max_height:
+        assert driver.save_screenshot(str(path)), f"could not write {path}"
+        return path
+    width, height = driver.execute_script(
+        "return [document.documentElement.clientWidth, document.documentElement.scrollHeight]")
+    shot = driver.execute_cdp_cmd("Page.captureScreenshot", {
+        "format": "png", "captureBeyondViewport": True,
+        "clip": {"x": 0, "y": 0, "width": width, "height": min(height, max_height), "scale": 1}})
+    path.write_bytes(base64.b64decode(shot["data"]))
     return path
 
 
