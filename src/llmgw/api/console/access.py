@@ -25,6 +25,8 @@ PageHandler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
 class Need(Enum):
+    """What a route asks of its visitor."""
+
     PUBLIC = "public"  # sign-in, static files
     SIGNED = "signed"  # any admin or user key
     ADMIN = "admin"

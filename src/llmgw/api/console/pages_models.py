@@ -14,7 +14,10 @@ from llmgw.api.endpoints import Endpoint
 from llmgw.api.jobs import GET_JOB, LIST_JOBS, START_JOB
 
 HERE = "/ui/models"
+# The page shows the newest job of this many models.
+JOBS_SHOWN = 20
 FINISHED = ("running", "failed", "cancelled", "gave_way")
+STOP_POLLING = 286
 
 
 async def _call(request: web.Request, ep: Endpoint[Any, Any], **kw: Any) -> Any:
@@ -26,7 +29,7 @@ def latest_jobs(jobs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     newest: dict[str, dict[str, Any]] = {}
     for job in sorted(jobs, key=lambda j: j.get("created_at") or ""):
         newest[job["model"]] = job
-    return sorted(newest.values(), key=lambda j: j.get("created_at") or "", reverse=True)
+    return sorted(newest.values(), key=lambda j: j.get("created_at") or "", reverse=True)[:JOBS_SHOWN]
 
 
 async def models(request: web.Request) -> web.Response:
@@ -43,21 +46,25 @@ def progress_view(job: dict[str, Any], model_state: str | None) -> dict[str, Any
     done, total, rate = job.get("bytes_done", 0), job.get("bytes_total", 0), job.get("rate_bps", 0.0)
     state = job["state"]
     eta = (total - done) / rate if rate > 0 and total > done else None
-    ready = model_state is not None and model_state.startswith("ready")
-    polling = state not in FINISHED or (state == "running" and not ready)
+    # Ready ("idle 3m" is ready too, unused lately) or failed: nothing more to wait for.
+    settled = model_state is not None and model_state.startswith(("ready", "idle", "failed"))
+    polling = state not in FINISHED or (state == "running" and not settled)
     return {"job": job, "done": done, "total": total, "rate": rate, "eta_s": eta,
             "complete": state == "running" or (total > 0 and done >= total),
             "model_state": model_state if state == "running" else None, "polling": polling}
 
 
 async def job_progress(request: web.Request) -> web.Response:
-    """One job's progress row (htmx polls it every second until the model is ready or failed)."""
+    """One job's progress row's content (htmx polls it every second until the model is ready or
+    the job ended otherwise)."""
     job = await _call(request, GET_JOB, params={"id": request.match_info["id"]})
     state = None
     if job["state"] == "running":
         state = next((m["state"] for m in (await _call(request, LIST_MODELS))["data"]
                       if m["name"] == job["model"]), None)
-    return render.page(request, "job.html", p=progress_view(job, state))
+    view = progress_view(job, state)
+    # 286: htmx stops polling (and still shows this last state).
+    return render.page(request, "job_row.html", status=200 if view["polling"] else STOP_POLLING, p=view)
 
 
 async def add_model(request: web.Request) -> web.Response:

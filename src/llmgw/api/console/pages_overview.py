@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from aiohttp import web
@@ -16,6 +17,8 @@ from llmgw.api.keys import USAGE
 from llmgw.api.nodes import LIST_NODES
 
 TRAFFIC = web.AppKey("console_traffic", Traffic)
+# A user key's overview sums its usage over this many days.
+USAGE_DAYS = 30
 
 
 async def _context(request: web.Request) -> dict[str, Any]:
@@ -23,8 +26,9 @@ async def _context(request: web.Request) -> dict[str, Any]:
     app = root(request)
     key = who.key
     if not who.admin:
-        rows = (await data.call(app, key, USAGE))["data"]
-        return {"models": app[GATEWAY].models(key), "usage": usage_by_model(rows)}
+        since = (datetime.now(UTC).date() - timedelta(days=USAGE_DAYS - 1)).isoformat()
+        rows = (await data.call(app, key, USAGE, query={"since": since}))["data"]
+        return {"models": app[GATEWAY].models(key), "usage": usage_by_model(rows), "usage_days": USAGE_DAYS}
     return {
         "cluster": await data.call(app, key, CLUSTER_STATUS),
         "nodes": (await data.call(app, key, LIST_NODES))["data"],

@@ -21,7 +21,9 @@ from llmgw.gateway.wire.dialect import Api
 ROLES = ("system", "user", "assistant")
 # The verdict log entries looked through for one request's verdicts (newest first).
 RECENT_VERDICTS = 500
+# A try-out: one click may not cost more than this many tokens of answer.
 MAX_TOKENS = 512
+MAX_MESSAGES = 100
 
 
 async def playground(request: web.Request) -> web.Response:
@@ -35,8 +37,10 @@ def _messages(payload: dict[str, Any]) -> tuple[str, list[dict[str, str]]]:
     model, messages = payload.get("model"), payload.get("messages")
     if not isinstance(model, str) or not model:
         raise InvalidRequest("Pick a model.", param="model")
-    if not isinstance(messages, list) or not messages or len(messages) > 100:
+    if not isinstance(messages, list) or not messages:
         raise InvalidRequest("Write a message first.", param="messages")
+    if len(messages) > MAX_MESSAGES:
+        raise InvalidRequest(f"At most {MAX_MESSAGES} messages.", param="messages")
     out = []
     for m in messages:
         if not (isinstance(m, dict) and m.get("role") in ROLES and isinstance(m.get("content"), str)):

@@ -39,14 +39,15 @@ def _when(value: datetime | str | None) -> str:
 
 
 def _size(n: float | int | None) -> str:
+    """Bytes as people read them: 512 B, 1.5 MB, 3.2 GB."""
     if n is None:
         return ""
-    size = float(n)
-    for unit in ("B", "KB", "MB", "GB"):
-        if size < 1024 or unit == "GB":
-            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
-        size /= 1024
-    return f"{size:.1f} GB"
+    size, unit = float(n), "B"
+    for bigger in ("KB", "MB", "GB"):
+        if size < 1024:
+            break
+        size, unit = size / 1024, bigger
+    return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
 
 
 _ENV.filters["when"] = _when
