@@ -340,8 +340,11 @@ def test_a_user_keys_cookie_reaches_nothing_more_over_http(
     visit(browser, server, "/ui/keys")
     revoke = post_target(browser, 'button.revoke-key[data-key-name="alice-child"]')
     assert users["child"]["id"] in revoke, revoke
-    alice = Http(server.url)
-    assert alice.sign_in(users["alice"]["key"]).status == 303
+    visit(browser, server, "/ui/models")
+    scale = post_target(browser, f'form.scale-form[data-model="{DEMO}"] button')
+    # Alice's browser session, replayed without a browser.
+    sign_in(browser, server, users["alice"]["key"])
+    alice = Http(server.url, {SESSION: str(cookies(browser)[SESSION]["value"])})
     for path in ADMIN_PAGES:
         assert alice.call("GET", path).status == 403, path
     for path in ("/ui/keys", "/ui/usage", "/ui/usage/data", "/ui/"):
@@ -350,10 +353,16 @@ def test_a_user_keys_cookie_reaches_nothing_more_over_http(
         assert users["bob"]["id"] not in page.text and "zz-bob-other" not in page.text, path
     token = csrf_token(alice.call("GET", "/ui/keys").text)
     assert token
-    refused = alice.call("POST", revoke.replace(users["child"]["id"], users["bob"]["id"]),
-                         {"csrf_token": token})
-    assert refused.status in (403, 404) and users["bob"]["id"] not in refused.text
+    form = {"csrf_token": token}
+    refused = alice.call("POST", revoke.replace(users["child"]["id"], users["bob"]["id"]), form)
+    made_up = alice.call("POST", revoke.replace(users["child"]["id"], "key-0123456789"), form)
+    # Bob's key answers as a key that does not exist: its existence is not revealed.
+    assert refused.status == made_up.status == 404
+    assert refused.text.replace(users["bob"]["id"], "ID") == made_up.text.replace("key-0123456789", "ID")
     assert not server.get(f"/admin/v1/keys/{users['bob']['id']}")["revoked"]
+    assert alice.call("POST", scale, {"csrf_token": token, "min": "0", "max": "0"}).status == 403
+    demo = next(m for m in server.get("/admin/v1/models")["data"] if m["name"] == DEMO)
+    assert demo["scaling"]["max"] == 1
 
 
 def test_a_post_without_the_csrf_token_is_refused(browser: webdriver.Chrome, server: LlmgwServer) -> None:
