@@ -284,20 +284,22 @@ def test_usage_is_charted_and_tabled(browser: webdriver.Chrome, server: LlmgwSer
     screenshot(browser, "usage")
 
 
-def test_a_phone_in_dark_mode_gets_a_narrow_dark_page(phone: webdriver.Chrome, server: LlmgwServer) -> None:
+def test_a_phone_in_dark_mode_gets_narrow_dark_pages(phone: webdriver.Chrome, server: LlmgwServer) -> None:
     sign_in(phone, server, server.admin_key)
-    visit(phone, server, "/ui/")
+    for path in ("/ui/models", "/ui/guard", "/ui/keys", "/ui/usage", "/ui/playground", "/ui/"):
+        visit(phone, server, path)
+        # Wide tables scroll inside their own box; the page itself never scrolls sideways.
+        width = phone.execute_script("return [window.innerWidth, document.documentElement.scrollWidth]")
+        assert width == [390, 390], f"{path} is wider than the phone (viewport, content): {width}"
+        # The colours a reader sees: the body's text on the first opaque background behind it.
+        background, foreground = phone.execute_script(
+            "const lum = s => { const c = s.match(/[0-9.]+/g).map(Number);"
+            "  return [(0.2126 * c[0] + 0.7152 * c[1] + 0.0722 * c[2]) / 255, c.length > 3 ? c[3] : 1]; };"
+            "let bg = lum(getComputedStyle(document.body).backgroundColor);"
+            "if (bg[1] === 0) bg = lum(getComputedStyle(document.documentElement).backgroundColor);"
+            "return [bg[1] === 0 ? 1 : bg[0], lum(getComputedStyle(document.body).color)[0]];")
+        assert background < 0.3 and foreground > 0.6, (path, background, foreground)
     find(phone, "#replicas")
-    width = phone.execute_script("return [window.innerWidth, document.documentElement.scrollWidth]")
-    assert width == [390, 390], f"the page is wider than the phone (viewport, content): {width}"
-    # The colours a reader sees: the body's text on the first opaque background behind it.
-    background, text = phone.execute_script(
-        "const lum = s => { const c = s.match(/[0-9.]+/g).map(Number);"
-        "  return [(0.2126 * c[0] + 0.7152 * c[1] + 0.0722 * c[2]) / 255, c.length > 3 ? c[3] : 1]; };"
-        "let bg = lum(getComputedStyle(document.body).backgroundColor);"
-        "if (bg[1] === 0) bg = lum(getComputedStyle(document.documentElement).backgroundColor);"
-        "return [bg[1] === 0 ? 1 : bg[0], lum(getComputedStyle(document.body).color)[0]];")
-    assert background < 0.3 and text > 0.6, (background, text)
     screenshot(phone, "phone-dark")
 
 
