@@ -13,6 +13,7 @@ import openai
 import pytest
 from selenium import webdriver
 from selenium.webdriver.common.by import By
+from selenium.webdriver.support import expected_conditions as EC
 from selenium.webdriver.support.ui import Select
 
 from llmgw.core.judges import DEMO_JUDGE
@@ -147,6 +148,13 @@ def post_target(driver: webdriver.Chrome, css: str) -> str:
         "return new URL(t, location.href).pathname;", css))
 
 
+def confirmed(driver: webdriver.Chrome, css: str, *, accept: bool) -> None:
+    """Click the button `css`, which asks to confirm first, and answer the browser's question."""
+    find(driver, css).click()
+    alert = wait_until(driver, "the confirmation", lambda d: EC.alert_is_present()(d))
+    alert.accept() if accept else alert.dismiss()
+
+
 def test_sign_in_with_the_admin_key_shows_the_demo_model_ready(
         browser: webdriver.Chrome, server: LlmgwServer) -> None:
     visit(browser, server, "/ui")  # the URL scripts/up.sh prints
@@ -198,6 +206,13 @@ def test_serve_from_the_hub_shows_the_download_until_the_model_is_ready(
     visit(browser, server, "/ui/models")
     assert state_of(browser, "table#models", HUB_MODEL) == "ready"
     screenshot(browser, "models")
+    remove = f'button.remove-model[data-model="{HUB_MODEL}"]'
+    confirmed(browser, remove, accept=False)
+    assert state_of(browser, "table#models", HUB_MODEL) == "ready"
+    confirmed(browser, remove, accept=True)
+    wait_until(browser, "the model gone from the catalog",
+               lambda d: not d.find_elements(By.CSS_SELECTOR, f'table#models tr[data-model="{HUB_MODEL}"]'))
+    assert HUB_MODEL not in {m["name"] for m in server.get("/admin/v1/models")["data"]}
 
 
 def test_the_playground_streams_an_answer_and_the_guard_page_shows_its_verdict(
@@ -233,6 +248,9 @@ def test_the_playground_streams_an_answer_and_the_guard_page_shows_its_verdict(
     wait_until(browser, "the verdict in the guard page", listed, 30, every_s=1)
     assert DEMO_JUDGE in text(browser, f'tr.verdict[data-request-id="{rid}"]')
     screenshot(browser, "guard", max_height=1600)
+    find(browser, "form#judgment-form textarea[name=text]").send_keys("How do I bake bread?")
+    find(browser, "form#judgment-form button[type=submit]").click()
+    assert DEMO_JUDGE in text(browser, "#judgment-result", 60)
 
 
 def test_the_overview_counts_requests_live(browser: webdriver.Chrome, server: LlmgwServer) -> None:
@@ -266,6 +284,11 @@ def test_a_key_created_shows_its_secret_once_and_is_listed(
     assert text(browser, 'table#keys tr[data-key-name="ci-robot"]')
     assert secret.group() not in browser.page_source  # shown once
     screenshot(browser, "keys")
+    confirmed(browser, 'button.revoke-key[data-key-name="ci-robot"]', accept=True)
+    wait_until(browser, "the key shown revoked",
+               lambda d: text_of(d, 'table#keys tr[data-key-name="ci-robot"] td.state') == "revoked")
+    with pytest.raises(openai.AuthenticationError):
+        openai.OpenAI(base_url=server.url + "/v1", api_key=secret.group(), max_retries=0).models.list()
 
 
 def test_usage_is_charted_and_tabled(browser: webdriver.Chrome, server: LlmgwServer) -> None:
