@@ -122,15 +122,6 @@ def text(driver: webdriver.Chrome, css: str, timeout_s: float = 30) -> str:
     return wait_until(driver, f"text in {css!r}", lambda d: text_of(d, css), timeout_s)
 
 
-def page_loaded(driver: webdriver.Chrome, path: str) -> None:
-    """Wait until the browser shows `path` (a URL path such as /ui/keys) fully loaded."""
-    def loaded(d: webdriver.Chrome) -> bool:
-        ready = d.execute_script("return document.readyState") == "complete"
-        return ready and str(d.current_url).split("?")[0].endswith(path)
-
-    wait_until(driver, f"the page {path}", loaded)
-
-
 def screenshot(driver: webdriver.Chrome, name: str, max_height: int = 0) -> Path:
     """Save the page as docs/screenshots/NAME.png (the README shows these): the viewport, or with
     `max_height` the page from its top down to that many pixels (or its end)."""
