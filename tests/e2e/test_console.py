@@ -236,7 +236,7 @@ def test_the_playground_streams_an_answer_and_the_guard_page_shows_its_verdict(
         "const v = document.querySelector('#pg-verdicts tr.verdict'); return v && v.dataset.requestId;"), 60)
     logged = [v for v in server.get("/admin/v1/guard/verdicts")["data"] if v["request_id"] == rid]
     assert [(v["model"], v["judge"]) for v in logged] == [(DEMO, DEMO_JUDGE)]
-    screenshot(browser, "playground")
+    screenshot(browser, "playground", max_height=1000)
     visit(browser, server, "/ui/guard")
     for table in ("#guard-switches", "table#policies", "table#judges"):
         assert text(browser, table)
