@@ -1,4 +1,6 @@
-"""A real headless Chromium for the console's tests: fixtures, condition waits and screenshots.
+"""A real headless Chromium for the console's tests: fixtures, condition waits, screenshots, the
+console's sign-in and page visits (each checked for console errors and a leaked admin key), and a
+plain HTTP client holding a console session.
 
 Chromium and chromedriver come from Debian's packages (scripts/common.sh `ensure_chromium`
 installs them and exports LLMGW_CHROMIUM and LLMGW_CHROMEDRIVER). A missing browser fails the
@@ -26,7 +28,10 @@ from selenium.common.exceptions import TimeoutException, WebDriverException
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webelement import WebElement
+from selenium.webdriver.support import expected_conditions as EC
 from selenium.webdriver.support.ui import WebDriverWait
+
+from tests.e2e.server_process import LlmgwServer
 
 SCREENSHOTS = Path(__file__).resolve().parents[2] / "docs" / "screenshots"
 DESKTOP = (1280, 900)
@@ -237,3 +242,48 @@ class Http:
         page = self.call("GET", "/ui/signin")
         assert page.status == 200, page.status
         return self.call("POST", "/ui/signin", {"key": key, "csrf_token": csrf_token(page.text)})
+
+
+def leaks(server: LlmgwServer, driver: webdriver.Chrome) -> list[str]:
+    """Where the admin key shows: in the page, or in any URL the browser requested."""
+    found = [u for u in [*requested_urls(driver), driver.current_url] if server.admin_key in u]
+    if server.admin_key in driver.page_source:
+        found.append(f"the source of {driver.current_url}")
+    return found
+
+
+def visit(driver: webdriver.Chrome, server: LlmgwServer, path: str) -> None:
+    """Open `path`; the page loads without console errors (a CSP violation is one) and without
+    the admin key in it or in any URL."""
+    driver.get(server.url + path)
+    wait_until(driver, f"{path} to load", lambda d: d.execute_script(
+        "return document.readyState") == "complete")
+    assert not leaks(server, driver)
+    assert not console_errors(driver), path
+
+
+def sign_in(driver: webdriver.Chrome, server: LlmgwServer, key: str) -> None:
+    """Sign in with `key` through the form, starting from no session."""
+    driver.delete_all_cookies()
+    visit(driver, server, "/ui/signin")
+    find(driver, "#signin-key").send_keys(key)
+    find(driver, "#signin-submit").click()
+    find(driver, "nav#nav")
+    assert not leaks(server, driver)
+
+
+def post_target(driver: webdriver.Chrome, css: str) -> str:
+    """The path a button or form posts to (its hx-post, its formaction, or its form's action)."""
+    return str(driver.execute_script(
+        "const e = document.querySelector(arguments[0]);"
+        "const f = e.closest('form');"
+        "const t = e.getAttribute('hx-post') || e.getAttribute('formaction')"
+        " || (f && (f.getAttribute('hx-post') || f.getAttribute('action')));"
+        "return new URL(t, location.href).pathname;", css))
+
+
+def confirmed(driver: webdriver.Chrome, css: str, *, accept: bool) -> None:
+    """Click the button `css`, which asks to confirm first, and answer the browser's question."""
+    find(driver, css).click()
+    alert = wait_until(driver, "the confirmation", lambda d: EC.alert_is_present()(d))
+    alert.accept() if accept else alert.dismiss()

@@ -13,7 +13,6 @@ import openai
 import pytest
 from selenium import webdriver
 from selenium.webdriver.common.by import By
-from selenium.webdriver.support import expected_conditions as EC
 from selenium.webdriver.support.ui import Select
 
 from llmgw.core.judges import DEMO_JUDGE
@@ -21,15 +20,20 @@ from tests.conftest import DEMO
 from tests.e2e.browser import (
     Http,
     browser,
+    confirmed,
     console_errors,
     cookies,
     csrf_token,
     find,
+    leaks,
     phone,
+    post_target,
     requested_urls,
     screenshot,
+    sign_in,
     text,
     text_of,
+    visit,
     wait_until,
 )
 from tests.e2e.server_process import LlmgwServer
@@ -102,57 +106,12 @@ def clean_pages(request: pytest.FixtureRequest, server: LlmgwServer) -> Iterator
         assert not console_errors(driver)
 
 
-def leaks(server: LlmgwServer, driver: webdriver.Chrome) -> list[str]:
-    """Where the admin key shows: in the page, or in any URL the browser requested."""
-    found = [u for u in [*requested_urls(driver), driver.current_url] if server.admin_key in u]
-    if server.admin_key in driver.page_source:
-        found.append(f"the source of {driver.current_url}")
-    return found
-
-
-def visit(driver: webdriver.Chrome, server: LlmgwServer, path: str) -> None:
-    """Open `path`; the page loads without console errors (a CSP violation is one) and without
-    the admin key in it or in any URL."""
-    driver.get(server.url + path)
-    wait_until(driver, f"{path} to load", lambda d: d.execute_script(
-        "return document.readyState") == "complete")
-    assert not leaks(server, driver)
-    assert not console_errors(driver), path
-
-
-def sign_in(driver: webdriver.Chrome, server: LlmgwServer, key: str) -> None:
-    """Sign in with `key` through the form, starting from no session."""
-    driver.delete_all_cookies()
-    visit(driver, server, "/ui/signin")
-    find(driver, "#signin-key").send_keys(key)
-    find(driver, "#signin-submit").click()
-    find(driver, "nav#nav")
-    assert not leaks(server, driver)
-
-
 def state_of(driver: webdriver.Chrome, table: str, model: str) -> str:
     return text_of(driver, f'{table} tr[data-model="{model}"] td.state')
 
 
 def nav_links(driver: webdriver.Chrome) -> set[str]:
     return {str(a.get_attribute("pathname")) for a in driver.find_elements(By.CSS_SELECTOR, "nav#nav a")}
-
-
-def post_target(driver: webdriver.Chrome, css: str) -> str:
-    """The path a button or form posts to (its hx-post, its formaction, or its form's action)."""
-    return str(driver.execute_script(
-        "const e = document.querySelector(arguments[0]);"
-        "const f = e.closest('form');"
-        "const t = e.getAttribute('hx-post') || e.getAttribute('formaction')"
-        " || (f && (f.getAttribute('hx-post') || f.getAttribute('action')));"
-        "return new URL(t, location.href).pathname;", css))
-
-
-def confirmed(driver: webdriver.Chrome, css: str, *, accept: bool) -> None:
-    """Click the button `css`, which asks to confirm first, and answer the browser's question."""
-    find(driver, css).click()
-    alert = wait_until(driver, "the confirmation", lambda d: EC.alert_is_present()(d))
-    alert.accept() if accept else alert.dismiss()
 
 
 def test_sign_in_with_the_admin_key_shows_the_demo_model_ready(
