@@ -9,24 +9,18 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
-from llmgw.api import admin, keys
+from llmgw.api import admin, data_plane, keys
 from llmgw.api.appkeys import KEYS
 from llmgw.api.endpoints import invoke
 from llmgw.core.errors import Forbidden, InvalidRequest, NotFound
 from llmgw.core.protocol import DataList, KeyOut, KeyRequest, ScaleRequest
-from llmgw.core.settings import load
 from llmgw.core.types import ApiKey
-from llmgw.server.app import Server
-from llmgw.server.init import init
-from llmgw.store.store import Store
+from tests.api.test_openapi import build
 
 
 @pytest.fixture
 async def app(tmp_path: Path) -> AsyncIterator[web.Application]:
-    init(tmp_path / "data", guard=False)
-    settings = load(tmp_path / "data")
-    store = Store.open(settings.database_url(tmp_path / "data"))
-    app = Server(tmp_path / "data", settings, store).build_app()
+    app, _, _ = build(tmp_path / "data")
     async with TestClient(TestServer(app)):  # runs the app's start-up, as `server run` does
         yield app
 
@@ -80,3 +74,8 @@ async def test_a_query_is_validated_too(app: web.Application) -> None:
     with pytest.raises(InvalidRequest) as bad:
         await invoke(keys.USAGE, app, root, query={"since": "yesterday"})
     assert bad.value.param == "since"
+
+
+async def test_the_data_plane_is_not_invoked_around_http(app: web.Application) -> None:
+    with pytest.raises(InvalidRequest):
+        await invoke(data_plane.CHAT, app, await admin_key(app), body={"model": "m", "messages": []})

@@ -237,7 +237,7 @@ def test_a_new_policy_checking_neither_direction_is_refused(demo_server: LlmgwSe
     proc = demo_server.ctl("guard", "policy", "set", "cli-nothing", "--judges", JUDGE,
                            "--no-input", "--no-output", check=False)
     assert proc.returncode == 1
-    assert "a policy must check input, output, or both" in flat(proc.stderr)
+    assert "--input/--output: a policy must check input, output, or both" in flat(proc.stderr)
     assert "Traceback" not in proc.stderr
     assert "cli-nothing" not in policies(demo_server)
 
@@ -286,11 +286,12 @@ def test_enabling_a_judge_llmgw_knows_is_refused(demo_server: LlmgwServer) -> No
 
 
 def test_enabling_a_judge_in_an_unknown_format_is_refused(demo_server: LlmgwServer) -> None:
+    # ctl's --format takes the protocol's formats: a typo is a usage error listing them.
     proc = demo_server.ctl("guard", "judge", "enable", "--repo", "acme/Guard-GGUF", "--file", "g.gguf",
                            "--name", "acme-bad-format", "--format", "llamaguard", check=False)
-    assert proc.returncode == 1
+    assert proc.returncode == 2
     message = flat(proc.stderr)
-    assert "format" in message and "'qwen3guard' or 'llama-guard'" in message
+    assert "--format" in message and "'qwen3guard', 'llama-guard'" in message
     assert "Traceback" not in proc.stderr
     judges = [j["judge"] for j in ctl_json(demo_server, "guard", "judge", "status")["data"]]
     assert "acme-bad-format" not in judges

@@ -22,8 +22,9 @@ import orjson
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 
+from llmgw.api import data_plane
 from llmgw.api.appkeys import GATEWAY
-from llmgw.api.data_plane import routes
+from llmgw.api.endpoints import bind
 from llmgw.api.errors import openai_errors
 from llmgw.core.clock import SystemClock
 from llmgw.core.types import ApiKey, Limits, LocalSource, Model, Profile
@@ -263,7 +264,7 @@ class GatewayRig:
                           self.metrics, queue=self.queue)
         app = web.Application(middlewares=[openai_errors])
         app[GATEWAY] = gateway
-        app.add_routes(routes())
+        app.add_routes(bind(data_plane.ENDPOINTS))
         self._runner = app_runner(app)  # served as `server run` serves
         await self._runner.setup()
         site = web.TCPSite(self._runner, "127.0.0.1", 0)

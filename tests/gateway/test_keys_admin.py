@@ -23,9 +23,9 @@ from llmgw.core.ids import hash_key
 from llmgw.core.protocol import KeyRequest
 from llmgw.core.types import ApiKey, KeyScope, Limits
 from llmgw.gateway.auth import KeyCache
-from llmgw.gateway.keys_admin import KeyAdmin
+from llmgw.gateway.keys_admin import KeyAdmin, visible
 from llmgw.store.store import Store
-from tests.factories import KEY_SECRET, NOW, admin_key
+from tests.factories import KEY_SECRET, NOW, admin_key, user_key
 
 
 @pytest.fixture
@@ -387,3 +387,18 @@ async def test_a_name_is_refused_while_a_live_key_has_it(install: Install, minte
 async def test_a_naive_expiry_is_taken_as_utc(install: Install) -> None:
     key, _ = await install.create(name="naive", expires_at=datetime(2027, 1, 1, 12, 0))
     assert key.expires_at == datetime(2027, 1, 1, 12, 0, tzinfo=UTC)
+
+
+def test_a_user_key_sees_itself_and_every_key_minted_beneath_it_and_nothing_else() -> None:
+    _, root = admin_key(name="root")
+    _, alice = user_key(name="alice")
+    child = user_key(name="child")[1].model_copy(update={"minted_by": alice.id})
+    grandchild = user_key(name="grandchild")[1].model_copy(update={"minted_by": child.id})
+    _, bob = user_key(name="bob")
+    nephew = user_key(name="nephew")[1].model_copy(update={"minted_by": bob.id})
+    keys = [root, alice, child, grandchild, bob, nephew]
+    assert visible(alice, keys) == [alice, child, grandchild]
+    assert visible(child, keys) == [child, grandchild]
+    assert visible(grandchild, keys) == [grandchild]
+    assert visible(root, keys) == keys and visible(None, keys) == keys
+

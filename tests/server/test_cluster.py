@@ -145,9 +145,9 @@ def test_a_server_whose_heartbeat_stopped_is_listed_as_gone_and_never_as_leader(
             ServerRow("alive", "http://b", started, now - timedelta(seconds=5)),
             ServerRow("edge", "http://c", started, now - timedelta(seconds=30))]
     # The killed server held the lease when it died (not expired yet on the clock's reading).
-    views = {v["id"]: v for v in server_views(rows, "killed-9", now, timedelta(seconds=30))}
-    assert views["killed-9"]["state"] == "gone" and views["killed-9"]["leader"] is False
-    assert views["alive"]["state"] == "live" and views["edge"]["state"] == "live"
-    assert views["killed-9"]["seen_s_ago"] == 31.0
-    views = {v["id"]: v for v in server_views(rows, "alive", now, timedelta(seconds=30))}
-    assert views["alive"]["leader"] is True
+    views = {v.id: v for v in server_views(rows, "killed-9", now, timedelta(seconds=30))}
+    assert views["killed-9"].state == "gone" and views["killed-9"].leader is False
+    assert views["alive"].state == "live" and views["edge"].state == "live"
+    assert views["killed-9"].seen_s_ago == 31.0
+    views = {v.id: v for v in server_views(rows, "alive", now, timedelta(seconds=30))}
+    assert views["alive"].leader is True

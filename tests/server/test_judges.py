@@ -51,10 +51,10 @@ async def test_a_follower_shows_the_leaders_keeper(store: Store, tmp_path: Path)
     follower_status = judges.status(store, follower, clock, lambda: False, "server-b")
     leader_status = judges.status(store, leader, clock, lambda: True, "server-a")
 
-    [row] = [r for r in await follower_status() if r["judge"] == JUDGE]
-    assert row["keeper"] == "in grace until 2026-01-01T00:10:00+00:00"
-    assert row["keeper_server"] == "server-a"
-    assert [r for r in await leader_status() if r["judge"] == JUDGE] == [row]
+    [row] = [r for r in await follower_status() if r.judge == JUDGE]
+    assert row.keeper == "in grace until 2026-01-01T00:10:00+00:00"
+    assert row.keeper_server == "server-a"
+    assert [r for r in await leader_status() if r.judge == JUDGE] == [row]
 
 
 async def test_before_the_leader_looked_a_follower_says_so(store: Store, tmp_path: Path) -> None:
@@ -62,6 +62,6 @@ async def test_before_the_leader_looked_a_follower_says_so(store: Store, tmp_pat
     follower = server_keeper(store, tmp_path, clock, "server-b")
 
     [row] = [r for r in await judges.status(store, follower, clock, lambda: False, "server-b")()
-             if r["judge"] == JUDGE]
+             if r.judge == JUDGE]
 
-    assert row["keeper"] == "waiting for the keeper's first look" and row["keeper_server"] is None
+    assert row.keeper == "waiting for the keeper's first look" and row.keeper_server is None

@@ -85,7 +85,7 @@ async def list_replicas(call: Call[None, ReplicaQuery]) -> DataList[Replica]:
 
 
 async def cluster(call: Call[None, None]) -> ClusterOut:
-    return ClusterOut.model_validate(await call.app[CLUSTER]())
+    return await call.app[CLUSTER]()
 
 
 LIST_MODELS = Endpoint("list_models", "GET", "/admin/v1/models",

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import Any
 
 from aiohttp import web
 
@@ -11,6 +10,7 @@ from llmgw.control.agents import AgentService
 from llmgw.control.catalog import CatalogService
 from llmgw.control.node_admin import NodeAdmin
 from llmgw.control.serve_jobs import ServeJobs
+from llmgw.core.protocol import ClusterOut, JudgeStatusOut
 from llmgw.gateway.keys_admin import KeyAdmin
 from llmgw.gateway.metrics import Metrics
 from llmgw.gateway.service import Gateway
@@ -23,7 +23,7 @@ JOBS = web.AppKey("jobs", ServeJobs)
 GUARD = web.AppKey("guard", Guard)
 GUARD_ADMIN = web.AppKey("guard_admin", GuardAdmin)
 # Per-judge status for `ctl guard judge status`, composed by the server from several parts.
-JudgeStatus = Callable[[], Awaitable[list[dict[str, Any]]]]
+JudgeStatus = Callable[[], Awaitable[list[JudgeStatusOut]]]
 JUDGE_STATUS: web.AppKey[JudgeStatus] = web.AppKey("judge_status")
 KEYS = web.AppKey("keys", KeyAdmin)
 NODES = web.AppKey("nodes", NodeAdmin)
@@ -31,7 +31,7 @@ METRICS = web.AppKey("metrics", Metrics)
 # Whether `/metrics` answers without a key (`[server] metrics_public`).
 METRICS_PUBLIC = web.AppKey("metrics_public", bool)
 # This server's view of the cluster (leader, epoch, lease), composed in the server layer.
-ClusterStatus = Callable[[], Awaitable[dict[str, Any]]]
+ClusterStatus = Callable[[], Awaitable[ClusterOut]]
 CLUSTER: web.AppKey[ClusterStatus] = web.AppKey("cluster")
 AGENTS = web.AppKey("agents", AgentService)
 # Waits until the server's view of the store is past a revision, or a number of seconds pass;

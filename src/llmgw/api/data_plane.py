@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import secrets
+from typing import Any
 
 import orjson
 from aiohttp import web
@@ -10,12 +11,13 @@ from aiohttp import web
 from llmgw.api.appkeys import GATEWAY, GUARD, METRICS, METRICS_PUBLIC
 from llmgw.api.body import read_json
 from llmgw.api.context import REQUEST_ID, STARTED
+from llmgw.api.endpoints import JSON, Access, Endpoint, Schema, obj, raw
 from llmgw.api.errors import Handler
-from llmgw.api.openapi import openapi_json
 from llmgw.api.replies import write
 from llmgw.core.errors import InvalidRequest
 from llmgw.core.types import ApiKey, KeyScope
 from llmgw.gateway.wire import anthropic_messages, checks
+from llmgw.gateway.wire.checks import MAX_TOKENS
 from llmgw.gateway.wire.dialect import Api
 from llmgw.guard import moderation
 
@@ -95,19 +97,75 @@ async def health(_request: web.Request) -> web.Response:
     return web.Response(body=b'{"status":"ok"}', content_type="application/json")
 
 
-def routes() -> list[web.RouteDef]:
-    """The data-plane routes."""
-    return [
-        web.get("/health", health),
-        web.get("/metrics", metrics),
-        web.get("/openapi.json", openapi_json),
-        web.post("/v1/chat/completions", _proxy(Api.CHAT)),
-        web.post("/v1/completions", _proxy(Api.COMPLETIONS)),
-        web.post("/v1/embeddings", _proxy(Api.EMBEDDINGS)),
-        web.post("/v1/rerank", _proxy(Api.RERANK)),
-        web.post("/v1/responses", _proxy(Api.RESPONSES)),
-        web.post("/v1/messages", _proxy(Api.MESSAGES)),
-        web.post("/v1/messages/count_tokens", _proxy(Api.COUNT_TOKENS)),
-        web.get("/v1/models", list_models),
-        web.post("/v1/moderations", moderations),
-    ]
+# The OpenAI and Anthropic bodies: what llmgw checks before it forwards, nothing more (the rest
+# passes through to the upstream, so no model is validated here: the hot path stays as it is).
+_STR: Schema = {"type": "string"}
+_TEXT_OR_ARRAY: Schema = {"oneOf": [_STR, {"type": "array"}]}
+_TOKENS: Schema = {"type": "integer", "minimum": 1, "maximum": MAX_TOKENS}
+_MESSAGE = obj(("role", "content"), role=_STR, content={"type": ["string", "array", "null"]})
+_TURN = obj(("role", "content"), role={"enum": ["user", "assistant"]}, content={"type": ["string", "array"]})
+_TURNS: Schema = {"type": "array", "minItems": 1, "items": _TURN}
+_SSE = (JSON, "text/event-stream")
+
+
+def _generation(required: tuple[str, ...], **props: Schema) -> Schema:
+    """A chat or text completion body."""
+    return obj(required, model=_STR, stream={"type": "boolean"}, max_tokens=_TOKENS,
+               max_completion_tokens=_TOKENS, **props)
+
+
+def _forward(name: str, path: str, summary: str, api: Api, body: Schema, *, tag: str = "openai",
+             **doc: Any) -> Endpoint[None, None]:
+    if tag == "anthropic":
+        doc["errors"] = "AnthropicError"
+    return raw(name, "POST", path, summary, tag, _proxy(api), body_schema=body, **doc)
+
+
+HEALTH = raw("health", "GET", "/health", "Liveness", "meta", health, access=Access.PUBLIC,
+             returns_schema=obj(("status",), status={"const": "ok"}))
+METRICS_TEXT = raw("metrics", "GET", "/metrics", "Prometheus metrics (an admin or metrics key, unless "
+                   "the install sets metrics_public)", "meta", metrics, access=Access.SCRAPER,
+                   content=("text/plain",))
+CHAT = _forward("chat_completions", "/v1/chat/completions", "Chat completion", Api.CHAT,
+                _generation(("model", "messages"),
+                            messages={"type": "array", "minItems": 1, "items": _MESSAGE}),
+                content=_SSE, example={"model": "gemma3-270m", "max_tokens": 32,
+                                       "messages": [{"role": "user", "content": "Hello"}]})
+COMPLETIONS = _forward("completions", "/v1/completions", "Text completion", Api.COMPLETIONS,
+                       _generation(("model", "prompt"), prompt=_TEXT_OR_ARRAY), content=_SSE)
+EMBEDDINGS = _forward("embeddings", "/v1/embeddings", "Embeddings", Api.EMBEDDINGS,
+                      obj(("model", "input"), model=_STR, input=_TEXT_OR_ARRAY))
+RERANK = _forward("rerank", "/v1/rerank", "Rerank documents (engines that serve it)", Api.RERANK,
+                  obj(("model", "query", "documents"), model=_STR, query=_STR,
+                      documents={"type": "array"}))
+RESPONSES = _forward("responses", "/v1/responses", "OpenAI Responses (served from chat completions)",
+                     Api.RESPONSES, obj(("model", "input"), model=_STR, input=_TEXT_OR_ARRAY,
+                                        instructions={"type": ["string", "null"]},
+                                        max_output_tokens=_TOKENS, stream={"type": "boolean"}),
+                     content=_SSE, example={"model": "gemma3-270m", "input": "Hello"})
+MESSAGES = _forward("messages", "/v1/messages", "Anthropic Messages", Api.MESSAGES,
+                    obj(("model", "messages", "max_tokens"), model=_STR, messages=_TURNS,
+                        max_tokens=_TOKENS, stream={"type": "boolean"},
+                        system={"type": ["string", "array"]}),
+                    tag="anthropic", content=_SSE,
+                    example={"model": "gemma3-270m", "max_tokens": 32,
+                             "messages": [{"role": "user", "content": "Hello"}]})
+COUNT_TOKENS = _forward("count_tokens", "/v1/messages/count_tokens", "Anthropic token count",
+                        Api.COUNT_TOKENS, obj(("model", "messages"), model=_STR, messages=_TURNS),
+                        tag="anthropic",
+                        returns_schema=obj(("input_tokens",), input_tokens={"type": "integer"}))
+MODELS = raw("openai_models", "GET", "/v1/models", "Models this key may use", "openai", list_models,
+             returns_schema=obj(("object", "data"), object={"const": "list"}, data={
+                 "type": "array",
+                 "items": obj(("id", "object", "created", "owned_by"), id=_STR,
+                              object={"const": "model"}, created={"type": "integer"}, owned_by=_STR),
+             }))
+MODERATIONS = raw("moderations", "POST", "/v1/moderations", "Moderation by the guard's judges",
+                  "openai", moderations,
+                  body_schema=obj(("input",), model=_STR, input={"oneOf": [
+                      _STR, {"type": "array", "minItems": 1, "items": _STR}]}))
+
+ENDPOINTS: list[Endpoint[Any, Any]] = [
+    HEALTH, METRICS_TEXT, CHAT, COMPLETIONS, EMBEDDINGS, RERANK, RESPONSES, MESSAGES, COUNT_TOKENS,
+    MODELS, MODERATIONS,
+]

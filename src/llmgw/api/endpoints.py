@@ -101,6 +101,14 @@ async def _http_only(call: Call[None, None]) -> Any:
     raise InvalidRequest("this endpoint is answered over HTTP only")
 
 
+def obj(required: tuple[str, ...] = (), **props: Schema) -> Schema:
+    """A hand-described JSON object with these properties (others are allowed)."""
+    out: Schema = {"type": "object", "properties": props}
+    if required:
+        out["required"] = list(required)
+    return out
+
+
 def invalid(exc: ValidationError) -> InvalidRequest:
     """A validation failure as a 400 naming its first field."""
     first = exc.errors()[0]

@@ -7,6 +7,7 @@ from typing import Any
 from llmgw.api.admin import by
 from llmgw.api.appkeys import GUARD, GUARD_ADMIN, JUDGE_STATUS
 from llmgw.api.endpoints import Call, Endpoint
+from llmgw.api.openapi import POLICY_BODY
 from llmgw.core.guard import Direction, JudgeSpec, Policy, VerdictRecord
 from llmgw.core.protocol import (
     DataList,
@@ -62,7 +63,7 @@ async def delete_policy(call: Call[None, None]) -> Removed:
 
 
 async def judges(call: Call[None, None]) -> DataList[JudgeStatusOut]:
-    return DataList(data=[JudgeStatusOut.model_validate(j) for j in await call.app[JUDGE_STATUS]()])
+    return DataList(data=await call.app[JUDGE_STATUS]())
 
 
 async def enable_judge(call: Call[EnableJudge, None]) -> JudgeSpec:
@@ -103,7 +104,7 @@ GET_POLICY = Endpoint("get_policy", "GET", "/admin/v1/guard/policies/{name}", "S
                       get_policy, returns=Policy)
 PUT_POLICY = Endpoint("put_policy", "PUT", "/admin/v1/guard/policies/{name}",
                       "Create or replace a policy", TAG, put_policy, body=Policy, shape=_policy_body,
-                      returns=Policy)
+                      body_schema=POLICY_BODY, returns=Policy)
 DELETE_POLICY = Endpoint("delete_policy", "DELETE", "/admin/v1/guard/policies/{name}",
                          "Remove a policy", TAG, delete_policy, returns=Removed)
 LIST_JUDGES = Endpoint("list_judges", "GET", "/admin/v1/guard/judges", "Judge status", TAG, judges,

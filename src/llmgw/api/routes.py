@@ -1,13 +1,21 @@
-"""Every endpoint the server answers, in the order its routes are added."""
+"""Every endpoint the server answers, in the order its routes are added, and the OpenAPI
+document made from them."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from llmgw.api import admin, agent, guard, jobs, keys, nodes
+from llmgw.api import admin, agent, data_plane, guard, jobs, keys, nodes, openapi
 from llmgw.api.endpoints import Endpoint
 
 ENDPOINTS: list[Endpoint[Any, Any]] = [
-    *admin.ENDPOINTS, *jobs.ENDPOINTS, *guard.ENDPOINTS, *keys.ENDPOINTS, *agent.ENDPOINTS,
-    *nodes.ENDPOINTS,
+    *data_plane.ENDPOINTS, *admin.ENDPOINTS, *jobs.ENDPOINTS, *guard.ENDPOINTS, *keys.ENDPOINTS,
+    *agent.ENDPOINTS, *nodes.ENDPOINTS,
 ]
+OPENAPI = openapi.serve(ENDPOINTS)
+ENDPOINTS.append(OPENAPI)
+
+
+def spec() -> dict[str, Any]:
+    """The OpenAPI document of every endpoint: a fresh copy, the caller's to change."""
+    return openapi.document(ENDPOINTS)

@@ -1,341 +1,40 @@
-"""`llmgw ctl`: the operator's CLI, a client of the admin API."""
+"""`llmgw ctl`: the operator's CLI, a client of the admin API.
+
+The one place its command tree is put together: each ctl_* module defines its own groups and
+commands without knowing where they hang."""
 
 from __future__ import annotations
 
-import shlex
-from collections.abc import Callable
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 
-from llmgw.cli import render
-from llmgw.cli.client import AdminClient, CtlError, quote
-from llmgw.core.types import ProviderApi
+from llmgw.cli import ctl_guard, ctl_jobs, ctl_keys, ctl_models, ctl_nodes
+from llmgw.cli.context import CtlContext
 
 app = typer.Typer(help="Operate a running llmgw through its admin API.", no_args_is_help=True)
-model_app = typer.Typer(help="The model catalog.", no_args_is_help=True)
-replica_app = typer.Typer(help="Running engine processes.", no_args_is_help=True)
-app.add_typer(model_app, name="model")
-app.add_typer(replica_app, name="replica")
-
-
-class _Opts:
-    url: str | None = None
-    key: str | None = None
-    json: bool = False
-
-
-_opts = _Opts()
 
 
 @app.callback()
 def _global(
+    ctx: typer.Context,
     url: Annotated[str | None, typer.Option(help="Server URL [env LLMGW_URL].")] = None,
     key: Annotated[str | None, typer.Option(help="Admin key [env LLMGW_ADMIN_KEY].")] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print JSON for scripts.")] = False,
 ) -> None:
-    _opts.url, _opts.key, _opts.json = url, key, json_out
+    ctx.obj = CtlContext(url=url, key=key, json=json_out)
 
 
-def json_wanted() -> bool:
-    """Whether `--json` was given."""
-    return _opts.json
-
-
-def server_url() -> str:
-    """The server URL ctl talks to (flag, env or config file), for commands that print it."""
-    try:
-        return AdminClient.resolve(_opts.url, _opts.key).url
-    except CtlError as exc:
-        render.error(str(exc))
-        raise typer.Exit(1) from None
-
-
-def call(method: str, path: str, body: Any = None, quiet_404: bool = False) -> Any:
-    """One admin call; an error is printed and exits 1 (with quiet_404, a 404 is LookupError)."""
-    try:
-        return AdminClient.resolve(_opts.url, _opts.key).call(method, path, body)
-    except CtlError as exc:
-        if quiet_404 and str(exc).startswith("404"):
-            raise LookupError(str(exc)) from None
-        render.error(str(exc))
-        raise typer.Exit(1) from None
-
-
-def show(data: Any, as_table: Callable[[Any], None]) -> None:
-    if _opts.json:
-        render.emit_json(data)
-    else:
-        as_table(data)
-
-
-def _source(m: dict[str, Any]) -> str:
-    s = m["source"]
-    if s["kind"] == "hf":
-        return f"hf:{s['repo']}/{s['file']}@{s['revision']}"
-    if s["kind"] == "local":
-        return str(s["path"])
-    # An entry written by a server older than the dialects has no `api`: it was OpenAI-compatible.
-    return f"{s['base_url']} ({s.get('api', 'openai')})"
-
-
-@model_app.command("list")
-def model_list() -> None:
-    """List catalog models and their state (cold, loading on NODE, ready, idle 3m)."""
-    data = call("GET", "/admin/v1/models")
-    show(
-        data,
-        lambda d: render.table(
-            "models",
-            ["name", "source", "profiles", "min", "max", "idle", "state", "by", "updated"],
-            [
-                [
-                    m["name"],
-                    _source(m),
-                    ", ".join(p["name"] for p in m["profiles"]) or "-",
-                    m["scaling"]["min"],
-                    m["scaling"]["max"],
-                    idle_text(m["scaling"].get("idle_s")),
-                    m.get("state", ""),  # a server older than on-demand models sends none
-                    m["by"],
-                    (m["updated_at"] or "")[:19],
-                ]
-                for m in d["data"]
-            ],
-        ),
-    )
-
-
-@model_app.command("add")
-def model_add(
-    name: Annotated[str, typer.Argument(help="Catalog name clients use as `model`.")],
-    path: Annotated[str | None, typer.Option(
-        help="Absolute path of a GGUF file in DATA_DIR/models or a model_roots directory.")] = None,
-    base_url: Annotated[str | None, typer.Option(
-        help="A remote provider's base URL, to which /chat/completions (--api openai) or /messages "
-             "(--api anthropic) is appended: e.g. https://host/v1, or https://api.anthropic.com/v1 "
-             "for Anthropic.")] = None,
-    api: Annotated[ProviderApi | None, typer.Option(
-        help="The dialect the remote provider speaks, openai unless given; with --base-url only.",
-        case_sensitive=False)] = None,
-    api_key_env: Annotated[
-        str | None, typer.Option(help="Env var on the server holding the remote API key: "
-                                 "LLMGW_PROVIDER_*, or one listed in provider_key_env.")
-    ] = None,
-    upstream_model: Annotated[
-        str | None, typer.Option(help="The remote provider's name for the model.")
-    ] = None,
-    profile: Annotated[str, typer.Option(help="Profile name.")] = "default",
-    args: Annotated[str, typer.Option(help="Extra engine arguments, one shell-quoted string.")] = "",
-    cores: Annotated[int, typer.Option(help="CPU cores each replica holds.")] = 1,
-    memory_gb: Annotated[float, typer.Option(help="Memory each replica holds, GB.")] = 1.0,
-    min_replicas: Annotated[int, typer.Option("--min", help="Replicas kept ready.")] = 1,
-    max_replicas: Annotated[int | None, typer.Option("--max", help="Upper bound.")] = None,
-    node_selector: Annotated[list[str] | None, typer.Option(
-        help="KEY=VALUE: place replicas only on nodes with this label (repeatable).")] = None,
-    gpus: Annotated[int, typer.Option(help="GPUs each replica holds.")] = 0,
-    gpu_class: Annotated[str | None, typer.Option(
-        help="GPU class the replicas need (as nodes declare it, e.g. l4).")] = None,
-) -> None:
-    """Add a model: a local GGUF (--path) or a remote provider (--base-url)."""
-    if (path is None) == (base_url is None):
-        render.error("give exactly one source: --path FILE or --base-url URL")
-        raise typer.Exit(2)
-    if api is not None and path is not None:
-        render.error("--api is the dialect of a remote provider: give it with --base-url, not --path")
-        raise typer.Exit(2)
-    selector: dict[str, str] = {}
-    for pair in node_selector or []:
-        key, sep, value = pair.partition("=")
-        if not sep or not key:
-            render.error(f"--node-selector takes KEY=VALUE, got {pair!r}")
-            raise typer.Exit(2)
-        selector[key] = value
-    if path is not None:
-        source: dict[str, Any] = {"kind": "local", "path": path}
-        engine = "llamacpp"
-    else:
-        source = {"kind": "remote", "base_url": base_url, "api_key_env": api_key_env,
-                  "model": upstream_model}
-        if api is not None:  # left out otherwise, so a server that predates `api` still accepts it
-            source["api"] = api.value
-        engine = "remote"
-    body = {
-        "name": name,
-        "source": source,
-        "profiles": [
-            {"name": profile, "engine": engine, "args": shlex.split(args), "cpu_cores": cores,
-             "min_memory_gb": memory_gb, "node_selector": selector, "gpu": gpus,
-             "gpu_class": gpu_class}
-        ] if engine == "llamacpp" else [],
-        "scaling": {"min": min_replicas if engine == "llamacpp" else 0,
-                    "max": max(max_replicas or min_replicas, min_replicas)},
-    }
-    data = call("POST", "/admin/v1/models", body)
-    show(data, lambda m: render.console.print(f"added {m['name']} (by {m['by']})"))
-
-
-@model_app.command("remove")
-def model_remove(name: str) -> None:
-    """Remove a model; its replicas are stopped."""
-    data = call("DELETE", f"/admin/v1/models/{quote(name)}")
-    show(data, lambda _d: render.console.print(f"removed {name}"))
-
-
-_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
-
-
-def parse_idle(text: str) -> float | None:
-    """`--idle`: a duration such as 30s, 10m, 2h or 1d (a bare number is seconds), or `off`
-    (None: replicas above min stay)."""
-    t = text.strip().lower()
-    if t == "off":
-        return None
-    unit = _UNITS.get(t[-1:], 0)
-    number = t[:-1] if unit else t
-    try:
-        value = float(number) * (unit or 1)
-    except ValueError:
-        value = -1.0
-    if not value > 0:  # also false for nan
-        raise typer.BadParameter(f"expected a duration like 30s, 10m or 2h, or off; got {text!r}")
-    return value
-
-
-def idle_text(idle_s: float | None) -> str:
-    """An idle time as `--idle` takes it: 10m, 2h, 90s, or off."""
-    if idle_s is None:
-        return "off"
-    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
-        if idle_s >= size and idle_s % size == 0:
-            return f"{int(idle_s // size)}{unit}"
-    return f"{idle_s:g}s"
-
-
-@model_app.command("scale")
-def model_scale(
-    name: str,
-    min_replicas: Annotated[int, typer.Option(
-        "--min", help="Replicas kept ready; 0: on demand, started by the first request.")],
-    max_replicas: Annotated[int | None, typer.Option(
-        "--max", help="Upper bound when load adds replicas.")] = None,
-    idle: Annotated[str | None, typer.Option(
-        "--idle", help="Stop replicas above --min that served nothing for this long: 30s, 10m, "
-                       "2h; off: they stay. Unchanged when not given.")] = None,
-) -> None:
-    """Change how many replicas the keeper keeps ready, and when idle ones stop."""
-    body: dict[str, Any] = {"min": min_replicas, "max": max_replicas}
-    if idle is not None:
-        body["idle_s"] = parse_idle(idle)
-    data = call("POST", f"/admin/v1/models/{quote(name)}/scale", body)
-    show(
-        data,
-        lambda m: render.console.print(
-            f"{m['name']}: min {m['scaling']['min']}, max {m['scaling']['max']}, idle "
-            f"{idle_text(m['scaling'].get('idle_s'))} (by {m['by']})", highlight=False,
-        ),
-    )
-
-
-def _resources_table(d: dict[str, Any]) -> None:
-    m = d["model"]
-    render.console.print(f"[bold]{m['name']}[/]  source {_source(m)}  scaling "
-                         f"{m['scaling']['min']}..{m['scaling']['max']}  idle "
-                         f"{idle_text(m['scaling'].get('idle_s'))}  by {m['by']}")
-    est = d.get("estimates", {})
-    render.table(
-        "profiles",
-        ["name", "engine", "cores", "memory GB", "estimate (GiB)", "args"],
-        [[p["name"], p["engine"], p["cpu_cores"], p["min_memory_gb"],
-          est[p["name"]]["describe"] if p["name"] in est else "-", " ".join(p["args"])]
-         for p in m["profiles"]],
-    )
-    render.table(
-        "placement",
-        ["profile", "node", "fits", "why not", "running", "one more"],
-        [[f["profile"], f["node_id"], "yes" if f["fits"] else "no", f["reason"] or "",
-          f["running"], _one_more(f)] for f in d["placement"]],
-    )
-    _replicas_table(d["replicas"])
-    if d.get("evictions"):
-        render.table(
-            "swaps (replicas stopped to make room)",
-            ["at", "replica", "of", "on", "for", "why"],
-            [[e["at"], e["replica"], e["model"], e["node"], e["room_for"], e["reason"]]
-             for e in d["evictions"]],
-        )
-
-
-def _one_more(fit: dict[str, Any]) -> str:
-    """Whether one more replica fits now; its reason only when "why not" does not say it."""
-    if fit["one_more"]:
-        return "yes"
-    if fit["one_more_reason"] == fit["reason"]:
-        return "no"
-    return f"no: {fit['one_more_reason']}"
-
-
-def _replicas_table(replicas: list[dict[str, Any]]) -> None:
-    render.table(
-        "replicas",
-        ["id", "model", "node", "profile", "state", "endpoint", "restarts", "last error"],
-        [[r["id"], r["model"], r["node_id"] or "-", r["profile"] or "-", r["state"],
-          r["endpoint"] or "", r["restarts"], _first_line(r["last_error"])] for r in replicas],
-    )
-
-
-def _first_line(text: str | None) -> str:
-    return text.splitlines()[0] if text else ""
-
-
-@model_app.command("resources")
-def model_resources(name: str) -> None:
-    """Profiles, where each fits, replicas, and why a replica is pending."""
-    show(call("GET", f"/admin/v1/models/{quote(name)}/resources"), _resources_table)
-
-
-@replica_app.command("list")
-def replica_list(model: Annotated[str | None, typer.Option(help="Only this model.")] = None) -> None:
-    """List replicas and their state."""
-    path = "/admin/v1/replicas" + (f"?model={quote(model)}" if model else "")
-    show(call("GET", path), lambda d: _replicas_table(d["data"]))
-
-
-cluster_app = typer.Typer(help="Servers and the leader.", no_args_is_help=True)
-app.add_typer(cluster_app, name="cluster")
-
-
-@cluster_app.command("status")
-def cluster_status() -> None:
-    """The servers, which one leads at which epoch, and when its lease expires."""
-    def text(d: dict[str, Any]) -> None:
-        lease = d["lease"]
-        render.table(
-            "servers",
-            ["id", "url", "state", "leader", "started", "last seen"],
-            [[s["id"] + (" (this one)" if s["id"] == d["server"] else ""), s["url"],
-              s.get("state", "live"), "yes" if s["leader"] else "", s["started_at"][:19],
-              f"{s['seen_s_ago']:g}s ago"]
-             for s in d.get("servers", [])],
-        )
-        render.console.print(
-            f"server {d['server']} ({d['database']}): "
-            f"{'leader at epoch ' + str(d['epoch']) if d['leading'] else 'not the leader'}",
-            highlight=False,
-        )
-        if lease:
-            render.console.print(f"lease: {lease['holder']}, epoch {lease['epoch']}, expires "
-                                 f"{lease['expires_at'][:23]}", highlight=False)
-        elif d["database"] == "sqlite":
-            render.console.print("lease: none (on SQLite the one server is always the leader)",
-                                 highlight=False)
-        if d.get("last_reconcile_at"):
-            render.console.print(f"replica keeper: last pass {d['last_reconcile_at'][:23]}",
-                                 highlight=False)
-
-    show(call("GET", "/admin/v1/cluster"), text)
-
-
-# `ctl node …` lives in its own module, which attaches itself to `app` like ctl_keys does; it is
-# imported here, after everything it uses exists, so every entry point into ctl gets it.
-from llmgw.cli import ctl_nodes  # noqa: E402, F401
+app.add_typer(ctl_models.model_app, name="model")
+ctl_models.model_app.command("serve")(ctl_jobs.model_serve)
+app.add_typer(ctl_models.replica_app, name="replica")
+app.add_typer(ctl_models.cluster_app, name="cluster")
+app.add_typer(ctl_nodes.node_app, name="node")
+ctl_nodes.node_app.add_typer(ctl_nodes.token_app, name="token")
+app.add_typer(ctl_guard.guard_app, name="guard")
+ctl_guard.guard_app.add_typer(ctl_guard.policy_app, name="policy")
+ctl_guard.guard_app.add_typer(ctl_guard.judge_app, name="judge")
+app.add_typer(ctl_jobs.job_app, name="job")
+app.add_typer(ctl_keys.key_app, name="key")
+app.add_typer(ctl_keys.limits_app, name="limits")
+app.command("usage")(ctl_keys.usage)

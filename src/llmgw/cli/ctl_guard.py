@@ -2,113 +2,151 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 
 from llmgw.cli import render
 from llmgw.cli.client import quote
-from llmgw.cli.ctl import app, call, json_wanted, show
+from llmgw.cli.context import CtlContext, body, options_for, query
+from llmgw.core.guard import (
+    Controversial,
+    Direction,
+    InputMode,
+    JudgeFormat,
+    JudgeSpec,
+    OnFailure,
+    Outcome,
+    Policy,
+    VerdictRecord,
+)
+from llmgw.core.protocol import (
+    DataList,
+    EnableJudge,
+    GuardOut,
+    JudgeStatusOut,
+    JudgmentRequest,
+    SwitchesOut,
+    SwitchRequest,
+    VerdictQuery,
+)
 
 guard_app = typer.Typer(help="Guard policies, judges and the verdict log.", no_args_is_help=True)
 policy_app = typer.Typer(help="Which traffic is judged, by which judges.", no_args_is_help=True)
 judge_app = typer.Typer(help="The judge models.", no_args_is_help=True)
-app.add_typer(guard_app, name="guard")
-guard_app.add_typer(policy_app, name="policy")
-guard_app.add_typer(judge_app, name="judge")
 
 CSV = Annotated[str | None, typer.Option(help="Comma-separated.")]
+# Which option of `policy set` gives each field of the Policy it sends.
+POLICY_OPTIONS = {"name": "NAME", "judges": "--judges", "models": "--models", "keys": "--keys",
+                  "block_categories": "--block", "budget_ms": "--budget-ms",
+                  "stream_window_chars": "--window-chars", "Policy": "--input/--output"}
 
 
 def _split(text: str | None) -> list[str] | None:
     return None if text is None else [t.strip() for t in text.split(",") if t.strip()]
 
 
-def _policies_table(policies: list[dict[str, Any]]) -> None:
+def _checks(p: Policy) -> str:
+    """What a policy judges: input, output or input+output, and whether input runs in parallel."""
+    checks = "+".join(d for d, on in ((Direction.INPUT, p.input), (Direction.OUTPUT, p.output)) if on)
+    return checks + (" (parallel)" if p.input and p.input_mode == InputMode.PARALLEL else "")
+
+
+def _policies_table(policies: Sequence[Policy]) -> None:
     render.table(
         "policies",
         ["name", "on", "models", "keys", "checks", "judges", "blocks", "controversial", "budget ms",
          "on failure", "by"],
-        [[p["name"], "yes" if p["enabled"] else "no", ",".join(p["models"]), ",".join(p["keys"]),
-          "+".join(d for d in ("input", "output") if p[d]) + (" (parallel)" if p["input"] and
-                                                              p["input_mode"] == "parallel" else ""),
-          ",".join(p["judges"]), ",".join(p["block_categories"]) or "all", p["controversial"],
-          p["budget_ms"], p["on_failure"], p["by"]] for p in policies],
+        [[p.name, "yes" if p.enabled else "no", ",".join(p.models), ",".join(p.keys), _checks(p),
+          ",".join(p.judges), ",".join(p.block_categories) or "all", p.controversial, p.budget_ms,
+          p.on_failure, p.by] for p in policies],
     )
 
 
 @guard_app.command("status")
-def guard_status() -> None:
+def guard_status(ctx: typer.Context) -> None:
     """Whether the guard is on, and its policies."""
-    def table(d: dict[str, Any]) -> None:
-        render.console.print(f"guard: {'on' if d['guard_enabled'] else 'OFF'}; prompt text in the "
-                             f"verdict log: {'on' if d['log_prompts'] else 'off'}", highlight=False)
-        _policies_table(d["policies"])
+    ctl = CtlContext.of(ctx)
 
-    show(call("GET", "/admin/v1/guard"), table)
+    def table(d: GuardOut) -> None:
+        render.console.print(f"guard: {'on' if d.guard_enabled else 'OFF'}; prompt text in the "
+                             f"verdict log: {'on' if d.log_prompts else 'off'}", highlight=False)
+        _policies_table(d.policies)
+
+    ctl.show_as(GuardOut, ctl.call("GET", "/admin/v1/guard"), table)
 
 
-def _switch(name: str, on: bool) -> None:
-    data = call("POST", "/admin/v1/guard/switches", {name: on})
-    show(data, lambda d: render.console.print(
-        f"guard {'on' if d['guard_enabled'] else 'off'}; prompt logging "
-        f"{'on' if d['log_prompts'] else 'off'}", highlight=False))
+def _switch(ctl: CtlContext, name: str, on: bool) -> None:
+    request = SwitchRequest(guard_enabled=on) if name == "guard_enabled" else SwitchRequest(log_prompts=on)
+    data = ctl.call("POST", "/admin/v1/guard/switches", body(request))
+    ctl.show_as(SwitchesOut, data, lambda d: render.console.print(
+        f"guard {'on' if d.guard_enabled else 'off'}; prompt logging "
+        f"{'on' if d.log_prompts else 'off'}", highlight=False))
 
 
 @guard_app.command("on")
-def guard_on() -> None:
+def guard_on(ctx: typer.Context) -> None:
     """Switch the guard on (policies apply again)."""
-    _switch("guard_enabled", True)
+    _switch(CtlContext.of(ctx), "guard_enabled", True)
 
 
 @guard_app.command("off")
-def guard_off() -> None:
+def guard_off(ctx: typer.Context) -> None:
     """Switch the guard off as a whole: no request is judged."""
-    _switch("guard_enabled", False)
+    _switch(CtlContext.of(ctx), "guard_enabled", False)
 
 
 @guard_app.command("log-prompts")
-def guard_log_prompts(on: Annotated[bool, typer.Argument(help="true or false")]) -> None:
+def guard_log_prompts(ctx: typer.Context, on: Annotated[bool, typer.Argument(help="true or false")]) -> None:
     """Keep (or stop keeping) the judged text in the verdict log. Off by default."""
-    _switch("log_prompts", on)
+    _switch(CtlContext.of(ctx), "log_prompts", on)
 
 
 @policy_app.command("list")
-def policy_list() -> None:
+def policy_list(ctx: typer.Context) -> None:
     """All guard policies."""
-    show(call("GET", "/admin/v1/guard/policies"), lambda d: _policies_table(d["data"]))
+    ctl = CtlContext.of(ctx)
+    ctl.show_as(DataList[Policy], ctl.call("GET", "/admin/v1/guard/policies"),
+                lambda d: _policies_table(d.data))
 
 
 @policy_app.command("show")
-def policy_show(name: str) -> None:
+def policy_show(ctx: typer.Context, name: str) -> None:
     """One policy."""
-    show(call("GET", f"/admin/v1/guard/policies/{quote(name)}"), lambda p: _policies_table([p]))
+    ctl = CtlContext.of(ctx)
+    ctl.show_as(Policy, ctl.call("GET", f"/admin/v1/guard/policies/{quote(name)}"),
+                lambda p: _policies_table([p]))
 
 
 @policy_app.command("set")
 def policy_set(
+    ctx: typer.Context,
     name: str,
     judges: Annotated[str | None, typer.Option(help="Judges, comma-separated (required when new).")] = None,
     models: CSV = None,
     keys: CSV = None,
     input: Annotated[bool | None, typer.Option("--input/--no-input", help="Judge prompts.")] = None,
     output: Annotated[bool | None, typer.Option("--output/--no-output", help="Judge answers.")] = None,
-    input_mode: Annotated[
-        str | None, typer.Option(help="before: judge, then call the model; parallel: both at once.")
-    ] = None,
+    input_mode: Annotated[InputMode | None, typer.Option(
+        help="before: judge, then call the model; parallel: both at once.", case_sensitive=False)] = None,
     block: Annotated[str | None, typer.Option(help="Categories that block (default: all).")] = None,
-    controversial: Annotated[str | None, typer.Option(help="strict or loose.")] = None,
+    controversial: Annotated[Controversial | None, typer.Option(
+        help="strict: Controversial counts as unsafe; loose: as safe.", case_sensitive=False)] = None,
     budget_ms: Annotated[int | None, typer.Option(help="Time a judgment may take.")] = None,
-    on_failure: Annotated[str | None, typer.Option(help="closed (refuse) or open (let through).")] = None,
+    on_failure: Annotated[OnFailure | None, typer.Option(
+        help="A judge that cannot answer in time: closed refuses, open lets through.",
+        case_sensitive=False)] = None,
     window_chars: Annotated[
         int | None, typer.Option(help="Streams: characters held back per judgment.")
     ] = None,
     enabled: Annotated[bool | None, typer.Option("--enabled/--disabled")] = None,
 ) -> None:
     """Create a policy, or change the given fields of an existing one."""
+    ctl = CtlContext.of(ctx)
     try:
-        current = call("GET", f"/admin/v1/guard/policies/{quote(name)}", quiet_404=True)
+        current = ctl.call("GET", f"/admin/v1/guard/policies/{quote(name)}", quiet_404=True)
     except LookupError:
         current = {}
     changes = {
@@ -117,89 +155,102 @@ def policy_set(
         "controversial": controversial, "budget_ms": budget_ms, "on_failure": on_failure,
         "stream_window_chars": window_chars, "enabled": enabled,
     }
-    body = {**{k: v for k, v in current.items() if k not in ("name", "by", "updated_at")},
-            **{k: v for k, v in changes.items() if v is not None}}
-    def saved(p: dict[str, Any]) -> None:
-        render.console.print(f"policy {p['name']} saved (by {p['by']})", highlight=False)
+    fields = {**{k: v for k, v in current.items() if k not in ("name", "by", "updated_at")},
+              **{k: v for k, v in changes.items() if v is not None}}
+    with options_for(POLICY_OPTIONS):
+        policy = Policy(name=name, **fields)
+
+    def saved(p: Policy) -> None:
+        render.console.print(f"policy {p.name} saved (by {p.by})", highlight=False)
         _policies_table([p])
 
-    show(call("PUT", f"/admin/v1/guard/policies/{quote(name)}", body), saved)
+    ctl.show_as(Policy, ctl.call("PUT", f"/admin/v1/guard/policies/{quote(name)}", body(policy)), saved)
 
 
 @policy_app.command("remove")
-def policy_remove(name: str) -> None:
+def policy_remove(ctx: typer.Context, name: str) -> None:
     """Remove a policy."""
-    show(call("DELETE", f"/admin/v1/guard/policies/{quote(name)}"),
-         lambda _d: render.console.print(f"removed policy {name}"))
+    ctl = CtlContext.of(ctx)
+    ctl.show(ctl.call("DELETE", f"/admin/v1/guard/policies/{quote(name)}"),
+             lambda _d: render.console.print(f"removed policy {name}"))
 
 
 @judge_app.command("enable")
 def judge_enable(
+    ctx: typer.Context,
     repo: Annotated[str, typer.Option(help="Hugging Face repo of the judge's GGUF.")],
     file: Annotated[str, typer.Option(help="GGUF file in the repo.")],
     name: Annotated[str | None, typer.Option(help="Judge name policies use.")] = None,
-    format: Annotated[str, typer.Option(help="qwen3guard or llama-guard.")] = "qwen3guard",
+    format: Annotated[JudgeFormat, typer.Option(
+        help="The prompt and verdict format the judge was trained on.", case_sensitive=False)
+    ] = JudgeFormat.QWEN3GUARD,
     gpu: Annotated[bool, typer.Option(help="Run it on a GPU.")] = False,
 ) -> None:
     """Teach llmgw a judge it does not know by name; a policy naming it has it served."""
-    body = {"repo": repo, "file": file, "name": name, "format": format, "gpu": gpu}
-    data = call("POST", "/admin/v1/guard/judges", body)
-    show(data, lambda j: render.console.print(
-        f"judge {j['name']} enabled ({j['format']} format); name it in a policy: "
-        f"llmgw ctl guard policy set NAME --judges {j['name']}", highlight=False))
+    ctl = CtlContext.of(ctx)
+    with options_for({"repo": "--repo", "file": "--file", "name": "--name"}):
+        request = EnableJudge(repo=repo, file=file, name=name, format=format, gpu=gpu)
+    data = ctl.call("POST", "/admin/v1/guard/judges", body(request))
+    ctl.show_as(JudgeSpec, data, lambda j: render.console.print(
+        f"judge {j.name} enabled ({j.format} format); name it in a policy: "
+        f"llmgw ctl guard policy set NAME --judges {j.name}", highlight=False))
 
 
 @judge_app.command("status")
-def judge_status() -> None:
+def judge_status(ctx: typer.Context) -> None:
     """Per judge: known or enabled, in the catalog, replicas ready, keeper state, latency."""
-    def table(d: dict[str, Any]) -> None:
+    ctl = CtlContext.of(ctx)
+
+    def table(d: DataList[JudgeStatusOut]) -> None:
         render.table(
             "judges",
             ["judge", "source", "in catalog", "ready", "keeper", "p50 ms", "p99 ms", "note"],
-            [[j["judge"], j["source"], "yes" if j["in_catalog"] else "no", j["replicas_ready"],
-              j["keeper"], j["p50_ms"], j["p99_ms"], j["note"]] for j in d["data"]],
+            [[j.judge, j.source, "yes" if j.in_catalog else "no", j.replicas_ready, j.keeper,
+              j.p50_ms, j.p99_ms, j.note] for j in d.data],
         )
-        leader = next((j["keeper_server"] for j in d["data"] if j.get("keeper_server")), None)
+        leader = next((j.keeper_server for j in d.data if j.keeper_server), None)
         if leader:
             render.console.print(f"keeper: the leader's, on server {leader}", highlight=False)
 
-    show(call("GET", "/admin/v1/guard/judges"), table)
+    ctl.show_as(DataList[JudgeStatusOut], ctl.call("GET", "/admin/v1/guard/judges"), table)
 
 
 @guard_app.command("verdicts")
 def verdicts(
+    ctx: typer.Context,
     policy: Annotated[str | None, typer.Option()] = None,
     judge: Annotated[str | None, typer.Option()] = None,
-    outcome: Annotated[
-        str | None, typer.Option(help="safe, unsafe, failed_timeout, failed_unparseable, failed_error.")
-    ] = None,
+    outcome: Annotated[Outcome | None, typer.Option(help="Only this outcome.", case_sensitive=False)] = None,
     since: Annotated[str | None, typer.Option(help="ISO time, e.g. 2026-11-29T10:00:00+00:00.")] = None,
     limit: Annotated[int, typer.Option()] = 50,
 ) -> None:
     """The verdict log, newest first."""
-    query = "&".join(f"{k}={quote(str(v))}" for k, v in
-                     {"policy": policy, "judge": judge, "outcome": outcome, "since": since,
-                      "limit": limit}.items() if v is not None)
-    show(
-        call("GET", "/admin/v1/guard/verdicts?" + query),
+    ctl = CtlContext.of(ctx)
+    given = {"policy": policy, "judge": judge, "outcome": outcome, "since": since}
+    with options_for({"since": "--since", "limit": "--limit"}):
+        filters = VerdictQuery(limit=limit, **{k: v for k, v in given.items() if v is not None})
+    ctl.show_as(
+        DataList[VerdictRecord],
+        ctl.call("GET", "/admin/v1/guard/verdicts" + query(filters)),
         lambda d: render.table(
             "verdicts",
             ["at", "policy", "judge", "dir", "outcome", "categories", "let through", "ms", "model", "key"],
-            [[v["at"][:19], v["policy"], v["judge"], v["direction"], v["outcome"],
-              ",".join(v["categories"]), "yes" if v["let_through"] else "", v["latency_ms"],
-              v["model"], v["key"]] for v in d["data"]],
+            [[render.when(v.at), v.policy, v.judge, v.direction, v.outcome, ",".join(v.categories),
+              "yes" if v.let_through else "", v.latency_ms, v.model, v.key] for v in d.data],
         ),
     )
 
 
 @guard_app.command("eval")
 def guard_eval(
+    ctx: typer.Context,
     judge: Annotated[str, typer.Option(help="The judge to evaluate.")],
     file: Annotated[Path, typer.Option(help='JSONL: {"text", "label": "safe"|"unsafe", "direction"}.')],
     budget_ms: Annotated[int, typer.Option(help="Budget per judgment.")] = 5000,
     strict: Annotated[bool, typer.Option(help="Count Controversial as unsafe.")] = True,
 ) -> None:
     """Precision, recall, F1 and latency of a judge on your own labelled cases."""
+    ctl = CtlContext.of(ctx)
     from llmgw.cli.evaluate import Case, score
 
     try:
@@ -211,9 +262,9 @@ def guard_eval(
     answers = []
     with render.console.status(f"judging {len(cases)} cases with {judge}…"):
         for c in cases:
-            answers.append(call("POST", "/admin/v1/guard/judgments",
-                                {"judge": judge, "text": c.text, "direction": c.direction,
-                                 "budget_ms": budget_ms}))
+            request = JudgmentRequest(judge=judge, text=c.text, direction=c.direction,
+                                      budget_ms=budget_ms)
+            answers.append(ctl.call("POST", "/admin/v1/guard/judgments", body(request)))
     errors = sorted({a["error"] for a in answers if a.get("error")})
     if answers and all(a.get("verdict") is None for a in answers):
         render.error(f"no case was judged: {'; '.join(errors)}")
@@ -221,7 +272,7 @@ def guard_eval(
     for message in errors:
         render.error(f"some judgments failed: {message}")
     report = score(cases, answers, strict=strict)
-    if json_wanted():
+    if ctl.json:
         render.emit_json(report)
         return
     render.table(f"{judge} on {file.name}", ["cases", "precision", "recall", "F1", "failed",

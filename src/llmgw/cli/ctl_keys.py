@@ -2,21 +2,24 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from collections.abc import Sequence
+from typing import Annotated
 
 import typer
 
 from llmgw.cli import render
 from llmgw.cli.client import quote
-from llmgw.cli.ctl import app, call, show
+from llmgw.cli.context import CtlContext, body, options_for, query
+from llmgw.core.protocol import DataList, KeyCreated, KeyOut, KeyRequest, KeyRevoked, UsageQuery, UsageRowOut
+from llmgw.core.types import KeyScope, Limits
 
 key_app = typer.Typer(help="API keys: shown once, stored hashed.", no_args_is_help=True)
 limits_app = typer.Typer(help="Limits that apply to every key that sets none.", no_args_is_help=True)
-app.add_typer(key_app, name="key")
-app.add_typer(limits_app, name="limits")
 
 Opt = typer.Option
-LIMIT_FIELDS = ("rpm", "tpm", "concurrent", "tokens_per_day", "tokens_per_month")
+KeyRef = Annotated[str, typer.Argument(help="Id, name or visible prefix.")]
+LIMIT_FIELDS = tuple(Limits.model_fields)
+LIMIT_OPTIONS = {f: "--" + f.replace("_", "-") for f in LIMIT_FIELDS}
 
 
 def _limits(rpm: int | None, tpm: int | None, concurrent: int | None, per_day: int | None,
@@ -25,31 +28,31 @@ def _limits(rpm: int | None, tpm: int | None, concurrent: int | None, per_day: i
     return {k: v for k, v in values.items() if v is not None}
 
 
-def _limits_text(limits: dict[str, Any]) -> str:
-    return ", ".join(f"{k} {v}" for k, v in limits.items() if v is not None) or "-"
+def _limits_text(limits: Limits) -> str:
+    return ", ".join(f"{k} {v}" for k, v in limits.model_dump().items() if v is not None) or "-"
 
 
-def _keys_table(keys: list[dict[str, Any]]) -> None:
+def _keys_table(keys: Sequence[KeyOut]) -> None:
     render.table(
         "keys",
         ["id", "name", "key", "scope", "models", "limits", "expires", "revoked", "by", "note"],
-        [[k["id"], k["name"], k["label"], k["scope"], ",".join(k["models"]) or "all",
-          _limits_text(k["limits"]), (k["expires_at"] or "never")[:19], "yes" if k["revoked"] else "",
-          k["by"], k["note"]] for k in keys],
+        [[k.id, k.name, k.label, k.scope, ",".join(k.models) or "all", _limits_text(k.limits),
+          render.when(k.expires_at, "never"), "yes" if k.revoked else "", k.by, k.note] for k in keys],
     )
 
 
-def _shown_once(k: dict[str, Any]) -> None:
-    render.console.print(f"key {k['name']} ({k['id']}), scope {k['scope']}, limits "
-                         f"{_limits_text(k['limits'])}\n\n  {k['key']}\n\nshown once: store it now",
+def _shown_once(k: KeyCreated) -> None:
+    render.console.print(f"key {k.name} ({k.id}), scope {k.scope}, limits "
+                         f"{_limits_text(k.limits)}\n\n  {k.key}\n\nshown once: store it now",
                          highlight=False)
 
 
 @key_app.command("create")
 def key_create(
+    ctx: typer.Context,
     name: str,
-    scope: Annotated[str, Opt(help="user, admin, node (a join token; see `ctl node token`) "
-                                     "or metrics (may only scrape /metrics).")] = "user",
+    scope: Annotated[KeyScope, Opt(help="node: a join token (see `ctl node token`); metrics: may "
+                                          "only scrape /metrics.", case_sensitive=False)] = KeyScope.USER,
     models: Annotated[str | None, Opt(help="Models it may use, comma-separated (patterns).")] = None,
     expires_in_days: Annotated[float | None, Opt(help="Expire after this many days.")] = None,
     rpm: Annotated[int | None, Opt(help="Requests per minute.")] = None,
@@ -60,45 +63,54 @@ def key_create(
     note: Annotated[str, Opt(help="Owner or purpose.")] = "",
 ) -> None:
     """Create a key; it is shown once. A user key (via --key) mints only within its own grants."""
-    body = {"name": name, "scope": scope,
-            "models": [m.strip() for m in (models or "").split(",") if m.strip()],
-            "expires_in_days": expires_in_days, "note": note,
-            "limits": _limits(rpm, tpm, concurrent, tokens_per_day, tokens_per_month)}
-    show(call("POST", "/admin/v1/keys", body), _shown_once)
+    ctl = CtlContext.of(ctx)
+    with options_for({"name": "NAME", "expires_in_days": "--expires-in-days", "note": "--note",
+                      **LIMIT_OPTIONS}):
+        request = KeyRequest(
+            name=name, scope=scope, models=[m.strip() for m in (models or "").split(",") if m.strip()],
+            expires_in_days=expires_in_days, note=note,
+            limits=Limits(**_limits(rpm, tpm, concurrent, tokens_per_day, tokens_per_month)))
+    ctl.show_as(KeyCreated, ctl.call("POST", "/admin/v1/keys", body(request)), _shown_once)
 
 
 @key_app.command("list")
-def key_list() -> None:
+def key_list(ctx: typer.Context) -> None:
     """Every key (prefix and last four characters only)."""
-    show(call("GET", "/admin/v1/keys"), lambda d: _keys_table(d["data"]))
+    ctl = CtlContext.of(ctx)
+    ctl.show_as(DataList[KeyOut], ctl.call("GET", "/admin/v1/keys"), lambda d: _keys_table(d.data))
 
 
 @key_app.command("show")
-def key_show(key: Annotated[str, typer.Argument(help="Id, name or visible prefix.")]) -> None:
+def key_show(ctx: typer.Context, key: KeyRef) -> None:
     """One key."""
-    show(call("GET", f"/admin/v1/keys/{quote(key)}"), lambda k: _keys_table([k]))
+    ctl = CtlContext.of(ctx)
+    ctl.show_as(KeyOut, ctl.call("GET", f"/admin/v1/keys/{quote(key)}"), lambda k: _keys_table([k]))
 
 
 @key_app.command("revoke")
-def key_revoke(key: Annotated[str, typer.Argument(help="Id, name or visible prefix.")]) -> None:
+def key_revoke(ctx: typer.Context, key: KeyRef) -> None:
     """Revoke a key and every key minted beneath it: refused at once here, and by every server
     within its refresh interval."""
-    def said(k: dict[str, Any]) -> None:
-        beneath = k.get("revoked_beneath", 0)
-        also = f", and {beneath} key{'s' if beneath != 1 else ''} minted beneath it" if beneath else ""
-        render.console.print(f"revoked {k['name']} ({k['label']}){also}", highlight=False)
+    ctl = CtlContext.of(ctx)
 
-    show(call("POST", f"/admin/v1/keys/{quote(key)}/revoke"), said)
+    def said(k: KeyRevoked) -> None:
+        beneath = k.revoked_beneath
+        also = f", and {beneath} key{'s' if beneath != 1 else ''} minted beneath it" if beneath else ""
+        render.console.print(f"revoked {k.name} ({k.label}){also}", highlight=False)
+
+    ctl.show_as(KeyRevoked, ctl.call("POST", f"/admin/v1/keys/{quote(key)}/revoke"), said)
 
 
 @key_app.command("rotate")
-def key_rotate(key: Annotated[str, typer.Argument(help="Id, name or visible prefix.")]) -> None:
+def key_rotate(ctx: typer.Context, key: KeyRef) -> None:
     """A new secret with the same settings; the old one is revoked."""
-    show(call("POST", f"/admin/v1/keys/{quote(key)}/rotate"), _shown_once)
+    ctl = CtlContext.of(ctx)
+    ctl.show_as(KeyCreated, ctl.call("POST", f"/admin/v1/keys/{quote(key)}/rotate"), _shown_once)
 
 
 @limits_app.command("default")
 def limits_default(
+    ctx: typer.Context,
     rpm: Annotated[int | None, Opt(help="Requests per minute.")] = None,
     tpm: Annotated[int | None, Opt(help="Tokens per minute.")] = None,
     concurrent: Annotated[int | None, Opt(help="Requests in flight.")] = None,
@@ -107,27 +119,32 @@ def limits_default(
     clear: Annotated[bool, Opt(help="Remove every default limit.")] = False,
 ) -> None:
     """Show the default limits, or set them (only the options given change)."""
+    ctl = CtlContext.of(ctx)
     changes = _limits(rpm, tpm, concurrent, tokens_per_day, tokens_per_month)
     if changes or clear:
-        current = {} if clear else call("GET", "/admin/v1/limits/default")
-        data = call("PUT", "/admin/v1/limits/default", {**current, **changes})
+        current = {} if clear else ctl.call("GET", "/admin/v1/limits/default")
+        with options_for(LIMIT_OPTIONS):
+            limits = Limits(**{**current, **changes})
+        data = ctl.call("PUT", "/admin/v1/limits/default", body(limits))
     else:
-        data = call("GET", "/admin/v1/limits/default")
-    show(data, lambda d: render.console.print(f"default limits: {_limits_text(d)}", highlight=False))
+        data = ctl.call("GET", "/admin/v1/limits/default")
+    ctl.show_as(Limits, data, lambda d: render.console.print(f"default limits: {_limits_text(d)}",
+                                                             highlight=False))
 
 
-@app.command("usage")
 def usage(
+    ctx: typer.Context,
     key: Annotated[str | None, Opt(help="Id, name or prefix of one key.")] = None,
     model: Annotated[str | None, Opt(help="One model.")] = None,
     since: Annotated[str | None, Opt(help="First day, YYYY-MM-DD (UTC).")] = None,
 ) -> None:
     """Requests, tokens, errors and guard blocks per key, model and day."""
-    query = "&".join(f"{k}={quote(v)}" for k, v in
-                     {"key": key, "model": model, "since": since}.items() if v)
-    show(call("GET", "/admin/v1/usage?" + query), lambda d: render.table(
+    ctl = CtlContext.of(ctx)
+    filters = UsageQuery(**{k: v for k, v in {"key": key, "model": model, "since": since}.items() if v})
+    answer = ctl.call("GET", "/admin/v1/usage" + query(filters))
+    ctl.show_as(DataList[UsageRowOut], answer, lambda d: render.table(
         "usage",
         ["day", "key", "model", "requests", "prompt tokens", "completion tokens", "errors", "blocked"],
-        [[u["day"], u["key_id"], u["model"], u["requests"], u["prompt_tokens"],
-          u["completion_tokens"], u["errors"], u["blocked"]] for u in d["data"]],
+        [[u.day, u.key_id, u.model, u.requests, u.prompt_tokens, u.completion_tokens, u.errors,
+          u.blocked] for u in d.data],
     ))

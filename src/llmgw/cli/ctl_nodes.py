@@ -6,20 +6,32 @@ import re
 import secrets
 import time
 import urllib.parse
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Annotated, Any
 
 import typer
 
 from llmgw.cli import render
-from llmgw.cli.ctl import app, call, json_wanted, server_url, show
+from llmgw.cli.context import CtlContext, body, options_for, parse, query
+from llmgw.core.protocol import (
+    DataList,
+    KeyCreated,
+    KeyOut,
+    KeyRequest,
+    KeyRevoked,
+    LabelRequest,
+    NodeDetailOut,
+    NodeOut,
+    NodeRemoved,
+    NodeRemoveQuery,
+)
+from llmgw.core.types import KeyScope, Replica, ReplicaState
 
 node_app = typer.Typer(help="Machines that run replicas: status, labels, cordon, drain, remove.",
                        no_args_is_help=True)
 token_app = typer.Typer(help="Join tokens: the key a new machine's `llmgw node run` presents.",
                         no_args_is_help=True)
-app.add_typer(node_app, name="node")
-node_app.add_typer(token_app, name="token")
 
 NodeId = Annotated[str, typer.Argument(help="The node's id, as `ctl node list` shows it.")]
 POLL_S = 1.0
@@ -45,21 +57,21 @@ def ago(seconds: float | None) -> str:
     return f"{s}s ago"
 
 
-def _gpus(n: dict[str, Any]) -> str:
-    return ", ".join(f"{cls}×{count}" for cls, count in sorted(n["gpus"].items())) or "-"
+def _gpus(n: NodeOut) -> str:
+    return ", ".join(f"{cls}×{count}" for cls, count in sorted(n.gpus.items())) or "-"
 
 
-def _labels(n: dict[str, Any]) -> str:
-    return ", ".join(f"{k}={v}" for k, v in sorted(n["labels"].items())) or "-"
+def _labels(n: NodeOut) -> str:
+    return ", ".join(f"{k}={v}" for k, v in sorted(n.labels.items())) or "-"
 
 
-def _nodes_table(nodes: list[dict[str, Any]]) -> None:
+def _nodes_table(nodes: Sequence[NodeOut]) -> None:
     render.table(
         "nodes",
         ["id", "status", "address", "cores", "memory GB", "GPUs", "labels", "replicas",
          "last heartbeat"],
-        [[n["id"], n["status"], n["address"], n["cores"], n["memory_gb"], _gpus(n), _labels(n),
-          n["replica_count"], ago(n["heartbeat_age_s"])] for n in nodes],
+        [[n.id, n.status, n.address, n.cores, n.memory_gb, _gpus(n), _labels(n), n.replica_count,
+          ago(n.heartbeat_age_s)] for n in nodes],
     )
 
 
@@ -68,43 +80,48 @@ def _say(text: str) -> None:
 
 
 @node_app.command("list")
-def node_list() -> None:
+def node_list(ctx: typer.Context) -> None:
     """Every node: status (ready, cordoned, draining, lost), hardware, labels, replicas."""
-    show(call("GET", "/admin/v1/nodes"), lambda d: _nodes_table(d["data"]))
+    ctl = CtlContext.of(ctx)
+    ctl.show_as(DataList[NodeOut], ctl.call("GET", "/admin/v1/nodes"), lambda d: _nodes_table(d.data))
 
 
 @node_app.command("show")
-def node_show(node_id: NodeId) -> None:
+def node_show(ctx: typer.Context, node_id: NodeId) -> None:
     """One node in full, with the replicas placed on it."""
-    def detail(n: dict[str, Any]) -> None:
+    ctl = CtlContext.of(ctx)
+
+    def detail(n: NodeDetailOut) -> None:
         _nodes_table([n])
         render.table(
-            f"replicas on {n['id']}",
+            f"replicas on {n.id}",
             ["id", "model", "profile", "state", "endpoint", "restarts", "last error"],
-            [[r["id"], r["model"], r["profile"] or "-", r["state"], r["endpoint"] or "",
-              r["restarts"], (r["last_error"] or "").split("\n", 1)[0]] for r in n["replicas"]],
+            [[r.id, r.model, r.profile or "-", r.state, r.endpoint or "", r.restarts,
+              (r.last_error or "").split("\n", 1)[0]] for r in n.replicas],
         )
 
-    show(call("GET", _path(node_id)), detail)
+    ctl.show_as(NodeDetailOut, ctl.call("GET", _path(node_id)), detail)
 
 
-def _label_changes(changes: list[str]) -> dict[str, Any]:
+def _label_changes(changes: list[str]) -> LabelRequest:
     """`key=value` sets (the value may be empty), `key-` removes."""
-    body: dict[str, Any] = {"set": {}, "remove": []}
+    labels: dict[str, str] = {}
+    remove: list[str] = []
     for change in changes:
         key, sep, value = change.partition("=")
         if sep and key:
-            body["set"][key] = value
+            labels[key] = value
         elif not sep and len(change) > 1 and change.endswith("-"):
-            body["remove"].append(change[:-1])
+            remove.append(change[:-1])
         else:
             render.error(f"{change!r}: write key=value to set a label, key- to remove one")
             raise typer.Exit(2)
-    return body
+    return LabelRequest(set=labels, remove=remove)
 
 
 @node_app.command("label")
 def node_label(
+    ctx: typer.Context,
     node_id: NodeId,
     changes: Annotated[list[str], typer.Argument(
         help="key=value to set (value may be empty), key- to remove.", show_default=False)],
@@ -114,26 +131,30 @@ def node_label(
     Keys are 1-63 letters, digits and . _ / - (starting and ending with a letter or digit);
     values up to 63 of the same, or empty. A label the node's agent declares (`llmgw node run
     --label`) is applied again on its next report, so remove it there."""
-    data = call("POST", _path(node_id, "/labels"), _label_changes(changes))
-    show(data, lambda n: _say(f"node {n['id']}: labels {_labels(n)}"))
+    ctl = CtlContext.of(ctx)
+    data = ctl.call("POST", _path(node_id, "/labels"), body(_label_changes(changes)))
+    ctl.show_as(NodeOut, data, lambda n: _say(f"node {n.id}: labels {_labels(n)}"))
 
 
 @node_app.command("cordon")
-def node_cordon(node_id: NodeId) -> None:
+def node_cordon(ctx: typer.Context, node_id: NodeId) -> None:
     """No new replicas on this node; those it runs keep running."""
-    show(call("POST", _path(node_id, "/cordon")), lambda n: _say(
-        f"node {n['id']}: {n['status']}; no new replicas, {n['replica_count']} keep running"))
+    ctl = CtlContext.of(ctx)
+    ctl.show_as(NodeOut, ctl.call("POST", _path(node_id, "/cordon")), lambda n: _say(
+        f"node {n.id}: {n.status}; no new replicas, {n.replica_count} keep running"))
 
 
 @node_app.command("uncordon")
-def node_uncordon(node_id: NodeId) -> None:
+def node_uncordon(ctx: typer.Context, node_id: NodeId) -> None:
     """Let the node take new replicas again (this also ends a drain)."""
-    show(call("POST", _path(node_id, "/uncordon")),
-         lambda n: _say(f"node {n['id']}: {n['status']}; takes new replicas"))
+    ctl = CtlContext.of(ctx)
+    ctl.show_as(NodeOut, ctl.call("POST", _path(node_id, "/uncordon")),
+                lambda n: _say(f"node {n.id}: {n.status}; takes new replicas"))
 
 
 @node_app.command("drain")
 def node_drain(
+    ctx: typer.Context,
     node_id: NodeId,
     wait: Annotated[bool, typer.Option(help="Wait until the node has no replicas left.")] = False,
     timeout: Annotated[float, typer.Option(help="With --wait: give up after this many seconds.")]
@@ -141,49 +162,53 @@ def node_drain(
 ) -> None:
     """Cordon the node and move its replicas to other nodes (the keeper stops them here and
     places them elsewhere). Remove the node once it is empty."""
-    node = call("POST", _path(node_id, "/drain"))
+    ctl = CtlContext.of(ctx)
+    answer = ctl.call("POST", _path(node_id, "/drain"))
     if not wait:
-        show(node, lambda n: _say(f"node {n['id']}: draining, {n['replica_count']} replica(s) to "
-                                  f"move; follow it with `llmgw ctl node drain {n['id']} --wait`"))
+        ctl.show_as(NodeOut, answer, lambda n: _say(
+            f"node {n.id}: draining, {n.replica_count} replica(s) to move; follow it with "
+            f"`llmgw ctl node drain {n.id} --wait`"))
         return
-    node = _wait_drained(node, timeout)
-    show(node, lambda n: _say(f"node {n['id']}: drained, no replicas left; remove it with "
-                              f"`llmgw ctl node remove {n['id']}`"))
+    answer = _wait_drained(ctl, answer, timeout)
+    ctl.show_as(NodeOut, answer, lambda n: _say(
+        f"node {n.id}: drained, no replicas left; remove it with `llmgw ctl node remove {n.id}`"))
 
 
-def _wait_drained(node: dict[str, Any], timeout_s: float) -> dict[str, Any]:
-    """Poll until `node` has no replicas, printing a line each time the count changes; exit 1 on
-    timeout or when the drain is called off."""
+def _wait_drained(ctl: CtlContext, answer: Any, timeout_s: float) -> Any:
+    """Poll until the node in `answer` has no replicas, printing a line each time the count
+    changes; exit 1 on timeout or when the drain is called off. Returns the last answer."""
     deadline = time.monotonic() + timeout_s
     shown: int | None = None
-    while node["replica_count"]:
-        if node["status"] not in ("draining", "lost"):
-            render.error(f"node {node['id']} is {node['status']} now: the drain was called off")
+    node = parse(NodeOut, answer)
+    while node.replica_count:
+        if node.status not in ("draining", "lost"):
+            render.error(f"node {node.id} is {node.status} now: the drain was called off")
             raise typer.Exit(1)
-        if node["replica_count"] != shown and not json_wanted():
-            shown = node["replica_count"]
-            _say(f"draining {node['id']}: {shown} replica(s) left")
+        if node.replica_count != shown and not ctl.json:
+            shown = node.replica_count
+            _say(f"draining {node.id}: {shown} replica(s) left")
         if time.monotonic() >= deadline:
-            render.error(f"node {node['id']} still has {node['replica_count']} replica(s) "
-                         f"after {timeout_s:g}s{_held_by(node['id'])}")
+            render.error(f"node {node.id} still has {node.replica_count} replica(s) "
+                         f"after {timeout_s:g}s{_held_by(ctl, node.id)}")
             raise typer.Exit(1)
         time.sleep(POLL_S)
-        node = call("GET", _path(node["id"]))
-    return node
+        answer = ctl.call("GET", _path(node.id))
+        node = parse(NodeDetailOut, answer)
+    return answer
 
 
-def _held_by(node_id: str) -> str:
+def _held_by(ctl: CtlContext, node_id: str) -> str:
     """Why a drain is stuck: a replica here stays until its replacement is ready elsewhere."""
-    here = call("GET", _path(node_id))["replicas"]
-    models = {r["model"] for r in here if r["state"] != "stopping"}
-    waiting = [r for r in call("GET", "/admin/v1/replicas")["data"]
-               if r["model"] in models and r["state"] == "pending"]
-    return "".join(f"\n  {r['model']}: its replacement is pending: {r['last_error']}"
-                   for r in waiting)
+    here = parse(NodeDetailOut, ctl.call("GET", _path(node_id))).replicas
+    models = {r.model for r in here if r.state != ReplicaState.STOPPING}
+    replicas = parse(DataList[Replica], ctl.call("GET", "/admin/v1/replicas")).data
+    waiting = [r for r in replicas if r.model in models and r.state == ReplicaState.PENDING]
+    return "".join(f"\n  {r.model}: its replacement is pending: {r.last_error}" for r in waiting)
 
 
 @node_app.command("remove")
 def node_remove(
+    ctx: typer.Context,
     node_id: NodeId,
     force: Annotated[bool, typer.Option(
         help="Remove it even though it reports and still runs replicas.")] = False,
@@ -193,8 +218,10 @@ def node_remove(
     Refused while the node reports and still has replicas: drain it first, or pass --force. A
     lost node goes at once. If its agent is still running, the node registers again on its next
     report: stop `llmgw node run` on that machine to retire it."""
-    path = _path(node_id) + ("?force=true" if force else "")
-    show(call("DELETE", path), lambda d: _say(f"removed node {d['id']}; {AGENT_COMES_BACK}"))
+    ctl = CtlContext.of(ctx)
+    path = _path(node_id) + query(NodeRemoveQuery(force=True) if force else NodeRemoveQuery())
+    ctl.show_as(NodeRemoved, ctl.call("DELETE", path),
+                lambda d: _say(f"removed node {d.id}; {AGENT_COMES_BACK}"))
 
 
 def _expiry(expires: str | None) -> dict[str, Any]:
@@ -209,20 +236,21 @@ def _expiry(expires: str | None) -> dict[str, Any]:
     except ValueError:
         render.error(f"--expires {expires!r}: give a duration (90m, 12h, 30d, 2w) or an ISO date")
         raise typer.Exit(2) from None
-    return {"expires_at": (at if at.tzinfo else at.replace(tzinfo=UTC)).isoformat()}
+    return {"expires_at": at if at.tzinfo else at.replace(tzinfo=UTC)}
 
 
-def _tokens_table(keys: list[dict[str, Any]]) -> None:
+def _tokens_table(keys: Sequence[KeyOut]) -> None:
     render.table(
         "node tokens",
         ["id", "name", "token", "node", "expires", "revoked", "by", "created"],
-        [[k["id"], k["name"], k["label"], k.get("node_id") or "-", (k["expires_at"] or "never")[:19],
-          "yes" if k["revoked"] else "", k["by"], (k["created_at"] or "")[:19]] for k in keys],
+        [[k.id, k.name, k.label, k.node_id or "-", render.when(k.expires_at, "never"),
+          "yes" if k.revoked else "", k.by, render.when(k.created_at)] for k in keys],
     )
 
 
 @token_app.command("create")
 def token_create(
+    ctx: typer.Context,
     name: Annotated[str | None, typer.Option(help="A name for the token; default: node-DATE-RANDOM.")]
     = None,
     node: Annotated[str | None, typer.Option(
@@ -237,44 +265,52 @@ def token_create(
     node of its first report). It reaches the agent API only: it cannot call models or the
     admin API. The agent reads it from LLMGW_NODE_TOKEN, which keeps it out of shell history
     and `ps`."""
+    ctl = CtlContext.of(ctx)
     # Names of live keys are unique: a default must not collide with a token made the same second.
     default = f"node-{datetime.now(UTC):%Y%m%d-%H%M%S}-{secrets.token_hex(2)}"
-    body = {"name": name or default, "scope": "node",
-            **({"node_id": node} if node else {}), **_expiry(expires)}
-    key = call("POST", "/admin/v1/keys", body)
+    fields = {**_expiry(expires), **({"node_id": node} if node else {})}
+    with options_for({"name": "--name", "node_id": "--node", "expires_in_days": "--expires",
+                      "expires_at": "--expires"}):
+        request = KeyRequest(name=name or default, scope=KeyScope.NODE, **fields)
+    key = ctl.call("POST", "/admin/v1/keys", body(request))
     # The secret goes in the environment, never on the command line printed here.
-    command = f"llmgw node run --server {server_url()}" + (f" --node-id {node}" if node else "")
+    command = f"llmgw node run --server {ctl.server_url()}" + (f" --node-id {node}" if node else "")
 
-    def text(k: dict[str, Any]) -> None:
-        until = f"expires {k['expires_at'][:19]}" if k["expires_at"] else "does not expire"
-        bound = (f"for node {k['node_id']}" if k["node_id"]
-                 else "bound to the node of its first report")
-        _say(f"node token {k['name']} ({k['id']}), {bound}, {until}\n\n  {k['key']}\n\n"
+    def text(_: Any) -> None:
+        k = parse(KeyCreated, key)
+        until = f"expires {render.when(k.expires_at)}" if k.expires_at else "does not expire"
+        bound = f"for node {k.node_id}" if k.node_id else "bound to the node of its first report"
+        _say(f"node token {k.name} ({k.id}), {bound}, {until}\n\n  {k.key}\n\n"
              "shown once: store it now. On the new machine, give it to the agent in its "
              "environment (a command line stays in shell history and `ps`): paste it at the "
              f"prompt of the first line, then run the second:\n\n"
-             f"  read -rs {TOKEN_ENV} && export {TOKEN_ENV}\n  {k['command']}\n")
+             f"  read -rs {TOKEN_ENV} && export {TOKEN_ENV}\n  {command}\n")
 
-    show({**key, "command": command, "env": TOKEN_ENV}, text)
+    # For scripts: the server's answer, with the command to run and the env var it reads.
+    ctl.show({**key, "command": command, "env": TOKEN_ENV}, text)
 
 
 @token_app.command("list")
-def token_list() -> None:
+def token_list(ctx: typer.Context) -> None:
     """Join tokens (prefix and last four characters only); other keys are in `ctl key list`."""
-    keys = call("GET", "/admin/v1/keys")["data"]
-    show({"data": [k for k in keys if k["scope"] == "node"]}, lambda d: _tokens_table(d["data"]))
+    ctl = CtlContext.of(ctx)
+    keys = ctl.call("GET", "/admin/v1/keys")["data"]
+    ctl.show_as(DataList[KeyOut], {"data": [k for k in keys if k["scope"] == KeyScope.NODE]},
+                lambda d: _tokens_table(d.data))
 
 
 @token_app.command("revoke")
 def token_revoke(
+    ctx: typer.Context,
     token: Annotated[str, typer.Argument(help="The token's id, name or visible prefix.")],
 ) -> None:
     """Revoke a join token: agents presenting it are refused from then on."""
+    ctl = CtlContext.of(ctx)
     ref = urllib.parse.quote(token, safe="")
-    key = call("GET", f"/admin/v1/keys/{ref}")
-    if key["scope"] != "node":
-        render.error(f"{key['name']} ({key['label']}) is a {key['scope']} key, not a node token: "
+    key = parse(KeyOut, ctl.call("GET", f"/admin/v1/keys/{ref}"))
+    if key.scope != KeyScope.NODE:
+        render.error(f"{key.name} ({key.label}) is a {key.scope} key, not a node token: "
                      "revoke it with `llmgw ctl key revoke`")
         raise typer.Exit(1)
-    show(call("POST", f"/admin/v1/keys/{urllib.parse.quote(key['id'], safe='')}/revoke"),
-         lambda k: _say(f"revoked node token {k['name']} ({k['label']})"))
+    ctl.show_as(KeyRevoked, ctl.call("POST", f"/admin/v1/keys/{urllib.parse.quote(key.id, safe='')}/revoke"),
+                lambda k: _say(f"revoked node token {k.name} ({k.label})"))

@@ -6,12 +6,16 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from llmgw.core.guard import Direction, Safety
+
+# The labels a case may carry: a judge's Controversial is scored as one of these (--strict).
+LABELS = (Safety.SAFE, Safety.UNSAFE)
 
 @dataclass(frozen=True)
 class Case:
     text: str
-    label: str  # "safe" or "unsafe"
-    direction: str = "input"
+    label: Safety  # safe or unsafe
+    direction: Direction = Direction.INPUT
 
     @classmethod
     def from_json(cls, line: str, number: int) -> Case:
@@ -24,9 +28,10 @@ class Case:
             raise ValueError(f"line {number}: expected {{\"text\", \"label\"}}: {exc}") from exc
         if not isinstance(text, str):
             raise ValueError(f"line {number}: text must be a string")
-        if label not in ("safe", "unsafe") or direction not in ("input", "output"):
-            raise ValueError(f"line {number}: label must be safe|unsafe, direction input|output")
-        return cls(text, label, direction)
+        if label not in LABELS or direction not in tuple(Direction):
+            raise ValueError(f"line {number}: label must be {'|'.join(LABELS)}, direction "
+                             f"{'|'.join(Direction)}")
+        return cls(text, Safety(label), Direction(direction))
 
 
 def score(cases: list[Case], answers: list[dict[str, Any]], *, strict: bool) -> dict[str, Any]:
@@ -40,8 +45,8 @@ def score(cases: list[Case], answers: list[dict[str, Any]], *, strict: bool) -> 
             continue
         latencies.append(float(answer["latency_ms"]))
         safety = verdict["safety"]
-        flagged = safety == "unsafe" or (strict and safety == "controversial")
-        actual = case.label == "unsafe"
+        flagged = safety == Safety.UNSAFE or (strict and safety == Safety.CONTROVERSIAL)
+        actual = case.label == Safety.UNSAFE
         tp += flagged and actual
         fp += flagged and not actual
         fn += (not flagged) and actual

@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 
 from llmgw import __version__
-from llmgw.cli import ctl, ctl_guard, ctl_jobs, ctl_keys, render  # these register ctl commands
+from llmgw.cli import ctl, render
 from llmgw.cli.client import write_config
 from llmgw.core.errors import LlmgwError
 from llmgw.core.settings import default_data_dir
@@ -22,7 +22,6 @@ app.add_typer(server_app, name="server")
 node_app = typer.Typer(help="Run a node agent on this machine.", no_args_is_help=True)
 app.add_typer(node_app, name="node")
 app.add_typer(ctl.app, name="ctl")
-assert ctl_jobs.job_app and ctl_guard.guard_app and ctl_keys.key_app  # imports registered them
 
 DataDir = Annotated[
     Path | None,

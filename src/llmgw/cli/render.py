@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from datetime import datetime
 from typing import Any
 
 from rich.console import Console
@@ -24,6 +25,11 @@ def table(title: str, columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> 
     for row in rows:
         t.add_row(*("" if v is None else str(v) for v in row))
     console.print(t)
+
+
+def when(at: datetime | None, none: str = "") -> str:
+    """A time to the second, as tables show it (`none` when there is none)."""
+    return at.isoformat()[:19] if at else none
 
 
 def error(message: str) -> None:

@@ -12,7 +12,7 @@ from typing import Any
 
 from aiohttp import web
 
-from llmgw.api import data_plane, routes
+from llmgw.api import routes
 from llmgw.api.appkeys import (
     AGENTS,
     CATALOG,
@@ -41,6 +41,7 @@ from llmgw.control.replica_keeper import ReplicaKeeper
 from llmgw.control.serve_jobs import ServeJobs
 from llmgw.core.clock import Clock, SystemClock
 from llmgw.core.errors import LlmgwError
+from llmgw.core.protocol import ClusterOut, LeaseOut
 from llmgw.core.settings import ServerSettings
 from llmgw.core.types import ReplicaState
 from llmgw.gateway.activity import ActivityTracker
@@ -190,7 +191,6 @@ class Server:
             return refresher.current.revision
 
         app[CHANGES] = next_revision
-        app.add_routes(data_plane.routes())
         app.add_routes(bind(routes.ENDPOINTS))
         if s.ui:
             console.mount(app, s.key_secret)
@@ -222,7 +222,7 @@ class Server:
         app.cleanup_ctx.append(lifecycle)
         return app
 
-    async def _cluster_status(self, leadership: Leadership, duties: LeaderDuties) -> dict[str, Any]:
+    async def _cluster_status(self, leadership: Leadership, duties: LeaderDuties) -> ClusterOut:
         # This server's state first, the lease after: a server that says it leads took the
         # lease before saying so, so the lease read next shows it (an election landing between
         # two reads cannot pair "leading" with its predecessor's lease).
@@ -233,20 +233,18 @@ class Server:
         holder = lease.holder if lease is not None and lease.expires_at > now else None
         if self.store.engine.dialect.name == "sqlite":
             holder = leadership.server_id
-        return {
-            "servers": server_views(servers, holder, now,
-                                    timedelta(seconds=self.settings.server_timeout_s)),
-            "server": leadership.server_id,
-            "database": self.store.engine.dialect.name,
-            "leading": leading,
-            "epoch": epoch,
-            "last_reconcile_at": last_pass.isoformat() if last_pass else None,
-            "lease": None if lease is None else {
-                "holder": lease.holder, "epoch": lease.epoch,
-                "renewed_at": lease.renewed_at.isoformat(),
-                "expires_at": lease.expires_at.isoformat(),
-            },
-        }
+        return ClusterOut(
+            servers=server_views(servers, holder, now,
+                                 timedelta(seconds=self.settings.server_timeout_s)),
+            server=leadership.server_id,
+            database=self.store.engine.dialect.name,
+            leading=leading,
+            epoch=epoch,
+            last_reconcile_at=last_pass.isoformat() if last_pass else None,
+            lease=None if lease is None else LeaseOut(
+                holder=lease.holder, epoch=lease.epoch, renewed_at=lease.renewed_at.isoformat(),
+                expires_at=lease.expires_at.isoformat()),
+        )
 
     async def step_down(self) -> None:
         """Leave the cluster before requests in flight drain: stop the election (which stops

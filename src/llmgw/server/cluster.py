@@ -6,13 +6,13 @@ import os
 import socket
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any
 
 from sqlalchemy import Connection
 
 from llmgw.control.leader import Elector
 from llmgw.core.clock import Clock, SystemClock
 from llmgw.core.errors import StaleEpoch
+from llmgw.core.protocol import ServerOut
 from llmgw.store import lease_repo
 from llmgw.store.lease_repo import Fence
 from llmgw.store.server_repo import ServerRow
@@ -54,17 +54,16 @@ class Leadership:
 
 
 def server_views(rows: list[ServerRow], holder: str | None, now: datetime,
-                 timeout: timedelta) -> list[dict[str, Any]]:
+                 timeout: timedelta) -> list[ServerOut]:
     """The servers as `cluster status` lists them: one whose heartbeat is older than `timeout`
     (killed, or cut off) is `gone` and never the leader; rows are pruned after a day."""
     views = []
     for row in rows:
         seen = now - row.heartbeat_at
         live = seen <= timeout
-        views.append({
-            "id": row.id, "url": row.url, "started_at": row.started_at.isoformat(),
-            "seen_s_ago": round(seen.total_seconds(), 1),
-            "state": "live" if live else "gone",
-            "leader": live and row.id == holder,
-        })
+        views.append(ServerOut(
+            id=row.id, url=row.url, started_at=row.started_at.isoformat(),
+            seen_s_ago=round(seen.total_seconds(), 1), state="live" if live else "gone",
+            leader=live and row.id == holder,
+        ))
     return views

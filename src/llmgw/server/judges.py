@@ -15,7 +15,7 @@ from llmgw.control.placement import free_on
 from llmgw.control.serve_jobs import ServeJobs
 from llmgw.core.clock import Clock
 from llmgw.core.judges import KNOWN
-from llmgw.core.protocol import ServeRequest
+from llmgw.core.protocol import JudgeStatusOut, ServeRequest
 from llmgw.core.types import Profile, ReplicaState
 from llmgw.store.lease_repo import Fence
 from llmgw.store.store import Store
@@ -112,7 +112,7 @@ def load_state(stored: dict[str, Any]) -> KeeperState:
 def status(
     store: Store, judge_keeper: JudgeKeeper, clock: Clock, leading: Callable[[], bool] = lambda: True,
     server_id: str = "",
-) -> Callable[[], Awaitable[list[dict[str, Any]]]]:
+) -> Callable[[], Awaitable[list[JudgeStatusOut]]]:
     """Per judge: known or enabled, in the catalog, replicas ready, keeper state, latency.
 
     The keeper runs on the leader only: a server that does not lead shows the leader keeper's
@@ -122,7 +122,7 @@ def status(
         return (store.catalog.list(), store.replicas.list(), store.guard.enabled_judges(),
                 store.guard.verdicts(limit=5000), store.install.judge_keeper_state())
 
-    async def run() -> list[dict[str, Any]]:
+    async def run() -> list[JudgeStatusOut]:
         models, replicas, enabled, verdicts, stored = await asyncio.to_thread(read)
         if leading():
             states = await judge_keeper.status()
@@ -138,20 +138,20 @@ def status(
             spec = KNOWN.get(name) or next((j for j in enabled if j.name == name), None)
             latencies = sorted(v.latency_ms for v in verdicts if v.judge == name
                                and v.outcome.value in ("safe", "unsafe"))
-            out.append({
-                "judge": name,
-                "source": "known" if name in KNOWN else "enabled" if spec else "catalog only",
-                "note": spec.note if spec else "",
-                "format": spec.format.value if spec else None,
-                "in_catalog": name in catalog,
-                "replicas_ready": sum(1 for r in replicas
-                                      if r.model == name and r.state == ReplicaState.READY),
-                "keeper": states.get(name, "in catalog" if name in catalog else "not named by a policy"),
-                "keeper_server": kept_by,
-                "p50_ms": _pct(latencies, 0.50),
-                "p99_ms": _pct(latencies, 0.99),
-                "judgments": len(latencies),
-            })
+            out.append(JudgeStatusOut(
+                judge=name,
+                source="known" if name in KNOWN else "enabled" if spec else "catalog only",
+                note=spec.note if spec else "",
+                format=spec.format if spec else None,
+                in_catalog=name in catalog,
+                replicas_ready=sum(1 for r in replicas
+                                   if r.model == name and r.state == ReplicaState.READY),
+                keeper=states.get(name, "in catalog" if name in catalog else "not named by a policy"),
+                keeper_server=kept_by,
+                p50_ms=_pct(latencies, 0.50),
+                p99_ms=_pct(latencies, 0.99),
+                judgments=len(latencies),
+            ))
         return out
 
     return run

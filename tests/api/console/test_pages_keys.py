@@ -94,3 +94,14 @@ async def test_a_user_sees_only_its_familys_usage(install: Install) -> None:
     page = await (await install.browser.get("/ui/usage")).text()
     assert 'id="usage-chart"' in page and 'id="usage"' in page
     assert 'data-key-name="alice"' in page and "bob" not in page
+    assert "not set: the install's default applies" in page  # a user key is not shown the defaults
+
+
+async def test_an_admin_sees_its_limits_beside_the_installs_defaults(install: Install) -> None:
+    status, _ = await install.api("PUT", "/admin/v1/limits/default", {"rpm": 77})
+    assert status == 200
+    await install.browser.signin(install.admin)
+    page = await (await install.browser.get("/ui/usage")).text()
+    limits = page.split('id="limits"', 1)[1]
+    assert "the install's default, 77" in limits.split('data-limit="rpm"', 1)[1].split("</tr>", 1)[0]
+    assert "none" in limits.split('data-limit="tpm"', 1)[1].split("</tr>", 1)[0]

@@ -10,7 +10,7 @@ from aiohttp import web
 
 from llmgw.api.console import data, render
 from llmgw.api.console.access import root, visitor
-from llmgw.api.keys import LIST_KEYS, USAGE
+from llmgw.api.keys import GET_DEFAULT_LIMITS, LIST_KEYS, USAGE
 from llmgw.core.errors import InvalidRequest
 
 PERIODS = (1, 7, 30, 90)
@@ -38,8 +38,11 @@ async def usage(request: web.Request) -> web.Response:
     """The chart (its data comes from /ui/usage/data), the table and the key's limits."""
     days = _days(request)
     rows, names = await _rows(request, days)
+    who = visitor(request)
+    # The install's defaults are the admin API's to show; a user key is told they apply.
+    defaults = (await data.call(root(request), who.key, GET_DEFAULT_LIMITS)) if who.admin else None
     return render.page(request, "usage.html", rows=rows, names=names, days=days, periods=PERIODS,
-                       limits=visitor(request).key.limits.model_dump())
+                       limits=who.key.limits.model_dump(), defaults=defaults)
 
 
 def chart(rows: list[dict[str, Any]]) -> dict[str, Any]:

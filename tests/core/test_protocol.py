@@ -1,0 +1,34 @@
+"""The wire models: they say what the domain types they mirror hold, and never a key's hash."""
+
+from __future__ import annotations
+
+from dataclasses import fields
+from typing import get_args
+
+from llmgw.control.catalog import Fit
+from llmgw.control.node_admin import NodeState
+from llmgw.core.protocol import FitOut, JobOut, KeyOut, NodeStatus, ServeJob, ServeRequest, UsageRowOut
+from llmgw.core.types import ApiKey, LocalSource
+from llmgw.store.usage_repo import UsageRow
+from tests.factories import user_key
+
+
+def test_the_mirrors_name_the_same_fields_as_what_they_mirror() -> None:
+    assert set(get_args(NodeStatus)) == {s.value for s in NodeState}
+    assert list(FitOut.model_fields) == [f.name for f in fields(Fit)]
+    assert list(UsageRowOut.model_fields) == [f.name for f in fields(UsageRow)]
+    assert set(KeyOut.model_fields) == set(ApiKey.model_fields) - {"hash"} | {"label"}
+
+
+def test_a_key_on_the_wire_never_carries_its_hash() -> None:
+    _, key = user_key(name="alice")
+    shown = KeyOut.of(key).model_dump(mode="json")
+    assert "hash" not in shown and key.hash not in str(shown)
+    assert shown["label"] == key.label and shown["name"] == "alice"
+
+
+def test_a_job_names_its_model_and_reads_back_from_its_own_answer() -> None:
+    job = ServeJob(id="job-1", request=ServeRequest(name="tiny", source=LocalSource(path="/t.gguf")))
+    shown = JobOut(**dict(job)).model_dump(mode="json")
+    assert shown["model"] == "tiny"
+    assert JobOut.model_validate(shown).request == job.request
