@@ -46,6 +46,9 @@ async def test_a_user_key_sees_only_itself_and_the_keys_it_minted(install: Insta
     page = await (await install.browser.get("/ui/keys")).text()
     assert key_names(page) == {"alice", "alice-ci"}
     assert 'class="rotate-key' not in page  # rotating is the admin's
+    admin_id = next(k["id"] for k in (await install.api("GET", "/admin/v1/keys"))[1]["data"]
+                    if k["scope"] == "admin")
+    assert admin_id not in page  # alice was minted by the admin: the page names no key it cannot see
     status, page = await create(install.browser, name="alice-2", scope="admin")
     assert status == 403  # a user key mints user keys only
     status, page = await create(install.browser, name="alice-2")

@@ -81,3 +81,36 @@ async def test_every_page_an_admin_opens_renders(install: Install) -> None:
             continue
         resp = await install.browser.get(url(route))
         assert resp.status == 200, (route.path, await resp.text())
+
+
+def route_pattern(route: Route) -> re.Pattern[str]:
+    """A regex for the URLs `route` answers ({name:.+} takes slashes, {id} does not)."""
+    def param(m: re.Match[str]) -> str:
+        return ".+" if m.group(2) else "[^/]+"
+
+    return re.compile("^/ui" + re.sub(r"\{(\w+)(:[^}]*)?\}", param, route.path) + "$")
+
+
+async def test_every_form_on_every_page_carries_the_token_and_posts_to_a_route(install: Install) -> None:
+    status, _ = await install.api("POST", "/admin/v1/models", {
+        "name": "org/m", "source": {"kind": "remote", "base_url": "https://api.example.com/v1"}})
+    assert status == 201
+    status, _ = await install.api("PUT", "/admin/v1/guard/policies/p1", {"judges": ["qwen3guard-0.6b"]})
+    assert status == 200
+    await install.browser.signin(install.admin)
+    seen = 0
+    posts = [route_pattern(r) for r in ROUTES if r.method == "POST"]
+    pages = [url(r) for r in ROUTES if r.method == "GET" and "{" not in r.path and r.need is not Need.PUBLIC]
+    for path in [*pages, "/ui/models/org/m", "/ui/guard/policies/p1"]:
+        resp = await install.browser.get(path)
+        assert resp.status == 200, path
+        page = await resp.text()
+        targets = re.findall(r'hx-post="([^"]+)"', page)
+        for form in re.findall(r"<form[^>]*>.*?</form>", page, re.S):
+            if 'method="post"' in form:
+                assert 'name="csrf_token"' in form, (path, form[:120])
+                targets += re.findall(r'^<form[^>]*action="([^"]+)"', form)
+        for target in targets:
+            assert any(p.match(target) for p in posts), (path, target)
+        seen += len(targets)
+    assert seen > 20  # the forms and buttons were found: the check is not vacuous
