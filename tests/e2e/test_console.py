@@ -398,3 +398,27 @@ def test_revoking_the_signed_in_key_ends_its_session(browser: webdriver.Chrome, 
         return bool(d.find_elements(By.CSS_SELECTOR, "form#signin"))
 
     wait_until(browser, "the revoked key's session to end", signed_out, 30, every_s=1)
+
+
+def test_nodes_are_cordoned_labelled_and_joined_from_the_page(
+        browser: webdriver.Chrome, server: LlmgwServer) -> None:
+    node = server.get("/admin/v1/nodes")["data"][0]["id"]
+    sign_in(browser, server, server.admin_key)
+    visit(browser, server, "/ui/nodes")
+    status = f'table#nodes tr[data-node="{node}"] td.state'
+    assert text(browser, status) == "ready"
+    # The table refreshes itself: click in the page, where a swapped row cannot be stale.
+    browser.execute_script("document.querySelector(arguments[0]).click()",
+                           f'button.cordon-node[data-node="{node}"]')
+    wait_until(browser, "the node cordoned", lambda d: "cordoned" in text_of(d, status))
+    browser.execute_script("document.querySelector(arguments[0]).click()",
+                           f'button.uncordon-node[data-node="{node}"]')
+    wait_until(browser, "the node back in service", lambda d: text_of(d, status) == "ready")
+    find(browser, "form#labels-form input[name=set]").send_keys("zone=console-test")
+    find(browser, "#labels-submit").click()
+    wait_until(browser, "the label shown",
+               lambda d: "zone=console-test" in text_of(d, f'tr[data-node="{node}"]'))
+    find(browser, "form#join-token-form input[name=name]").send_keys("console-node")
+    find(browser, "#join-token-submit").click()
+    assert KEY_RE.search(text(browser, "#join-token"))
+    assert any(k["name"] == "console-node" for k in server.get("/admin/v1/keys")["data"])
