@@ -420,5 +420,8 @@ def test_nodes_are_cordoned_labelled_and_joined_from_the_page(
                lambda d: "zone=console-test" in text_of(d, f'tr[data-node="{node}"]'))
     find(browser, "form#join-token-form input[name=name]").send_keys("console-node")
     find(browser, "#join-token-submit").click()
-    assert KEY_RE.search(text(browser, "#join-token"))
+    token = KEY_RE.search(text(browser, "#join-token"))
+    assert token
+    visit(browser, server, "/ui/nodes")
+    assert token.group() not in browser.page_source
     assert any(k["name"] == "console-node" for k in server.get("/admin/v1/keys")["data"])
