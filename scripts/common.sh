@@ -68,3 +68,24 @@ ensure_postgres() {
   fi
   export LLMGW_PG_BIN=$dir
 }
+
+# The console's browser tests drive Debian's chromium through chromedriver: install both with
+# apt-get as root when missing, and export where they are (LLMGW_CHROMIUM, LLMGW_CHROMEDRIVER).
+# Without them the browser tests fail (they never skip).
+ensure_chromium() {
+  local browser=${LLMGW_CHROMIUM:-/usr/bin/chromium} driver=${LLMGW_CHROMEDRIVER:-/usr/bin/chromedriver}
+  if [ ! -x "$browser" ] || [ ! -x "$driver" ]; then
+    if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+      echo "installing chromium and chromium-driver (for the console's browser tests)"
+      apt-get update -qq
+      DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver >/dev/null
+      browser=/usr/bin/chromium driver=/usr/bin/chromedriver
+    else
+      echo "chromium or chromedriver was not found and cannot be installed here (needs root and" \
+        "apt-get): install chromium and chromium-driver or set LLMGW_CHROMIUM and" \
+        "LLMGW_CHROMEDRIVER; the browser tests will fail" >&2
+      return 0
+    fi
+  fi
+  export LLMGW_CHROMIUM=$browser LLMGW_CHROMEDRIVER=$driver
+}

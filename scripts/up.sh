@@ -40,6 +40,7 @@ done
 cat <<TXT
 
 llmgw is running at $url  (Ctrl-C stops it and its engines)
+Web console: $url/ui  (sign in with a key)
 Admin key: ${key:-<shown at the first init; see $ctl_config>}
 
   curl $url/v1/chat/completions \\
