@@ -78,11 +78,13 @@ async def test_a_wrong_key_shows_the_form_again_with_an_error_and_nothing_echoed
     assert (await install.browser.get("/ui/")).status == 303
 
 
-async def test_a_node_join_token_cannot_sign_in(install: Install) -> None:
-    token = (await install.mint("node-a", scope="node"))["key"]
+@pytest.mark.parametrize("scope", ["node", "metrics"])
+async def test_a_node_join_token_or_a_metrics_key_cannot_sign_in(install: Install, scope: str) -> None:
+    token = (await install.mint(f"{scope}-a", scope=scope))["key"]
     resp = await install.browser.signin(token)
     assert resp.status == 403
     assert 'id="signin-error"' in await resp.text()
+    assert (await install.browser.get("/ui/")).status == 303  # still signed out
 
 
 async def test_signing_in_without_the_forms_csrf_token_is_refused(install: Install) -> None:
