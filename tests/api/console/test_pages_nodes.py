@@ -26,6 +26,7 @@ async def test_cordon_uncordon_and_drain_from_the_page(install: Install) -> None
     assert (await node(install))["cordoned"]
     live = await (await install.browser.get("/ui/live/nodes")).text()
     assert 'class="uncordon-node secondary" data-node="local"' in live
+    assert ">cordoned</td>" in live  # the status says it once, not "cordoned (cordoned)"
     await install.browser.post("/ui/nodes/local/uncordon", headers=headers)
     assert not (await node(install))["cordoned"]
     await install.browser.post("/ui/nodes/local/drain", headers=headers)
