@@ -24,7 +24,7 @@ from urllib.parse import urlencode, urlsplit
 
 import pytest
 from selenium import webdriver
-from selenium.common.exceptions import TimeoutException, WebDriverException
+from selenium.common.exceptions import StaleElementReferenceException, TimeoutException, WebDriverException
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webelement import WebElement
@@ -99,7 +99,10 @@ def wait_until(driver: webdriver.Chrome, what: str, check: Callable[[webdriver.C
     """The first truthy value of `check(driver)`; fails naming `what` and the page on timeout.
     A check that reloads the page asks every second or so (`every_s`)."""
     try:
-        return WebDriverWait(driver, timeout_s, poll_frequency=every_s).until(
+        # htmx swaps live parts every second or two: an element read mid-swap is stale, and the
+        # check is simply asked again.
+        return WebDriverWait(driver, timeout_s, poll_frequency=every_s,
+                             ignored_exceptions=(StaleElementReferenceException,)).until(
             lambda d: check(d) or False, message=what)
     except TimeoutException as exc:
         raise AssertionError(
