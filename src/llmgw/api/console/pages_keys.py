@@ -12,9 +12,11 @@ from llmgw.api.console.access import root, visitor
 from llmgw.api.endpoints import Endpoint
 from llmgw.api.keys import CREATE_KEY, LIST_KEYS, REVOKE_KEY, ROTATE_KEY
 from llmgw.core.errors import NotFound
+from llmgw.core.types import KeyScope
 
 HERE = "/ui/keys"
-SCOPES = ("user", "admin", "metrics", "node")
+# The create form's choices, the default first (a user key may mint user keys only).
+SCOPES = (KeyScope.USER, KeyScope.ADMIN, KeyScope.METRICS, KeyScope.NODE)
 
 
 async def _call(request: web.Request, ep: Endpoint[Any, Any], **kw: Any) -> Any:
@@ -26,7 +28,7 @@ async def keys(request: web.Request, created: dict[str, Any] | None = None, acti
     listed = (await _call(request, LIST_KEYS))["data"]
     names = {k["id"]: k["name"] for k in listed}
     return render.page(request, "keys.html", keys=listed, names=names, created=created, action=action,
-                       scopes=SCOPES if visitor(request).admin else ("user",))
+                       scopes=SCOPES if visitor(request).admin else (KeyScope.USER,))
 
 
 async def create(request: web.Request) -> web.Response:
