@@ -151,6 +151,6 @@ def test_answers_and_queries_come_from_the_protocol_models() -> None:
     job = doc["paths"]["/admin/v1/jobs/{id}"]["get"]["responses"]["200"]["content"]["application/json"]
     assert "model" in schemas[job["schema"]["$ref"].rsplit("/", 1)[1]]["properties"]
     verdicts = {p["name"]: p for p in doc["paths"]["/admin/v1/guard/verdicts"]["get"]["parameters"]}
-    assert set(verdicts) == {"since", "policy", "judge", "outcome", "limit"}
+    assert set(verdicts) == {"since", "policy", "judge", "outcome", "request_id", "limit"}
     assert not any(p["required"] for p in verdicts.values())
     assert verdicts["outcome"]["schema"] == {"$ref": "#/components/schemas/Outcome"}

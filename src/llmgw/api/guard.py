@@ -78,7 +78,7 @@ async def enable_judge(call: Call[EnableJudge, None]) -> JudgeSpec:
 async def verdicts(call: Call[None, VerdictQuery]) -> DataList[VerdictRecord]:
     q = call.query
     records = await call.app[GUARD_ADMIN].verdicts(
-        since=q.since, policy=q.policy, judge=q.judge, outcome=q.outcome,
+        since=q.since, policy=q.policy, judge=q.judge, outcome=q.outcome, request_id=q.request_id,
         limit=max(1, min(q.limit, 10_000)),
     )
     return DataList(data=records)

@@ -222,11 +222,14 @@ def verdicts(
     judge: Annotated[str | None, typer.Option()] = None,
     outcome: Annotated[Outcome | None, typer.Option(help="Only this outcome.", case_sensitive=False)] = None,
     since: Annotated[str | None, typer.Option(help="ISO time, e.g. 2026-11-29T10:00:00+00:00.")] = None,
+    request_id: Annotated[str | None, typer.Option(help="Only the verdicts on this request "
+                                                        "(its x-request-id).")] = None,
     limit: Annotated[int, typer.Option()] = 50,
 ) -> None:
     """The verdict log, newest first."""
     ctl = CtlContext.of(ctx)
-    given = {"policy": policy, "judge": judge, "outcome": outcome, "since": since}
+    given = {"policy": policy, "judge": judge, "outcome": outcome, "since": since,
+             "request_id": request_id}
     with options_for({"since": "--since", "limit": "--limit"}):
         filters = VerdictQuery(limit=limit, **{k: v for k, v in given.items() if v is not None})
     ctl.show_as(

@@ -410,6 +410,8 @@ class VerdictQuery(BaseModel):
     policy: str | None = None
     judge: str | None = None
     outcome: Outcome | None = None
+    request_id: str | None = Field(default=None, max_length=200,
+                                   description="Only the verdicts on this request (its x-request-id).")
     limit: int = Field(default=100, json_schema_extra={"minimum": 1, "maximum": 10_000},
                        description="At most this many (clamped to 1..10000).")
 

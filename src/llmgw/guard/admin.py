@@ -75,10 +75,11 @@ class GuardAdmin:
 
     async def verdicts(
         self, *, since: datetime | None, policy: str | None, judge: str | None, outcome: str | None,
-        limit: int,
+        limit: int, request_id: str | None = None,
     ) -> list[VerdictRecord]:
         return await asyncio.to_thread(
             lambda: self._store.guard.verdicts(
-                since=since, policy=policy, judge=judge, outcome=outcome, limit=limit
+                since=since, policy=policy, judge=judge, outcome=outcome, request_id=request_id,
+                limit=limit,
             )
         )

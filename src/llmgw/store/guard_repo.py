@@ -80,6 +80,7 @@ class GuardRepo:
         policy: str | None = None,
         judge: str | None = None,
         outcome: str | None = None,
+        request_id: str | None = None,
         limit: int = 100,
     ) -> list[VerdictRecord]:
         """Newest first, filtered."""
@@ -92,6 +93,8 @@ class GuardRepo:
             query = query.where(verdicts.c.judge == judge)
         if outcome:
             query = query.where(verdicts.c.outcome == outcome)
+        if request_id:
+            query = query.where(verdicts.c.request_id == request_id)
         with self._engine.connect() as conn:
             return [_to_record(r) for r in conn.execute(query).all()]
 

@@ -111,9 +111,12 @@ async def test_an_admin_sees_the_verdicts_of_one_request_only(install: Install) 
                              outcome=Outcome.SAFE, latency_ms=12.0, model="m", key="sk…abcd",
                              request_id=request_id)
 
-    install.store.guard.add_verdicts([record("req-1"), record("req-2")])
+    # A busy install: the request's verdict is older than a thousand others (found all the same).
+    install.store.guard.add_verdicts([record("req-1"), *(record(f"other-{i}") for i in range(1000)),
+                                      record("req-2")])
     await install.browser.signin(install.admin)
     text = await (await install.browser.get("/ui/playground/verdicts?request_id=req-1")).text()
     assert 'data-request-id="req-1"' in text and 'data-request-id="req-2"' not in text
+    assert text.count('class="verdict"') == 1
     text = await (await install.browser.get("/ui/playground/verdicts?request_id=")).text()
     assert 'class="verdict"' not in text

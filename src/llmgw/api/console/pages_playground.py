@@ -19,8 +19,8 @@ from llmgw.core.errors import InvalidRequest
 from llmgw.gateway.wire.dialect import Api
 
 ROLES = ("system", "user", "assistant")
-# The verdict log entries looked through for one request's verdicts (newest first).
-RECENT_VERDICTS = 500
+# One request's verdicts: input and output windows of each policy; more would be a page of noise.
+MAX_VERDICTS = 100
 # A try-out: one click may not cost more than this many tokens of answer.
 MAX_TOKENS = 512
 MAX_MESSAGES = 100
@@ -68,7 +68,9 @@ async def verdicts(request: web.Request) -> web.Response:
     """The verdict log's entries for one request (admin keys): a fragment the page polls until
     the flushed verdicts appear."""
     request_id = request.query.get("request_id", "")
-    found = await data.call(root(request), visitor(request).key, LIST_VERDICTS,
-                            query={"limit": str(RECENT_VERDICTS)})
-    rows = [v for v in found["data"] if request_id and v["request_id"] == request_id]
+    rows = []
+    if request_id:  # without one, "no filter" would list everyone's verdicts
+        found = await data.call(root(request), visitor(request).key, LIST_VERDICTS,
+                                query={"request_id": request_id, "limit": str(MAX_VERDICTS)})
+        rows = found["data"]
     return render.page(request, "verdict_rows.html", verdicts=rows, empty="No verdicts yet.")
