@@ -36,8 +36,8 @@ from tests.e2e.browser import (
     visit,
     wait_until,
 )
+from tests.e2e.local_hub import FILE, REPO, Hub
 from tests.e2e.server_process import LlmgwServer
-from tests.e2e.test_serve import FILE, REPO, Hub
 
 __all__ = ["browser", "phone"]  # the fixtures
 

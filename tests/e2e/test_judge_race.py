@@ -19,7 +19,7 @@ import pytest
 
 from llmgw.core.judges import DEFAULT_JUDGE, KNOWN
 from tests.e2e.cluster import TIMINGS, Cluster, hold
-from tests.e2e.test_serve import Hub
+from tests.e2e.local_hub import Hub
 from tests.fakes.gguf_files import write_gguf
 from tests.pg import fresh_database
 

