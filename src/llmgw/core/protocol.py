@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, computed_field, field_validat
 from llmgw.core import names
 from llmgw.core.demand import Evicted
 from llmgw.core.guard import Direction, JudgeFormat, Outcome, Policy, Verdict
+from llmgw.core.routes import RouteSpec
 from llmgw.core.settings import DEFAULT_CTX_SIZE
 from llmgw.core.types import (
     ApiKey,
@@ -380,6 +381,25 @@ class UsageRowOut(BaseModel):
 
 
 # Query parameters.
+
+
+class TargetStatusOut(BaseModel):
+    """One target of a route as this server sees it now."""
+
+    model: str
+    weight: int
+    in_catalog: bool
+    ready: int = Field(description="ready upstreams (replicas, or 1 for a remote provider)")
+    in_flight: int = Field(description="requests in flight to it from this server")
+    recent_failures: int = Field(description="failures counted towards its next cooldown")
+    cooling_down_s: float = Field(description="seconds until its cooldown ends; 0: not cooling")
+
+
+class RouteOut(RouteSpec):
+    """A route with each target's state on the server that answered (cooldowns are each
+    server's own)."""
+
+    status: list[TargetStatusOut] = Field(default_factory=list)
 
 
 class ReplicaQuery(BaseModel):

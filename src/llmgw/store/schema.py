@@ -201,3 +201,14 @@ servers = Table(
     # The server's demand as JSON (llmgw.core.demand.Activity), written about once a second.
     Column("activity", Text, nullable=True),
 )
+
+# Routes: a public model name in front of catalog models (llmgw.core.routes.RouteSpec as JSON).
+routes = Table(
+    "routes",
+    metadata,
+    Column("name", String(128), primary_key=True),
+    Column("spec", JSON, nullable=False),
+    Column("by", String(256), nullable=False),
+    Column("created_at", DateTime(timezone=True), nullable=False),
+    Column("updated_at", DateTime(timezone=True), nullable=False),
+)

@@ -1,0 +1,70 @@
+"""Per-target cooldowns: a target that failed N times within a window is skipped for a while.
+
+The rule is a pure function of a target's recent failures and the time (`after_failure`); the
+`Cooldowns` holder keeps each (route, target)'s state for this server, in memory. Each server
+judges its targets by the failures it saw itself: a cooldown is not shared through the store
+(it would put a database write on the failing request's path and a read on every request's).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from llmgw.core.routes import Cooldown
+
+
+@dataclass(frozen=True)
+class TargetHealth:
+    """One target's recent failures (monotonic times, oldest first) and when its cooldown ends."""
+
+    failures: tuple[float, ...] = ()
+    until: float = 0.0
+
+    def cooling(self, now: float) -> bool:
+        return self.until > now
+
+
+def after_failure(health: TargetHealth, rule: Cooldown, now: float) -> TargetHealth:
+    """The state after one more failure at `now`: failures older than the window are forgotten;
+    the N-th within it starts a cooldown (and clears the count, so the target gets N fresh tries
+    once it is back)."""
+    recent = tuple(t for t in health.failures if now - t < rule.window_s) + (now,)
+    if len(recent) >= rule.failures:
+        return TargetHealth((), now + rule.cooldown_s)
+    return TargetHealth(recent, health.until)
+
+
+def after_success(health: TargetHealth) -> TargetHealth:
+    """A target that answered starts counting afresh."""
+    return TargetHealth((), health.until) if health.failures else health
+
+
+@dataclass
+class Cooldowns:
+    """This server's health of every route target, by (route, target)."""
+
+    _health: dict[tuple[str, str], TargetHealth] = field(default_factory=dict)
+
+    def get(self, route: str, target: str) -> TargetHealth:
+        return self._health.get((route, target)) or TargetHealth()
+
+    def cooling(self, route: str, target: str, now: float) -> bool:
+        health = self._health.get((route, target))
+        return health is not None and health.until > now
+
+    def failed(self, route: str, target: str, rule: Cooldown, now: float) -> bool:
+        """Count a failure; True when it started a cooldown."""
+        before = self.get(route, target)
+        after = after_failure(before, rule, now)
+        self._health[(route, target)] = after
+        return after.until != before.until
+
+    def succeeded(self, route: str, target: str) -> None:
+        health = self._health.get((route, target))
+        if health is not None and health.failures:
+            self._health[(route, target)] = after_success(health)
+
+    def forget_route(self, route: str) -> None:
+        """Drop the state of a route that is gone."""
+        for pair in [p for p in self._health if p[0] == route]:
+            del self._health[pair]
