@@ -27,7 +27,9 @@ class TargetHealth:
 def after_failure(health: TargetHealth, rule: Cooldown, now: float) -> TargetHealth:
     """The state after one more failure at `now`: failures older than the window are forgotten;
     the N-th within it starts a cooldown (and clears the count, so the target gets N fresh tries
-    once it is back)."""
+    once it is back). A failure while it cools down (a request sent before) changes nothing."""
+    if health.cooling(now):
+        return health
     recent = tuple(t for t in health.failures if now - t < rule.window_s) + (now,)
     if len(recent) >= rule.failures:
         return TargetHealth((), now + rule.cooldown_s)

@@ -10,10 +10,8 @@ is answered at once, as for a plain model.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable
 from dataclasses import replace
 from datetime import UTC, datetime
 
@@ -32,8 +30,6 @@ from llmgw.gateway.transport import Connection, Transport
 from llmgw.gateway.upstream_errors import retry_after, upstream_failure
 
 logger = logging.getLogger(__name__)
-
-Sleep = Callable[[float], Awaitable[None]]
 
 # How providers and llama.cpp say a prompt does not fit the model's context. Read from the error
 # body llmgw holds anyway; the body itself never reaches the client.
@@ -71,8 +67,8 @@ class Failed(Exception):
         self.error = error
 
 
-async def reach(transport: Transport, call: UpstreamCall, out: Outbound, exchange: Exchange,
-                sleep: Sleep = asyncio.sleep) -> tuple[Connection, UpstreamCall, Outbound]:
+async def reach(transport: Transport, call: UpstreamCall, out: Outbound,
+                exchange: Exchange) -> tuple[Connection, UpstreamCall, Outbound]:
     """A 2xx answer's connection for `call`, and the call and request as they went to the target
     that gave it. Without a plan: the model's upstream, as `Transport.connect` picks it."""
     plan = call.plan
@@ -98,7 +94,7 @@ async def reach(transport: Transport, call: UpstreamCall, out: Outbound, exchang
                 last = exc
                 continue
         try:
-            conn = await _attempt(transport, call, out, plan, deadline, sleep)
+            conn = await _attempt(transport, call, out, plan, deadline)
         except Failed as failed:
             last = failed.error
             if failed.kind not in spec.fallback.on:
@@ -117,7 +113,7 @@ async def reach(transport: Transport, call: UpstreamCall, out: Outbound, exchang
 
 
 async def _attempt(transport: Transport, call: UpstreamCall, out: Outbound, plan: Plan,
-                   deadline: float, sleep: Sleep) -> Connection:
+                   deadline: float) -> Connection:
     """A 2xx answer from `call.route`'s model, retried on it per `rule`: connect errors, and 429
     or 503 from a remote provider (its Retry-After honoured); Failed when it cannot answer."""
     rule = plan.spec.retry
@@ -159,4 +155,4 @@ async def _attempt(transport: Transport, call: UpstreamCall, out: Outbound, plan
             raise Failed(kind, error)
         plan.router.retried(plan.spec, target, kind)
         retry += 1
-        await sleep(wait)
+        await plan.router.sleep(wait)

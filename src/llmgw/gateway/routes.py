@@ -7,9 +7,10 @@ was admitted under, so a target removed from the catalog (or with no ready repli
 
 from __future__ import annotations
 
+import asyncio
 import random
 from collections import defaultdict
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field, replace
 
 from llmgw.core.clock import Clock
@@ -35,6 +36,8 @@ class Router:
 
     clock: Clock
     random: Callable[[], float] = random.random
+    # How a retry waits for its backoff (tests wait on nothing).
+    sleep: Callable[[float], Awaitable[None]] = asyncio.sleep
     cooldowns: Cooldowns = field(default_factory=Cooldowns)
     # Counters read by /metrics: (route, from target, to target, reason), (route, target,
     # reason) and (route, target).
