@@ -333,3 +333,38 @@ async def test_a_cooling_route_answers_openais_error_on_responses(store: Store) 
                 assert raised.value.status_code == status
         body = raised.value.body
         assert isinstance(body, dict) and body["code"] == "route_cooling_down"
+
+
+def plain_table(**ready: bool) -> RoutingTable:
+    """Local models by name, each with one replica when `ready`, none (cold) otherwise."""
+    return RoutingTable({n: Route(local(n), (Upstream(f"{n}-1", "http://127.0.0.1:1/v1"),) if up
+                                  else (), unavailable="" if up else "starting")
+                         for n, up in ready.items()})
+
+
+def test_a_plan_skips_cold_targets_while_another_is_ready() -> None:
+    router = Router(FakeClock())
+    plan = router.plan(route_spec("a", "b", "c"), plain_table(a=False, b=True, c=True))
+    assert [t.model.name for t in plan.targets] == ["b", "c"]
+
+
+def test_a_plan_with_no_ready_target_queues_for_the_first_cold_one() -> None:
+    router = Router(FakeClock())
+    plan = router.plan(route_spec("gone", "a", "b"), plain_table(a=False, b=False))
+    assert [t.model.name for t in plan.targets] == ["a"]
+
+
+def test_a_route_whose_targets_left_the_catalog_is_a_503_saying_so() -> None:
+    from llmgw.core.errors import NoReadyReplica
+
+    with pytest.raises(NoReadyReplica, match="none of its models is in the catalog"):
+        Router(FakeClock()).plan(route_spec("gone"), plain_table(a=True))
+
+
+def test_a_plan_follows_a_new_table_and_a_changed_route() -> None:
+    router = Router(FakeClock())
+    spec = route_spec("a", "b")
+    assert [t.model.name for t in router.plan(spec, plain_table(a=True, b=True)).targets] == ["a", "b"]
+    assert [t.model.name for t in router.plan(spec, plain_table(a=False, b=True)).targets] == ["b"]
+    changed = route_spec("b", "a")
+    assert [t.model.name for t in router.plan(changed, plain_table(a=True, b=True)).targets] == ["b", "a"]

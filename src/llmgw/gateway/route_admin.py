@@ -54,7 +54,7 @@ class RouteAdmin:
 
     async def remove(self, name: str) -> None:
         await asyncio.to_thread(self._store.routes.remove, name)
-        self._router.cooldowns.forget_route(name)
+        self._router.forget(name)
         await self._changed()
 
     def shown(self, spec: RouteSpec) -> RouteOut:

@@ -44,13 +44,28 @@ class Router:
     fallbacks: dict[tuple[str, str, str, str], int] = field(default_factory=lambda: defaultdict(int))
     retries: dict[tuple[str, str, str], int] = field(default_factory=lambda: defaultdict(int))
     cooldowns_started: dict[tuple[str, str], int] = field(default_factory=lambda: defaultdict(int))
+    # Each route's targets as catalog routes, for the table and spec they were made from: made
+    # once per refresh, not per request.
+    _resolved: dict[str, tuple[RoutingTable, RouteSpec, dict[str, Route]]] = field(
+        default_factory=dict)
+
+    def targets(self, spec: RouteSpec, table: RoutingTable) -> dict[str, Route]:
+        """The route's targets that are in the catalog, by name, as targets (see `_as_target`)."""
+        hit = self._resolved.get(spec.name)
+        if hit is not None and hit[0] is table and hit[1] is spec:
+            return hit[2]
+        found = {t.model: _as_target(r) for t in spec.targets
+                 if (r := table.routes.get(t.model)) is not None}
+        self._resolved[spec.name] = (table, spec, found)
+        return found
 
     def states(self, spec: RouteSpec, table: RoutingTable) -> list[TargetState]:
         """What the strategy knows of each target now."""
         now = self.clock.monotonic()
+        routes = self.targets(spec, table)
         out = []
         for t in spec.targets:
-            route = table.routes.get(t.model)
+            route = routes.get(t.model)
             ready = route is not None and bool(route.upstreams)
             busy = sum(u.outstanding for u in route.upstreams) if route is not None else 0
             out.append(TargetState(t.model, t.weight, busy, ready,
@@ -67,13 +82,13 @@ class Router:
         names = order(states, spec.strategy, self.random)
         if spec.fallback.attempts is not None:
             names = names[: spec.fallback.attempts]
-        routes = tuple(_as_target(table.routes[n]) for n in names)
-        if routes:
-            return Plan(spec, routes, self)
+        targets = self.targets(spec, table)
+        if names:
+            return Plan(spec, tuple(targets[n] for n in names), self)
         for s in states:
-            route = table.routes.get(s.name)
+            route = targets.get(s.name)
             if route is not None and not s.cooling:
-                return Plan(spec, (_as_target(route),), self)
+                return Plan(spec, (route,), self)
         if any(s.cooling for s in states):
             raise NoReadyReplica(f"route '{spec.name}': every target is cooling down after "
                                  "failures; try again shortly", code="route_cooling_down")
@@ -87,6 +102,11 @@ class Router:
 
     def succeeded(self, spec: RouteSpec, target: str) -> None:
         self.cooldowns.succeeded(spec.name, target)
+
+    def forget(self, route: str) -> None:
+        """Drop what is kept of a route that was removed."""
+        self.cooldowns.forget_route(route)
+        self._resolved.pop(route, None)
 
     def fell_back(self, spec: RouteSpec, source: str, to: str, kind: FailOn) -> None:
         self.fallbacks[(spec.name, source, to, kind.value)] += 1
