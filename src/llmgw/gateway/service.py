@@ -17,7 +17,7 @@ from llmgw.core.clock import Clock
 from llmgw.core.errors import Forbidden, GuardBlocked, LlmgwError, ModelNotFound, QueueFull
 from llmgw.core.guard import Direction, Policy
 from llmgw.core.types import ApiKey, KeyScope, Model
-from llmgw.gateway.auth import may_use
+from llmgw.gateway.auth import may_use, team_allows
 from llmgw.gateway.call import Exchange, Reply, UpstreamCall
 from llmgw.gateway.guarded import Judged, forward_guarded
 from llmgw.gateway.limits import Limiter, Ticket, reserve_estimate
@@ -105,8 +105,9 @@ class Gateway:
 
     def models(self, key: ApiKey) -> list[Model]:
         """Catalog models this key may use."""
-        routes = self._refresher.current.table.routes
-        return [r.model for name, r in sorted(routes.items()) if may_use(key, name)]
+        snap = self._refresher.current
+        return [r.model for name, r in sorted(snap.table.routes.items())
+                if may_use(key, name) and team_allows(snap.keys, key, name)]
 
     def listed(self, key: ApiKey) -> list[tuple[str, datetime | None]]:
         """The names `/v1/models` shows this key: its catalog models and routes, with when each
@@ -114,7 +115,8 @@ class Gateway:
         snap = self._refresher.current
         named = {m.name: m.created_at for m in self.models(key)}
         for name, spec in snap.route_specs.items():
-            if name not in snap.table.routes and may_use(key, name):
+            if name not in snap.table.routes and may_use(key, name) \
+                    and team_allows(snap.keys, key, name):
                 named[name] = spec.created_at
         return sorted(named.items())
 
@@ -130,7 +132,8 @@ class Gateway:
         if route is None:  # a route's name (a catalog model's own name wins)
             plan = self.router.plan(resolve(snap.route_specs, ask.model), snap.table)
             route = plan.targets[0]
-        if not may_use(key, ask.model):
+        if not may_use(key, ask.model) or (key.team is not None and not team_allows(
+                snap.keys, key, ask.model)):
             # The same answer as for a model that does not exist: a key cannot map the catalog.
             raise ModelNotFound(f"The model '{ask.model}' does not exist", param="model")
         sent = time.monotonic()

@@ -28,6 +28,7 @@ from llmgw.api.appkeys import (
     METRICS_PUBLIC,
     NODES,
     ROUTES,
+    TEAMS,
 )
 from llmgw.api.console import routes as console
 from llmgw.api.endpoints import bind
@@ -56,6 +57,7 @@ from llmgw.gateway.routes import Router
 from llmgw.gateway.routing import RoutingTable
 from llmgw.gateway.service import Gateway
 from llmgw.gateway.snapshot import Refresher
+from llmgw.gateway.team_admin import TeamAdmin
 from llmgw.gateway.transport import Transport
 from llmgw.gateway.usage import UsageMeter
 from llmgw.guard.admin import GuardAdmin
@@ -183,6 +185,7 @@ class Server:
                              lambda: refresher.current.default_limits, on_change=notifier.settle)
         app[ROUTES] = RouteAdmin(store, clock, router, lambda: refresher.current.table,
                                  on_change=notifier.settle)
+        app[TEAMS] = TeamAdmin(store, clock, on_change=notifier.settle)
         app[JUDGE_STATUS] = judges.status(store, judge_keeper, clock, lambda: leadership.leading,
                                           leadership.server_id)
         app[AGENTS] = AgentService(store, clock, engine_key, on_change=notifier.settle,

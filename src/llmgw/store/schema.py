@@ -92,6 +92,8 @@ api_keys = Table(
     Column("minted_by", String(64), nullable=True),
     # A node join token's node: given at creation or bound by the token's first report.
     Column("node_id", String(128), nullable=True),
+    Column("team", String(64), nullable=True, index=True),
+    Column("team_admin", Boolean, nullable=False, default=False),
 )
 
 serve_jobs = Table(
@@ -207,6 +209,17 @@ routes = Table(
     "routes",
     metadata,
     Column("name", String(128), primary_key=True),
+    Column("spec", JSON, nullable=False),
+    Column("by", String(256), nullable=False),
+    Column("created_at", DateTime(timezone=True), nullable=False),
+    Column("updated_at", DateTime(timezone=True), nullable=False),
+)
+
+# Teams: keys belong to at most one; limits and budgets on top of each key's (core.types.Team).
+teams = Table(
+    "teams",
+    metadata,
+    Column("name", String(64), primary_key=True),
     Column("spec", JSON, nullable=False),
     Column("by", String(256), nullable=False),
     Column("created_at", DateTime(timezone=True), nullable=False),

@@ -15,6 +15,7 @@ from llmgw.store.node_repo import NodeRepo
 from llmgw.store.replica_repo import ReplicaRepo
 from llmgw.store.route_repo import RouteRepo
 from llmgw.store.server_repo import ServerRepo
+from llmgw.store.team_repo import TeamRepo
 from llmgw.store.usage_repo import UsageRepo
 
 
@@ -34,6 +35,7 @@ class Store:
         self.servers = ServerRepo(engine)
         self.install = InstallRepo(engine)
         self.routes = RouteRepo(engine)
+        self.teams = TeamRepo(engine)
 
     @classmethod
     def open(cls, url: str, *, migrate_schema: bool = True) -> Store:
