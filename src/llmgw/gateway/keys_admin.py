@@ -108,6 +108,9 @@ class KeyAdmin:
         of no team mints keys of no team."""
         wanted = req.team
         if minter.scope != KeyScope.ADMIN:
+            if req.scope != KeyScope.USER:
+                raise Forbidden(f"a user key can mint only user keys; {req.scope.value} keys "
+                                "need an admin key", param="scope")
             if req.team_admin:
                 raise Forbidden("only an admin key makes a team admin", param="team_admin")
             if wanted is not None and wanted != minter.team:

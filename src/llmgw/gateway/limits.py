@@ -143,7 +143,8 @@ class Limiter:
                               "tokens per minute", retry, code="rate_limit_tpm")
         in_flight = self._in_flight[mid]
         if lim.concurrent is not None and in_flight + 1 > lim.concurrent:
-            family = "" if mid == key.id else f" of {member.label}'s family"
+            family = "" if mid == key.id else f" of team {member.name}" if is_team(member) \
+                else f" of {member.label}'s family"
             raise RateLimited(f"key {key.label} has {lim.concurrent} requests{family} in flight "
                               "already", 1, code="rate_limit_concurrent")
         if lim.tokens_per_day is None and lim.tokens_per_month is None:
