@@ -3,6 +3,7 @@ dialect, and a team admin that cannot reach beyond its team."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,6 +18,7 @@ from llmgw.server.app import Server
 from llmgw.server.init import init
 from llmgw.store.store import Store
 from tests.fakes.provider import ANSWER, FakeProvider
+from tests.pg import fresh_database
 
 ASK = [{"role": "user", "content": "hi"}]
 
@@ -177,3 +179,76 @@ async def test_a_team_admin_cannot_reach_other_teams_keys_or_usage(
     _, revoked = await api.call("POST", f"/admin/v1/keys/{admin_id}/revoke")
     assert revoked["revoked_beneath"] == 0
     assert (await api.chat(red))[0] == 200
+
+
+async def test_a_team_budget_holds_across_two_servers_on_postgresql(
+    postgres_url: str, tmp_path: Path,
+) -> None:
+    """Two servers share one PostgreSQL store: a team's keys spend its day's budget on both; a
+    burst at the edge overruns it by at most one request per server, and once the servers have
+    synced, both refuse every key of the team (and no other key)."""
+    provider = await FakeProvider().start()
+    url = fresh_database(postgres_url)
+    result = init(tmp_path / "a", database=url, guard=False)
+    (tmp_path / "b").mkdir()
+    (tmp_path / "b" / "config.toml").write_text((tmp_path / "a" / "config.toml").read_text())
+    clients = []
+    for name in ("a", "b"):
+        settings = load(tmp_path / name).model_copy(update={"embedded_node": False})
+        app = Server(tmp_path / name, settings, Store.open(url), server_id=f"server-{name}").build_app()
+        client = TestClient(TestServer(app))
+        await client.start_server()
+        clients.append(client)
+    try:
+        a, b = (Api(c, {"Authorization": f"Bearer {result.admin_key}"}, provider) for c in clients)
+        await a.call("POST", "/admin/v1/models", {
+            "name": "alpha", "source": {"kind": "remote", "base_url": provider.url}})
+        assert (await a.call("POST", "/admin/v1/teams", {
+            "name": "red", "limits": {"tokens_per_day": 100}}))[0] == 201
+        k1, _ = await a.key({"name": "one", "team": "red"})
+        k2, _ = await a.key({"name": "two", "team": "red"})
+        outsider, _ = await a.key({"name": "three"})
+
+        async def synced() -> None:  # each server's sync, as its loop runs it every second
+            for api in (a, b, a):
+                gw = api.client.app[GATEWAY]
+                assert gw.limiter is not None and gw.meter is not None
+                await gw.limiter.sync(gw.meter.flush)
+
+        async def until(api: Api, check: Any) -> None:  # b learns of a's writes at its refresh
+            for _ in range(100):
+                if await check(api):
+                    return
+                await asyncio.sleep(0.05)
+            raise AssertionError("the second server never saw the change")
+
+        await until(b, lambda api: _answers(api, k2))  # 14 tokens, on b
+        for key in (k1, k2, k1, k2, k1):
+            assert (await a.chat(key))[0] == 200  # 6 x 14 = 84 of 100
+        await synced()
+        # A burst at the edge, on both servers at once, with 16 left.
+        answers = await asyncio.gather(*(api.chat(key) for api in (a, b) for key in (k1, k2)
+                                         for _ in range(3)))
+        ok = sum(1 for status, _ in answers if status == 200)
+        assert 2 <= ok <= 4  # each runs requests alone on what is left, while some is
+        assert all(status in (200, 429) for status, _ in answers)
+        await synced()
+        for api in (a, b):
+            for key in (k1, k2):
+                status, refused = await api.chat(key)
+                assert status == 429 and refused["error"]["code"] == "budget_exceeded"
+            assert (await api.chat(outsider))[0] == 200
+        await synced()
+        _, usage = await a.call("GET", "/admin/v1/usage?team=red")
+        spent = sum(r["prompt_tokens"] + r["completion_tokens"] for r in usage["data"])
+        # The stated tolerance: each server admits up to what was left at its last sync (16),
+        # one of them beyond the budget, plus one request per server past it.
+        assert 100 <= spent <= 100 + 16 + 2 * 14, spent
+    finally:
+        for c in clients:
+            await c.close()
+        await provider.close()
+
+
+async def _answers(api: Api, key: dict[str, str]) -> bool:
+    return (await api.chat(key))[0] == 200
