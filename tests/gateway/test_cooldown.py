@@ -40,5 +40,17 @@ def test_cooldowns_are_kept_per_route_and_target_and_go_with_their_route() -> No
     assert c.failed("chat", "a", one, 101.0) is False  # already cooling: no new cooldown counted
     assert c.cooling("chat", "a", 110.0)
     assert not c.cooling("other", "a", 110.0) and not c.cooling("chat", "b", 110.0)
+    assert not c.quiet("chat") and c.quiet("other")
     c.forget_route("chat")
-    assert not c.cooling("chat", "a", 110.0)
+    assert not c.cooling("chat", "a", 110.0) and c.quiet("chat")
+
+
+def test_a_target_that_answers_after_its_cooldown_leaves_no_state() -> None:
+    c = Cooldowns()
+    c.failed("chat", "a", RULE, 0.0)
+    c.succeeded("chat", "a", 1.0)
+    assert c.quiet("chat")  # requests skip the cooldown checks again
+    one = Cooldown(failures=1, window_s=60, cooldown_s=30)
+    c.failed("chat", "a", one, 2.0)
+    c.succeeded("chat", "a", 3.0)  # a request sent before it cooled down came back fine
+    assert c.cooling("chat", "a", 3.0) and not c.quiet("chat")

@@ -46,6 +46,13 @@ class Cooldowns:
     """This server's health of every route target, by (route, target)."""
 
     _health: dict[tuple[str, str], TargetHealth] = field(default_factory=dict)
+    # How many targets of each route have state: none is the common case, and then a request
+    # need not look at any.
+    _held: dict[str, int] = field(default_factory=dict)
+
+    def quiet(self, route: str) -> bool:
+        """Whether no target of `route` has failed recently or is cooling down."""
+        return route not in self._held
 
     def get(self, route: str, target: str) -> TargetHealth:
         return self._health.get((route, target)) or TargetHealth()
@@ -56,17 +63,30 @@ class Cooldowns:
 
     def failed(self, route: str, target: str, rule: Cooldown, now: float) -> bool:
         """Count a failure; True when it started a cooldown."""
-        before = self.get(route, target)
+        before = self._health.get((route, target))
+        if before is None:
+            before = TargetHealth()
+            self._held[route] = self._held.get(route, 0) + 1
         after = after_failure(before, rule, now)
         self._health[(route, target)] = after
         return after.until != before.until
 
-    def succeeded(self, route: str, target: str) -> None:
+    def succeeded(self, route: str, target: str, now: float) -> None:
+        """A target answered: its count starts afresh (and its state goes once nothing is left)."""
         health = self._health.get((route, target))
-        if health is not None and health.failures:
-            self._health[(route, target)] = after_success(health)
+        if health is None:
+            return
+        health = after_success(health)
+        if health.until > now:
+            self._health[(route, target)] = health
+            return
+        del self._health[(route, target)]
+        self._held[route] -= 1
+        if not self._held[route]:
+            del self._held[route]
 
     def forget_route(self, route: str) -> None:
         """Drop the state of a route that is gone."""
         for pair in [p for p in self._health if p[0] == route]:
             del self._health[pair]
+        self._held.pop(route, None)

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field, replace
 
 from llmgw.core.clock import Clock
 from llmgw.core.errors import ModelNotFound, NoReadyReplica
-from llmgw.core.routes import FailOn, RouteSpec
+from llmgw.core.routes import FailOn, RouteSpec, Strategy
 from llmgw.gateway.cooldown import Cooldowns
 from llmgw.gateway.routing import Route, RoutingTable
 from llmgw.gateway.strategies import TargetState, order
@@ -48,6 +48,9 @@ class Router:
     # once per refresh, not per request.
     _resolved: dict[str, tuple[RoutingTable, RouteSpec, dict[str, Route]]] = field(
         default_factory=dict)
+    # A priority route's plan while none of its targets has failed: the same for every request
+    # until the table, the route or a target's health changes.
+    _steady: dict[str, tuple[dict[str, Route], Plan]] = field(default_factory=dict)
 
     def targets(self, spec: RouteSpec, table: RoutingTable) -> dict[str, Route]:
         """The route's targets that are in the catalog, by name, as targets (see `_as_target`)."""
@@ -78,11 +81,22 @@ class Router:
         When no target is ready and one is merely cold (an on-demand model, a replica starting),
         the plan is that target alone, so the request queues for it as for the model itself;
         NoReadyReplica when every target is cooling down or missing."""
+        targets = self.targets(spec, table)
+        steady = spec.strategy == Strategy.PRIORITY and self.cooldowns.quiet(spec.name)
+        if steady:
+            hit = self._steady.get(spec.name)
+            if hit is not None and hit[0] is targets:
+                return hit[1]
+        plan = self._plan(spec, table, targets)
+        if steady:
+            self._steady[spec.name] = (targets, plan)
+        return plan
+
+    def _plan(self, spec: RouteSpec, table: RoutingTable, targets: dict[str, Route]) -> Plan:
         states = self.states(spec, table)
         names = order(states, spec.strategy, self.random)
         if spec.fallback.attempts is not None:
             names = names[: spec.fallback.attempts]
-        targets = self.targets(spec, table)
         if names:
             return Plan(spec, tuple(targets[n] for n in names), self)
         for s in states:
@@ -101,12 +115,14 @@ class Router:
             self.cooldowns_started[(spec.name, target)] += 1
 
     def succeeded(self, spec: RouteSpec, target: str) -> None:
-        self.cooldowns.succeeded(spec.name, target)
+        if not self.cooldowns.quiet(spec.name):
+            self.cooldowns.succeeded(spec.name, target, self.clock.monotonic())
 
     def forget(self, route: str) -> None:
         """Drop what is kept of a route that was removed."""
         self.cooldowns.forget_route(route)
         self._resolved.pop(route, None)
+        self._steady.pop(route, None)
 
     def fell_back(self, spec: RouteSpec, source: str, to: str, kind: FailOn) -> None:
         self.fallbacks[(spec.name, source, to, kind.value)] += 1
