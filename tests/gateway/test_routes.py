@@ -146,6 +146,8 @@ async def test_the_fallback_target_answers_once_and_is_the_one_counted(store: St
         assert await r.usage() == {"b": (1, USAGE["total_tokens"], 0)}
         assert (f'llmgw_route_fallbacks_total{{from_target="a",reason="{way}",route="chat",'
                 'to_target="b"} 1.0') in r.scraped()
+        # A prompt too long for a target is no sign of its health: it counts to no cooldown.
+        assert r.router.cooldowns.quiet("chat") == (way == "context-length")
 
 
 async def test_a_stream_cut_after_its_first_byte_is_not_tried_again(store: Store) -> None:

@@ -99,7 +99,8 @@ async def reach(transport: Transport, call: UpstreamCall, out: Outbound,
             last = failed.error
             if failed.kind not in spec.fallback.on:
                 raise failed.error from None
-            router.failed(spec, name, failed.kind)
+            if failed.kind != FailOn.CONTEXT_LENGTH:  # a long prompt says nothing of its health
+                router.failed(spec, name, failed.kind)
             if i + 1 < len(routes):
                 nxt = routes[i + 1].model.name
                 logger.warning("route %s: %s failed (%s); trying %s", spec.name, name,
