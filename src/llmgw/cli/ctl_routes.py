@@ -72,8 +72,10 @@ def _route_detail(r: RouteOut) -> None:
     c, retry = r.fallback.cooldown, r.retry
     render.console.print(
         f"route {r.name}: {r.strategy.value}; falls back on "
-        f"{', '.join(f.value for f in r.fallback.on) or 'nothing'}, "
-        f"{r.fallback.attempts or 'every'} target(s) per request; cooldown {c.cooldown_s:g}s after "
+        f"{', '.join(f.value for f in r.fallback.on) or 'nothing'}, trying "
+        f"{f'up to {r.fallback.attempts}' if r.fallback.attempts else 'every'} target"
+        f"{'s' if r.fallback.attempts and r.fallback.attempts > 1 else ''} per request; "
+        f"cooldown {c.cooldown_s:g}s after "
         f"{c.failures} failure(s) within {c.window_s:g}s; {retry.attempts} retr"
         f"{'y' if retry.attempts == 1 else 'ies'} from {retry.backoff_ms} ms (at most "
         f"{retry.max_backoff_ms} ms); by {r.by or '-'}", highlight=False)
