@@ -45,6 +45,7 @@ from llmgw.core.errors import LlmgwError
 from llmgw.core.protocol import ClusterOut, LeaseOut
 from llmgw.core.settings import ServerSettings
 from llmgw.core.types import ReplicaState
+from llmgw.gateway.inflight import InFlight
 from llmgw.gateway.keys_admin import KeyAdmin
 from llmgw.guard.admin import GuardAdmin
 from llmgw.node import hardware
@@ -88,6 +89,8 @@ class Server:
     server_id: str | None = None
     # The server's other worker processes, when it runs more than one.
     peers: Peers | None = None
+    # Requests in flight per key, shared with those workers.
+    flight: InFlight | None = None
     plane: DataPlane | None = None
 
     def build_app(self) -> web.Application:
@@ -99,7 +102,7 @@ class Server:
 
         # The request path: a snapshot of the store, rebuilt when its revision moves.
         engine_key = store.install.engine_key()
-        plane = build_plane(store, s, clock, leadership.server_id, notifier.changed)
+        plane = build_plane(store, s, clock, leadership.server_id, notifier.changed, self.flight)
         self.plane = plane
         refresher, metrics = plane.refresher, plane.metrics
         notifier.watch(refresher.wake)

@@ -5,7 +5,6 @@ only the main process adds the control plane around it (`server.app`)."""
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any
@@ -13,6 +12,7 @@ from typing import Any
 from llmgw.core.clock import Clock
 from llmgw.core.settings import ServerSettings
 from llmgw.gateway.activity import ActivityTracker
+from llmgw.gateway.inflight import InFlight, LocalInFlight
 from llmgw.gateway.limits import Limiter
 from llmgw.gateway.metrics import Metrics
 from llmgw.gateway.queue import ColdQueue
@@ -74,10 +74,11 @@ class DataPlane:
 
 
 def build(store: Store, settings: ServerSettings, clock: Clock, activity_id: str,
-          on_change: Callable[[], None] = lambda: None) -> DataPlane:
+          on_change: Callable[[], None] = lambda: None, flight: InFlight | None = None
+          ) -> DataPlane:
     """The data plane over `store`. `activity_id` is the server row its demand is written to;
     `on_change` is told when the snapshot or the demand changed (the main process wakes its
-    control loops with it)."""
+    control loops with it); `flight` counts requests in flight (shared by a server's workers)."""
     s = settings
     engine_key = store.install.engine_key()
     # Requests for a model with no ready replica wait here; the first one of a cold spell is
@@ -101,18 +102,7 @@ def build(store: Store, settings: ServerSettings, clock: Clock, activity_id: str
                   clock.now, clock.monotonic, refresher.judge_ready)
     meter = UsageMeter(store, clock.now)
     limiter = Limiter(store, clock.now, lambda: refresher.current.default_limits,
-                      lambda: refresher.current.keys)
+                      lambda: refresher.current.keys, flight=flight or LocalInFlight())
     gateway = Gateway(refresher, client, clock, guard, limiter, meter, metrics, queue=queue)
     return DataPlane(refresher, queue, tracker, demand, client, judge_client, metrics,
                      verdict_log, guard, meter, limiter, gateway)
-
-
-async def cancel_all(tasks: list[asyncio.Task[None]], log: Callable[[str, BaseException], None]
-                     ) -> None:
-    """Cancel `tasks` newest first, waiting for each; a task that had failed is logged."""
-    for task in reversed(tasks):
-        task.cancel()
-        await asyncio.wait({task})
-        if not task.cancelled() and task.exception() is not None:
-            log(task.get_name(), task.exception())  # type: ignore[arg-type]
-    tasks.clear()

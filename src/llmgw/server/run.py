@@ -19,8 +19,9 @@ from llmgw.api.edge import EdgeLimits, EdgeRunner
 from llmgw.core.errors import ConfigError
 from llmgw.core.ids import secret_check
 from llmgw.core.settings import ServerSettings, load
+from llmgw.gateway.inflight import SharedInFlight
 from llmgw.server.app import Server
-from llmgw.server.workers import MAIN_SOCKET, Peers, WorkerPool, worker_socket
+from llmgw.server.workers import IN_FLIGHT, MAIN_SOCKET, Peers, WorkerPool, worker_socket
 from llmgw.store.db import redact
 from llmgw.store.install_repo import JOIN_HINT
 from llmgw.store.store import Store
@@ -73,10 +74,11 @@ async def serve(
         raise ConfigError(f"{data_dir / 'config.toml'} does not belong to the install in "
                           f"database {redact(url)}: {JOIN_HINT}")
     run_dir = Path(tempfile.mkdtemp(prefix="llmgw-")) if count > 1 else None  # mode 0700
-    peers = None
+    peers, flight = None, None
     if run_dir is not None:
         peers = Peers([worker_socket(run_dir, i) for i in range(1, count)])
-    server = Server(data_dir, settings, store, peers=peers)
+        flight = SharedInFlight(run_dir / IN_FLIGHT, count, 0, create=True)
+    server = Server(data_dir, settings, store, peers=peers, flight=flight)
     logger.info("open files limit: %d (one per connection, engine and database connection)",
                 raise_open_files_limit())
     runner = app_runner(server.build_app(), edge_limits(settings))
@@ -97,8 +99,9 @@ async def serve(
             await web.UnixSite(runner, str(run_dir / MAIN_SOCKET)).start()
             assert server.server_id is not None
             argv = worker_argv(data_dir, settings.host, int(bound[1]), run_dir,
-                               server.server_id, log)
-            pool = WorkerPool(argv, count, settings.drain_timeout_s)
+                               server.server_id, count, log)
+            assert flight is not None
+            pool = WorkerPool(argv, count, settings.drain_timeout_s, on_exit=flight.forget)
             pool_task = asyncio.create_task(pool.run(), name="workers")
             logger.info("serving with %d workers (this process and %d more)", count, count - 1)
         # Everything loaded so far (SQLAlchemy, pydantic, the app) lives as long as the process:
@@ -117,18 +120,20 @@ async def serve(
             await asyncio.wait({pool_task})
         if peers is not None:
             await peers.close()
+        if flight is not None:
+            flight.close()
         if run_dir is not None:
             shutil.rmtree(run_dir, ignore_errors=True)
 
 
 def worker_argv(data_dir: Path, host: str, port: int, run_dir: Path, server_id: str,
-                log: tuple[str, str]) -> Callable[[int], list[str]]:
+                count: int, log: tuple[str, str]) -> Callable[[int], list[str]]:
     """The command line of extra worker `index` (the port as bound, so port 0 works too)."""
 
     def argv(index: int) -> list[str]:
         return [sys.executable, "-m", "llmgw.server.worker", "--data-dir", str(data_dir),
                 "--host", host, "--port", str(port), "--index", str(index),
-                "--run-dir", str(run_dir), "--server-id", server_id,
+                "--run-dir", str(run_dir), "--server-id", server_id, "--workers", str(count),
                 "--log-level", log[0], "--log-format", log[1]]
 
     return argv

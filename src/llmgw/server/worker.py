@@ -29,11 +29,12 @@ from llmgw.api.errors import openai_errors
 from llmgw.api.forward import main_session, to_main
 from llmgw.core.clock import SystemClock
 from llmgw.core.settings import ServerSettings, load
+from llmgw.gateway.inflight import SharedInFlight
 from llmgw.server import logs
 from llmgw.server.plane import DataPlane
 from llmgw.server.plane import build as build_plane
 from llmgw.server.run import app_runner, edge_limits, raise_open_files_limit
-from llmgw.server.workers import MAIN_SOCKET, worker_row, worker_socket
+from llmgw.server.workers import IN_FLIGHT, MAIN_SOCKET, worker_row, worker_socket
 from llmgw.store.store import Store
 
 logger = logging.getLogger(__name__)
@@ -88,13 +89,14 @@ def private_app(plane: DataPlane) -> web.Application:
 
 
 async def serve(data_dir: Path, host: str, port: int, index: int, run_dir: Path,
-                server_id: str) -> None:
-    """Run worker `index` until SIGTERM or SIGINT."""
+                server_id: str, workers: int) -> None:
+    """Run worker `index` of `workers` until SIGTERM or SIGINT."""
     settings = load(data_dir).model_copy(update={"host": host, "port": port})
     store = await asyncio.to_thread(Store.open, settings.database_url(data_dir))
     clock = SystemClock()
     row = worker_row(server_id, index)
-    plane = build_plane(store, settings, clock, row)
+    flight = SharedInFlight(run_dir / IN_FLIGHT, workers, index)
+    plane = build_plane(store, settings, clock, row, flight=flight)
     tasks: list[asyncio.Task[None]] = []
 
     def spawn(coro: Coroutine[Any, Any, None], name: str) -> None:
@@ -141,6 +143,7 @@ async def serve(data_dir: Path, host: str, port: int, index: int, run_dir: Path,
         except Exception as exc:
             logger.warning("worker %d could not remove its row: %s", index, type(exc).__name__)
         await private.cleanup()
+        flight.close()
         store.close()
 
 
@@ -153,11 +156,12 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--index", type=int, required=True)
     p.add_argument("--run-dir", type=Path, required=True)
     p.add_argument("--server-id", required=True)
+    p.add_argument("--workers", type=int, required=True)
     p.add_argument("--log-level", default="info")
     p.add_argument("--log-format", default="json")
     a = p.parse_args(argv)
     logs.setup(a.log_level, a.log_format)
-    coro = serve(a.data_dir, a.host, a.port, a.index, a.run_dir, a.server_id)
+    coro = serve(a.data_dir, a.host, a.port, a.index, a.run_dir, a.server_id, a.workers)
     try:
         import uvloop
     except ImportError:

@@ -44,6 +44,7 @@ MAX_DELAY_S = 30.0
 # How long the main process waits for a worker's metrics or refresh before going on without it.
 PEER_TIMEOUT_S = 2.0
 MAIN_SOCKET = "main.sock"
+IN_FLIGHT = "in-flight"  # the table of requests in flight (`gateway.inflight`)
 
 
 def worker_row(server_id: str, index: int) -> str:
@@ -103,8 +104,11 @@ class WorkerPool:
     """Starts extra workers 1..count-1 with `argv(index)` and keeps them running until `stop`."""
 
     def __init__(self, argv: Callable[[int], list[str]], count: int, drain_timeout_s: float,
-                 monotonic: Callable[[], float] = time.monotonic) -> None:
+                 monotonic: Callable[[], float] = time.monotonic,
+                 on_exit: Callable[[int], None] = lambda index: None) -> None:
+        """`on_exit(index)` runs when worker `index` died, before it is started again."""
         self._argv = argv
+        self._on_exit = on_exit
         self._slots = {i: Slot(i) for i in range(1, count)}
         self._procs: dict[int, asyncio.subprocess.Process] = {}
         self._drain_timeout_s = drain_timeout_s
@@ -153,6 +157,7 @@ class WorkerPool:
             return
         slot = exited(self._slots[index], self._monotonic())
         self._slots[index] = slot
+        self._on_exit(index)  # its requests in flight died with it
         logger.warning("worker %d (pid %d) exited with %s; starting it again in %.0fs", index,
                        proc.pid, code, restart_delay(slot.failures))
         self._changed.set()
