@@ -53,6 +53,7 @@ async def serve(port: int, upstream: str, reuse_port: bool = False) -> None:
 
 
 def run(port: int, upstream: str, reuse_port: bool) -> None:
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)  # a child stops at its parent's SIGTERM
     try:
         import uvloop
     except ImportError:

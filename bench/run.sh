@@ -210,7 +210,6 @@ models_listed() {
     [[ " $APIS " != *" messages "* || ($out == *'"fake-msg-json"'* && $out == *'"fake-msg-sse"'*) ]]
 }
 wait_for "llmgw routing the fake models" 15 "$GW_PID" models_listed
-log "llmgw (pid $GW_PID, 1 worker) on :$GW_PORT"
 
 # The same install served by 2 workers (`server run --workers 2`), on a port of its own: a copy
 # of the data dir (taken while the first server is stopped), so both are ready before the first
@@ -221,6 +220,7 @@ cp -a "$TMP/llmgw" "$TMP/llmgw2"
 PIDS+=($!)
 GW_PID=$!
 wait_for "llmgw routing the fake models" 30 "$GW_PID" models_listed
+log "llmgw (pid $GW_PID, 1 worker) on :$GW_PORT"
 LLMGW_DATA_DIR=$TMP/llmgw2 "$LLMGW" server run --port "$GW2_PORT" --workers 2 --log-level warning \
     --log-format text >"$TMP/llmgw2.log" 2>&1 &
 PIDS+=($!)
