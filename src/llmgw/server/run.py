@@ -28,6 +28,10 @@ from llmgw.store.store import Store
 
 logger = logging.getLogger(__name__)
 
+# The young generation is collected every GC_THRESHOLDS[0] allocations rather than 700: a request
+# allocates a few hundred containers, nearly all freed by reference counting, so the default
+# collected several times per request for nothing.
+GC_THRESHOLDS = (50_000, 20, 20)
 # Where the soft limit stops when the hard one is unlimited (the kernel refuses more than nr_open).
 OPEN_FILES_CAP = 1 << 20
 
@@ -109,6 +113,7 @@ async def serve(
         # request in flight (measured: p99 at 32 connections fell from ~50 ms to ~12 ms).
         gc.collect()
         gc.freeze()
+        gc.set_threshold(*GC_THRESHOLDS)
         on_ready(f"http://{bound[0]}:{bound[1]}")
         await stop.wait()
         logger.info("stopping: control loops first, then requests in flight get up to %gs",

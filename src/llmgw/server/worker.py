@@ -33,7 +33,7 @@ from llmgw.gateway.inflight import SharedInFlight
 from llmgw.server import logs
 from llmgw.server.plane import DataPlane
 from llmgw.server.plane import build as build_plane
-from llmgw.server.run import app_runner, edge_limits, raise_open_files_limit
+from llmgw.server.run import GC_THRESHOLDS, app_runner, edge_limits, raise_open_files_limit
 from llmgw.server.workers import IN_FLIGHT, MAIN_SOCKET, worker_row, worker_socket
 from llmgw.store.store import Store
 
@@ -131,6 +131,7 @@ async def serve(data_dir: Path, host: str, port: int, index: int, run_dir: Path,
         await web.TCPSite(public, host, port, reuse_port=True).start()
         gc.collect()
         gc.freeze()  # as in the main process: no full collections pausing requests
+        gc.set_threshold(*GC_THRESHOLDS)
         await stop.wait()
     finally:
         await public.cleanup()  # stop listening; requests in flight get drain_timeout_s
