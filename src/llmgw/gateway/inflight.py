@@ -19,7 +19,6 @@ import mmap
 import os
 import struct
 from collections import defaultdict
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Protocol
 
@@ -46,6 +45,30 @@ class InFlight(Protocol):
         ...
 
 
+_NOTHING: contextlib.nullcontext[None] = contextlib.nullcontext()
+
+
+class _Lock:
+    """The table's exclusive `flock`, re-entrant within this process (a class, not a generator:
+    it is taken twice per request)."""
+
+    __slots__ = ("_fd", "_depth")
+
+    def __init__(self, fd: int) -> None:
+        self._fd = fd
+        self._depth = 0
+
+    def __enter__(self) -> None:
+        if not self._depth:
+            fcntl.flock(self._fd, fcntl.LOCK_EX)
+        self._depth += 1
+
+    def __exit__(self, *_exc: object) -> None:
+        self._depth -= 1
+        if not self._depth:
+            fcntl.flock(self._fd, fcntl.LOCK_UN)
+
+
 class LocalInFlight:
     """One process's count."""
 
@@ -54,7 +77,7 @@ class LocalInFlight:
         self._tokens: dict[str, int] = defaultdict(int)
 
     def held(self) -> contextlib.AbstractContextManager[None]:
-        return contextlib.nullcontext()
+        return _NOTHING  # one process: every step is one step already
 
     def get(self, key_id: str) -> tuple[int, int]:
         return self._requests.get(key_id, 0), self._tokens.get(key_id, 0)
@@ -81,25 +104,17 @@ class SharedInFlight:
             os.ftruncate(self._fd, size)
         self._map = mmap.mmap(self._fd, size)
         self._digests: dict[str, bytes] = {}
-        self._depth = 0
+        # Where each key's slot was last found (checked against its digest before use: a
+        # compaction by any worker moves slots).
+        self._slots: dict[str, int] = {}
+        self._lock = _Lock(self._fd)
 
     def close(self) -> None:
         self._map.close()
         os.close(self._fd)
 
-    @contextlib.contextmanager
-    def held(self) -> Iterator[None]:
-        if self._depth:
-            self._depth += 1
-        else:
-            fcntl.flock(self._fd, fcntl.LOCK_EX)
-            self._depth = 1
-        try:
-            yield
-        finally:
-            self._depth -= 1
-            if not self._depth:
-                fcntl.flock(self._fd, fcntl.LOCK_UN)
+    def held(self) -> contextlib.AbstractContextManager[None]:
+        return self._lock
 
     def _digest(self, key_id: str) -> bytes:
         d = self._digests.get(key_id)
@@ -113,6 +128,18 @@ class SharedInFlight:
     def _find(self, key_id: str, claim: bool) -> int | None:
         """The offset of the key's slot; with `claim`, a free one is taken for it."""
         digest, m = self._digest(key_id), self._map
+        at = self._slots.get(key_id)
+        if at is not None and m[at : at + _ID] == digest:
+            return at
+        at = self._probe(digest, claim)
+        if at is not None:
+            self._slots[key_id] = at
+        elif claim and self._compact():
+            return self._find(key_id, claim)
+        return at
+
+    def _probe(self, digest: bytes, claim: bool) -> int | None:
+        m = self._map
         start = int.from_bytes(digest[:4], "little") % SLOTS
         for step in range(SLOTS):
             at = _HEADER + ((start + step) % SLOTS) * self._slot
@@ -124,8 +151,6 @@ class SharedInFlight:
                     return None
                 m[at : at + _ID] = digest
                 return at
-        if claim and self._compact():
-            return self._find(key_id, claim)
         return None
 
     def _compact(self) -> bool:
