@@ -13,7 +13,11 @@ from pathlib import Path
 from statistics import median
 from typing import NamedTuple
 
-TARGETS = ("direct", "llmgw", "passthrough")
+TARGETS = ("direct", "llmgw", "passthrough", "llmgw-2w", "passthrough-2p")
+# What each target is called in the table: llmgw-2w is `server run --workers 2`, passthrough-2p
+# the pass-through in 2 processes on one port (its floor).
+TARGET_LABELS = {"llmgw": "llmgw, 1 worker", "llmgw-2w": "llmgw, 2 workers",
+                 "passthrough-2p": "passthrough, 2 processes"}
 MODES = ("json", "stream")
 # The client's API, and what it is called in the table. Chat completions is the yardstick the
 # other dialects are held to.
@@ -24,8 +28,8 @@ APIS = {
     "responses_via_chat": "responses → chat",
     "route": "chat → route",  # a two-target priority route; its first target answers
 }
-ADDED_P50_GOAL_MS = 1.0
-RPS_SHARE_GOAL = 0.60
+ADDED_P50_GOAL_MS = 0.35
+RPS_SHARE_GOAL = 0.80
 DIALECT_P50_SLACK_MS = 0.1
 DIALECT_RPS_SHARE = 0.90
 ROUTE_P50_SLACK_MS = 0.05
@@ -93,7 +97,8 @@ def render(rows: Rows, header: list[str]) -> str:
                     added = added_p50(rows, r)
                     shown = "-" if target == "direct" or added is None else f"{added:+.3f}"
                     out.append(
-                        f"| {label} | {target} | {mode} | {conc} | {r.rps:,.0f} | {r.p50:.3f} "
+                        f"| {label} | {TARGET_LABELS.get(target, target)} | {mode} | {conc} "
+                        f"| {r.rps:,.0f} | {r.p50:.3f} "
                         f"| {r.p99:.3f} | {shown} | {'-' if r.cpu_us is None else r.cpu_us} | {r.errors} |"
                     )
     out.append("")
@@ -121,27 +126,31 @@ def verdicts(rows: Rows) -> list[str]:
             ok = False
             continue
         added = gw.p50 - direct.p50
-        ok &= added < ADDED_P50_GOAL_MS
+        ok &= added <= ADDED_P50_GOAL_MS
         parts.append(f"{mode} {added:+.3f} ms ({gw.p50:.3f} vs direct {direct.p50:.3f})")
     lines.append(
-        f"- {'PASS' if ok else 'FAIL'}: llmgw adds < {ADDED_P50_GOAL_MS:g} ms at p50 to chat completions, "
+        f"- {'PASS' if ok else 'FAIL'}: llmgw adds <= {ADDED_P50_GOAL_MS:g} ms at p50 to chat completions, "
         f"concurrency {low}: " + "; ".join(parts)
     )
 
-    parts, ok = [], True
-    for mode in MODES:
-        gw, floor = rows.get(("chat", "llmgw", mode, high)), rows.get(("chat", "passthrough", mode, high))
-        if gw is None or floor is None or floor.rps <= 0:
-            parts.append(f"{mode} n/a")
-            ok = False
-            continue
-        share = gw.rps / floor.rps
-        ok &= share >= RPS_SHARE_GOAL
-        parts.append(f"{mode} {share:.0%} ({gw.rps:,.0f} vs passthrough {floor.rps:,.0f} rps)")
-    lines.append(
-        f"- {'PASS' if ok else 'FAIL'}: llmgw serves >= {RPS_SHARE_GOAL:.0%} of the passthrough's "
-        f"chat completions requests/s, concurrency {high}: " + "; ".join(parts)
-    )
+    for gw_target, floor_target, what, floor_name in (
+            ("llmgw", "passthrough", "1 worker", "the passthrough's"),
+            ("llmgw-2w", "passthrough-2p", "2 workers", "the 2-process passthrough's")):
+        parts, ok = [], True
+        for mode in MODES:
+            gw = rows.get(("chat", gw_target, mode, high))
+            floor = rows.get(("chat", floor_target, mode, high))
+            if gw is None or floor is None or floor.rps <= 0:
+                parts.append(f"{mode} n/a")
+                ok = False
+                continue
+            share = gw.rps / floor.rps
+            ok &= share >= RPS_SHARE_GOAL
+            parts.append(f"{mode} {share:.0%} ({gw.rps:,.0f} vs {floor.rps:,.0f} rps)")
+        lines.append(
+            f"- {'PASS' if ok else 'FAIL'}: llmgw with {what} serves >= {RPS_SHARE_GOAL:.0%} of "
+            f"{floor_name} chat completions requests/s, concurrency {high}: " + "; ".join(parts)
+        )
     return lines
 
 

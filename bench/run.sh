@@ -87,9 +87,9 @@ wait_for() {
     die "$desc: not ready after $secs s"
 }
 
-read -r NGINX_PORT GW_PORT PT_PORT < <("$PY" -c '
+read -r NGINX_PORT GW_PORT PT_PORT GW2_PORT PT2_PORT < <("$PY" -c '
 import socket
-socks = [socket.socket() for _ in range(3)]
+socks = [socket.socket() for _ in range(5)]
 for s in socks:
     s.bind(("127.0.0.1", 0))
 print(*(s.getsockname()[1] for s in socks))
@@ -185,7 +185,7 @@ export LLMGW_DATA_DIR=$TMP/llmgw
 COLUMNS=200 "$LLMGW" server init --no-guard --port "$GW_PORT" >"$TMP/init.log" 2>&1 || die "llmgw server init failed"
 KEY=$(grep -o '^ *sk-llmgw-[A-Za-z0-9_-]*$' "$TMP/init.log" | tail -n 1 | tr -d ' ')
 [[ -n $KEY ]] || die "no admin key in the output of llmgw server init"
-"$LLMGW" server run --port "$GW_PORT" --log-level warning --log-format text >"$TMP/llmgw.log" 2>&1 &
+"$LLMGW" server run --port "$GW_PORT" --workers 1 --log-level warning --log-format text >"$TMP/llmgw.log" 2>&1 &
 PIDS+=($!)
 GW_PID=$!
 wait_for "llmgw /health" 30 "$GW_PID" curl -fsS "http://127.0.0.1:$GW_PORT/health"
@@ -224,7 +224,32 @@ models_listed() {
     [[ $ROUTE != 1 || ($out == *'"route-json"'* && $out == *'"route-sse"'*) ]]
 }
 wait_for "llmgw routing the fake models" 15 "$GW_PID" models_listed
-log "llmgw (pid $GW_PID) on :$GW_PORT"
+
+# The same install served by 2 workers (`server run --workers 2`), on a port of its own: a copy
+# of the data dir (taken while the first server is stopped), so both are ready before the first
+# measurement and share nothing. Each waits idle while the others are measured.
+kill -TERM "$GW_PID" && wait "$GW_PID" || true
+cp -a "$TMP/llmgw" "$TMP/llmgw2"
+"$LLMGW" server run --port "$GW_PORT" --workers 1 --log-level warning --log-format text >>"$TMP/llmgw.log" 2>&1 &
+PIDS+=($!)
+GW_PID=$!
+wait_for "llmgw routing the fake models" 30 "$GW_PID" models_listed
+log "llmgw (pid $GW_PID, 1 worker) on :$GW_PORT"
+LLMGW_DATA_DIR=$TMP/llmgw2 "$LLMGW" server run --port "$GW2_PORT" --workers 2 --log-level warning \
+    --log-format text >"$TMP/llmgw2.log" 2>&1 &
+PIDS+=($!)
+GW2_PID=$!
+wait_for "llmgw (2 workers) /health" 30 "$GW2_PID" curl -fsS "http://127.0.0.1:$GW2_PORT/health"
+two_workers_answer() { # both processes answer: two request-id prefixes over new connections
+    local i ids=""
+    for ((i = 0; i < 12; i++)); do
+        ids+=$(curl -fsS -o /dev/null -D - -H "Authorization: Bearer $KEY" "http://127.0.0.1:$GW2_PORT/v1/models" \
+            | tr -d '\r' | sed -n 's/^[Xx]-[Rr]equest-[Ii]d: \(.*\)-[0-9a-f]*$/\1/p')$'\n'
+    done
+    (($(sort -u <<<"$ids" | grep -c .) >= 2))
+}
+wait_for "llmgw's second worker" 30 "$GW2_PID" two_workers_answer
+log "llmgw (pid $GW2_PID, 2 workers) on :$GW2_PORT"
 
 # The floor.
 "$PY" bench/passthrough.py --port "$PT_PORT" --upstream "http://127.0.0.1:$NGINX_PORT" >"$TMP/passthrough.log" 2>&1 &
@@ -232,6 +257,12 @@ PIDS+=($!)
 PT_PID=$!
 wait_for "passthrough" 15 "$PT_PID" curl -fsS -X POST -d '{}' "http://127.0.0.1:$PT_PORT/json/v1/chat/completions"
 log "passthrough (pid $PT_PID) on :$PT_PORT"
+# The floor for 2 workers: the same pass-through in 2 processes sharing the port (SO_REUSEPORT).
+"$PY" bench/passthrough.py --port "$PT2_PORT" --processes 2 --upstream "http://127.0.0.1:$NGINX_PORT" >"$TMP/passthrough2.log" 2>&1 &
+PIDS+=($!)
+PT2_PID=$!
+wait_for "passthrough (2 processes)" 15 "$PT2_PID" curl -fsS -X POST -d '{}' "http://127.0.0.1:$PT2_PORT/json/v1/chat/completions"
+log "passthrough (pid $PT2_PID, 2 processes) on :$PT2_PORT"
 
 # --- 3. load ---------------------------------------------------------------------------------
 
@@ -245,14 +276,17 @@ url_for() { # API TARGET MODE
     local prefix=json path
     [[ $3 == stream ]] && prefix=sse
     case $(upstream_api "$1") in chat) path=chat/completions ;; messages) path=messages ;; esac
+    local gw=$GW_PORT
+    [[ $2 == llmgw-2w ]] && gw=$GW2_PORT
     case $2 in
         direct) echo "http://127.0.0.1:$NGINX_PORT/$prefix/v1/$path" ;;
         passthrough) echo "http://127.0.0.1:$PT_PORT/$prefix/v1/$path" ;;
-        llmgw)
+        passthrough-2p) echo "http://127.0.0.1:$PT2_PORT/$prefix/v1/$path" ;;
+        llmgw | llmgw-2w)
             case $(client_api "$1") in
-                chat) echo "http://127.0.0.1:$GW_PORT/v1/chat/completions" ;;
-                messages) echo "http://127.0.0.1:$GW_PORT/v1/messages" ;;
-                responses) echo "http://127.0.0.1:$GW_PORT/v1/responses" ;;
+                chat) echo "http://127.0.0.1:$gw/v1/chat/completions" ;;
+                messages) echo "http://127.0.0.1:$gw/v1/messages" ;;
+                responses) echo "http://127.0.0.1:$gw/v1/responses" ;;
             esac ;;
     esac
 }
@@ -299,6 +333,7 @@ smoke() { # API TARGET MODE
 }
 
 # The cells, ordered so that llmgw's rows of every dialect run one after the other.
+# Chat completions also runs through 2 workers and the 2-process pass-through.
 CELLS="chat:direct"
 [[ " $APIS " == *" messages "* ]] && CELLS+=" messages:direct"
 CELLS+=" chat:llmgw"
@@ -306,13 +341,22 @@ CELLS+=" chat:llmgw"
 for a in $APIS; do [[ $a == chat ]] || CELLS+=" $a:llmgw"; done
 CELLS+=" chat:passthrough"
 [[ " $APIS " == *" messages "* ]] && CELLS+=" messages:passthrough"
+CELLS+=" chat:llmgw-2w chat:passthrough-2p"
 MODES=${BENCH_MODES:-"json stream"}
 ROUNDS=${BENCH_ROUNDS:-1}
 for cell in $CELLS; do for m in $MODES; do smoke "${cell%%:*}" "${cell#*:}" "$m"; done; done
 log "smoke checks passed (200, full answers in the client's dialect) for every cell and mode"
 
-# cpu_ticks PID: user + system CPU time the process has used, in clock ticks (all its threads).
-cpu_ticks() { sed 's/.*) //' "/proc/$1/stat" | awk '{ print $12 + $13 }'; }
+# cpu_ticks PID: user + system CPU time the process and its children (a server's workers) have
+# used, in clock ticks (all their threads).
+cpu_ticks() {
+    local pid total=0 t
+    for pid in "$1" $(pgrep -P "$1" || true); do
+        t=$(sed 's/.*) //' "/proc/$pid/stat" 2>/dev/null | awk '{ print $12 + $13 }') || t=0
+        total=$((total + ${t:-0}))
+    done
+    echo "$total"
+}
 TICK_US=$((1000000 / $(getconf CLK_TCK)))
 
 # wrk_run API TARGET MODE CONC SECONDS -> "rps p50_ms p99_ms errors cpu_us"
@@ -321,7 +365,10 @@ TICK_US=$((1000000 / $(getconf CLK_TCK)))
 wrk_run() {
     local threads=2 out line pid="" before=0 cpu=-
     (($4 < 2)) && threads=1
-    case $2 in llmgw) pid=$GW_PID ;; passthrough) pid=$PT_PID ;; esac
+    case $2 in
+        llmgw) pid=$GW_PID ;; llmgw-2w) pid=$GW2_PID ;;
+        passthrough) pid=$PT_PID ;; passthrough-2p) pid=$PT2_PID ;;
+    esac
     [[ -n $pid ]] && before=$(cpu_ticks "$pid")
     out=$(BENCH_API=$(client_api "$1") BENCH_MODEL=$(model_for "$1" "$3") BENCH_STREAM=$(stream_for "$3") \
         BENCH_KEY=$KEY wrk -t"$threads" -c"$4" -d"$5"s -s bench/chat.lua "$(url_for "$1" "$2" "$3")" 2>&1) \
@@ -363,6 +410,7 @@ done
 # --- 4. report -------------------------------------------------------------------------------
 
 kill -0 "$GW_PID" 2>/dev/null || die "llmgw died during the run"
+kill -0 "$GW2_PID" 2>/dev/null || die "llmgw (2 workers) died during the run"
 commit=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
 git diff --quiet HEAD -- src 2>/dev/null || commit="$commit (src/ modified)"
 cpu=$(grep -m1 'model name' /proc/cpuinfo 2>/dev/null | cut -d: -f2 | sed 's/^ *//' || true)
@@ -382,4 +430,5 @@ if [[ $ROUTE == 1 ]]; then
 fi
 
 append_warnings "$TMP/llmgw.log" bench/results/latest.md
+append_warnings "$TMP/llmgw2.log" bench/results/latest.md
 log "written bench/results/latest.md"

@@ -199,3 +199,33 @@ def test_an_admin_key_may_use_any_model_whatever_its_list_says() -> None:
 def test_a_user_key_may_use_the_models_its_patterns_match(model: str, allowed: bool) -> None:
     _, record = api_key(models=["gemma3-*", "qwen3guard-[04]*", "gpt-4o-mini"])
     assert may_use(record, model) is allowed
+
+
+def test_a_key_let_in_before_is_refused_once_the_next_cache_has_it_revoked() -> None:
+    plaintext, record = user_key()
+    before = cache(record)
+    for _ in range(2):  # the second time from the tokens the cache remembers
+        assert before.authenticate(f"Bearer {plaintext}", NOW) == record
+
+    after = cache(record.model_copy(update={"revoked": True}))
+
+    with pytest.raises(Unauthenticated):
+        after.authenticate(f"Bearer {plaintext}", NOW)
+
+
+def test_a_remembered_key_still_expires() -> None:
+    plaintext, record = user_key()
+    keys = cache(record.model_copy(update={"expires_at": NOW + timedelta(seconds=1)}))
+    keys.authenticate(f"Bearer {plaintext}", NOW)
+    with pytest.raises(Unauthenticated) as exc:
+        keys.authenticate(f"Bearer {plaintext}", NOW + timedelta(seconds=2))
+    assert exc.value.code == "expired_api_key"
+
+
+def test_unknown_tokens_are_not_remembered() -> None:
+    _, record = user_key()
+    keys = cache(record)
+    for i in range(50):
+        with pytest.raises(Unauthenticated):
+            keys.authenticate(f"Bearer sk-llmgw-made-up-{i}", NOW)
+    assert not keys._seen

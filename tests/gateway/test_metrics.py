@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import orjson
+
 from llmgw.gateway.metrics import Metrics
 from llmgw.gateway.routing import Route, RoutingTable, Upstream
 from tests.factories import gemma_model, local_model, remote_model
@@ -34,3 +36,44 @@ def test_queues_waits_cold_starts_and_evictions_are_shown_per_model() -> None:
 def test_a_server_without_a_queue_shows_empty_queues() -> None:
     table = RoutingTable({"gemma3-270m": Route(gemma_model(replicas=0), ())})
     assert 'llmgw_queue_depth{model="gemma3-270m"} 0.0' in Metrics(lambda: table).render().decode()
+
+
+def test_a_scrape_sums_every_workers_counters_histograms_and_gauges() -> None:
+    up = Upstream("r1", "http://127.0.0.1:39001/v1")
+    table = RoutingTable({"gemma3-270m": Route(gemma_model(replicas=0), ()),
+                          "other": Route(local_model("other"), (up,))})
+    main = Metrics(lambda: table, queued=lambda: {"gemma3-270m": 1})
+    worker = Metrics(lambda: table, queued=lambda: {"gemma3-270m": 2})
+    main.request("other", 200, "sk-llmgw-ab", "chat_completions", 0.2, 0.0003, None, "")
+    for _ in range(3):
+        worker.request("other", 200, "sk-llmgw-ab", "chat_completions", 0.02, 0.0003, 0.01, "")
+    worker.request("other", 502, "sk-llmgw-ab", "chat_completions", 0.02, 0.0003, None,
+                   "upstream_error")
+    worker.cold_start("gemma3-270m")
+    up.outstanding = 2  # seen by both: each worker sends the other's in its state
+    state = worker.state()
+    up.outstanding = 1
+
+    text = main.render([state]).decode()
+
+    assert ('llmgw_requests_total{api="chat_completions",key="sk-llmgw-ab",model="other",'
+            'status="200"} 4.0') in text
+    assert 'llmgw_upstream_errors_total{code="upstream_error",model="other"} 1.0' in text
+    assert 'llmgw_request_seconds_count{model="other"} 5.0' in text
+    assert 'llmgw_request_seconds_bucket{le="0.025",model="other"} 4.0' in text
+    assert 'llmgw_time_to_first_token_seconds_count{model="other"} 3.0' in text
+    assert 'llmgw_cold_starts_total{model="gemma3-270m"} 1.0' in text
+    assert 'llmgw_queue_depth{model="gemma3-270m"} 3.0' in text
+    assert 'llmgw_requests_in_flight{model="other"} 3.0' in text
+    assert 'llmgw_replicas_ready{model="other"} 1.0' in text  # the same table: not summed
+    # The worker's own counters are untouched by the merge.
+    assert sum(main.requests.values()) == 1
+
+
+def test_a_workers_state_survives_the_trip_as_json() -> None:
+    table = RoutingTable({})
+    worker = Metrics(lambda: table)
+    worker.request("m", 200, "k", "messages", 0.5, 0.001, None, "")
+    state = orjson.loads(orjson.dumps(worker.state()))
+    text = Metrics(lambda: table).render([state]).decode()
+    assert 'llmgw_requests_total{api="messages",key="k",model="m",status="200"} 1.0' in text

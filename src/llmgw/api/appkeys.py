@@ -12,7 +12,7 @@ from llmgw.control.node_admin import NodeAdmin
 from llmgw.control.serve_jobs import ServeJobs
 from llmgw.core.protocol import ClusterOut, JudgeStatusOut
 from llmgw.gateway.keys_admin import KeyAdmin
-from llmgw.gateway.metrics import Metrics
+from llmgw.gateway.metrics import Metrics, MetricsState
 from llmgw.gateway.route_admin import RouteAdmin
 from llmgw.gateway.service import Gateway
 from llmgw.gateway.team_admin import TeamAdmin
@@ -32,6 +32,9 @@ ROUTES = web.AppKey("routes", RouteAdmin)
 TEAMS = web.AppKey("teams", TeamAdmin)
 NODES = web.AppKey("nodes", NodeAdmin)
 METRICS = web.AppKey("metrics", Metrics)
+# The server's other workers' metrics, summed into each scrape (absent with one worker).
+PeerMetrics = Callable[[], Awaitable[list[MetricsState]]]
+METRICS_PEERS: web.AppKey[PeerMetrics] = web.AppKey("metrics_peers")
 # Whether `/metrics` answers without a key (`[server] metrics_public`).
 METRICS_PUBLIC = web.AppKey("metrics_public", bool)
 # This server's view of the cluster (leader, epoch, lease), composed in the server layer.

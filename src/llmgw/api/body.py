@@ -59,11 +59,24 @@ def _may_repeat_a_key(body: bytes, payload: dict[str, Any]) -> bool:
     if b"\\u" in body or b"\\/" in body:
         return True
     for name in payload:
-        token = orjson.dumps(name)
+        token = _TOKENS.get(name) or _token(name)
         # The count is C-fast; the pattern skips the same text as a value (`"role": "user"`).
         if body.count(token) > 1 and len(re.findall(re.escape(token) + rb"[ \t\n\r]*:", body)) > 1:
             return True
     return False
+
+
+# The JSON spelling of top-level key names seen so far ("model", "messages", ...): the same few
+# on every request. Bounded: a client sending new names each time only costs the encoding.
+_TOKENS: dict[str, bytes] = {}
+_TOKENS_MAX = 1024
+
+
+def _token(name: str) -> bytes:
+    token = orjson.dumps(name)
+    if len(_TOKENS) < _TOKENS_MAX:
+        _TOKENS[name] = token
+    return token
 
 
 def _repeats_a_key(body: bytes) -> bool:

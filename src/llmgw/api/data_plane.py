@@ -8,7 +8,7 @@ from typing import Any
 import orjson
 from aiohttp import web
 
-from llmgw.api.appkeys import GATEWAY, GUARD, METRICS, METRICS_PUBLIC
+from llmgw.api.appkeys import GATEWAY, GUARD, METRICS, METRICS_PEERS, METRICS_PUBLIC
 from llmgw.api.body import read_json
 from llmgw.api.context import REQUEST_ID, STARTED
 from llmgw.api.endpoints import JSON, Access, Endpoint, Schema, obj, raw
@@ -84,11 +84,14 @@ async def moderations(request: web.Request) -> web.Response:
 
 
 async def metrics(request: web.Request) -> web.Response:
-    """Prometheus text format. It names every model and key prefix, so it takes an admin or
-    metrics key unless the install made it public (`[server] metrics_public`)."""
+    """Prometheus text format, summed over the server's workers. It names every model and key
+    prefix, so it takes an admin or metrics key unless the install made it public
+    (`[server] metrics_public`)."""
     if not request.app[METRICS_PUBLIC]:
         request.app[GATEWAY].authenticate(request.headers.get("Authorization"), SCRAPERS)
-    return web.Response(body=request.app[METRICS].render(),
+    peers = request.app.get(METRICS_PEERS)
+    others = await peers() if peers is not None else []
+    return web.Response(body=request.app[METRICS].render(others),
                         headers={"Content-Type": "text/plain; version=0.0.4; charset=utf-8"})
 
 

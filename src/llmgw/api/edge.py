@@ -117,7 +117,9 @@ class EdgeHandler(web.RequestHandler):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         super().connection_made(transport)
         peer = _peer_of(transport)
-        if self._connections.admit(peer):
+        if not peer:
+            pass  # the private Unix socket: this server's own workers, each bounded itself
+        elif self._connections.admit(peer):
             self._peer = peer
         else:
             # Answered on its first bytes, so the client reads a 503 rather than a reset.

@@ -93,6 +93,10 @@ def server_run(
     port: Annotated[int | None, typer.Option(help="Override the configured port.")] = None,
     log_level: Annotated[str, typer.Option(help="debug, info, warning or error.")] = "info",
     log_format: Annotated[str, typer.Option(help="json (one object per line) or text.")] = "json",
+    workers: Annotated[int | None, typer.Option(
+        min=0, max=64,
+        help="Processes serving the port; 0: one per core, at most 8 [default: [server] "
+             "workers, 0].")] = None,
 ) -> None:
     """Serve the API, run the replica keeper and the embedded node agent."""
     from llmgw.server import logs
@@ -108,6 +112,8 @@ def server_run(
             host,
             port,
             lambda url: render.console.print(f"llmgw listening on {url}", highlight=False),
+            workers,
+            (log_level, log_format),
         )
     except LlmgwError as exc:
         render.error(exc.message)

@@ -14,6 +14,13 @@ from llmgw.core.errors import ConfigError
 
 CONFIG_FILE = "config.toml"
 
+# The most worker processes `workers = 0` (one per core) starts. Each worker holds its own copy
+# of the keys and routing table, polls the store every refresh_interval_s and writes its limit
+# counts and usage every second, and every worker widens the limits' cross-process tolerance by
+# what it admits in one sync interval; past about 8 workers a second server (or a bigger
+# upstream) gains more than another worker on the same machine.
+WORKERS_CAP = 8
+
 
 def default_data_dir() -> Path:
     """`$LLMGW_DATA_DIR`, else `~/.local/share/llmgw`."""
@@ -131,6 +138,16 @@ class ServerSettings(BaseModel):
     metrics_public: bool = False
     # Whether `server run` serves the web console at `/ui`.
     ui: bool = True
+    # Data-plane processes sharing the port (SO_REUSEPORT); 0: one per core, at most WORKERS_CAP.
+    workers: int = Field(default=0, ge=0, le=64)
+
+    def worker_count(self, cores: int | None = None) -> int:
+        """How many worker processes `server run` starts: `workers`, or one per core (capped)."""
+        if self.workers:
+            return self.workers
+        if cores is None:
+            cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+        return max(1, min(cores or 1, WORKERS_CAP))
 
     def database_url(self, data_dir: Path) -> str:
         """The configured database, else the SQLite file in the data directory."""

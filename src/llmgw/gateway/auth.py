@@ -10,6 +10,9 @@ from llmgw.core.errors import Forbidden, Unauthenticated
 from llmgw.core.ids import hash_key
 from llmgw.core.types import TEAM_KEY_PREFIX, ApiKey, KeyScope, Team
 
+# Tokens a key cache remembers; more live keys than this only cost the hash again.
+SEEN_MAX = 4096
+
 
 class KeyCache:
     """Keys by their keyed hash; rebuilt from the store when the revision changes.
@@ -51,6 +54,9 @@ class KeyCache:
             team = team_keys.get(k.team) if k.team is not None else None
             if team is not None:
                 self._chains[k.id] = (*self._chains[k.id], team)
+        # Tokens of keys let in since this cache was built (it is rebuilt, empty, on every
+        # revision: a revoked key's token is gone with the cache that knew it).
+        self._seen: dict[str, tuple[ApiKey, datetime | None]] = {}
 
     def chain(self, key: ApiKey) -> tuple[ApiKey, ...]:
         """`key`, then the key that minted it, and so on up to its family's first key."""
@@ -69,11 +75,18 @@ class KeyCache:
         scheme, _, token = authorization.partition(" ")
         if scheme.lower() != "bearer" or not token.strip():
             raise Unauthenticated("Authorization header must be 'Bearer <key>'")
-        # A dict lookup on the keyed hash: the hash comparison is not a prefix-revealing
-        # string compare of the secret itself.
-        found = self._by_hash.get(hash_key(self._secret, token.strip()))
-        if found is None:  # unknown, revoked, or minted beneath a revoked key
-            raise Unauthenticated("Incorrect API key provided")
+        token = token.strip()
+        # The keyed hash costs more than the rest of authentication: a key already let in
+        # through this cache (this revision's keys, none revoked) is looked up by its token.
+        found = self._seen.get(token)
+        if found is None:
+            # A dict lookup on the keyed hash: the hash comparison is not a prefix-revealing
+            # string compare of the secret itself.
+            found = self._by_hash.get(hash_key(self._secret, token))
+            if found is None:  # unknown, revoked, or minted beneath a revoked key
+                raise Unauthenticated("Incorrect API key provided")
+            if len(self._seen) < SEEN_MAX:  # bounded: only keys that exist get in
+                self._seen[token] = found
         return _unexpired(found, now)
 
     def principal(self, key_id: str, now: datetime) -> ApiKey:

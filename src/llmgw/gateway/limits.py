@@ -39,6 +39,7 @@ from datetime import datetime, timedelta
 from llmgw.core.errors import LlmgwError, RateLimited
 from llmgw.core.types import ApiKey, Limits
 from llmgw.gateway.auth import KeyCache, is_team
+from llmgw.gateway.inflight import InFlight, LocalInFlight
 from llmgw.store.store import Store
 
 logger = logging.getLogger(__name__)
@@ -86,13 +87,13 @@ class Limiter:
     _shared: dict[tuple[str, int], _Counts] = field(default_factory=dict)
     # This server's counts since the last sync.
     _local: dict[tuple[str, int], _Counts] = field(default_factory=lambda: defaultdict(_Counts))
-    _in_flight: dict[str, int] = field(default_factory=lambda: defaultdict(int))
+    # Requests in flight and the tokens they reserved, per key (and per minter above it): this
+    # server's, across its workers (`gateway.inflight`).
+    flight: InFlight = field(default_factory=LocalInFlight)
     # Tokens used per key today / this month at the last sync, plus local since.
     _day: dict[str, int] = field(default_factory=dict)
     _month: dict[str, int] = field(default_factory=dict)
     _local_tokens: dict[str, int] = field(default_factory=lambda: defaultdict(int))
-    # Tokens reserved by this server's requests in flight, per key (and per minter above it).
-    _reserved: dict[str, int] = field(default_factory=lambda: defaultdict(int))
     _budget_keys: set[str] = field(default_factory=set)
     # Counts being written by a sync in progress: still this server's until the totals read
     # back include them, so admission keeps counting them meanwhile.
@@ -117,15 +118,15 @@ class Limiter:
         The request must fit the limits of `key` and of every key above it that minted it."""
         chain = self.keys().chain(key)
         now = self.now()
-        for member in chain:
-            self._check(key, member, reserve_tokens, now)
         minute = int(now.timestamp()) // 60
-        for member in chain:
-            local = self._local[(member.id, minute)]
-            local.requests += 1
-            local.tokens += reserve_tokens
-            self._in_flight[member.id] += 1
-            self._reserved[member.id] += reserve_tokens
+        with self.flight.held():  # the checks and the counts, one step for all workers
+            for member in chain:
+                self._check(key, member, reserve_tokens, now)
+            for member in chain:
+                local = self._local[(member.id, minute)]
+                local.requests += 1
+                local.tokens += reserve_tokens
+                self.flight.add(member.id, 1, reserve_tokens)
         return Ticket(tuple(m.id for m in chain), minute, reserve_tokens, self)
 
     def _check(self, key: ApiKey, member: ApiKey, reserve_tokens: int, now: datetime) -> None:
@@ -141,7 +142,7 @@ class Limiter:
         if lim.tpm is not None and used.tokens + reserve_tokens > lim.tpm and used.tokens > 0:
             raise RateLimited(f"key {key.label} is over {_whose(key, member)} limit of {lim.tpm} "
                               "tokens per minute", retry, code="rate_limit_tpm")
-        in_flight = self._in_flight[mid]
+        in_flight, reserved = self.flight.get(mid)
         if lim.concurrent is not None and in_flight + 1 > lim.concurrent:
             family = "" if mid == key.id else f" of team {member.name}" if is_team(member) \
                 else f" of {member.label}'s family"
@@ -151,7 +152,7 @@ class Limiter:
             return
         self._budget_keys.add(mid)
         spent = self._local_tokens[mid] + self._pending_tokens.get(mid, 0)
-        held = self._reserved[mid] + reserve_tokens
+        held = reserved + reserve_tokens
         if lim.tokens_per_day is not None:
             total = self._day.get(mid, 0) + spent
             if _over(total, held, in_flight, lim.tokens_per_day):
@@ -173,9 +174,10 @@ class Limiter:
         return total
 
     def _settle(self, ticket: Ticket, tokens: int) -> None:
+        with self.flight.held():
+            for key_id in ticket.key_ids:
+                self.flight.add(key_id, -1, -ticket.reserved)
         for key_id in ticket.key_ids:
-            self._in_flight[key_id] -= 1
-            self._reserved[key_id] -= ticket.reserved
             self._local[(key_id, ticket.minute)].tokens += tokens - ticket.reserved
             self._local_tokens[key_id] += tokens
 

@@ -3,13 +3,18 @@
 The request path only bumps plain counters (no locks, no label lookups: at thousands of
 requests a second prometheus_client's own metric objects cost a fifth of the throughput);
 the Prometheus families are built from them when `/metrics` is scraped.
+
+A server with several worker processes answers a scrape with the sum of them all: each worker
+gives its counters as a plain `MetricsState` (`Metrics.state`), and the worker that was scraped
+renders its own merged with the others' (`Metrics.render`).
 """
 
 from __future__ import annotations
 
 from bisect import bisect_left
 from collections import defaultdict
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from typing import Any
 
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
@@ -21,6 +26,11 @@ from llmgw.gateway.routing import RoutingTable
 LATENCY = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0)
 QUEUE_WAIT = (0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0, 300.0)
 OVERHEAD = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.1)
+
+# One worker's counters, JSON-able: what a worker sends the one that was scraped.
+MetricsState = dict[str, Any]
+_COUNTERS = ("requests", "upstream_errors", "judgments", "cold_starts", "evictions")
+_HISTOGRAMS = ("queue_waits", "latency", "ttft", "overhead")
 
 
 class Histogram:
@@ -37,6 +47,21 @@ class Histogram:
             counts = self.counts[label] = [0] * (len(self.bounds) + 1)
         counts[bisect_left(self.bounds, value)] += 1
         self.sums[label] += value
+
+    def state(self) -> dict[str, list[float]]:
+        """Each label's bucket counts followed by its sum."""
+        return {label: [*counts, self.sums[label]] for label, counts in self.counts.items()}
+
+    def add(self, state: Mapping[str, list[float]]) -> None:
+        """Add another worker's `state` of the same histogram."""
+        width = len(self.bounds) + 1
+        for label, values in state.items():
+            if len(values) != width + 1:
+                continue  # another version's buckets: not summable
+            counts = self.counts.setdefault(label, [0] * width)
+            for i in range(width):
+                counts[i] += int(values[i])
+            self.sums[label] += float(values[width])
 
     def family(self, name: str, doc: str, label: str) -> HistogramMetricFamily:
         fam = HistogramMetricFamily(name, doc, labels=[label])
@@ -66,6 +91,8 @@ class Metrics(Collector):
         self.latency = Histogram(LATENCY)
         self.ttft = Histogram(LATENCY)
         self.overhead = Histogram(OVERHEAD)
+        # Requests in flight per model in the other workers (set only on a merged copy).
+        self._in_flight_elsewhere: dict[str, int] = {}
         self.registry = CollectorRegistry()
         self.registry.register(self)
 
@@ -95,8 +122,23 @@ class Metrics(Collector):
     def judged(self, record: VerdictRecord) -> None:
         self.judgments[(record.policy, record.judge, record.outcome.value)] += 1
 
-    def render(self) -> bytes:
-        return generate_latest(self.registry)
+    def state(self) -> MetricsState:
+        """This worker's counters and gauges as plain data (for the worker that is scraped)."""
+        out: MetricsState = {name: [[*labels, n] for labels, n in getattr(self, name).items()]
+                             for name in _COUNTERS}
+        for name in _HISTOGRAMS:
+            out[name] = getattr(self, name).state()
+        out["in_flight"] = {name: sum(u.outstanding for u in route.upstreams)
+                            for name, route in self._table().routes.items()}
+        out["queued"] = dict(self._queued())
+        return out
+
+    def render(self, others: Iterable[MetricsState] = ()) -> bytes:
+        """The Prometheus text: this worker's metrics, summed with the `others`' states."""
+        others = list(others)
+        if not others:
+            return generate_latest(self.registry)
+        return generate_latest(merged(self, others).registry)
 
     def collect(self) -> Iterator[CounterMetricFamily | GaugeMetricFamily | HistogramMetricFamily]:
         yield _counter("llmgw_requests", "Data-plane requests", ["model", "status", "key", "api"],
@@ -128,13 +170,36 @@ class Metrics(Collector):
         queued = self._queued()
         for name, route in sorted(self._table().routes.items()):
             ready.add_metric([name], len(route.upstreams))
-            inflight.add_metric([name], sum(u.outstanding for u in route.upstreams))
+            inflight.add_metric([name], sum(u.outstanding for u in route.upstreams)
+                                + self._in_flight_elsewhere.get(name, 0))
             if not route.model.is_remote:
                 depth.add_metric([name], queued.get(name, 0))
         yield ready
         yield inflight
         yield depth
         yield GaugeMetricFamily("llmgw_up", "1 while this server runs", value=1)
+
+
+def merged(own: Metrics, others: Iterable[MetricsState]) -> Metrics:
+    """A copy of `own` with every state in `others` added: counters and histograms summed, and
+    the requests in flight and queued per model too (ready replicas are the routing table's,
+    the same in every worker)."""
+    out = Metrics(own._table)
+    queued: dict[str, int] = defaultdict(int, own._queued())
+    for state in (own.state(), *others):
+        for name in _COUNTERS:
+            counter = getattr(out, name)
+            for row in state.get(name, ()):
+                counter[tuple(str(v) for v in row[:-1])] += int(row[-1])
+        for name in _HISTOGRAMS:
+            getattr(out, name).add(state.get(name, {}))
+    for state in others:
+        for model, n in state.get("in_flight", {}).items():
+            out._in_flight_elsewhere[model] = out._in_flight_elsewhere.get(model, 0) + int(n)
+        for model, n in state.get("queued", {}).items():
+            queued[model] += int(n)
+    out._queued = lambda: queued
+    return out
 
 
 def _counter(name: str, doc: str, labels: list[str], values: Mapping[tuple[str, ...], int]

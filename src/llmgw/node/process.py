@@ -14,15 +14,16 @@ from pathlib import Path
 logger = logging.getLogger(__name__)
 
 _PR_SET_PDEATHSIG = 1
-# Loaded once here: between fork and exec (where _die_with_parent runs) loading a library
+# Loaded once here: between fork and exec (where die_with_parent runs) loading a library
 # could deadlock on a lock another thread held at fork time.
 _LIBC = ctypes.CDLL("libc.so.6", use_errno=True) if sys.platform.startswith("linux") else None
 
 
-def _die_with_parent() -> None:
+def die_with_parent() -> None:
+    """For `preexec_fn`: the child gets SIGKILL when the thread that started it dies."""
     # Runs in the child between fork and exec: the kernel sends SIGKILL when the thread that
-    # forked it dies, so a `kill -9` of the server takes its engines along. Forking happens on
-    # the event-loop thread, which lives as long as the server.
+    # forked it dies, so a `kill -9` of the server takes its engines (and workers) along.
+    # Forking happens on the event-loop thread, which lives as long as the server.
     if _LIBC is not None:
         _LIBC.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
 
@@ -41,7 +42,7 @@ async def spawn(
             stdout=log,
             stderr=log,
             start_new_session=True,
-            preexec_fn=_die_with_parent,
+            preexec_fn=die_with_parent,
         )
 
 

@@ -25,6 +25,7 @@ from llmgw.api.appkeys import (
     JUDGE_STATUS,
     KEYS,
     METRICS,
+    METRICS_PEERS,
     METRICS_PUBLIC,
     NODES,
     ROUTES,
@@ -46,39 +47,25 @@ from llmgw.core.errors import LlmgwError
 from llmgw.core.protocol import ClusterOut, LeaseOut
 from llmgw.core.settings import ServerSettings
 from llmgw.core.types import ReplicaState
-from llmgw.gateway.activity import ActivityTracker
+from llmgw.gateway.inflight import InFlight
 from llmgw.gateway.keys_admin import KeyAdmin
-from llmgw.gateway.limits import Limiter
-from llmgw.gateway.metrics import Metrics
-from llmgw.gateway.queue import ColdQueue
 from llmgw.gateway.route_admin import RouteAdmin
-from llmgw.gateway.route_metrics import RouteMetrics
-from llmgw.gateway.routes import Router
-from llmgw.gateway.routing import RoutingTable
-from llmgw.gateway.service import Gateway
-from llmgw.gateway.snapshot import Refresher
 from llmgw.gateway.team_admin import TeamAdmin
-from llmgw.gateway.transport import Transport
-from llmgw.gateway.usage import UsageMeter
 from llmgw.guard.admin import GuardAdmin
-from llmgw.guard.enforcement import Guard
-from llmgw.guard.judge_client import JudgeClient
-from llmgw.guard.verdict_log import VerdictBuffer
 from llmgw.node import hardware
 from llmgw.node.agent import AgentConfig, NodeAgent
 from llmgw.node.files import ModelFiles
 from llmgw.server import judges, wiring
 from llmgw.server.cluster import Leadership, server_views
-from llmgw.server.demand import ActivityReporter
+from llmgw.server.plane import DataPlane
+from llmgw.server.plane import build as build_plane
+from llmgw.server.workers import Peers, is_worker_row
 from llmgw.store.store import Store
 
 logger = logging.getLogger(__name__)
 
 AGENT_INTERVAL_S = 5.0
 HEARTBEAT_INTERVAL_S = 10.0
-VERDICT_FLUSH_S = 1.0
-# How often usage is written and rate-limit counts are shared with the other servers.
-ACCOUNTING_S = 1.0
 
 
 @dataclass
@@ -104,6 +91,11 @@ class Server:
     _tasks: list[asyncio.Task[None]] = field(default_factory=list)
     # This process's id among the servers (hostname-pid unless given: tests run several).
     server_id: str | None = None
+    # The server's other worker processes, when it runs more than one.
+    peers: Peers | None = None
+    # Requests in flight per key, shared with those workers.
+    flight: InFlight | None = None
+    plane: DataPlane | None = None
 
     def build_app(self) -> web.Application:
         s, control, store, clock = self.settings, self.settings.control, self.store, self.clock
@@ -114,35 +106,16 @@ class Server:
 
         # The request path: a snapshot of the store, rebuilt when its revision moves.
         engine_key = store.install.engine_key()
-        # Requests for a model with no ready replica wait here; the first one of a cold spell
-        # is reported to the store at once, which wakes the leader's keeper.
-        demand = ActivityReporter(store, leadership.server_id, clock, notifier.changed)
-        queue = ColdQueue(control, clock.monotonic, on_cold=demand.cold)
-
-        def refreshed(table: RoutingTable) -> None:
-            queue.refreshed(table)
-            notifier.changed()  # a change another server made reaches this server's loops too
-
-        refresher = Refresher(store, bytes.fromhex(s.key_secret), engine_key, s.provider_key_env,
-                              on_refresh=refreshed)
+        plane = build_plane(store, s, clock, leadership.server_id, notifier.changed, self.flight)
+        self.plane = plane
+        refresher, metrics = plane.refresher, plane.metrics
         notifier.watch(refresher.wake)
         notifier.sync_with(refresher.refresh)
-        tracker = ActivityTracker(lambda: refresher.current.table, queue)
+        if self.peers is not None:
+            # The other workers' snapshots too: an admin call's answer and the next request
+            # agree whichever worker takes that request.
+            notifier.sync_with(self.peers.refresh)
         files = ModelFiles(self.data_dir / "models")
-        client = Transport(timeout_s=s.upstream_timeout_s)
-        judge_client = JudgeClient(refresher.locate_judge)
-        metrics = Metrics(lambda: refresher.current.table, queued=queue.depths)
-        verdict_log = VerdictBuffer(wiring.verdict_writer(store))
-        guard = Guard(judge_client, lambda: refresher.current.guard,
-                      wiring.both(verdict_log.record, metrics.judged),
-                      clock.now, clock.monotonic, refresher.judge_ready)
-        meter = UsageMeter(store, clock.now)
-        limiter = Limiter(store, clock.now, lambda: refresher.current.default_limits,
-                          lambda: refresher.current.keys)
-        router = Router(clock)
-        metrics.registry.register(RouteMetrics(router, lambda: refresher.current.route_specs, clock))
-        gateway = Gateway(refresher, client, clock, guard, limiter, meter, metrics, queue=queue,
-                          router=router)
         agent = NodeAgent(
             AgentConfig(node_id=s.node_id, host="127.0.0.1", log_dir=self.data_dir / "logs",
                         start_timeout_s=s.engine_start_timeout_s,
@@ -175,15 +148,17 @@ class Server:
 
         app = web.Application(middlewares=[openai_errors], client_max_size=s.max_body_bytes)
         app[METRICS] = metrics
+        if self.peers is not None:
+            app[METRICS_PEERS] = self.peers.states
         app[METRICS_PUBLIC] = s.metrics_public
-        app[GATEWAY] = gateway
+        app[GATEWAY] = plane.gateway
         app[CATALOG] = catalog
         app[JOBS] = jobs
-        app[GUARD] = guard
+        app[GUARD] = plane.guard
         app[GUARD_ADMIN] = GuardAdmin(store, clock, on_change=notifier.settle)
         app[KEYS] = KeyAdmin(store, clock, bytes.fromhex(s.key_secret),
                              lambda: refresher.current.default_limits, on_change=notifier.settle)
-        app[ROUTES] = RouteAdmin(store, clock, router, lambda: refresher.current.table,
+        app[ROUTES] = RouteAdmin(store, clock, plane.router, lambda: refresher.current.table,
                                  on_change=notifier.settle)
         app[TEAMS] = TeamAdmin(store, clock, on_change=notifier.settle)
         app[JUDGE_STATUS] = judges.status(store, judge_keeper, clock, lambda: leadership.leading,
@@ -208,27 +183,20 @@ class Server:
             console.mount(app, s.key_secret)
 
         async def lifecycle(_app: web.Application) -> AsyncIterator[None]:
-            await client.start()
-            await judge_client.start()
             if s.embedded_node:
                 await asyncio.to_thread(self._reset_own_replicas)
                 await self._heartbeat_once()
             await self._server_heartbeat(leadership.server_id)
-            await refresher.refresh()
-            self._spawn(refresher.run(s.refresh_interval_s), "refresher")
-            self._spawn(verdict_log.run(VERDICT_FLUSH_S), "verdict-log")
-            self._spawn(limiter.run(ACCOUNTING_S, meter.flush), "limits-and-usage")
+            await plane.start()
+            plane.run(s, self._spawn)
             self._spawn(self._heartbeats(leadership.server_id), "heartbeat")
-            self._spawn(demand.run(ACCOUNTING_S, tracker.snapshot), "demand")
             if s.embedded_node:
                 self._spawn(agent.run(self.loops.agent_s), "node-agent")
             self._spawn(self._lead(leadership, duties), "leadership")
             yield
             await self._cancel_all()
-            await meter.flush()  # a clean shutdown loses no usage
+            await plane.stop()  # a clean shutdown loses no usage
             await self._quietly(store.servers.remove, leadership.server_id)
-            await client.close()
-            await judge_client.close()
             store.close()
 
         app.cleanup_ctx.append(lifecycle)
@@ -240,7 +208,9 @@ class Server:
         # two reads cannot pair "leading" with its predecessor's lease).
         leading, epoch, last_pass = leadership.leading, leadership.epoch, duties.last_pass
         lease = await asyncio.to_thread(self.store.leases.get)
-        servers = await asyncio.to_thread(self.store.servers.list)
+        # A server's extra workers write their demand to rows of their own: not servers.
+        servers = [r for r in await asyncio.to_thread(self.store.servers.list)
+                   if not is_worker_row(r.id)]
         now = self.clock.now()
         holder = lease.holder if lease is not None and lease.expires_at > now else None
         if self.store.engine.dialect.name == "sqlite":

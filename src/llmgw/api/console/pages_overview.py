@@ -8,13 +8,14 @@ from typing import Any
 from aiohttp import web
 
 from llmgw.api.admin import CLUSTER_STATUS, LIST_REPLICAS
-from llmgw.api.appkeys import GATEWAY, METRICS
+from llmgw.api.appkeys import GATEWAY, METRICS, METRICS_PEERS
 from llmgw.api.console import data, render
 from llmgw.api.console.access import root, visitor
 from llmgw.api.console.traffic import Traffic
 from llmgw.api.guard import GUARD_OVERVIEW
 from llmgw.api.keys import USAGE
 from llmgw.api.nodes import LIST_NODES
+from llmgw.gateway.metrics import Metrics, merged
 
 TRAFFIC = web.AppKey("console_traffic", Traffic)
 # A user key's overview sums its usage over this many days.
@@ -34,8 +35,14 @@ async def _context(request: web.Request) -> dict[str, Any]:
         "nodes": (await data.call(app, key, LIST_NODES))["data"],
         "replicas": (await data.call(app, key, LIST_REPLICAS))["data"],
         "guard": await data.call(app, key, GUARD_OVERVIEW),
-        "traffic": request.app[TRAFFIC].sample(app[METRICS]),
+        "traffic": request.app[TRAFFIC].sample(await _all_workers(app)),
     }
+
+
+async def _all_workers(app: web.Application) -> Metrics:
+    """The server's metrics, every worker's summed (this process's alone with one worker)."""
+    peers = app.get(METRICS_PEERS)
+    return merged(app[METRICS], await peers()) if peers is not None else app[METRICS]
 
 
 def usage_by_model(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:

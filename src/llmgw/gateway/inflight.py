@@ -1,0 +1,200 @@
+"""Requests in flight per key, and the tokens they reserved: counted per server.
+
+One process counts in a dict (`LocalInFlight`). A server with several worker processes counts in
+one table all of them map (`SharedInFlight`): a file in the server's private run directory, a
+column per worker, read and written under an exclusive `flock`, so a check and the count it
+leads to are one step across the workers and a key's `concurrent` limit holds for the server as
+a whole, as it does in one process. Each worker writes only its own column; the sum of the
+columns is the server's count. When a worker dies its column is cleared before it starts again,
+so the requests it had in flight stop holding their slots and reservations.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import logging
+import mmap
+import os
+import struct
+from collections import defaultdict
+from pathlib import Path
+from typing import Protocol
+
+logger = logging.getLogger(__name__)
+
+SLOTS = 16384  # keys with requests in flight at once (slots of keys now idle are reused)
+_HEADER = 64
+_ID = 8  # bytes of a key id's digest; all zero marks a free slot
+
+
+class InFlight(Protocol):
+    """What the limiter counts requests in flight with."""
+
+    def held(self) -> contextlib.AbstractContextManager[None]:
+        """Make the gets and adds inside one step (other workers wait)."""
+        ...
+
+    def get(self, key_id: str) -> tuple[int, int]:
+        """Requests in flight and tokens they reserved, for the key."""
+        ...
+
+    def add(self, key_id: str, requests: int, tokens: int) -> None:
+        """Count `requests` more in flight (negative: ended), reserving `tokens`."""
+        ...
+
+
+_NOTHING: contextlib.nullcontext[None] = contextlib.nullcontext()
+
+
+class _Lock:
+    """The table's exclusive `flock`, re-entrant within this process (a class, not a generator:
+    it is taken twice per request)."""
+
+    __slots__ = ("_fd", "_depth")
+
+    def __init__(self, fd: int) -> None:
+        self._fd = fd
+        self._depth = 0
+
+    def __enter__(self) -> None:
+        if not self._depth:
+            fcntl.flock(self._fd, fcntl.LOCK_EX)
+        self._depth += 1
+
+    def __exit__(self, *_exc: object) -> None:
+        self._depth -= 1
+        if not self._depth:
+            fcntl.flock(self._fd, fcntl.LOCK_UN)
+
+
+class LocalInFlight:
+    """One process's count."""
+
+    def __init__(self) -> None:
+        self._requests: dict[str, int] = defaultdict(int)
+        self._tokens: dict[str, int] = defaultdict(int)
+
+    def held(self) -> contextlib.AbstractContextManager[None]:
+        return _NOTHING  # one process: every step is one step already
+
+    def get(self, key_id: str) -> tuple[int, int]:
+        return self._requests.get(key_id, 0), self._tokens.get(key_id, 0)
+
+    def add(self, key_id: str, requests: int, tokens: int) -> None:
+        self._requests[key_id] += requests
+        self._tokens[key_id] += tokens
+
+
+class SharedInFlight:
+    """The count of all of a server's workers, in a file each of them maps."""
+
+    def __init__(self, path: Path, workers: int, index: int, create: bool = False) -> None:
+        self.path = path
+        self._workers = workers
+        self._index = index
+        self._slot = _ID + 16 * workers
+        self._row = struct.Struct(f"<{2 * workers}q")
+        self._pair = struct.Struct("<qq")
+        size = _HEADER + SLOTS * self._slot
+        flags = os.O_RDWR | (os.O_CREAT | os.O_EXCL if create else 0)
+        self._fd = os.open(path, flags, 0o600)
+        if create:
+            os.ftruncate(self._fd, size)
+        self._map = mmap.mmap(self._fd, size)
+        self._digests: dict[str, bytes] = {}
+        # Where each key's slot was last found (checked against its digest before use: a
+        # compaction by any worker moves slots).
+        self._slots: dict[str, int] = {}
+        self._lock = _Lock(self._fd)
+
+    def close(self) -> None:
+        self._map.close()
+        os.close(self._fd)
+
+    def held(self) -> contextlib.AbstractContextManager[None]:
+        return self._lock
+
+    def _digest(self, key_id: str) -> bytes:
+        d = self._digests.get(key_id)
+        if d is None:
+            d = hashlib.blake2b(key_id.encode(), digest_size=_ID).digest()
+            if d == bytes(_ID):
+                d = b"\x01" + d[1:]
+            self._digests[key_id] = d
+        return d
+
+    def _find(self, key_id: str, claim: bool) -> int | None:
+        """The offset of the key's slot; with `claim`, a free one is taken for it."""
+        digest, m = self._digest(key_id), self._map
+        at = self._slots.get(key_id)
+        if at is not None and m[at : at + _ID] == digest:
+            return at
+        at = self._probe(digest, claim)
+        if at is not None:
+            self._slots[key_id] = at
+        elif claim and self._compact():
+            return self._find(key_id, claim)
+        return at
+
+    def _probe(self, digest: bytes, claim: bool) -> int | None:
+        m = self._map
+        start = int.from_bytes(digest[:4], "little") % SLOTS
+        for step in range(SLOTS):
+            at = _HEADER + ((start + step) % SLOTS) * self._slot
+            found = m[at : at + _ID]
+            if found == digest:
+                return at
+            if found == bytes(_ID):
+                if not claim:
+                    return None
+                m[at : at + _ID] = digest
+                return at
+        return None
+
+    def _compact(self) -> bool:
+        """Free the slots of keys with nothing in flight; True when some were freed."""
+        m, live = self._map, []
+        for i in range(SLOTS):
+            at = _HEADER + i * self._slot
+            values = self._row.unpack_from(m, at + _ID)
+            if any(values):
+                live.append((m[at : at + _ID], values))
+        if len(live) == SLOTS:
+            logger.error("the in-flight table is full (%d keys with requests in flight)", SLOTS)
+            return False
+        m[_HEADER:] = bytes(len(m) - _HEADER)
+        for digest, values in live:
+            start = int.from_bytes(digest[:4], "little") % SLOTS
+            for step in range(SLOTS):
+                at = _HEADER + ((start + step) % SLOTS) * self._slot
+                if m[at : at + _ID] == bytes(_ID):
+                    m[at : at + _ID] = digest
+                    self._row.pack_into(m, at + _ID, *values)
+                    break
+        return True
+
+    def get(self, key_id: str) -> tuple[int, int]:
+        at = self._find(key_id, claim=False)
+        if at is None:
+            return 0, 0
+        values = self._row.unpack_from(self._map, at + _ID)
+        return sum(values[0::2]), sum(values[1::2])
+
+    def add(self, key_id: str, requests: int, tokens: int) -> None:
+        with self.held():
+            at = self._find(key_id, claim=True)
+            if at is None:
+                return  # the table is full (logged): this request is not counted
+            at += _ID + 16 * self._index
+            r, t = self._pair.unpack_from(self._map, at)
+            self._pair.pack_into(self._map, at, r + requests, t + tokens)
+
+    def forget(self, index: int) -> None:
+        """Clear worker `index`'s column: it died, and its requests with it."""
+        with self.held():
+            zero = bytes(16)
+            for i in range(SLOTS):
+                at = _HEADER + i * self._slot + _ID + 16 * index
+                self._map[at : at + 16] = zero

@@ -1,0 +1,115 @@
+"""The data plane of one process: the request path's parts and the loops that keep them fed.
+
+The server's main process and each of its extra workers (`server.worker`) build one of these;
+only the main process adds the control plane around it (`server.app`)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Coroutine
+from dataclasses import dataclass
+from typing import Any
+
+from llmgw.core.clock import Clock
+from llmgw.core.settings import ServerSettings
+from llmgw.gateway.activity import ActivityTracker
+from llmgw.gateway.inflight import InFlight, LocalInFlight
+from llmgw.gateway.limits import Limiter
+from llmgw.gateway.metrics import Metrics
+from llmgw.gateway.queue import ColdQueue
+from llmgw.gateway.route_metrics import RouteMetrics
+from llmgw.gateway.routes import Router
+from llmgw.gateway.routing import RoutingTable
+from llmgw.gateway.service import Gateway
+from llmgw.gateway.snapshot import Refresher
+from llmgw.gateway.transport import Transport
+from llmgw.gateway.usage import UsageMeter
+from llmgw.guard.enforcement import Guard
+from llmgw.guard.judge_client import JudgeClient
+from llmgw.guard.verdict_log import VerdictBuffer
+from llmgw.server import wiring
+from llmgw.server.demand import ActivityReporter
+from llmgw.store.store import Store
+
+VERDICT_FLUSH_S = 1.0
+# How often usage is written and rate-limit counts are shared with the other servers.
+ACCOUNTING_S = 1.0
+
+Spawn = Callable[[Coroutine[Any, Any, None], str], None]
+
+
+@dataclass
+class DataPlane:
+    """Everything one process needs to answer `/v1/*` from memory."""
+
+    refresher: Refresher
+    queue: ColdQueue
+    tracker: ActivityTracker
+    demand: ActivityReporter
+    client: Transport
+    judge_client: JudgeClient
+    metrics: Metrics
+    verdict_log: VerdictBuffer
+    guard: Guard
+    meter: UsageMeter
+    limiter: Limiter
+    router: Router
+    gateway: Gateway
+
+    async def start(self) -> None:
+        """Open the upstream clients and load the first snapshot."""
+        await self.client.start()
+        await self.judge_client.start()
+        await self.refresher.refresh()
+
+    def run(self, settings: ServerSettings, spawn: Spawn) -> None:
+        """Start the loops: snapshot refresh, verdict log, limits and usage, demand."""
+        spawn(self.refresher.run(settings.refresh_interval_s), "refresher")
+        spawn(self.verdict_log.run(VERDICT_FLUSH_S), "verdict-log")
+        spawn(self.limiter.run(ACCOUNTING_S, self.meter.flush), "limits-and-usage")
+        spawn(self.demand.run(ACCOUNTING_S, self.tracker.snapshot), "demand")
+
+    async def stop(self) -> None:
+        """After the loops are cancelled: write the usage left (a clean stop loses none), close
+        the clients."""
+        await self.meter.flush()
+        await self.client.close()
+        await self.judge_client.close()
+
+
+def build(store: Store, settings: ServerSettings, clock: Clock, activity_id: str,
+          on_change: Callable[[], None] = lambda: None, flight: InFlight | None = None
+          ) -> DataPlane:
+    """The data plane over `store`. `activity_id` is the server row its demand is written to;
+    `on_change` is told when the snapshot or the demand changed (the main process wakes its
+    control loops with it); `flight` counts requests in flight (shared by a server's workers)."""
+    s = settings
+    engine_key = store.install.engine_key()
+    # Requests for a model with no ready replica wait here; the first one of a cold spell is
+    # reported to the store at once, which wakes the leader's keeper.
+    demand = ActivityReporter(store, activity_id, clock, on_change)
+    queue = ColdQueue(s.control, clock.monotonic, on_cold=demand.cold)
+
+    def refreshed(table: RoutingTable) -> None:
+        queue.refreshed(table)
+        on_change()  # a change another process made reaches this one's loops too
+
+    refresher = Refresher(store, bytes.fromhex(s.key_secret), engine_key, s.provider_key_env,
+                          on_refresh=refreshed)
+    tracker = ActivityTracker(lambda: refresher.current.table, queue)
+    client = Transport(timeout_s=s.upstream_timeout_s)
+    judge_client = JudgeClient(refresher.locate_judge)
+    metrics = Metrics(lambda: refresher.current.table, queued=queue.depths)
+    verdict_log = VerdictBuffer(wiring.verdict_writer(store))
+    guard = Guard(judge_client, lambda: refresher.current.guard,
+                  wiring.both(verdict_log.record, metrics.judged),
+                  clock.now, clock.monotonic, refresher.judge_ready)
+    meter = UsageMeter(store, clock.now)
+    limiter = Limiter(store, clock.now, lambda: refresher.current.default_limits,
+                      lambda: refresher.current.keys, flight=flight or LocalInFlight())
+    # Routes' cooldowns live in this process: each worker skips a failing target on its own.
+    router = Router(clock)
+    metrics.registry.register(RouteMetrics(router, lambda: refresher.current.route_specs, clock))
+    gateway = Gateway(refresher, client, clock, guard, limiter, meter, metrics, queue=queue,
+                      router=router)
+    return DataPlane(refresher, queue, tracker, demand, client, judge_client, metrics,
+                     verdict_log, guard, meter, limiter, router, gateway)

@@ -1,0 +1,244 @@
+"""`llmgw server run --workers 2`, the real processes: limits hold across the workers within the
+README's tolerance, usage adds up to what clients counted, a killed worker is replaced while the
+other keeps serving, a revoked key is refused by every worker, and `kill -9` of the server takes
+its workers along. Requests go over new connections each time, so the kernel spreads them over
+both workers; the request id's per-process prefix says which worker answered."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+import signal
+import subprocess
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import psutil
+import pytest
+
+from llmgw.store.store import Store
+from tests.e2e.server_process import LLMGW, LlmgwServer, pid_alive
+from tests.fakes.provider import USAGE, FakeProvider
+
+WORKERS = 2
+
+
+@dataclass
+class Served:
+    """A running `server run --workers 2` in front of a fake provider as model `m`."""
+
+    server: LlmgwServer
+    proc: subprocess.Popen[str]
+    provider: FakeProvider
+
+    @property
+    def url(self) -> str:
+        return self.server.url
+
+    def worker_pids(self) -> list[int]:
+        return [c.pid for c in psutil.Process(self.proc.pid).children()
+                if "llmgw.server.worker" in " ".join(c.cmdline())]
+
+    async def admin(self, method: str, path: str, body: Any = None) -> Any:
+        async with aiohttp.ClientSession() as s, s.request(
+                method, self.url + path, json=body,
+                headers={"Authorization": f"Bearer {self.server.admin_key}"}) as resp:
+            assert resp.status < 300, await resp.text()
+            return await resp.json()
+
+    async def key(self, **limits: int) -> tuple[str, str]:
+        """A new user key's secret and id."""
+        made = await self.admin("POST", "/admin/v1/keys", {"name": f"k{time.monotonic_ns()}",
+                                                           "limits": limits})
+        return made["key"], made["id"]
+
+
+@dataclass
+class Answer:
+    status: int
+    worker: str  # the request id's per-process prefix
+    tokens: int
+
+
+async def chat(url: str, key: str, max_tokens: int = 8) -> Answer:
+    """One chat completion over a connection of its own."""
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(force_close=True)) as s, \
+            s.post(url + "/v1/chat/completions", headers={"Authorization": f"Bearer {key}"},
+                   json={"model": "m", "max_tokens": max_tokens,
+                         "messages": [{"role": "user", "content": "hi"}]}) as resp:
+        body = await resp.json()
+        rid = resp.headers.get("X-Request-Id", "")
+        usage = body.get("usage") or {} if resp.status == 200 else {}
+        return Answer(resp.status, rid.rsplit("-", 1)[0],
+                      int(usage.get("prompt_tokens", 0)) + int(usage.get("completion_tokens", 0)))
+
+
+async def many(url: str, key: str, n: int, at_once: int = 8) -> list[Answer]:
+    gate = asyncio.Semaphore(at_once)
+
+    async def one() -> Answer:
+        async with gate:
+            return await chat(url, key)
+
+    return list(await asyncio.gather(*(one() for _ in range(n))))
+
+
+async def both_workers_answer(served: Served, key: str, timeout_s: float = 30) -> set[str]:
+    """The workers seen answering, once both are (a new worker may still be starting)."""
+    deadline, seen = time.monotonic() + timeout_s, set()
+    while time.monotonic() < deadline:
+        seen |= {a.worker for a in await many(served.url, key, 8) if a.status == 200}
+        if len(seen) >= WORKERS:
+            return seen
+    raise AssertionError(f"only {seen} answered within {timeout_s}s")
+
+
+@pytest.fixture
+async def served(tmp_path: Path) -> AsyncIterator[Served]:
+    provider = await FakeProvider().start()
+    server = await asyncio.to_thread(LlmgwServer.init, tmp_path / "data", "--no-guard",
+                                     "--no-embedded-node")
+    log = open(server.log_path, "a")  # noqa: SIM115 - closed below
+    proc = subprocess.Popen([*LLMGW, "server", "run", "--workers", str(WORKERS),
+                             "--log-format", "text"],
+                            env=server.env, stdout=log, stderr=subprocess.STDOUT, text=True)
+    s = Served(server, proc, provider)
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                await s.admin("GET", "/admin/v1/cluster")
+                break
+            except (aiohttp.ClientError, AssertionError):
+                assert proc.poll() is None and time.monotonic() < deadline, server.log()
+                await asyncio.sleep(0.2)
+        await asyncio.to_thread(server.ctl, "model", "add", "m", "--base-url", provider.url)
+        yield s
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            await asyncio.to_thread(proc.wait, 60)
+        log.close()
+        await provider.close()
+
+
+def usage_rows(served: Served, key_id: str) -> tuple[int, int]:
+    """Requests and tokens the store holds for the key."""
+    url = f"sqlite:///{served.server.data_dir / 'llmgw.db'}"
+    store = Store.open(url)
+    try:
+        rows = store.usage.usage(key_id=key_id)
+    finally:
+        store.close()
+    return (sum(r.requests for r in rows),
+            sum(r.prompt_tokens + r.completion_tokens for r in rows))
+
+
+async def test_usage_through_two_workers_equals_what_clients_counted(served: Served) -> None:
+    key, key_id = await served.key()
+    await both_workers_answer(served, key)
+
+    answers = await many(served.url, key, 120, at_once=16)
+
+    assert {a.status for a in answers} == {200}
+    assert len({a.worker for a in answers}) == WORKERS, "both workers took requests"
+    text = (await _metrics(served)).splitlines()
+    counted = sum(float(line.rsplit(" ", 1)[1]) for line in text
+                  if line.startswith("llmgw_requests_total{") and 'model="m"' in line)
+    # /metrics sums both workers in one scrape (and the warm-up requests of `both_workers_answer`).
+    assert counted >= 120
+    served.proc.send_signal(signal.SIGTERM)  # a clean stop: every worker writes what is left
+    assert await asyncio.to_thread(served.proc.wait, 60) == 0
+    requests, tokens = usage_rows(served, key_id)
+    assert requests == counted
+    assert tokens == counted * (USAGE["prompt_tokens"] + USAGE["completion_tokens"])
+    assert sum(a.tokens for a in answers) == 120 * USAGE["total_tokens"]
+
+
+async def _metrics(served: Served) -> str:
+    async with aiohttp.ClientSession() as s, s.get(
+            served.url + "/metrics",
+            headers={"Authorization": f"Bearer {served.server.admin_key}"}) as resp:
+        assert resp.status == 200
+        return await resp.text()
+
+
+async def _wait_for_minute_start() -> None:
+    # Clock minutes are the windows: a run that crossed one would see two.
+    second = datetime.now(UTC).second
+    if second > 45:
+        await asyncio.sleep(61 - second)
+
+
+@pytest.mark.parametrize("limit", ["rpm", "tpm"])
+async def test_minute_limits_hold_across_two_workers_within_one_sync(
+        served: Served, limit: str) -> None:
+    per_request = USAGE["prompt_tokens"] + USAGE["completion_tokens"]
+    value = 20 if limit == "rpm" else 20 * per_request
+    key, _ = await served.key(**{limit: value})
+    await _wait_for_minute_start()
+    rate, answers = 8.0, []  # requests per second, both workers together
+    for _ in range(40):
+        started = time.monotonic()
+        answers.append(await chat(served.url, key, max_tokens=1))
+        await asyncio.sleep(max(0.0, 1 / rate - (time.monotonic() - started)))
+
+    admitted = [a for a in answers if a.status == 200]
+    assert {a.status for a in answers} <= {200, 429}
+    assert len({a.worker for a in admitted}) == WORKERS
+    # The README's tolerance: the other workers' admissions within one sync interval (1 s).
+    assert 20 <= len(admitted) <= 20 + rate, [a.status for a in answers]
+
+
+async def test_a_killed_worker_is_replaced_and_the_others_keep_serving(served: Served) -> None:
+    key, _ = await served.key()
+    before = await both_workers_answer(served, key)
+    [victim] = served.worker_pids()
+
+    os.kill(victim, signal.SIGKILL)
+    deadline = time.monotonic() + 10
+    while pid_alive(victim):  # connections it had accepted or queued died with it
+        assert time.monotonic() < deadline
+        await asyncio.sleep(0.02)
+    answers = await many(served.url, key, 40)  # while it is gone and restarting
+
+    assert {a.status for a in answers} == {200}
+    deadline = time.monotonic() + 30
+    while not (pids := served.worker_pids()) or pids == [victim]:
+        assert time.monotonic() < deadline, served.server.log()
+        await asyncio.sleep(0.2)
+    after = await both_workers_answer(served, key)
+    assert len(after - before) == 1, "the new worker answers (a new process: a new id prefix)"
+    assert re.search(r"worker 1 \(pid \d+\) exited with -9", served.server.log())
+
+
+async def test_a_revoked_key_is_refused_by_every_worker(served: Served) -> None:
+    key, key_id = await served.key()
+    await both_workers_answer(served, key)
+
+    await served.admin("POST", f"/admin/v1/keys/{key_id}/revoke")
+    answers = await many(served.url, key, 40)
+
+    # An admin change refreshes every worker before its answer, which is sooner than
+    # refresh_interval_s: no request after the revoke gets through, whichever worker takes it.
+    assert {a.status for a in answers} == {401}
+    assert len({a.worker for a in answers}) == WORKERS
+
+
+async def test_a_killed_server_takes_its_workers_along(served: Served) -> None:
+    workers = served.worker_pids()
+    assert len(workers) == WORKERS - 1
+
+    served.proc.kill()
+    await asyncio.to_thread(served.proc.wait, 10)
+
+    deadline = time.monotonic() + 10
+    while any(pid_alive(p) for p in workers):
+        assert time.monotonic() < deadline, "a worker outlived its server"
+        await asyncio.sleep(0.1)

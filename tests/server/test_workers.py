@@ -1,0 +1,58 @@
+"""The supervision plan of a server's extra workers: who starts when, with plain data and a
+fake clock."""
+
+from __future__ import annotations
+
+from llmgw.server.workers import (
+    MAX_DELAY_S,
+    STABLE_S,
+    Slot,
+    exited,
+    is_worker_row,
+    plan,
+    restart_delay,
+    worker_row,
+)
+
+
+def test_every_worker_starts_at_once_at_first() -> None:
+    assert plan([Slot(1), Slot(2), Slot(3)], now=100.0) == ([1, 2, 3], None)
+
+
+def test_running_workers_are_left_alone() -> None:
+    assert plan([Slot(1, running=True, started_at=0.0)], now=100.0) == ([], None)
+
+
+def test_a_worker_that_dies_after_running_a_while_starts_again_at_once() -> None:
+    slot = exited(Slot(1, running=True, started_at=0.0, failures=3), now=STABLE_S + 1)
+    assert slot.failures == 1 and not slot.running
+    assert plan([slot], now=STABLE_S + 1) == ([1], None)
+
+
+def test_a_worker_that_keeps_dying_at_start_waits_longer_each_time() -> None:
+    slot, now = Slot(1, running=True, started_at=0.0), 0.0
+    delays = []
+    for _ in range(8):
+        now += 0.5  # it dies half a second after each start
+        slot = exited(slot, now)
+        delays.append(restart_delay(slot.failures))
+        start, wake = plan([slot], now)
+        if delays[-1]:
+            assert start == [] and wake == now + delays[-1]
+            now = wake
+        assert plan([slot], now)[0] == [1]
+        slot = Slot(1, running=True, started_at=now, failures=slot.failures)
+    assert delays[:4] == [0.0, 1.0, 2.0, 4.0]
+    assert delays[-1] == MAX_DELAY_S  # capped, never stops trying
+
+
+def test_the_plan_wakes_for_the_earliest_due_worker() -> None:
+    a = Slot(1, exited_at=10.0, failures=3)  # due at 12
+    b = Slot(2, exited_at=10.0, failures=4)  # due at 14
+    assert plan([a, b], now=11.0) == ([], 12.0)
+    assert plan([a, b], now=12.0) == ([1], 14.0)
+
+
+def test_worker_rows_are_told_from_server_rows() -> None:
+    assert is_worker_row(worker_row("host-12", 3))
+    assert not is_worker_row("host-12")
