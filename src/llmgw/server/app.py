@@ -121,11 +121,12 @@ class Server:
                               on_refresh=refreshed)
         notifier.watch(refresher.wake)
         notifier.sync_with(refresher.refresh)
-        tracker = ActivityTracker(lambda: refresher.current.table, queue)
         files = ModelFiles(self.data_dir / "models")
         client = Transport(timeout_s=s.upstream_timeout_s)
-        judge_client = JudgeClient(refresher.locate_judge)
-        metrics = Metrics(lambda: refresher.current.table, queued=queue.depths)
+        metrics = Metrics(lambda: refresher.current.table, queued=queue.depths,
+                          judges=lambda: judge_client.loads())
+        judge_client = JudgeClient(refresher.locate_judge, clock.monotonic, metrics.judge_served)
+        tracker = ActivityTracker(lambda: refresher.current.table, queue, judge_client.loads)
         verdict_log = VerdictBuffer(wiring.verdict_writer(store))
         guard = Guard(judge_client, lambda: refresher.current.guard,
                       wiring.both(verdict_log.record, metrics.judged),

@@ -1,0 +1,201 @@
+"""Admission to a judge's slots, decided purely: the deadline queue, slot accounting per replica,
+the shed rule and the cache-affinity pick. Times are plain floats from an injected monotonic
+clock; nothing here awaits or does I/O (`judge_queue` does, around these).
+
+- Each ready replica of a judge has as many slots as its llama-server (`--parallel`); a judgment
+  runs on one slot, and no replica ever has more judgments in flight than slots.
+- A judgment that finds no free slot waits in the gateway, earliest deadline first.
+- A judgment is shed (failed at once as `failed_shed`) when it cannot finish in what is left of
+  its budget: on arrival when the wait its place in the queue means plus the judge's recent
+  service time (p90 of the last `SERVICE_SAMPLES`) is longer than that; and when its turn comes,
+  when what is left is shorter than the service time alone. The judge then only works on
+  judgments that can still finish.
+- Every slot remembers the last prompt it was sent, which is what its KV cache holds; a
+  judgment goes to the free slot sharing the longest prefix with its prompt (every judgment of a
+  direction shares the judge's long fixed head; a stream's next window shares all the text
+  judged before), so llama-server evaluates only what is new.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import math
+from collections import deque
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+# How many recent service times the shed rule and the wait estimate look at.
+SERVICE_SAMPLES = 64
+
+
+class ServiceTimes:
+    """The last `size` service times of one judge (seconds from sending to the answer)."""
+
+    def __init__(self, size: int = SERVICE_SAMPLES) -> None:
+        self._times: deque[float] = deque(maxlen=size)
+
+    def add(self, seconds: float) -> None:
+        self._times.append(max(seconds, 0.0))
+
+    def __len__(self) -> int:
+        return len(self._times)
+
+    def quantile(self, q: float) -> float:
+        """Nearest-rank quantile; 0 with no samples yet (nothing is shed on no evidence)."""
+        if not self._times:
+            return 0.0
+        ordered = sorted(self._times)
+        return ordered[max(0, math.ceil(q * len(ordered)) - 1)]
+
+
+def expected_wait(ahead: int, free: int, slots: int, typical_s: float) -> float:
+    """How long a judgment waits for a slot with `ahead` judgments queued before it, `free` of the
+    judge's `slots` free now, and a judgment taking `typical_s`: the judgments ahead take the free
+    slots first, then the busy ones free up a round of `slots` every `typical_s`."""
+    if ahead < free:
+        return 0.0
+    if slots <= 0:
+        return math.inf
+    return ((ahead - free) // slots + 1) * typical_s
+
+
+def sheds(remaining_s: float, wait_s: float, service_p90_s: float) -> bool:
+    """Whether a judgment with `remaining_s` of its budget left cannot finish: it would wait
+    `wait_s` for a slot and then take the judge's recent service time."""
+    return remaining_s < wait_s + service_p90_s
+
+
+def shared_prefix(a: str, b: str) -> int:
+    """The length of the longest common prefix of `a` and `b` (halving, so the comparisons run
+    in C on slices rather than one character at a time)."""
+    lo, hi = 0, min(len(a), len(b))
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if a[lo:mid] == b[lo:mid]:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
+
+
+@dataclass
+class Slot:
+    """One slot of one replica: llama-server's `id_slot` `index` on replica `replica`."""
+
+    replica: str
+    index: int
+    busy: bool = False
+    prompt: str = ""  # the last prompt sent to it: what its KV cache holds
+    used_at: float = -math.inf  # when it last finished (least recently used goes first on ties)
+
+
+@dataclass
+class SlotBook:
+    """The slots of one judge's ready replicas, and which are busy."""
+
+    replicas: dict[str, list[Slot]] = field(default_factory=dict)
+
+    def sync(self, slots_by_replica: Mapping[str, int]) -> None:
+        """Follow the judge's ready replicas: new ones add their slots, gone ones drop theirs
+        (a judgment still running on one gives its slot back to nothing), and a replica whose
+        slot count changed keeps the slots it still has."""
+        for rid in list(self.replicas):
+            if rid not in slots_by_replica:
+                del self.replicas[rid]
+        for rid, n in slots_by_replica.items():
+            have = self.replicas.setdefault(rid, [])
+            if len(have) > n:
+                del have[n:]
+            have.extend(Slot(rid, i) for i in range(len(have), n))
+
+    def _all(self) -> Iterable[Slot]:
+        return (s for slots in self.replicas.values() for s in slots)
+
+    @property
+    def total(self) -> int:
+        return sum(len(s) for s in self.replicas.values())
+
+    @property
+    def busy(self) -> int:
+        return sum(1 for s in self._all() if s.busy)
+
+    @property
+    def free(self) -> int:
+        return self.total - self.busy
+
+    def in_flight(self, replica: str) -> int:
+        return sum(1 for s in self.replicas.get(replica, ()) if s.busy)
+
+    def take(self, prompt: str) -> Slot | None:
+        """The free slot for `prompt`, marked busy: the one whose cache shares the longest
+        prefix with it; on a tie, on the replica with fewest in flight, least recently used.
+        None when every slot is busy."""
+        best: Slot | None = None
+        best_key: tuple[int, int, float] | None = None
+        for slots in self.replicas.values():
+            load = sum(1 for s in slots if s.busy)
+            for s in slots:
+                if s.busy:
+                    continue
+                key = (-shared_prefix(s.prompt, prompt), load, s.used_at)
+                if best_key is None or key < best_key:
+                    best, best_key = s, key
+        if best is not None:
+            best.busy = True
+            best.prompt = prompt
+        return best
+
+    def give_back(self, slot: Slot, now: float) -> None:
+        """`slot` is free again (its judgment answered, failed or was cancelled)."""
+        slot.busy = False
+        slot.used_at = now
+
+
+@dataclass(order=True)
+class Waiter:
+    """A judgment waiting for a slot, ordered by its deadline (then by arrival)."""
+
+    deadline: float
+    seq: int
+    prompt: str = field(compare=False)
+    gone: bool = field(default=False, compare=False)  # cancelled, or handed a slot or a shed
+
+
+class DeadlineQueue:
+    """Judgments waiting for a slot, earliest deadline first; a cancelled one is marked gone and
+    skipped when it comes up."""
+
+    def __init__(self) -> None:
+        self._heap: list[Waiter] = []
+        self._seq = itertools.count()
+        self._live = 0
+
+    def __len__(self) -> int:
+        return self._live
+
+    def push(self, deadline: float, prompt: str) -> Waiter:
+        w = Waiter(deadline, next(self._seq), prompt)
+        heapq.heappush(self._heap, w)
+        self._live += 1
+        return w
+
+    def ahead_of(self, deadline: float) -> int:
+        """How many waiting judgments come before one with `deadline` arriving now."""
+        return sum(1 for w in self._heap if not w.gone and w.deadline <= deadline)
+
+    def drop(self, waiter: Waiter) -> None:
+        """`waiter` no longer waits (cancelled)."""
+        if not waiter.gone:
+            waiter.gone = True
+            self._live -= 1
+
+    def pop(self) -> Waiter | None:
+        """The waiting judgment with the earliest deadline, taken out; None when none waits."""
+        while self._heap:
+            w = heapq.heappop(self._heap)
+            if not w.gone:
+                w.gone = True
+                self._live -= 1
+                return w
+        return None
