@@ -159,10 +159,12 @@ class Server:
                                on_change=notifier.changed, node_timeout=node_timeout,
                                judge_machine=wiring.judge_machine_reader(store),
                                read_activity=read_activity, settings=control,
-                               observe=wiring.keeper_metrics(metrics))
+                               observe=wiring.keeper_metrics(metrics),
+                               judge_targets=lambda: judge_keeper.targets())
         judge_keeper = judges.keeper(store, jobs, catalog, clock, control.judge_grace_s,
                                      notifier.settle, leadership.fence, leadership.server_id,
-                                     lambda: leadership.leading)
+                                     lambda: leadership.leading,
+                                     timedelta(seconds=s.server_timeout_s), keeper.wake.set)
         duties = LeaderDuties(keeper, judge_keeper, jobs, notifier, control, clock)
 
         app = web.Application(middlewares=[openai_errors], client_max_size=s.max_body_bytes)

@@ -11,7 +11,9 @@ from typing import Any
 from llmgw.control.catalog import CatalogService
 from llmgw.control.judge_keeper import KeeperState, KeeperView
 from llmgw.control.judge_loop import JudgeKeeper
+from llmgw.control.judge_scaling import JudgeScale
 from llmgw.control.placement import free_on
+from llmgw.control.scheduler import Cluster, Placement
 from llmgw.control.serve_jobs import ServeJobs
 from llmgw.core.clock import Clock
 from llmgw.core.judges import KNOWN
@@ -25,17 +27,30 @@ def keeper(
     store: Store, jobs: ServeJobs, catalog: CatalogService, clock: Clock, grace_s: float,
     on_change: Callable[[], Awaitable[None]], fence: Callable[[], Fence | None],
     server_id: str = "", leading: Callable[[], bool] = lambda: True,
+    server_timeout: timedelta = timedelta(seconds=30), on_scale: Callable[[], None] = lambda: None,
 ) -> JudgeKeeper:
     """A judge keeper reading this install's store and acting through its services; its
     writes are fenced, so a deposed leader cannot serve or refit a judge. It publishes its
-    state to the store, where every server's judge status reads it."""
+    state to the store, where every server's judge status reads it. It reads the live servers'
+    judge admission (their activity) to scale the judges; `on_scale` wakes the replica keeper."""
 
     def read_store() -> KeeperView:
         selector = store.install.judge_node_selector()
+        every_node = store.nodes.list()
         # Judges are sized for the machines they may run on.
-        nodes = [n for n in store.nodes.list()
-                 if all(n.labels.get(k) == v for k, v in selector.items())]
+        nodes = [n for n in every_node if all(n.labels.get(k) == v for k, v in selector.items())]
         replicas = store.replicas.list()
+        models = store.catalog.list()
+        now = clock.now()
+        # Whether one more replica of each judge would be placed now, as the replica keeper
+        # places judges (anywhere, the judge machine first when the install has one).
+        cluster = Cluster(every_node, replicas, now, judge_machine=selector or None)
+        room = {m.name: isinstance(cluster.schedule(m), Placement)
+                for m in models if m.guard and not m.is_remote}
+        starting: dict[str, int] = {}
+        for r in replicas:
+            if r.state in (ReplicaState.PENDING, ReplicaState.STARTING):
+                starting[r.model] = starting.get(r.model, 0) + 1
         gpus: dict[str, int] = {}
         for n in nodes:
             for cls, free in free_on(n, replicas).gpus.items():
@@ -48,7 +63,7 @@ def keeper(
             leader=leading(),
             guard_on=store.guard.switches().get("guard_enabled", False),
             policies=store.guard.policies(),
-            models=store.catalog.list(),
+            models=models,
             known=KNOWN,
             enabled={j.name: j for j in store.guard.enabled_judges()},
             node_cores=[n.cores for n in nodes],
@@ -56,6 +71,9 @@ def keeper(
             replica_ids=ids,
             judge_node_selector=selector,
             grace=timedelta(seconds=grace_s),
+            judge_loads=store.servers.activity(now, server_timeout).judges,
+            starting=starting,
+            room=room,
         )
 
     async def read() -> KeeperView:
@@ -85,7 +103,7 @@ def keeper(
                                 dump_state(state, server_id, clock.now()), fence())
         return None
 
-    return JudgeKeeper(read, serve, refit, restart, clock, publish=publish)
+    return JudgeKeeper(read, serve, refit, restart, clock, publish=publish, on_scale=on_scale)
 
 
 def dump_state(state: KeeperState, server_id: str, at: datetime) -> dict[str, Any]:
@@ -96,6 +114,8 @@ def dump_state(state: KeeperState, server_id: str, at: datetime) -> dict[str, An
         "first": state.first.isoformat() if state.first else None,
         "tried": {name: t.isoformat() for name, t in state.tried.items()},
         "broken": sorted(state.broken),
+        "scales": {name: {"replicas": sc.replicas, "note": sc.note}
+                   for name, sc in state.scales.items()},
     }
 
 
@@ -106,6 +126,8 @@ def load_state(stored: dict[str, Any]) -> KeeperState:
         first=datetime.fromisoformat(first) if first else None,
         tried={name: datetime.fromisoformat(t) for name, t in stored.get("tried", {}).items()},
         broken=frozenset(stored.get("broken", [])),
+        scales={name: JudgeScale(replicas=int(sc.get("replicas", 0)), note=str(sc.get("note", "")))
+                for name, sc in stored.get("scales", {}).items()},
     )
 
 
