@@ -178,7 +178,8 @@ class Server:
         app[KEYS] = KeyAdmin(store, clock, bytes.fromhex(s.key_secret),
                              lambda: refresher.current.default_limits, on_change=notifier.settle)
         app[JUDGE_STATUS] = judges.status(store, judge_keeper, clock, lambda: leadership.leading,
-                                          leadership.server_id)
+                                          leadership.server_id,
+                                          timedelta(seconds=s.server_timeout_s))
         app[AGENTS] = AgentService(store, clock, engine_key, on_change=notifier.settle,
                                    node_timeout=node_timeout,
                                    servers_nodes=frozenset({"local", s.node_id}))

@@ -16,9 +16,12 @@ from llmgw.control.placement import free_on
 from llmgw.control.scheduler import Cluster, Placement
 from llmgw.control.serve_jobs import ServeJobs
 from llmgw.core.clock import Clock
+from llmgw.core.demand import Activity
+from llmgw.core.guard import JudgeLoad
 from llmgw.core.judges import KNOWN
 from llmgw.core.protocol import JudgeStatusOut, ServeRequest
 from llmgw.core.types import Profile, ReplicaState
+from llmgw.guard.capacity import Capacity, capacities
 from llmgw.store.lease_repo import Fence
 from llmgw.store.store import Store
 
@@ -133,26 +136,35 @@ def load_state(stored: dict[str, Any]) -> KeeperState:
 
 def status(
     store: Store, judge_keeper: JudgeKeeper, clock: Clock, leading: Callable[[], bool] = lambda: True,
-    server_id: str = "",
+    server_id: str = "", server_timeout: timedelta = timedelta(seconds=30),
 ) -> Callable[[], Awaitable[list[JudgeStatusOut]]]:
-    """Per judge: known or enabled, in the catalog, replicas ready, keeper state, latency.
+    """Per judge: known or enabled, in the catalog, replicas ready, keeper state, latency, its
+    admission now (queue, slots, over the live servers), what it sustained within budget and
+    sheds over the last minutes (`capacity`), and its scale.
 
     The keeper runs on the leader only: a server that does not lead shows the leader keeper's
     state as the leader last published it, naming that server (`keeper_server`)."""
 
-    def read() -> tuple[list[Any], list[Any], list[Any], list[Any], dict[str, Any] | None]:
+    def read() -> tuple[list[Any], list[Any], list[Any], list[Any], dict[str, Any] | None,
+                        Activity, dict[str, int]]:
+        now = clock.now()
         return (store.catalog.list(), store.replicas.list(), store.guard.enabled_judges(),
-                store.guard.verdicts(limit=5000), store.install.judge_keeper_state())
+                store.guard.verdicts(limit=5000), store.install.judge_keeper_state(),
+                store.servers.activity(now, server_timeout),
+                {p.name: p.budget_ms for p in store.guard.policies()})
 
     async def run() -> list[JudgeStatusOut]:
-        models, replicas, enabled, verdicts, stored = await asyncio.to_thread(read)
+        models, replicas, enabled, verdicts, stored, activity, budgets = await asyncio.to_thread(read)
         if leading():
             states = await judge_keeper.status()
+            keeper_state = judge_keeper.state
             kept_by: str | None = server_id
         else:
             # Nothing published yet reads as a keeper that has not looked yet.
-            states = await judge_keeper.status(load_state(stored) if stored else KeeperState())
+            keeper_state = load_state(stored) if stored else KeeperState()
+            states = await judge_keeper.status(keeper_state)
             kept_by = stored.get("server") if stored else None
+        recent = capacities(verdicts, budgets, clock.now())
         catalog = {m.name: m for m in models}
         names = sorted(set(states) | {m.name for m in models if m.guard} | {j.name for j in enabled})
         out = []
@@ -160,6 +172,9 @@ def status(
             spec = KNOWN.get(name) or next((j for j in enabled if j.name == name), None)
             latencies = sorted(v.latency_ms for v in verdicts if v.judge == name
                                and v.outcome.value in ("safe", "unsafe"))
+            load = activity.judges.get(name, JudgeLoad())
+            cap = recent.get(name, Capacity())
+            scale = keeper_state.scales.get(name)
             out.append(JudgeStatusOut(
                 judge=name,
                 source="known" if name in KNOWN else "enabled" if spec else "catalog only",
@@ -173,6 +188,15 @@ def status(
                 p50_ms=_pct(latencies, 0.50),
                 p99_ms=_pct(latencies, 0.99),
                 judgments=len(latencies),
+                queue_depth=load.queued,
+                in_flight=load.in_flight,
+                slots=load.slots,
+                judged_5m=cap.judgments,
+                shed_5m=cap.shed,
+                sustained_per_s=cap.sustained_per_s,
+                replicas_wanted=scale.replicas if scale else None,
+                replicas_max=catalog[name].scaling.max if name in catalog else None,
+                scaling=scale.note if scale else "",
             ))
         return out
 
