@@ -144,7 +144,8 @@ class FakeJudge:
                 content = qwen3guard_verdict("Safe", (), output)
             answered = True
             self.answered_at.append(time.monotonic())
-            return web.json_response({"content": content, "stop": True, "tokens_predicted": 8})
+            return web.json_response({"content": content, "stop": True, "tokens_predicted": 8,
+                                      "timings": {"prompt_n": 12, "cache_n": 300}})
         finally:
             self.in_flight -= 1
             if not answered:

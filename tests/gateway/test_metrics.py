@@ -42,6 +42,7 @@ def test_judge_queues_sheds_and_service_times_are_shown_per_judge() -> None:
     metrics = Metrics(lambda: RoutingTable({}), judges=lambda: loads)
     metrics.judge_served("demo-judge", 0.6)
     metrics.judge_served("demo-judge", 1.2)
+    metrics.judge_prompt("demo-judge", 20, 380)
     text = metrics.render().decode()
 
     assert 'llmgw_guard_queue_depth{judge="demo-judge"} 5.0' in text
@@ -50,3 +51,4 @@ def test_judge_queues_sheds_and_service_times_are_shown_per_judge() -> None:
     assert 'llmgw_guard_judge_slots{judge="demo-judge"} 2.0' in text
     assert 'llmgw_guard_judge_service_seconds_bucket{judge="demo-judge",le="0.75"} 1.0' in text
     assert 'llmgw_guard_judge_service_seconds_count{judge="demo-judge"} 2.0' in text
+    assert 'llmgw_guard_judge_prompt_tokens_total{judge="demo-judge",source="cached"} 380.0' in text

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 import pytest
@@ -37,13 +37,27 @@ class Rig:
         return answer, time.monotonic() - start
 
 
-async def rig_of(slots: dict[str, int | None]) -> Rig:
+@dataclass
+class Observed:
+    """What the client told the metrics."""
+
+    served: list[float] = field(default_factory=list)
+    prompt: list[tuple[int, int]] = field(default_factory=list)
+
+    def judge_served(self, judge: str, seconds: float) -> None:
+        self.served.append(seconds)
+
+    def judge_prompt(self, judge: str, evaluated: int, cached: int) -> None:
+        self.prompt.append((evaluated, cached))
+
+
+async def rig_of(slots: dict[str, int | None], observed: Observed | None = None) -> Rig:
     engines = {rid: await FakeJudge().slow(SERVICE_S).start() for rid in slots}
 
     def locate(_name: str) -> list[JudgeTarget]:
         return [JudgeTarget(SPEC, engines[rid].url, id=rid, slots=n) for rid, n in slots.items()]
 
-    client = JudgeClient(locate)
+    client = JudgeClient(locate, observe=observed)
     await client.start()
     records: list[VerdictRecord] = []
     view = GuardView(enabled=True)
@@ -119,3 +133,16 @@ async def test_a_timed_out_judgment_frees_its_slot_at_once(two_slots: Rig) -> No
     engine.safe()
     answer, _ = await two_slots.ask("next")
     assert answer.outcome == Outcome.SAFE
+
+
+async def test_service_times_and_the_cache_the_judge_reused_reach_the_metrics() -> None:
+    observed = Observed()
+    rig = await rig_of({"r1": 2}, observed)
+    try:
+        await rig.ask("hello")
+        assert observed.prompt == [(12, 300)]  # the engine's timings: prompt_n, cache_n
+        [served] = observed.served
+        assert SERVICE_S <= served < BUDGET_MS / 1000
+    finally:
+        await rig.client.close()
+        await rig.engines["r1"].close()

@@ -62,6 +62,7 @@ class Metrics(Collector):
         self._queued = queued
         self._judges = judges
         self.judge_service = Histogram(JUDGE_SERVICE)
+        self.judge_prompt_tokens: dict[tuple[str, ...], int] = defaultdict(int)
         self.cold_starts: dict[tuple[str, ...], int] = defaultdict(int)
         self.evictions: dict[tuple[str, ...], int] = defaultdict(int)
         self.queue_waits = Histogram(QUEUE_WAIT)
@@ -100,6 +101,11 @@ class Metrics(Collector):
     def judge_served(self, judge: str, seconds: float) -> None:
         """A judge answered a judgment `seconds` after it was sent (queueing not counted)."""
         self.judge_service.observe(judge, seconds)
+
+    def judge_prompt(self, judge: str, evaluated: int, cached: int) -> None:
+        """A judge evaluated `evaluated` prompt tokens and reused `cached` from its KV cache."""
+        self.judge_prompt_tokens[(judge, "evaluated")] += evaluated
+        self.judge_prompt_tokens[(judge, "cached")] += cached
 
     def judged(self, record: VerdictRecord) -> None:
         self.judgments[(record.policy, record.judge, record.outcome.value)] += 1
@@ -168,6 +174,9 @@ class Metrics(Collector):
         yield in_flight
         yield slots
         yield shed
+        yield _counter("llmgw_guard_judge_prompt_tokens",
+                       "Judge prompt tokens: evaluated, or reused from the slot's KV cache",
+                       ["judge", "source"], self.judge_prompt_tokens)
         yield self.judge_service.family("llmgw_guard_judge_service_seconds",
                                         "Time a judge took to answer a judgment, from sending "
                                         "to the answer (queueing not counted)", "judge")

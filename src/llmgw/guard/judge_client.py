@@ -7,7 +7,7 @@ import asyncio
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import aiohttp
 import orjson
@@ -40,6 +40,37 @@ class JudgeTarget:
 
 # The ready replicas of a judge; raises (NoReadyReplica, ModelNotFound) when there is none.
 Locate = Callable[[str], Sequence[JudgeTarget]]
+
+
+class JudgeObserver(Protocol):
+    """What the client tells the metrics about each judgment a judge answered."""
+
+    def judge_served(self, judge: str, seconds: float) -> None:
+        """It answered `seconds` after it was sent (queueing not counted)."""
+
+    def judge_prompt(self, judge: str, evaluated: int, cached: int) -> None:
+        """It evaluated `evaluated` prompt tokens and took `cached` from its slot's KV cache."""
+
+
+class _Unobserved:
+    def judge_served(self, judge: str, seconds: float) -> None:
+        pass
+
+    def judge_prompt(self, judge: str, evaluated: int, cached: int) -> None:
+        pass
+
+
+def prompt_tokens(answer: Any) -> tuple[int, int] | None:
+    """(evaluated, cached) prompt tokens from a llama-server answer's `timings` (`prompt_n`,
+    `cache_n`); None when it has none."""
+    timings = answer.get("timings") if isinstance(answer, dict) else None
+    if not isinstance(timings, dict):
+        return None
+    evaluated, cached = timings.get("prompt_n"), timings.get("cache_n")
+    if not isinstance(evaluated, int) or not isinstance(cached, int):
+        return None
+    # An engine's numbers are clamped like any upstream's.
+    return max(evaluated, 0), max(cached, 0)
 
 
 def defuse(fmt: JudgeFormat, text: str) -> str:
@@ -75,11 +106,11 @@ class JudgeClient:
 
     def __init__(
         self, locate: Locate, monotonic: Callable[[], float] = time.monotonic,
-        observe: Callable[[str, float], None] = lambda _judge, _seconds: None,
+        observe: JudgeObserver | None = None,
     ) -> None:
         self._locate = locate
         self._monotonic = monotonic
-        self._observe = observe  # every judge's service times (the metrics' histogram)
+        self._observe = observe or _Unobserved()  # service times and cache use, for the metrics
         self._queues: dict[str, JudgeQueue] = {}
         self._targets: dict[str, dict[str, JudgeTarget]] = {}
         self._session: aiohttp.ClientSession | None = None
@@ -91,7 +122,8 @@ class JudgeClient:
     def _queue(self, judge: str, targets: Sequence[JudgeTarget]) -> JudgeQueue:
         queue = self._queues.get(judge)
         if queue is None:
-            queue = self._queues[judge] = JudgeQueue(judge, self._monotonic, self._observe)
+            queue = self._queues[judge] = JudgeQueue(judge, self._monotonic,
+                                                     self._observe.judge_served)
         self._targets[judge] = {t.id: t for t in targets}
         queue.sync({t.id: t.slots or DEFAULT_SLOTS for t in targets})
         return queue
@@ -148,9 +180,12 @@ class JudgeClient:
             finally:
                 queue.release(slot, served)
         try:
-            content = orjson.loads(raw)["content"]
+            answer = orjson.loads(raw)
+            content = answer["content"]
         except (orjson.JSONDecodeError, KeyError, TypeError) as exc:
             raise UpstreamError(f"judge {judge} answered something other than a completion") from exc
+        if (tokens := prompt_tokens(answer)) is not None:
+            self._observe.judge_prompt(judge, *tokens)
         spec = targets[0].spec
         return verdicts.parse(spec.format, direction, str(content),
                               llama_guard_categories=spec.categories)

@@ -125,7 +125,7 @@ class Server:
         client = Transport(timeout_s=s.upstream_timeout_s)
         metrics = Metrics(lambda: refresher.current.table, queued=queue.depths,
                           judges=lambda: judge_client.loads())
-        judge_client = JudgeClient(refresher.locate_judge, clock.monotonic, metrics.judge_served)
+        judge_client = JudgeClient(refresher.locate_judge, clock.monotonic, metrics)
         tracker = ActivityTracker(lambda: refresher.current.table, queue, judge_client.loads)
         verdict_log = VerdictBuffer(wiring.verdict_writer(store))
         guard = Guard(judge_client, lambda: refresher.current.guard,
