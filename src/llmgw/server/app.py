@@ -164,7 +164,9 @@ class Server:
         judge_keeper = judges.keeper(store, jobs, catalog, clock, control.judge_grace_s,
                                      notifier.settle, leadership.fence, leadership.server_id,
                                      lambda: leadership.leading,
-                                     timedelta(seconds=s.server_timeout_s), keeper.wake.set)
+                                     timedelta(seconds=s.server_timeout_s), keeper.wake.set,
+                                     timedelta(seconds=control.judge_scale_window_s),
+                                     timedelta(seconds=control.judge_idle_s))
         duties = LeaderDuties(keeper, judge_keeper, jobs, notifier, control, clock)
 
         app = web.Application(middlewares=[openai_errors], client_max_size=s.max_body_bytes)

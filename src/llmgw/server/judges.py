@@ -11,7 +11,7 @@ from typing import Any
 from llmgw.control.catalog import CatalogService
 from llmgw.control.judge_keeper import KeeperState, KeeperView
 from llmgw.control.judge_loop import JudgeKeeper
-from llmgw.control.judge_scaling import JudgeScale
+from llmgw.control.judge_scaling import JUDGE_IDLE, JUDGE_SCALE_WINDOW, JudgeScale
 from llmgw.control.placement import free_on
 from llmgw.control.scheduler import Cluster, Placement
 from llmgw.control.serve_jobs import ServeJobs
@@ -31,6 +31,7 @@ def keeper(
     on_change: Callable[[], Awaitable[None]], fence: Callable[[], Fence | None],
     server_id: str = "", leading: Callable[[], bool] = lambda: True,
     server_timeout: timedelta = timedelta(seconds=30), on_scale: Callable[[], None] = lambda: None,
+    scale_window: timedelta = JUDGE_SCALE_WINDOW, scale_idle: timedelta = JUDGE_IDLE,
 ) -> JudgeKeeper:
     """A judge keeper reading this install's store and acting through its services; its
     writes are fenced, so a deposed leader cannot serve or refit a judge. It publishes its
@@ -77,6 +78,8 @@ def keeper(
             judge_loads=store.servers.activity(now, server_timeout).judges,
             starting=starting,
             room=room,
+            scale_window=scale_window,
+            scale_idle=scale_idle,
         )
 
     async def read() -> KeeperView:
