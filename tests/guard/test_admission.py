@@ -68,13 +68,22 @@ def test_ahead_of_counts_the_waiters_with_an_earlier_or_equal_deadline() -> None
 
 def test_service_time_quantiles_are_nearest_rank_over_the_last_samples() -> None:
     times = ServiceTimes(size=10)
-    assert times.quantile(0.9) == 0.0  # no evidence: nothing is shed
+    assert times.quantile(0.9, now=0.0) == 0.0  # no evidence: nothing is shed
     for ms in range(1, 21):  # 1..20; only 11..20 are kept
-        times.add(ms / 1000)
+        times.add(ms / 1000, now=0.0)
     assert len(times) == 10
-    assert times.quantile(0.5) == pytest.approx(0.015)
-    assert times.quantile(0.9) == pytest.approx(0.019)
-    assert times.quantile(1.0) == pytest.approx(0.020)
+    assert times.quantile(0.5, now=0.0) == pytest.approx(0.015)
+    assert times.quantile(0.9, now=0.0) == pytest.approx(0.019)
+    assert times.quantile(1.0, now=0.0) == pytest.approx(0.020)
+
+
+def test_service_times_are_forgotten_so_a_judge_shed_for_long_is_tried_again() -> None:
+    times = ServiceTimes(memory_s=60.0)
+    times.add(9.0, now=0.0)
+    times.add(1.0, now=30.0)
+    assert times.quantile(0.9, now=60.0) == 9.0
+    assert times.quantile(0.9, now=61.0) == 1.0
+    assert times.quantile(0.9, now=91.0) == 0.0
 
 
 @pytest.mark.parametrize(("ahead", "free", "slots", "wait"), [

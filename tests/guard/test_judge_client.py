@@ -146,3 +146,12 @@ async def test_service_times_and_the_cache_the_judge_reused_reach_the_metrics() 
     finally:
         await rig.client.close()
         await rig.engines["r1"].close()
+
+
+async def test_a_judge_that_outlasts_the_budget_is_shed_once_it_has_timed_out(two_slots: Rig) -> None:
+    two_slots.engines["r1"].never()
+    answer, _ = await two_slots.ask("held", 200)
+    assert answer.outcome == Outcome.FAILED_TIMEOUT
+    # A judgment with less time than the judge had and did not answer in is not sent.
+    answer, took = await two_slots.ask("next", 150)
+    assert answer.outcome == Outcome.FAILED_SHED and took < FAST_S

@@ -22,10 +22,10 @@ def judge_queue(clock: FakeClock, **slots: int) -> JudgeQueue:
     return q
 
 
-def learned(q: JudgeQueue, seconds: float, n: int = 10) -> None:
+def learned(q: JudgeQueue, clock: FakeClock, seconds: float, n: int = 10) -> None:
     """The judge's recent judgments each took `seconds`."""
     for _ in range(n):
-        q.times.add(seconds)
+        q.times.add(seconds, clock.monotonic())
 
 
 async def waiting(q: JudgeQueue, prompt: str, deadline: float) -> asyncio.Task[Slot]:
@@ -65,7 +65,7 @@ async def test_waiters_get_slots_earliest_deadline_first(clock: FakeClock) -> No
 
 async def test_a_judgment_that_cannot_finish_is_shed_on_arrival(clock: FakeClock) -> None:
     q = judge_queue(clock)
-    learned(q, 1.0)
+    learned(q, clock, 1.0)
     now = clock.monotonic()
     for i in range(2):
         await q.acquire(f"running {i}", now + BUDGET_S)
@@ -85,7 +85,7 @@ async def test_a_judgment_that_cannot_finish_is_shed_on_arrival(clock: FakeClock
 
 async def test_a_tight_budget_is_shed_even_with_a_free_slot(clock: FakeClock) -> None:
     q = judge_queue(clock)
-    learned(q, 1.0)
+    learned(q, clock, 1.0)
     with pytest.raises(JudgeShed):
         await q.acquire("tight", clock.monotonic() + 0.5)
     assert q.load() == JudgeLoad(slots=2, shed=1)  # nothing taken
@@ -93,7 +93,7 @@ async def test_a_tight_budget_is_shed_even_with_a_free_slot(clock: FakeClock) ->
 
 async def test_a_waiter_whose_turn_comes_too_late_is_shed_not_sent(clock: FakeClock) -> None:
     q = judge_queue(clock, r1=1)
-    learned(q, 1.0)
+    learned(q, clock, 1.0)
     now = clock.monotonic()
     held = await q.acquire("held", now + BUDGET_S)
     late = await waiting(q, "late", now + 3.0)
@@ -132,3 +132,15 @@ async def test_a_new_replica_serves_the_waiters_at_once(clock: FakeClock) -> Non
 @pytest.fixture
 def clock() -> FakeClock:
     return FakeClock()
+
+
+async def test_timeouts_teach_the_shed_rule_a_judge_slower_than_the_budget(clock: FakeClock) -> None:
+    q = judge_queue(clock)
+    for _ in range(10):
+        slot = await q.acquire("times out", clock.monotonic() + 1.0)
+        clock.advance(1.0)
+        q.release(slot, None, outlasted_s=1.0)
+    # One whose budget is shorter than what the judge had and did not finish in is not sent.
+    with pytest.raises(JudgeShed):
+        await q.acquire("would time out too", clock.monotonic() + 0.9)
+    assert q.load().served == 0

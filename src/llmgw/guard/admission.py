@@ -7,9 +7,10 @@ clock; nothing here awaits or does I/O (`judge_queue` does, around these).
 - A judgment that finds no free slot waits in the gateway, earliest deadline first.
 - A judgment is shed (failed at once as `failed_shed`) when it cannot finish in what is left of
   its budget: on arrival when the wait its place in the queue means plus the judge's recent
-  service time (p90 of the last `SERVICE_SAMPLES`) is longer than that; and when its turn comes,
-  when what is left is shorter than the service time alone. The judge then only works on
-  judgments that can still finish.
+  service time (p90 of the last `SERVICE_SAMPLES` within `SERVICE_MEMORY_S`; a judgment that
+  timed out counts with the time it had) is longer than that; and when its turn comes, when what
+  is left is shorter than the service time alone. The judge then only works on judgments that
+  can still finish.
 - Every slot remembers the last prompt it was sent, which is what its KV cache holds; a
   judgment goes to the free slot sharing the longest prefix with its prompt (every judgment of a
   direction shares the judge's long fixed head; a stream's next window shares all the text
@@ -25,27 +26,34 @@ from collections import deque
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-# How many recent service times the shed rule and the wait estimate look at.
+# How many recent service times the shed rule and the wait estimate look at, and for how long:
+# a judge nothing was sent to for a while (everything shed) is tried again with a clean slate.
 SERVICE_SAMPLES = 64
+SERVICE_MEMORY_S = 60.0
 
 
 class ServiceTimes:
-    """The last `size` service times of one judge (seconds from sending to the answer)."""
+    """The last `size` service times of one judge (seconds from sending to the answer), each
+    forgotten `memory_s` after it was taken."""
 
-    def __init__(self, size: int = SERVICE_SAMPLES) -> None:
-        self._times: deque[float] = deque(maxlen=size)
+    def __init__(self, size: int = SERVICE_SAMPLES, memory_s: float = SERVICE_MEMORY_S) -> None:
+        self._times: deque[tuple[float, float]] = deque(maxlen=size)
+        self._memory_s = memory_s
 
-    def add(self, seconds: float) -> None:
-        self._times.append(max(seconds, 0.0))
+    def add(self, seconds: float, now: float) -> None:
+        self._times.append((now, max(seconds, 0.0)))
 
     def __len__(self) -> int:
         return len(self._times)
 
-    def quantile(self, q: float) -> float:
-        """Nearest-rank quantile; 0 with no samples yet (nothing is shed on no evidence)."""
+    def quantile(self, q: float, now: float) -> float:
+        """Nearest-rank quantile of the samples still remembered at `now`; 0 with none (nothing
+        is shed on no evidence)."""
+        while self._times and now - self._times[0][0] > self._memory_s:
+            self._times.popleft()
         if not self._times:
             return 0.0
-        ordered = sorted(self._times)
+        ordered = sorted(t for _, t in self._times)
         return ordered[max(0, math.ceil(q * len(ordered)) - 1)]
 
 

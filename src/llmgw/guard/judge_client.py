@@ -153,7 +153,7 @@ class JudgeClient:
             raise NoReadyReplica(f"judge {judge} has no ready replica")
         request = completion_body(targets[0].spec, direction, turns)
         queue = self._queue(judge, targets)
-        async with asyncio.timeout(timeout_s):
+        async with asyncio.timeout(timeout_s) as budget:
             slot = await queue.acquire(request["prompt"], self._monotonic() + timeout_s)
             sent = self._monotonic()
             served: float | None = None
@@ -178,7 +178,10 @@ class JudgeClient:
             except aiohttp.ClientError as exc:
                 raise UpstreamError(f"judge {judge} failed: {type(exc).__name__}") from exc
             finally:
-                queue.release(slot, served)
+                # A judge that ran out of budget took at least this long: the shed rule learns
+                # a judge slower than the budget from its timeouts too.
+                outlasted = self._monotonic() - sent if served is None and budget.expired() else None
+                queue.release(slot, served, outlasted)
         try:
             answer = orjson.loads(raw)
             content = answer["content"]

@@ -45,7 +45,7 @@ class JudgeQueue:
     async def acquire(self, prompt: str, deadline: float) -> Slot:
         """A slot for a judgment of `prompt` that must be answered by `deadline` (monotonic)."""
         now = self._monotonic()
-        p90 = self.times.quantile(0.9)
+        p90 = self.times.quantile(0.9, now)
         if not len(self.waiting) and self.book.free:
             if sheds(deadline - now, 0.0, p90):
                 raise self._shed(deadline - now, 0, 0.0, p90)
@@ -53,7 +53,7 @@ class JudgeQueue:
             assert slot is not None
             return slot
         ahead = self.waiting.ahead_of(deadline)
-        wait = expected_wait(ahead, self.book.free, self.book.total, self.times.quantile(0.5))
+        wait = expected_wait(ahead, self.book.free, self.book.total, self.times.quantile(0.5, now))
         if sheds(deadline - now, wait, p90):
             raise self._shed(deadline - now, ahead, wait, p90)
         waiter = self.waiting.push(deadline, prompt)
@@ -73,11 +73,16 @@ class JudgeQueue:
         finally:
             del self._futures[waiter.seq]
 
-    def release(self, slot: Slot, served_s: float | None) -> None:
-        """Give `slot` back; `served_s` is how long the judge took when it answered."""
-        self.book.give_back(slot, self._monotonic())
+    def release(self, slot: Slot, served_s: float | None, outlasted_s: float | None = None) -> None:
+        """Give `slot` back; `served_s` is how long the judge took when it answered,
+        `outlasted_s` how long it had when the judgment's budget ran out (it would have taken
+        longer: counted as a service time, so a judge slower than the budgets is shed)."""
+        now = self._monotonic()
+        self.book.give_back(slot, now)
+        if outlasted_s is not None:
+            self.times.add(outlasted_s, now)
         if served_s is not None:
-            self.times.add(served_s)
+            self.times.add(served_s, now)
             self.served += 1
             self._observe(self.judge, served_s)
         self._dispatch()
@@ -92,8 +97,9 @@ class JudgeQueue:
             future = self._futures.get(waiter.seq)
             if future is None or future.done():
                 continue
-            left = waiter.deadline - self._monotonic()
-            p90 = self.times.quantile(0.9)
+            now = self._monotonic()
+            left = waiter.deadline - now
+            p90 = self.times.quantile(0.9, now)
             if sheds(left, 0.0, p90):
                 future.set_exception(self._shed(left, 0, 0.0, p90))
                 continue
