@@ -112,6 +112,9 @@ def test_a_judgment_is_shed_when_wait_and_service_overrun_its_budget() -> None:
     assert sheds(remaining_s=0.5, wait_s=0.0, service_p90_s=0.8)  # its turn came too late
     assert sheds(remaining_s=-1.0, wait_s=0.0, service_p90_s=0.0)  # past its deadline
     assert not sheds(remaining_s=0.001, wait_s=0.0, service_p90_s=0.0)  # nothing known yet
+    # On arrival, a tenth of the budget to spare.
+    assert not sheds(remaining_s=5.0, wait_s=3.7, service_p90_s=0.8, headroom=0.1)
+    assert sheds(remaining_s=5.0, wait_s=3.8, service_p90_s=0.8, headroom=0.1)
 
 
 # --- slots ---------------------------------------------------------------------------------------

@@ -149,9 +149,16 @@ async def test_service_times_and_the_cache_the_judge_reused_reach_the_metrics() 
 
 
 async def test_a_judge_that_outlasts_the_budget_is_shed_once_it_has_timed_out(two_slots: Rig) -> None:
-    two_slots.engines["r1"].never()
+    engine = two_slots.engines["r1"].never()
     answer, _ = await two_slots.ask("held", 200)
     assert answer.outcome == Outcome.FAILED_TIMEOUT
-    # A judgment with less time than the judge had and did not answer in is not sent.
+    # While the judge is busy, a judgment with less time than it had and did not answer in is
+    # not sent; with nothing in flight it is tried.
+    engine.received.clear()
+    busy = asyncio.create_task(two_slots.ask("busy", 1000))
+    await engine.received.wait()
     answer, took = await two_slots.ask("next", 150)
     assert answer.outcome == Outcome.FAILED_SHED and took < FAST_S
+    assert (await busy)[0].outcome == Outcome.FAILED_TIMEOUT
+    answer, _ = await two_slots.ask("probe", 150)
+    assert answer.outcome == Outcome.FAILED_TIMEOUT and len(engine.requests) == 3

@@ -69,14 +69,14 @@ async def test_a_judgment_that_cannot_finish_is_shed_on_arrival(clock: FakeClock
     now = clock.monotonic()
     for i in range(2):
         await q.acquire(f"running {i}", now + BUDGET_S)
-    # Two slots, a second each: four rounds of waiting fit in a 5 s budget with the judgment's
-    # own second, so eight wait and the ninth is shed at once.
-    tasks = [await waiting(q, f"queued {i}", now + BUDGET_S) for i in range(8)]
+    # Two slots, a second each: three rounds of waiting and the judgment's own second leave a
+    # tenth of a 5 s budget to spare, so six wait and the seventh is shed at once.
+    tasks = [await waiting(q, f"queued {i}", now + BUDGET_S) for i in range(6)]
     with pytest.raises(JudgeShed) as caught:
         await q.acquire("one too many", now + BUDGET_S)
     assert "saturated" in caught.value.message and "one too many" not in caught.value.message
     assert caught.value.status == 503 and caught.value.code == "judge_shed"
-    assert q.load().shed == 1 and q.load().queued == 8
+    assert q.load().shed == 1 and q.load().queued == 6
     for t in tasks:
         t.cancel()
     await asyncio.gather(*tasks, return_exceptions=True)
@@ -86,9 +86,15 @@ async def test_a_judgment_that_cannot_finish_is_shed_on_arrival(clock: FakeClock
 async def test_a_tight_budget_is_shed_even_with_a_free_slot(clock: FakeClock) -> None:
     q = judge_queue(clock)
     learned(q, clock, 1.0)
+    busy = await q.acquire("busy", clock.monotonic() + BUDGET_S)
     with pytest.raises(JudgeShed):
         await q.acquire("tight", clock.monotonic() + 0.5)
-    assert q.load() == JudgeLoad(slots=2, shed=1)  # nothing taken
+    assert q.load() == JudgeLoad(slots=2, in_flight=1, shed=1)  # nothing more taken
+    q.release(busy, 1.0)
+    # With nothing in flight the judge is tried all the same: its answer is the evidence.
+    probe = await q.acquire("tight", clock.monotonic() + 0.5)
+    assert q.load().in_flight == 1
+    q.release(probe, 0.3)
 
 
 async def test_a_waiter_whose_turn_comes_too_late_is_shed_not_sent(clock: FakeClock) -> None:
@@ -140,7 +146,9 @@ async def test_timeouts_teach_the_shed_rule_a_judge_slower_than_the_budget(clock
         slot = await q.acquire("times out", clock.monotonic() + 1.0)
         clock.advance(1.0)
         q.release(slot, None, outlasted_s=1.0)
-    # One whose budget is shorter than what the judge had and did not finish in is not sent.
+    # One whose budget is shorter than what the judge had and did not finish in is not sent
+    # while the judge is busy.
+    await q.acquire("busy", clock.monotonic() + BUDGET_S)
     with pytest.raises(JudgeShed):
         await q.acquire("would time out too", clock.monotonic() + 0.9)
     assert q.load().served == 0

@@ -8,9 +8,11 @@ clock; nothing here awaits or does I/O (`judge_queue` does, around these).
 - A judgment is shed (failed at once as `failed_shed`) when it cannot finish in what is left of
   its budget: on arrival when the wait its place in the queue means plus the judge's recent
   service time (p90 of the last `SERVICE_SAMPLES` within `SERVICE_MEMORY_S`; a judgment that
-  timed out counts with the time it had) is longer than that; and when its turn comes, when what
+  timed out counts with the time it had) is longer than that less `ARRIVAL_HEADROOM`; and when
+  its turn comes, when what
   is left is shorter than the service time alone. The judge then only works on judgments that
-  can still finish.
+  can still finish. A judge with nothing in flight is always tried (`judge_queue`), so a slow
+  spell it has left behind does not keep it shed.
 - Every slot remembers the last prompt it was sent, which is what its KV cache holds; a
   judgment goes to the free slot sharing the longest prefix with its prompt (every judgment of a
   direction shares the judge's long fixed head; a stream's next window shares all the text
@@ -59,8 +61,9 @@ class ServiceTimes:
 
 def expected_wait(ahead: int, free: int, slots: int, typical_s: float) -> float:
     """How long a judgment waits for a slot with `ahead` judgments queued before it, `free` of the
-    judge's `slots` free now, and a judgment taking `typical_s`: the judgments ahead take the free
-    slots first, then the busy ones free up a round of `slots` every `typical_s`."""
+    judge's `slots` free now, and a judgment taking `typical_s` (the gateway uses the p90): the
+    judgments ahead take the free slots first, then the busy ones free up a round of `slots`
+    every `typical_s`."""
     if ahead < free:
         return 0.0
     if slots <= 0:
@@ -68,10 +71,17 @@ def expected_wait(ahead: int, free: int, slots: int, typical_s: float) -> float:
     return ((ahead - free) // slots + 1) * typical_s
 
 
-def sheds(remaining_s: float, wait_s: float, service_p90_s: float) -> bool:
+# On arrival a judgment must be expected to finish with this share of its budget to spare: a
+# wait guessed a little short then still ends in a verdict, not in a shed when its turn comes
+# (late, no longer "at once") or a timeout.
+ARRIVAL_HEADROOM = 0.1
+
+
+def sheds(remaining_s: float, wait_s: float, service_p90_s: float, headroom: float = 0.0) -> bool:
     """Whether a judgment with `remaining_s` of its budget left cannot finish: it would wait
-    `wait_s` for a slot and then take the judge's recent service time."""
-    return remaining_s < wait_s + service_p90_s
+    `wait_s` for a slot and then take the judge's recent service time, with `headroom` (a share
+    of what is left) to spare."""
+    return remaining_s * (1.0 - headroom) < wait_s + service_p90_s
 
 
 def shared_prefix(a: str, b: str) -> int:

@@ -8,7 +8,15 @@ from collections.abc import Callable, Mapping
 
 from llmgw.core.errors import JudgeShed
 from llmgw.core.guard import JudgeLoad
-from llmgw.guard.admission import DeadlineQueue, ServiceTimes, Slot, SlotBook, expected_wait, sheds
+from llmgw.guard.admission import (
+    ARRIVAL_HEADROOM,
+    DeadlineQueue,
+    ServiceTimes,
+    Slot,
+    SlotBook,
+    expected_wait,
+    sheds,
+)
 
 
 class JudgeQueue:
@@ -47,14 +55,18 @@ class JudgeQueue:
         now = self._monotonic()
         p90 = self.times.quantile(0.9, now)
         if not len(self.waiting) and self.book.free:
-            if sheds(deadline - now, 0.0, p90):
+            # A judge with nothing in flight is always tried: it costs no other judgment
+            # anything, and its answer is how the shed rule learns it is fast again.
+            if self.book.busy and sheds(deadline - now, 0.0, p90, ARRIVAL_HEADROOM):
                 raise self._shed(deadline - now, 0, 0.0, p90)
             slot = self.book.take(prompt)
             assert slot is not None
             return slot
         ahead = self.waiting.ahead_of(deadline)
-        wait = expected_wait(ahead, self.book.free, self.book.total, self.times.quantile(0.5, now))
-        if sheds(deadline - now, wait, p90):
+        # Rounds of the slots at the p90 too, not the median: a wait guessed short lets in a
+        # judgment that is shed only when its turn comes, late, or times out.
+        wait = expected_wait(ahead, self.book.free, self.book.total, p90)
+        if sheds(deadline - now, wait, p90, ARRIVAL_HEADROOM):
             raise self._shed(deadline - now, ahead, wait, p90)
         waiter = self.waiting.push(deadline, prompt)
         future: asyncio.Future[Slot] = asyncio.get_running_loop().create_future()
