@@ -86,23 +86,24 @@ def test_service_times_are_forgotten_so_a_judge_shed_for_long_is_tried_again() -
     assert times.quantile(0.9, now=91.0) == 0.0
 
 
-@pytest.mark.parametrize(("ahead", "free", "slots", "wait"), [
-    (0, 1, 2, 0.0),  # a free slot: no wait
-    (1, 2, 2, 0.0),  # one ahead takes the first free slot, this one the second
-    (0, 0, 2, 0.5),  # all busy: the first round frees a slot
-    (1, 0, 2, 0.5),
-    (2, 0, 2, 1.0),  # two ahead take the first round's two slots
-    (5, 0, 2, 1.5),
-    (3, 1, 2, 1.0),  # one ahead takes the free slot, two the first round, this one the second
+@pytest.mark.parametrize(("ahead", "free", "busy_left", "wait"), [
+    (0, 1, [0.3], 0.0),  # a free slot: no wait
+    (1, 2, [], 0.0),  # one ahead takes the first free slot, this one the second
+    (0, 0, [0.3, 0.1], 0.1),  # all busy: the slot that frees first
+    (1, 0, [0.3, 0.1], 0.3),  # ... is the one ahead's; this one gets the second
+    (2, 0, [0.3, 0.1], 0.6),  # a round later: the first slot again, after a judgment
+    (5, 0, [0.3, 0.1], 1.3),
+    (3, 1, [0.2], 0.7),  # one free, one busy: a round on, the busy one's turn again
+    (0, 0, [-0.4, 0.2], 0.0),  # running longer than expected: about to end
 ])
-def test_expected_wait_counts_rounds_of_the_judges_slots(
-    ahead: int, free: int, slots: int, wait: float
+def test_expected_wait_follows_the_slots_as_they_free_up(
+    ahead: int, free: int, busy_left: list[float], wait: float
 ) -> None:
-    assert expected_wait(ahead, free, slots, typical_s=0.5) == pytest.approx(wait)
+    assert expected_wait(ahead, free, busy_left, typical_s=0.5) == pytest.approx(wait)
 
 
 def test_a_judge_without_slots_has_no_wait_that_ends() -> None:
-    assert expected_wait(0, 0, 0, 0.5) == math.inf
+    assert expected_wait(0, 0, [], 0.5) == math.inf
 
 
 def test_a_judgment_is_shed_when_wait_and_service_overrun_its_budget() -> None:
@@ -184,3 +185,10 @@ def test_the_least_recently_used_slot_goes_first_when_caches_hold_as_much() -> N
 ])
 def test_shared_prefix(a: str, b: str, n: int) -> None:
     assert shared_prefix(a, b) == n == shared_prefix(b, a)
+
+
+def test_a_busy_slot_knows_how_long_its_judgment_has_run() -> None:
+    b = book(r1=2)
+    b.take(prompt("first"), now=10.0)
+    b.take(prompt("second"), now=10.5)
+    assert sorted(b.running_for(11.0)) == [0.5, 1.0]

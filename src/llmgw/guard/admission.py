@@ -25,7 +25,7 @@ import heapq
 import itertools
 import math
 from collections import deque
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 # How many recent service times the shed rule and the wait estimate look at, and for how long:
@@ -59,16 +59,17 @@ class ServiceTimes:
         return ordered[max(0, math.ceil(q * len(ordered)) - 1)]
 
 
-def expected_wait(ahead: int, free: int, slots: int, typical_s: float) -> float:
-    """How long a judgment waits for a slot with `ahead` judgments queued before it, `free` of the
-    judge's `slots` free now, and a judgment taking `typical_s` (the gateway uses the p90): the
-    judgments ahead take the free slots first, then the busy ones free up a round of `slots`
-    every `typical_s`."""
-    if ahead < free:
-        return 0.0
+def expected_wait(ahead: int, free: int, busy_left: Sequence[float], typical_s: float) -> float:
+    """How long a judgment waits for a slot with `ahead` judgments queued before it, `free` slots
+    free now, the busy slots' judgments expected to end in `busy_left` seconds, and a judgment
+    taking `typical_s` (the gateway uses the p90): the judgments ahead take the slots in the
+    order they free up, and each slot frees up again every `typical_s`."""
+    slots = free + len(busy_left)
     if slots <= 0:
         return math.inf
-    return ((ahead - free) // slots + 1) * typical_s
+    frees = sorted([0.0] * free + [max(left, 0.0) for left in busy_left])
+    rounds, i = divmod(ahead, slots)
+    return frees[i] + rounds * typical_s
 
 
 # On arrival a judgment must be expected to finish with this share of its budget to spare: a
@@ -106,6 +107,7 @@ class Slot:
     busy: bool = False
     prompt: str = ""  # the last prompt sent to it: what its KV cache holds
     used_at: float = -math.inf  # when it last finished (least recently used goes first on ties)
+    started_at: float = 0.0  # when its judgment started, while busy
 
 
 @dataclass
@@ -145,7 +147,11 @@ class SlotBook:
     def in_flight(self, replica: str) -> int:
         return sum(1 for s in self.replicas.get(replica, ()) if s.busy)
 
-    def take(self, prompt: str) -> Slot | None:
+    def running_for(self, now: float) -> list[float]:
+        """How long each busy slot's judgment has been running at `now`."""
+        return [now - s.started_at for s in self._all() if s.busy]
+
+    def take(self, prompt: str, now: float = 0.0) -> Slot | None:
         """The free slot for `prompt`, marked busy: the one whose cache shares the longest
         prefix with it; on a tie, on the replica with fewest in flight, least recently used.
         None when every slot is busy."""
@@ -162,6 +168,7 @@ class SlotBook:
         if best is not None:
             best.busy = True
             best.prompt = prompt
+            best.started_at = now
         return best
 
     def give_back(self, slot: Slot, now: float) -> None:

@@ -59,13 +59,14 @@ class JudgeQueue:
             # anything, and its answer is how the shed rule learns it is fast again.
             if self.book.busy and sheds(deadline - now, 0.0, p90, ARRIVAL_HEADROOM):
                 raise self._shed(deadline - now, 0, 0.0, p90)
-            slot = self.book.take(prompt)
+            slot = self.book.take(prompt, now)
             assert slot is not None
             return slot
         ahead = self.waiting.ahead_of(deadline)
-        # Rounds of the slots at the p90 too, not the median: a wait guessed short lets in a
-        # judgment that is shed only when its turn comes, late, or times out.
-        wait = expected_wait(ahead, self.book.free, self.book.total, p90)
+        # At the p90 too, not the median: a wait guessed short lets in a judgment that is shed
+        # only when its turn comes, late, or times out.
+        left = [p90 - ran for ran in self.book.running_for(now)]
+        wait = expected_wait(ahead, self.book.free, left, p90)
         if sheds(deadline - now, wait, p90, ARRIVAL_HEADROOM):
             raise self._shed(deadline - now, ahead, wait, p90)
         waiter = self.waiting.push(deadline, prompt)
@@ -115,7 +116,7 @@ class JudgeQueue:
             if sheds(left, 0.0, p90):
                 future.set_exception(self._shed(left, 0, 0.0, p90))
                 continue
-            slot = self.book.take(waiter.prompt)
+            slot = self.book.take(waiter.prompt, now)
             assert slot is not None
             future.set_result(slot)
 
