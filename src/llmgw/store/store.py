@@ -13,7 +13,9 @@ from llmgw.store.key_repo import KeyRepo
 from llmgw.store.lease_repo import LeaseRepo
 from llmgw.store.node_repo import NodeRepo
 from llmgw.store.replica_repo import ReplicaRepo
+from llmgw.store.route_repo import RouteRepo
 from llmgw.store.server_repo import ServerRepo
+from llmgw.store.team_repo import TeamRepo
 from llmgw.store.usage_repo import UsageRepo
 
 
@@ -32,6 +34,8 @@ class Store:
         self.leases = LeaseRepo(engine)
         self.servers = ServerRepo(engine)
         self.install = InstallRepo(engine)
+        self.routes = RouteRepo(engine)
+        self.teams = TeamRepo(engine)
 
     @classmethod
     def open(cls, url: str, *, migrate_schema: bool = True) -> Store:
