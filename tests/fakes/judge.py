@@ -15,7 +15,8 @@ test sets how it behaves before (or between) requests:
 Verdicts for the output direction (the request's grammar asks for a `Refusal:` line) end with
 `\\nRefusal: No`, as Qwen3Guard's do. Every request body is kept in `requests`; a request whose
 connection closed before it was answered sets `gone` (the handler is cancelled when its client
-leaves, and records that in a `finally`), and counts in `abandoned`.
+leaves, and records that in a `finally`), and counts in `abandoned`. `in_flight` is how many
+requests it holds now, `most_in_flight` the most it ever held at once.
 """
 
 from __future__ import annotations
@@ -58,6 +59,8 @@ class FakeJudge:
     requests: list[dict[str, Any]] = field(default_factory=list)
     answered_at: list[float] = field(default_factory=list)  # time.monotonic() of each answer
     abandoned: int = 0
+    in_flight: int = 0
+    most_in_flight: int = 0
     gone: asyncio.Event = field(default_factory=asyncio.Event)
     received: asyncio.Event = field(default_factory=asyncio.Event)
     _server: TestServer | None = None
@@ -118,6 +121,8 @@ class FakeJudge:
         self.requests.append(body)
         self.received.set()
         answered = False
+        self.in_flight += 1
+        self.most_in_flight = max(self.most_in_flight, self.in_flight)
         try:
             if self.mode == "never":
                 await asyncio.Event().wait()
@@ -139,8 +144,10 @@ class FakeJudge:
                 content = qwen3guard_verdict("Safe", (), output)
             answered = True
             self.answered_at.append(time.monotonic())
-            return web.json_response({"content": content, "stop": True, "tokens_predicted": 8})
+            return web.json_response({"content": content, "stop": True, "tokens_predicted": 8,
+                                      "timings": {"prompt_n": 12, "cache_n": 300}})
         finally:
+            self.in_flight -= 1
             if not answered:
                 self.abandoned += 1
                 self.gone.set()

@@ -178,7 +178,7 @@ async def rig() -> AsyncIterator[Rig]:
     await up_server.start_server()
     judge = await FakeJudge().start()
 
-    judge_client = JudgeClient(lambda name: JudgeTarget(KNOWN[DEFAULT_JUDGE], judge.url))
+    judge_client = JudgeClient(lambda name: [JudgeTarget(KNOWN[DEFAULT_JUDGE], judge.url)])
     await judge_client.start()
     client = Transport(timeout_s=30)
     await client.start()

@@ -97,7 +97,7 @@ class Judging:
 @pytest.fixture
 async def judging() -> AsyncIterator[Judging]:
     judge = await FakeJudge().start()
-    client = JudgeClient(lambda name: JudgeTarget(KNOWN[DEFAULT_JUDGE], judge.url))
+    client = JudgeClient(lambda name: [JudgeTarget(KNOWN[DEFAULT_JUDGE], judge.url)])
     await client.start()
     holder: list[Judging] = []
     records: list[VerdictRecord] = []

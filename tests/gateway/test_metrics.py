@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import orjson
 
+from llmgw.core.guard import JudgeLoad
 from llmgw.gateway.metrics import Metrics
 from llmgw.gateway.routing import Route, RoutingTable, Upstream
 from tests.factories import gemma_model, local_model, remote_model
@@ -77,3 +78,36 @@ def test_a_workers_state_survives_the_trip_as_json() -> None:
     state = orjson.loads(orjson.dumps(worker.state()))
     text = Metrics(lambda: table).render([state]).decode()
     assert 'llmgw_requests_total{api="messages",key="k",model="m",status="200"} 1.0' in text
+
+
+def test_judge_queues_sheds_and_service_times_are_shown_per_judge() -> None:
+    loads = {"demo-judge": JudgeLoad(slots=2, in_flight=2, queued=5, waited=40, shed=7, served=90)}
+    metrics = Metrics(lambda: RoutingTable({}), judges=lambda: loads)
+    metrics.judge_served("demo-judge", 0.6)
+    metrics.judge_served("demo-judge", 1.2)
+    metrics.judge_prompt("demo-judge", 20, 380)
+    text = metrics.render().decode()
+
+    assert 'llmgw_guard_queue_depth{judge="demo-judge"} 5.0' in text
+    assert 'llmgw_guard_shed_total{judge="demo-judge"} 7.0' in text
+    assert 'llmgw_guard_judgments_in_flight{judge="demo-judge"} 2.0' in text
+    assert 'llmgw_guard_judge_slots{judge="demo-judge"} 2.0' in text
+    assert 'llmgw_guard_judge_service_seconds_bucket{judge="demo-judge",le="0.75"} 1.0' in text
+    assert 'llmgw_guard_judge_service_seconds_count{judge="demo-judge"} 2.0' in text
+    assert 'llmgw_guard_judge_prompt_tokens_total{judge="demo-judge",source="cached"} 380.0' in text
+
+
+def test_a_scrape_sums_every_workers_judge_queues_but_not_the_replicas_slots() -> None:
+    table = RoutingTable({})
+    main = Metrics(lambda: table, judges=lambda: {"demo-judge": JudgeLoad(slots=2, queued=1, shed=3)})
+    worker = Metrics(lambda: table, judges=lambda: {"demo-judge": JudgeLoad(slots=2, queued=4, shed=1)})
+    worker.judge_served("demo-judge", 0.6)
+    worker.judge_prompt("demo-judge", 20, 380)
+
+    text = main.render([orjson.loads(orjson.dumps(worker.state()))]).decode()
+
+    assert 'llmgw_guard_queue_depth{judge="demo-judge"} 5.0' in text
+    assert 'llmgw_guard_shed_total{judge="demo-judge"} 4.0' in text
+    assert 'llmgw_guard_judge_slots{judge="demo-judge"} 2.0' in text
+    assert 'llmgw_guard_judge_service_seconds_count{judge="demo-judge"} 1.0' in text
+    assert 'llmgw_guard_judge_prompt_tokens_total{judge="demo-judge",source="cached"} 380.0' in text

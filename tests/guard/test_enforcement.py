@@ -55,10 +55,10 @@ class Rig:
 async def rig() -> AsyncIterator[Rig]:
     judges = {name: await FakeJudge().start() for name in ("j1", "j2")}
 
-    def locate(name: str) -> JudgeTarget:
+    def locate(name: str) -> list[JudgeTarget]:
         if name not in judges:
             raise NoReadyReplica(f"judge {name} has no ready replica")
-        return JudgeTarget(SPEC, judges[name].url)
+        return [JudgeTarget(SPEC, judges[name].url)]
 
     client = JudgeClient(locate)
     await client.start()
@@ -310,10 +310,10 @@ async def stand_in() -> AsyncIterator[tuple[FakeJudge, list[VerdictRecord], set[
     default = await FakeJudge().start()
     ready = {DEFAULT_JUDGE}
 
-    def locate(name: str) -> JudgeTarget:
+    def locate(name: str) -> list[JudgeTarget]:
         if name not in ready:
             raise NoReadyReplica(f"model '{name}' has no ready replica")
-        return JudgeTarget(KNOWN[name], default.url)
+        return [JudgeTarget(KNOWN[name], default.url)]
 
     client = JudgeClient(locate)
     await client.start()

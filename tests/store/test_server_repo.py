@@ -5,6 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 from llmgw.core.demand import Activity, Queued, ReplicaUse
+from llmgw.core.guard import JudgeLoad
 from llmgw.store.store import Store
 
 T0 = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
@@ -46,3 +47,13 @@ def test_a_queue_that_forms_wakes_the_other_servers_but_routine_reports_do_not(s
     store.servers.set_activity("a", Activity(queued={"gemma": Queued(waiting=1, since=T0)}, at=T0),
                                bump=True)
     assert store.revision() == before + 1
+
+
+def test_the_judges_admission_adds_up_over_the_live_servers(store: Store) -> None:
+    for server, queued, shed in (("a", 3, 10), ("b", 2, 5)):
+        store.servers.heartbeat(server, f"http://{server}", T0)
+        store.servers.set_activity(server, Activity(judges={"demo-judge": JudgeLoad(
+            slots=2, in_flight=2, queued=queued, waited=20, shed=shed, served=100)}, at=T0))
+    merged = store.servers.activity(T0 + timedelta(seconds=1), TIMEOUT)
+    assert merged.judges == {"demo-judge": JudgeLoad(slots=4, in_flight=4, queued=5, waited=40,
+                                                     shed=15, served=200)}

@@ -198,21 +198,42 @@ def judge_enable(
 
 @judge_app.command("status")
 def judge_status(ctx: typer.Context) -> None:
-    """Per judge: known or enabled, in the catalog, replicas ready, keeper state, latency."""
+    """Per judge: known or enabled, in the catalog, replicas (ready, wanted, max), keeper state,
+    latency, its queue and slots now, judgments and sheds over the last 5 minutes, and the
+    judgments per second it sustained there with p99 within budget."""
     ctl = CtlContext.of(ctx)
 
     def table(d: DataList[JudgeStatusOut]) -> None:
         render.table(
             "judges",
-            ["judge", "source", "in catalog", "ready", "keeper", "p50 ms", "p99 ms", "note"],
-            [[j.judge, j.source, "yes" if j.in_catalog else "no", j.replicas_ready, j.keeper,
-              j.p50_ms, j.p99_ms, j.note] for j in d.data],
+            ["judge", "source", "in catalog", "replicas", "keeper", "p50 ms", "p99 ms", "queue",
+             "in flight/slots", "shed 5 min", "sustained/s", "note"],
+            [[j.judge, j.source, "yes" if j.in_catalog else "no", _replicas(j), j.keeper,
+              j.p50_ms, j.p99_ms, j.queue_depth, f"{j.in_flight}/{j.slots}", _shed(j),
+              "–" if j.sustained_per_s is None else f"{j.sustained_per_s:g}", j.note]
+             for j in d.data],
         )
+        for j in d.data:
+            if j.scaling:
+                render.console.print(f"scaling {j.judge}: {j.scaling}", highlight=False)
         leader = next((j.keeper_server for j in d.data if j.keeper_server), None)
         if leader:
             render.console.print(f"keeper: the leader's, on server {leader}", highlight=False)
 
     ctl.show_as(DataList[JudgeStatusOut], ctl.call("GET", "/admin/v1/guard/judges"), table)
+
+
+def _replicas(j: JudgeStatusOut) -> str:
+    """Ready replicas, and what the keeper wants of the catalog entry's max."""
+    if j.replicas_wanted is None:
+        return str(j.replicas_ready)
+    return f"{j.replicas_ready} (wants {j.replicas_wanted}, max {j.replicas_max})"
+
+
+def _shed(j: JudgeStatusOut) -> str:
+    if not j.judged_5m:
+        return "0"
+    return f"{j.shed_5m} ({j.shed_5m / j.judged_5m:.0%})"
 
 
 @guard_app.command("verdicts")

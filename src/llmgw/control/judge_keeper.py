@@ -12,6 +12,10 @@ starts. So the keeper serves nothing during a grace period after its first look,
 second job for a judge a job is already fetching, and asks for its judge with `if_absent`, so an
 entry added meanwhile (by init or an operator) is the one that stays.
 
+The keeper also scales the judges it keeps with their load (`judge_scaling`): judgments queued
+or shed for a window add a replica up to the judge's `scaling.max`, calm removes one down to its
+`scaling.min`; the replica keeper places what it decides.
+
 `plan` is pure: the keeper's memory and a view of the world in, actions and the updated memory
 out. `judge_status` says, just as purely, what the keeper is doing about each judge.
 `JudgeKeeper` (in `judge_loop`) reads the view, calls `plan`, applies the actions and logs each
@@ -28,7 +32,15 @@ from datetime import datetime, timedelta
 
 from pydantic import ValidationError
 
-from llmgw.core.guard import JudgeSpec, Policy
+from llmgw.control.judge_scaling import (
+    JUDGE_IDLE,
+    JUDGE_SCALE_WINDOW,
+    JudgeCapacity,
+    JudgeScale,
+    Scale,
+    decide,
+)
+from llmgw.core.guard import JudgeLoad, JudgeSpec, Policy
 from llmgw.core.judges import DEFAULT_JUDGE, DEMO_JUDGE
 from llmgw.core.protocol import JobState, ServeJob, ServeRequest
 from llmgw.core.types import Engine, HubSource, Model, Profile, Scaling
@@ -45,8 +57,10 @@ JUDGE_RETRY = timedelta(minutes=10)
 # Cores per judge replica where a cluster runs several, and for the cluster's one judge replica.
 JUDGE_CORES = 2
 JUDGE_CORES_ALONE = 4
-# Replicas of a CPU judge the keeper serves: one can restart while the other answers.
+# Replicas of a CPU judge the keeper serves: one can restart while the other answers. It scales
+# with its judgments up to JUDGE_MAX_REPLICAS where the scheduler finds room (`judge_scaling`).
 JUDGE_REPLICAS = 2
+JUDGE_MAX_REPLICAS = 4
 # A GPU judge gets one replica: a second would take a second GPU, which is the operator's call.
 GPU_JUDGE_REPLICAS = 1
 
@@ -57,8 +71,9 @@ JUDGE_MEMORY_GB = 2.0
 JUDGE_MEMORY_GB_LARGE = 4.0
 
 # llama.cpp's prompt cache held memory and slowed every judgment on small machines: judges run
-# without it.
-JUDGE_ARGS = ("--ctx-size", "8192", "--cache-ram", "0")
+# without it. Two slots, said rather than left to llama-server, so the gateway admits judgments
+# to exactly the slots there are and pins each to the slot whose KV cache holds its prompt.
+JUDGE_ARGS = ("--ctx-size", "8192", "--cache-ram", "0", "--parallel", "2")
 # Every layer on the GPU (llama.cpp caps the count at the model's layers).
 GPU_ARGS = ("--n-gpu-layers", "999")
 # What an earlier init wrote for its judge.
@@ -86,6 +101,12 @@ class KeeperState:
     broken: frozenset[str] = frozenset()
     # Models refitted whose replicas could not be restarted: restarted on the next look.
     unrestarted: frozenset[str] = frozenset()
+    # Each kept judge's scale: the replicas it should have, and its load as last seen.
+    scales: Mapping[str, JudgeScale] = field(default_factory=dict)
+
+    def targets(self) -> dict[str, int]:
+        """The replicas each kept judge should have (what the replica keeper places)."""
+        return {name: s.replicas for name, s in self.scales.items()}
 
     def forget_refit(self, model: str) -> KeeperState:
         """Look at `model` again on the next look (its refit failed)."""
@@ -116,6 +137,12 @@ class KeeperView:
     judge_node_selector: Mapping[str, str] = field(default_factory=dict)
     grace: timedelta = JUDGE_GRACE
     retry: timedelta = JUDGE_RETRY
+    # Judgments by judge, summed over the live servers' judge admission.
+    judge_loads: Mapping[str, JudgeLoad] = field(default_factory=dict)
+    starting: Mapping[str, int] = field(default_factory=dict)  # model -> replicas not ready yet
+    room: Mapping[str, bool] = field(default_factory=dict)  # model -> one more would be placed
+    scale_window: timedelta = JUDGE_SCALE_WINDOW
+    scale_idle: timedelta = JUDGE_IDLE
 
 
 @dataclass(frozen=True)
@@ -159,7 +186,7 @@ class Say:
     message: str
 
 
-KeeperAction = ServeJudge | Warn | Refit | Restart | Say
+KeeperAction = ServeJudge | Warn | Refit | Restart | Say | Scale
 
 
 def plan(state: KeeperState, view: KeeperView, now: datetime) -> tuple[list[KeeperAction], KeeperState]:
@@ -215,8 +242,30 @@ def plan(state: KeeperState, view: KeeperView, now: datetime) -> tuple[list[Keep
                                           "enable it again with a valid --repo and --file"))
             continue
         actions.append(ServeJudge(request))
+    scales = _scale(state, view, now, actions)
     return actions, KeeperState(first=first, tried=tried, looked=frozenset(looked), said=frozenset(said),
-                                broken=frozenset(broken))
+                                broken=frozenset(broken), scales=scales)
+
+
+def _scale(state: KeeperState, view: KeeperView, now: datetime,
+           actions: list[KeeperAction]) -> dict[str, JudgeScale]:
+    """Each kept judge in the catalog scaled with its load (see `judge_scaling`)."""
+    models = {m.name: m for m in view.models}
+    scales: dict[str, JudgeScale] = {}
+    for name in kept_judges(view):
+        model = models.get(name)
+        if model is None or not model.guard or model.is_remote:
+            continue
+        cap = JudgeCapacity(
+            floor=model.scaling.min, most=model.scaling.max,
+            live=len(view.replica_ids.get(name, [])), starting=view.starting.get(name, 0),
+            room=view.room.get(name, False), load=view.judge_loads.get(name, JudgeLoad()),
+        )
+        action, scales[name] = decide(name, cap, state.scales.get(name), now, view.scale_window,
+                                      view.scale_idle)
+        if action is not None:
+            actions.append(action)
+    return scales
 
 
 def judge_status(state: KeeperState, view: KeeperView, now: datetime) -> dict[str, str]:
@@ -295,11 +344,12 @@ def judge_request(
                           cpu_cores=refit_cores(JUDGE_REPLICAS, node_cores), min_memory_gb=memory,
                           node_selector=selector)
         replicas = JUDGE_REPLICAS
+    most = JUDGE_MAX_REPLICAS if gpu_class is None else replicas
     return ServeRequest(
         name=spec.name,
         source=HubSource(repo=spec.repo, file=spec.file),
         profiles=[profile],
-        scaling=Scaling(min=replicas, max=replicas),
+        scaling=Scaling(min=replicas, max=most),
         guard=True,
         # init, or an operator, may add it while this fetches: theirs stays.
         if_absent=True,

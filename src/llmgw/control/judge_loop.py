@@ -21,6 +21,7 @@ from llmgw.control.judge_keeper import (
     judge_status,
     plan,
 )
+from llmgw.control.judge_scaling import Scale
 from llmgw.core.clock import Clock
 from llmgw.core.errors import LlmgwError
 from llmgw.core.loops import every
@@ -52,6 +53,7 @@ class JudgeKeeper:
         clock: Clock,
         log: LogLike = logger,
         publish: Callable[[KeeperState], Awaitable[object]] | None = None,
+        on_scale: Callable[[], None] = lambda: None,
     ) -> None:
         self._read = read
         self._serve = serve
@@ -62,6 +64,8 @@ class JudgeKeeper:
         # Writes the state where servers that do not lead read it for their judge status.
         self._publish = publish
         self._published: KeeperState | None = None
+        # Wakes the replica keeper, which places the replicas a Scale asks for.
+        self._on_scale = on_scale
         self._state = KeeperState()
         self.wake = asyncio.Event()
 
@@ -69,12 +73,18 @@ class JudgeKeeper:
     def state(self) -> KeeperState:
         return self._state
 
+    def targets(self) -> dict[str, int]:
+        """The replicas each kept judge should have, as the last look decided."""
+        return self._state.targets()
+
     async def tick(self) -> list[KeeperAction]:
         """One look: read, plan, apply; returns what it planned."""
         view = await self._read()
         actions, self._state = plan(self._state, view, self._clock.now())
         for action in actions:
             await self._apply(action)
+        if any(isinstance(a, Scale) for a in actions):
+            self._on_scale()
         if self._publish is not None and self._state != self._published:
             state = self._state
             try:
@@ -111,6 +121,8 @@ class JudgeKeeper:
                     return
                 self._log.info("judge keeper: serving judge %s from %s: a guard policy names it and "
                                "the catalog does not have it", req.name, where)
+            case Scale(judge=judge, replicas=replicas, reason=reason):
+                self._log.info("judge keeper: judge %s to %d replicas: %s", judge, replicas, reason)
             case Warn(judge=judge, message=message):
                 self._log.warning("judge keeper: %s: %s", judge, message)
             case Say(judge=judge, message=message):

@@ -100,6 +100,7 @@ def plan(
     activity: Activity | None = None,
     settings: ControlSettings | None = None,
     busy_since: Mapping[str, datetime] | None = None,
+    judge_targets: Mapping[str, int] | None = None,
 ) -> Plan:
     """What to change so each local model has `scaling.min` replicas placed where they fit
     (other than judges, on the `judge_machine` only when nothing else fits).
@@ -113,7 +114,10 @@ def plan(
     and `scaling.max` replicas as its demand says: a queue starts a cold model at once, load
     sustained per ready replica adds one, idle replicas above `min` stop; a model with requests
     waiting that fits nowhere may stop idle replicas of other models on one node to fit there
-    (see `control.eviction`). `busy_since` is the previous pass's `Plan.busy_since`."""
+    (see `control.eviction`). `busy_since` is the previous pass's `Plan.busy_since`.
+
+    `judge_targets` (the judge keeper's, which scales judges with their judgments) sets how many
+    replicas those judges have, within their `scaling.min` and `scaling.max`."""
     if leading_since is not None:
         # A heartbeat older than this leader's election counts as made then: after a database
         # outage or a leader change every heartbeat is old though no node is gone, and
@@ -155,6 +159,13 @@ def plan(
     if activity is not None:
         live = [r for rs in mine.values() for r in rs]
         demand = wants(models, live, activity, now, settings or ControlSettings(), busy_since)
+    for name, n in (judge_targets or {}).items():
+        judge = catalog.get(name)
+        if judge is None or not judge.guard or judge.is_remote:
+            continue
+        n = min(max(n, judge.scaling.min), judge.scaling.max)
+        w = demand.get(name)
+        demand[name] = replace(w, replicas=n, idle=()) if w is not None else Want(n)
     room = _Room(catalog, kept, activity) if activity is not None else None
     # Models with requests waiting go first: they may stop idle replicas of others to fit, and
     # those others then plan without them.
@@ -312,8 +323,10 @@ class ReplicaKeeper:
         read_activity: Callable[[], Awaitable[Activity]] | None = None,
         settings: ControlSettings | None = None,
         observe: Callable[[Action], None] = lambda a: None,
+        judge_targets: Callable[[], Mapping[str, int]] = dict,
     ) -> None:
         self._read = read
+        self._judge_targets = judge_targets  # the judge keeper's replicas per judge
         self._judge_machine = judge_machine
         self._node_timeout = node_timeout
         self._apply = apply
@@ -333,7 +346,7 @@ class ReplicaKeeper:
         machine = await self._judge_machine() if self._judge_machine else None
         activity = await self._read_activity() if self._read_activity else None
         actions = plan(models, nodes, replicas, self._clock.now(), self._node_timeout, self.since,
-                       machine, activity, self._settings, self.busy_since)
+                       machine, activity, self._settings, self.busy_since, self._judge_targets())
         self.busy_since = actions.busy_since
         for action in actions:
             logger.info("replica keeper: %s", _describe(action))

@@ -12,6 +12,7 @@ from datetime import datetime
 
 from pydantic import Field
 
+from llmgw.core.guard import JudgeLoad
 from llmgw.core.types import Frozen, Replica, ReplicaState, UtcDatetime
 
 # How a pending replica's last error starts when its model fits once replicas of other models
@@ -40,6 +41,8 @@ class Activity(Frozen):
 
     queued: dict[str, Queued] = Field(default_factory=dict)
     replicas: dict[str, ReplicaUse] = Field(default_factory=dict)
+    # Judgments by judge: slots, queue and counters of the gateway's judge admission.
+    judges: dict[str, JudgeLoad] = Field(default_factory=dict)
     # When the server wrote it; a server whose heartbeat is gone is left out of the merge.
     at: UtcDatetime | None = None
 
@@ -73,9 +76,12 @@ def merge(activities: list[Activity]) -> Activity:
     and the latest use."""
     queued: dict[str, Queued] = {}
     replicas: dict[str, ReplicaUse] = {}
+    judges: dict[str, JudgeLoad] = {}
     at: datetime | None = None
     for act in activities:
         at = _later(at, act.at)
+        for judge, load in act.judges.items():
+            judges[judge] = judges[judge].plus(load) if judge in judges else load
         for model, q in act.queued.items():
             old = queued.get(model, Queued())
             queued[model] = Queued(waiting=old.waiting + q.waiting, since=_earlier(old.since, q.since))
@@ -83,4 +89,5 @@ def merge(activities: list[Activity]) -> Activity:
             old_use = replicas.get(rid, ReplicaUse())
             replicas[rid] = ReplicaUse(in_flight=old_use.in_flight + use.in_flight,
                                        last_used=_later(old_use.last_used, use.last_used))
-    return Activity(queued={m: q for m, q in queued.items() if q.waiting}, replicas=replicas, at=at)
+    return Activity(queued={m: q for m, q in queued.items() if q.waiting}, replicas=replicas,
+                    judges=judges, at=at)

@@ -205,6 +205,15 @@ class JudgeUnparseable(UpstreamError):
     code = "judge_unparseable"
 
 
+class JudgeShed(Retryable):
+    """A judgment was not sent to its judge: it could not finish within its remaining budget
+    (the judge's slots are busy and the queue ahead of it is too long)."""
+
+    status = 503
+    type = "server_error"
+    code = "judge_shed"
+
+
 class GuardBlocked(Permanent):
     """A guard policy's judge found the input or output unsafe."""
 

@@ -100,6 +100,24 @@ class Outcome(StrEnum):
     FAILED_TIMEOUT = "failed_timeout"
     FAILED_UNPARSEABLE = "failed_unparseable"
     FAILED_ERROR = "failed_error"  # the judge could not be reached or answered an error
+    # Not sent: the judge could not have answered within what was left of the budget.
+    FAILED_SHED = "failed_shed"
+
+
+class JudgeLoad(Frozen):
+    """One judge's admission on one server (or the sum over servers): its slots and queue now,
+    and counters since the server started."""
+
+    slots: int = Field(default=0, ge=0)  # slots of the judge's ready replicas
+    in_flight: int = Field(default=0, ge=0)
+    queued: int = Field(default=0, ge=0)  # waiting in the gateway for a free slot
+    waited: int = Field(default=0, ge=0)  # judgments that had to wait for a slot
+    shed: int = Field(default=0, ge=0)  # judgments failed as failed_shed
+    served: int = Field(default=0, ge=0)  # judgments a judge answered
+
+    def plus(self, other: JudgeLoad) -> JudgeLoad:
+        """Both loads summed (two servers' loads on the same judge)."""
+        return JudgeLoad(**{k: getattr(self, k) + getattr(other, k) for k in JudgeLoad.model_fields})
 
 
 class VerdictRecord(Frozen):

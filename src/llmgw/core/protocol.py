@@ -325,6 +325,20 @@ class JudgeStatusOut(BaseModel):
     p50_ms: float | None
     p99_ms: float | None
     judgments: int
+    # Admission now, summed over the live servers: judgments waiting for a slot, on a slot, and
+    # the slots of its ready replicas.
+    queue_depth: int = 0
+    in_flight: int = 0
+    slots: int = 0
+    # The last five minutes of the verdict log: judgments, those shed, and the best rate it
+    # sustained with p99 within budget (verdicts per second over 30 s; None: none did).
+    judged_5m: int = 0
+    shed_5m: int = 0
+    sustained_per_s: float | None = None
+    # Autoscaling: the replicas the judge keeper wants, the catalog entry's max, and why.
+    replicas_wanted: int | None = None
+    replicas_max: int | None = None
+    scaling: str = ""
 
 
 class VerdictOut(BaseModel):

@@ -56,6 +56,11 @@ class ControlSettings(BaseModel):
     # per ready replica have stayed above scale_up_load for scale_up_after_s.
     scale_up_load: float = Field(default=4.0, gt=0)
     scale_up_after_s: float = Field(default=5.0, ge=0)
+    # The judge keeper adds a judge replica (up to its scaling.max, where there is room) when
+    # judgments have queued or been shed for judge_scale_window_s, and removes one (down to
+    # scaling.min) when none have for judge_idle_s.
+    judge_scale_window_s: float = Field(default=30.0, ge=0)
+    judge_idle_s: float = Field(default=300.0, gt=0)
 
 
 # Keys of ControlSettings that earlier versions read from `[server]`: still accepted there.

@@ -41,6 +41,23 @@ def _has_flag(args: list[str], *names: str) -> bool:
     return any(a in names or any(a.startswith(n + "=") for n in names) for a in args)
 
 
+def slots(profile: Profile) -> int | None:
+    """How many requests the replica serves at once (`--parallel`/`-np` in the profile's args);
+    None when the profile does not say and llama-server picks."""
+    args = list(profile.args)
+    for i, a in enumerate(args):
+        for name in ("--parallel", "-np"):
+            value = args[i + 1] if a == name and i + 1 < len(args) else (
+                a.removeprefix(name + "=") if a.startswith(name + "=") else None)
+            if value is not None:
+                try:
+                    n = int(value)
+                except ValueError:
+                    return None
+                return n if n > 0 else None
+    return None
+
+
 def argv(
     binary: str, model_path: str, profile: Profile, host: str, port: int, alias: str
 ) -> list[str]:

@@ -20,17 +20,19 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.registry import Collector
 
-from llmgw.core.guard import VerdictRecord
+from llmgw.core.guard import JudgeLoad, VerdictRecord
 from llmgw.gateway.routing import RoutingTable
 
 LATENCY = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0)
 QUEUE_WAIT = (0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0, 300.0)
 OVERHEAD = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.1)
+JUDGE_SERVICE = (0.05, 0.1, 0.25, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 5.0, 10.0, 30.0)
 
 # One worker's counters, JSON-able: what a worker sends the one that was scraped.
 MetricsState = dict[str, Any]
-_COUNTERS = ("requests", "upstream_errors", "judgments", "cold_starts", "evictions")
-_HISTOGRAMS = ("queue_waits", "latency", "ttft", "overhead")
+_COUNTERS = ("requests", "upstream_errors", "judgments", "cold_starts", "evictions",
+             "judge_prompt_tokens")
+_HISTOGRAMS = ("queue_waits", "latency", "ttft", "overhead", "judge_service")
 
 
 class Histogram:
@@ -78,10 +80,15 @@ class Metrics(Collector):
     """One per server process, registered in its own registry."""
 
     def __init__(self, table: Callable[[], RoutingTable], *,
-                 queued: Callable[[], Mapping[str, int]] = dict) -> None:
-        """`queued` gives the requests waiting per model in this server's queue."""
+                 queued: Callable[[], Mapping[str, int]] = dict,
+                 judges: Callable[[], Mapping[str, JudgeLoad]] = dict) -> None:
+        """`queued` gives the requests waiting per model in this server's queue, `judges` each
+        judge's slots, queue and shed count in this server's judge admission."""
         self._table = table
         self._queued = queued
+        self._judges = judges
+        self.judge_service = Histogram(JUDGE_SERVICE)
+        self.judge_prompt_tokens: dict[tuple[str, ...], int] = defaultdict(int)
         self.cold_starts: dict[tuple[str, ...], int] = defaultdict(int)
         self.evictions: dict[tuple[str, ...], int] = defaultdict(int)
         self.queue_waits = Histogram(QUEUE_WAIT)
@@ -119,6 +126,15 @@ class Metrics(Collector):
         """The leader stopped an idle replica of `model` to make room for another model."""
         self.evictions[(model,)] += 1
 
+    def judge_served(self, judge: str, seconds: float) -> None:
+        """A judge answered a judgment `seconds` after it was sent (queueing not counted)."""
+        self.judge_service.observe(judge, seconds)
+
+    def judge_prompt(self, judge: str, evaluated: int, cached: int) -> None:
+        """A judge evaluated `evaluated` prompt tokens and reused `cached` from its KV cache."""
+        self.judge_prompt_tokens[(judge, "evaluated")] += evaluated
+        self.judge_prompt_tokens[(judge, "cached")] += cached
+
     def judged(self, record: VerdictRecord) -> None:
         self.judgments[(record.policy, record.judge, record.outcome.value)] += 1
 
@@ -131,6 +147,7 @@ class Metrics(Collector):
         out["in_flight"] = {name: sum(u.outstanding for u in route.upstreams)
                             for name, route in self._table().routes.items()}
         out["queued"] = dict(self._queued())
+        out["judges"] = {judge: load.model_dump() for judge, load in self._judges().items()}
         return out
 
     def render(self, others: Iterable[MetricsState] = ()) -> bytes:
@@ -177,15 +194,46 @@ class Metrics(Collector):
         yield ready
         yield inflight
         yield depth
+        yield from self._judge_families()
         yield GaugeMetricFamily("llmgw_up", "1 while this server runs", value=1)
+
+
+    def _judge_families(self) -> Iterator[CounterMetricFamily | GaugeMetricFamily | HistogramMetricFamily]:
+        loads = self._judges()
+        queue = GaugeMetricFamily("llmgw_guard_queue_depth",
+                                  "Judgments waiting in this server for a free judge slot",
+                                  labels=["judge"])
+        in_flight = GaugeMetricFamily("llmgw_guard_judgments_in_flight",
+                                      "Judgments on a judge slot now", labels=["judge"])
+        slots = GaugeMetricFamily("llmgw_guard_judge_slots",
+                                  "Slots of the judge's ready replicas", labels=["judge"])
+        shed = CounterMetricFamily("llmgw_guard_shed",
+                                   "Judgments failed as failed_shed: not sent, they could not "
+                                   "finish within their budget", labels=["judge"])
+        for judge, load in sorted(loads.items()):
+            queue.add_metric([judge], load.queued)
+            in_flight.add_metric([judge], load.in_flight)
+            slots.add_metric([judge], load.slots)
+            shed.add_metric([judge], load.shed)
+        yield queue
+        yield in_flight
+        yield slots
+        yield shed
+        yield _counter("llmgw_guard_judge_prompt_tokens",
+                       "Judge prompt tokens: evaluated, or reused from the slot's KV cache",
+                       ["judge", "source"], self.judge_prompt_tokens)
+        yield self.judge_service.family("llmgw_guard_judge_service_seconds",
+                                        "Time a judge took to answer a judgment, from sending "
+                                        "to the answer (queueing not counted)", "judge")
 
 
 def merged(own: Metrics, others: Iterable[MetricsState]) -> Metrics:
     """A copy of `own` with every state in `others` added: counters and histograms summed, and
     the requests in flight and queued per model too (ready replicas are the routing table's,
     the same in every worker)."""
-    out = Metrics(own._table)
     queued: dict[str, int] = defaultdict(int, own._queued())
+    judges: dict[str, JudgeLoad] = dict(own._judges())
+    out = Metrics(own._table, queued=lambda: queued, judges=lambda: judges)
     for state in (own.state(), *others):
         for name in _COUNTERS:
             counter = getattr(out, name)
@@ -198,7 +246,13 @@ def merged(own: Metrics, others: Iterable[MetricsState]) -> Metrics:
             out._in_flight_elsewhere[model] = out._in_flight_elsewhere.get(model, 0) + int(n)
         for model, n in state.get("queued", {}).items():
             queued[model] += int(n)
-    out._queued = lambda: queued
+        for judge, fields in state.get("judges", {}).items():
+            load = JudgeLoad.model_validate(fields)
+            mine = judges.get(judge)
+            # Every worker admits up to a replica's slots on its own: the slots are the
+            # replicas', the same in each worker, so they are not summed.
+            judges[judge] = load if mine is None else mine.plus(load).model_copy(
+                update={"slots": max(mine.slots, load.slots)})
     return out
 
 

@@ -13,7 +13,7 @@ from llmgw.core.errors import ConfigError, ModelNotFound
 from llmgw.core.loops import every
 from llmgw.core.routes import RouteSpec
 from llmgw.core.types import ApiKey, Limits, Model, RemoteSource, Replica, ReplicaState, Team
-from llmgw.engines import remote
+from llmgw.engines import llamacpp, remote
 from llmgw.gateway.auth import KeyCache
 from llmgw.gateway.routing import (
     Route,
@@ -105,6 +105,8 @@ class Refresher:
         self._secret = secret
         self._engine_headers = {"Authorization": f"Bearer {engine_key}"} if engine_key else {}
         self.current = Snapshot(-1, KeyCache(secret, []), RoutingTable({}))
+        # Judge replicas' slots (`--parallel` of the profile each runs), by replica id.
+        self._judge_slots: dict[str, int | None] = {}
         self.wake = asyncio.Event()
         # The loop and admin writes both refresh; one at a time, so an older read can never
         # replace a newer snapshot.
@@ -151,6 +153,9 @@ class Refresher:
         routes = build_routes(models, replicas, previous, self._engine_headers,
                               self._provider_key_env, addresses=addresses)
         table = RoutingTable(routes)
+        profiles = {(m.name, p.name): p for m in models if m.guard for p in m.profiles}
+        self._judge_slots = {r.id: llamacpp.slots(profiles[(r.model, r.profile or "")])
+                             for r in replicas if (r.model, r.profile or "") in profiles}
         self.current = Snapshot(revision, KeyCache(self._secret, keys, teams), table, guard, limits,
                                 {r.name: r for r in specs})
         if self._on_refresh is not None:
@@ -162,16 +167,20 @@ class Refresher:
         route = self.current.table.routes.get(name)
         return route is not None and bool(route.upstreams)
 
-    def locate_judge(self, name: str) -> JudgeTarget:
-        """A ready replica of judge `name`, least busy first (for the judge client)."""
+    def locate_judge(self, name: str) -> list[JudgeTarget]:
+        """The ready replicas of judge `name` with their slots (for the judge client, which
+        admits judgments to them); NoReadyReplica with the reason when there is none."""
         snap = self.current
         spec = snap.guard.judges.get(name)
         if spec is None:
             raise ModelNotFound(f"judge '{name}' is not known; enable it with `llmgw ctl guard "
                                 "judge enable --repo`", param="judges")
         route = snap.table.resolve(name)
-        up = snap.table.choose(route)
-        return JudgeTarget(spec=spec, base_url=up.base_url.removesuffix("/v1"), headers=up.headers)
+        if not route.upstreams:
+            snap.table.choose(route)  # raises with the reason
+        return [JudgeTarget(spec=spec, base_url=up.base_url.removesuffix("/v1"), headers=up.headers,
+                            id=up.id, slots=self._judge_slots.get(up.id))
+                for up in route.upstreams]
 
     async def run(self, interval_s: float) -> None:
         """Poll the revision; a store outage keeps serving from the last snapshot."""

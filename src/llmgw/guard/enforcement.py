@@ -3,8 +3,10 @@
 A request is blocked when any judge of any applying policy finds it unsafe (Controversial counts
 as unsafe under `controversial: strict`; only `block_categories` block when the policy lists
 some). A judge that cannot answer within the policy's `budget_ms` (timeout, garbage, no replica)
-is a failure, and the policy's `on_failure` decides: `closed` refuses, `open` lets through. Every
-judgment goes to the verdict log, off the request path, under the judge that answered.
+is a failure, and so is one shed because its judge could not have answered in time (its slots
+busy, the queue ahead too long: `admission`); the policy's `on_failure` decides: `closed`
+refuses, `open` lets through. Every judgment goes to the verdict log, off the request path,
+under the judge that answered.
 
 A judge that needs a GPU and has no ready replica (the cluster has no GPU, or its replica is not
 up yet) is stood in for by the default judge, which the judge keeper serves in that case, as long
@@ -23,6 +25,7 @@ from datetime import datetime
 from llmgw.core.errors import (
     GuardBlocked,
     GuardUnavailable,
+    JudgeShed,
     JudgeUnparseable,
     LlmgwError,
     ModerationUnavailable,
@@ -218,7 +221,11 @@ class Guard:
         return None
 
     async def ask(self, judge: str, direction: Direction, turns: list[Turn], budget_ms: int) -> Answer:
-        """One judge's answer within `budget_ms`, failures included (never raises for them)."""
+        """One judge's answer within `budget_ms`, failures included (never raises for them).
+
+        Every judgment goes through here: a policy's, a stream window's, a moderation's, an
+        operator's (`ctl guard eval`). A judgment the judge could not answer in time is not sent
+        and fails as `failed_shed` at once (see `admission`)."""
         start = self._monotonic()
 
         def took() -> float:
@@ -228,6 +235,8 @@ class Guard:
             verdict = await self._client.judge(judge, direction, turns, budget_ms / 1000)
         except TimeoutError:
             return Answer(judge, Outcome.FAILED_TIMEOUT, took(), error="timed out")
+        except JudgeShed as exc:
+            return Answer(judge, Outcome.FAILED_SHED, took(), error=exc.message)
         except JudgeUnparseable as exc:
             return Answer(judge, Outcome.FAILED_UNPARSEABLE, took(), error=exc.message)
         except LlmgwError as exc:  # no ready replica, unknown judge

@@ -1,32 +1,76 @@
-"""Asking one judge for a verdict: exact prompt, tight grammar, bounded output, hard deadline."""
+"""Asking one judge for a verdict: exact prompt, tight grammar, bounded output, hard deadline,
+on a slot of one of its replicas that the judge's queue in this gateway hands out."""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import aiohttp
 import orjson
 
-from llmgw.core.errors import LlmgwError, UpstreamError
-from llmgw.core.guard import Direction, JudgeFormat, JudgeSpec, Verdict
+from llmgw.core.errors import LlmgwError, NoReadyReplica, UpstreamError
+from llmgw.core.guard import Direction, JudgeFormat, JudgeLoad, JudgeSpec, Verdict
 from llmgw.guard import grammars, prompts, verdicts
+from llmgw.guard.judge_queue import JudgeQueue
 from llmgw.guard.prompts import Turn
+
+# Slots assumed for a replica whose profile does not say (`--parallel`): llama-server's own
+# choice is not known here, so judgments are not pinned to slots there.
+DEFAULT_SLOTS = 1
 
 
 @dataclass(frozen=True)
 class JudgeTarget:
-    """Where a judge answers: a ready replica's root URL (llama-server's `/completion` lives there)."""
+    """Where a judge answers: a ready replica's root URL (llama-server's `/completion` lives there).
+
+    `slots` is the replica's `--parallel`; None when its profile does not say, and then
+    judgments are admitted as if it had `DEFAULT_SLOTS` and llama-server picks the slot.
+    """
 
     spec: JudgeSpec
     base_url: str
     headers: dict[str, str] = field(default_factory=dict)
+    id: str = ""
+    slots: int | None = None
 
 
-# Finds a ready replica of a judge; raises (NoReadyReplica, ModelNotFound) when there is none.
-Locate = Callable[[str], JudgeTarget]
+# The ready replicas of a judge; raises (NoReadyReplica, ModelNotFound) when there is none.
+Locate = Callable[[str], Sequence[JudgeTarget]]
+
+
+class JudgeObserver(Protocol):
+    """What the client tells the metrics about each judgment a judge answered."""
+
+    def judge_served(self, judge: str, seconds: float) -> None:
+        """It answered `seconds` after it was sent (queueing not counted)."""
+
+    def judge_prompt(self, judge: str, evaluated: int, cached: int) -> None:
+        """It evaluated `evaluated` prompt tokens and took `cached` from its slot's KV cache."""
+
+
+class _Unobserved:
+    def judge_served(self, judge: str, seconds: float) -> None:
+        pass
+
+    def judge_prompt(self, judge: str, evaluated: int, cached: int) -> None:
+        pass
+
+
+def prompt_tokens(answer: Any) -> tuple[int, int] | None:
+    """(evaluated, cached) prompt tokens from a llama-server answer's `timings` (`prompt_n`,
+    `cache_n`); None when it has none."""
+    timings = answer.get("timings") if isinstance(answer, dict) else None
+    if not isinstance(timings, dict):
+        return None
+    evaluated, cached = timings.get("prompt_n"), timings.get("cache_n")
+    if not isinstance(evaluated, int) or not isinstance(cached, int):
+        return None
+    # An engine's numbers are clamped like any upstream's.
+    return max(evaluated, 0), max(cached, 0)
 
 
 def defuse(fmt: JudgeFormat, text: str) -> str:
@@ -57,11 +101,32 @@ def completion_body(spec: JudgeSpec, direction: Direction, turns: list[Turn]) ->
 
 
 class JudgeClient:
-    """Sends judgments to judge replicas over one pooled HTTP session."""
+    """Sends judgments to judge replicas over one pooled HTTP session, each on a slot its
+    judge's queue hands out (see `admission` for the rules)."""
 
-    def __init__(self, locate: Locate) -> None:
+    def __init__(
+        self, locate: Locate, monotonic: Callable[[], float] = time.monotonic,
+        observe: JudgeObserver | None = None,
+    ) -> None:
         self._locate = locate
+        self._monotonic = monotonic
+        self._observe = observe or _Unobserved()  # service times and cache use, for the metrics
+        self._queues: dict[str, JudgeQueue] = {}
+        self._targets: dict[str, dict[str, JudgeTarget]] = {}
         self._session: aiohttp.ClientSession | None = None
+
+    def loads(self) -> dict[str, JudgeLoad]:
+        """Each judge's slots, queue and counters in this gateway."""
+        return {name: q.load() for name, q in sorted(self._queues.items())}
+
+    def _queue(self, judge: str, targets: Sequence[JudgeTarget]) -> JudgeQueue:
+        queue = self._queues.get(judge)
+        if queue is None:
+            queue = self._queues[judge] = JudgeQueue(judge, self._monotonic,
+                                                     self._observe.judge_served)
+        self._targets[judge] = {t.id: t for t in targets}
+        queue.sync({t.id: t.slots or DEFAULT_SLOTS for t in targets})
+        return queue
 
     async def start(self) -> None:
         self._session = aiohttp.ClientSession(
@@ -75,31 +140,55 @@ class JudgeClient:
     async def judge(
         self, judge: str, direction: Direction, turns: list[Turn], timeout_s: float
     ) -> Verdict:
-        """The judge's verdict within `timeout_s`; TimeoutError when it takes longer.
+        """The judge's verdict within `timeout_s`; TimeoutError when it takes longer, JudgeShed
+        at once when it could not be answered in time.
 
-        On timeout the request is cancelled, which closes its connection: llama-server stops a
-        generation whose client is gone, and `n_predict` bounds it in any case.
+        The time waiting for a slot counts against `timeout_s`. On timeout the request is
+        cancelled, which closes its connection and frees its slot here at once: llama-server
+        stops a generation whose client is gone, and `n_predict` bounds it in any case.
         """
         assert self._session is not None, "JudgeClient.start() was not called"
-        target = self._locate(judge)
-        body = orjson.dumps(completion_body(target.spec, direction, turns))
-        async with asyncio.timeout(timeout_s):
+        targets = self._locate(judge)
+        if not targets:
+            raise NoReadyReplica(f"judge {judge} has no ready replica")
+        request = completion_body(targets[0].spec, direction, turns)
+        queue = self._queue(judge, targets)
+        async with asyncio.timeout(timeout_s) as budget:
+            slot = await queue.acquire(request["prompt"], self._monotonic() + timeout_s)
+            sent = self._monotonic()
+            served: float | None = None
             try:
+                target = self._targets[judge].get(slot.replica)
+                if target is None:  # the replica left the routing table while this waited
+                    raise UpstreamError(f"judge {judge}: its replica is gone")
+                if target.slots is not None:
+                    # The slot whose KV cache holds the longest part of this prompt.
+                    request["id_slot"] = slot.index
                 async with self._session.post(
                     target.base_url + "/completion",
-                    data=body,
+                    data=orjson.dumps(request),
                     headers={"Content-Type": "application/json", **target.headers},
                 ) as resp:
                     raw = await resp.read()
                     if resp.status != 200:
                         raise UpstreamError(f"judge {judge} answered {resp.status}")
+                served = self._monotonic() - sent
             except LlmgwError:
                 raise
             except aiohttp.ClientError as exc:
                 raise UpstreamError(f"judge {judge} failed: {type(exc).__name__}") from exc
+            finally:
+                # A judge that ran out of budget took at least this long: the shed rule learns
+                # a judge slower than the budget from its timeouts too.
+                outlasted = self._monotonic() - sent if served is None and budget.expired() else None
+                queue.release(slot, served, outlasted)
         try:
-            content = orjson.loads(raw)["content"]
+            answer = orjson.loads(raw)
+            content = answer["content"]
         except (orjson.JSONDecodeError, KeyError, TypeError) as exc:
             raise UpstreamError(f"judge {judge} answered something other than a completion") from exc
-        return verdicts.parse(target.spec.format, direction, str(content),
-                              llama_guard_categories=target.spec.categories)
+        if (tokens := prompt_tokens(answer)) is not None:
+            self._observe.judge_prompt(judge, *tokens)
+        spec = targets[0].spec
+        return verdicts.parse(spec.format, direction, str(content),
+                              llama_guard_categories=spec.categories)

@@ -140,10 +140,14 @@ class Server:
                                on_change=notifier.changed, node_timeout=node_timeout,
                                judge_machine=wiring.judge_machine_reader(store),
                                read_activity=read_activity, settings=control,
-                               observe=wiring.keeper_metrics(metrics))
+                               observe=wiring.keeper_metrics(metrics),
+                               judge_targets=lambda: judge_keeper.targets())
         judge_keeper = judges.keeper(store, jobs, catalog, clock, control.judge_grace_s,
                                      notifier.settle, leadership.fence, leadership.server_id,
-                                     lambda: leadership.leading)
+                                     lambda: leadership.leading,
+                                     timedelta(seconds=s.server_timeout_s), keeper.wake.set,
+                                     timedelta(seconds=control.judge_scale_window_s),
+                                     timedelta(seconds=control.judge_idle_s))
         duties = LeaderDuties(keeper, judge_keeper, jobs, notifier, control, clock)
 
         app = web.Application(middlewares=[openai_errors], client_max_size=s.max_body_bytes)
@@ -162,7 +166,8 @@ class Server:
                                  on_change=notifier.settle)
         app[TEAMS] = TeamAdmin(store, clock, on_change=notifier.settle)
         app[JUDGE_STATUS] = judges.status(store, judge_keeper, clock, lambda: leadership.leading,
-                                          leadership.server_id)
+                                          leadership.server_id,
+                                          timedelta(seconds=s.server_timeout_s))
         app[AGENTS] = AgentService(store, clock, engine_key, on_change=notifier.settle,
                                    node_timeout=node_timeout,
                                    servers_nodes=frozenset({"local", s.node_id}))

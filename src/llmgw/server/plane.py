@@ -95,10 +95,11 @@ def build(store: Store, settings: ServerSettings, clock: Clock, activity_id: str
 
     refresher = Refresher(store, bytes.fromhex(s.key_secret), engine_key, s.provider_key_env,
                           on_refresh=refreshed)
-    tracker = ActivityTracker(lambda: refresher.current.table, queue)
     client = Transport(timeout_s=s.upstream_timeout_s)
-    judge_client = JudgeClient(refresher.locate_judge)
-    metrics = Metrics(lambda: refresher.current.table, queued=queue.depths)
+    metrics = Metrics(lambda: refresher.current.table, queued=queue.depths,
+                      judges=lambda: judge_client.loads())
+    judge_client = JudgeClient(refresher.locate_judge, clock.monotonic, metrics)
+    tracker = ActivityTracker(lambda: refresher.current.table, queue, judge_client.loads)
     verdict_log = VerdictBuffer(wiring.verdict_writer(store))
     guard = Guard(judge_client, lambda: refresher.current.guard,
                   wiring.both(verdict_log.record, metrics.judged),

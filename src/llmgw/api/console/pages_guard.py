@@ -26,7 +26,7 @@ from llmgw.core.errors import InvalidRequest
 HERE = "/ui/guard"
 SWITCHES = ("guard_enabled", "log_prompts")
 FILTERS = ("policy", "judge", "outcome")
-OUTCOMES = ("safe", "unsafe", "failed_timeout", "failed_unparseable", "failed_error")
+OUTCOMES = ("safe", "unsafe", "failed_timeout", "failed_shed", "failed_unparseable", "failed_error")
 # What the policy editor leaves out: the name is the URL's, the rest the server's to fill in.
 NOT_EDITED = ("name", "by", "updated_at")
 

@@ -1,0 +1,226 @@
+"""Admission to a judge's slots, decided purely: the deadline queue, slot accounting per replica,
+the shed rule and the cache-affinity pick. Times are plain floats from an injected monotonic
+clock; nothing here awaits or does I/O (`judge_queue` does, around these).
+
+- Each ready replica of a judge has as many slots as its llama-server (`--parallel`); a judgment
+  runs on one slot, and no replica ever has more judgments in flight than slots.
+- A judgment that finds no free slot waits in the gateway, earliest deadline first.
+- A judgment is shed (failed at once as `failed_shed`) when it cannot finish in what is left of
+  its budget: on arrival when the wait its place in the queue means plus the judge's recent
+  service time (p90 of the last `SERVICE_SAMPLES` within `SERVICE_MEMORY_S`; a judgment that
+  timed out counts with the time it had) is longer than that less `ARRIVAL_HEADROOM`; and when
+  its turn comes, when what
+  is left is shorter than the service time alone. The judge then only works on judgments that
+  can still finish. A judge with nothing in flight is always tried (`judge_queue`), so a slow
+  spell it has left behind does not keep it shed.
+- Every slot remembers the last prompt it was sent, which is what its KV cache holds; a
+  judgment goes to the free slot sharing the longest prefix with its prompt (every judgment of a
+  direction shares the judge's long fixed head; a stream's next window shares all the text
+  judged before), so llama-server evaluates only what is new.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import math
+from collections import deque
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+# How many recent service times the shed rule and the wait estimate look at, and for how long:
+# a judge nothing was sent to for a while (everything shed) is tried again with a clean slate.
+SERVICE_SAMPLES = 64
+SERVICE_MEMORY_S = 60.0
+
+
+class ServiceTimes:
+    """The last `size` service times of one judge (seconds from sending to the answer), each
+    forgotten `memory_s` after it was taken."""
+
+    def __init__(self, size: int = SERVICE_SAMPLES, memory_s: float = SERVICE_MEMORY_S) -> None:
+        self._times: deque[tuple[float, float]] = deque(maxlen=size)
+        self._memory_s = memory_s
+
+    def add(self, seconds: float, now: float) -> None:
+        self._times.append((now, max(seconds, 0.0)))
+
+    def __len__(self) -> int:
+        return len(self._times)
+
+    def quantile(self, q: float, now: float) -> float:
+        """Nearest-rank quantile of the samples still remembered at `now`; 0 with none (nothing
+        is shed on no evidence)."""
+        while self._times and now - self._times[0][0] > self._memory_s:
+            self._times.popleft()
+        if not self._times:
+            return 0.0
+        ordered = sorted(t for _, t in self._times)
+        return ordered[max(0, math.ceil(q * len(ordered)) - 1)]
+
+
+def expected_wait(ahead: int, free: int, busy_left: Sequence[float], typical_s: float) -> float:
+    """How long a judgment waits for a slot with `ahead` judgments queued before it, `free` slots
+    free now, the busy slots' judgments expected to end in `busy_left` seconds, and a judgment
+    taking `typical_s` (the gateway uses the p90): the judgments ahead take the slots in the
+    order they free up, and each slot frees up again every `typical_s`."""
+    slots = free + len(busy_left)
+    if slots <= 0:
+        return math.inf
+    frees = sorted([0.0] * free + [max(left, 0.0) for left in busy_left])
+    rounds, i = divmod(ahead, slots)
+    return frees[i] + rounds * typical_s
+
+
+# On arrival a judgment must be expected to finish with this share of its budget to spare: a
+# wait guessed a little short then still ends in a verdict, not in a shed when its turn comes
+# (late, no longer "at once") or a timeout.
+ARRIVAL_HEADROOM = 0.1
+
+
+def sheds(remaining_s: float, wait_s: float, service_p90_s: float, headroom: float = 0.0) -> bool:
+    """Whether a judgment with `remaining_s` of its budget left cannot finish: it would wait
+    `wait_s` for a slot and then take the judge's recent service time, with `headroom` (a share
+    of what is left) to spare."""
+    return remaining_s * (1.0 - headroom) < wait_s + service_p90_s
+
+
+def shared_prefix(a: str, b: str) -> int:
+    """The length of the longest common prefix of `a` and `b` (halving, so the comparisons run
+    in C on slices rather than one character at a time)."""
+    lo, hi = 0, min(len(a), len(b))
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if a[lo:mid] == b[lo:mid]:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
+
+
+@dataclass
+class Slot:
+    """One slot of one replica: llama-server's `id_slot` `index` on replica `replica`."""
+
+    replica: str
+    index: int
+    busy: bool = False
+    prompt: str = ""  # the last prompt sent to it: what its KV cache holds
+    used_at: float = -math.inf  # when it last finished (least recently used goes first on ties)
+    started_at: float = 0.0  # when its judgment started, while busy
+
+
+@dataclass
+class SlotBook:
+    """The slots of one judge's ready replicas, and which are busy."""
+
+    replicas: dict[str, list[Slot]] = field(default_factory=dict)
+
+    def sync(self, slots_by_replica: Mapping[str, int]) -> None:
+        """Follow the judge's ready replicas: new ones add their slots, gone ones drop theirs
+        (a judgment still running on one gives its slot back to nothing), and a replica whose
+        slot count changed keeps the slots it still has."""
+        for rid in list(self.replicas):
+            if rid not in slots_by_replica:
+                del self.replicas[rid]
+        for rid, n in slots_by_replica.items():
+            have = self.replicas.setdefault(rid, [])
+            if len(have) > n:
+                del have[n:]
+            have.extend(Slot(rid, i) for i in range(len(have), n))
+
+    def _all(self) -> Iterable[Slot]:
+        return (s for slots in self.replicas.values() for s in slots)
+
+    @property
+    def total(self) -> int:
+        return sum(len(s) for s in self.replicas.values())
+
+    @property
+    def busy(self) -> int:
+        return sum(1 for s in self._all() if s.busy)
+
+    @property
+    def free(self) -> int:
+        return self.total - self.busy
+
+    def in_flight(self, replica: str) -> int:
+        return sum(1 for s in self.replicas.get(replica, ()) if s.busy)
+
+    def running_for(self, now: float) -> list[float]:
+        """How long each busy slot's judgment has been running at `now`."""
+        return [now - s.started_at for s in self._all() if s.busy]
+
+    def take(self, prompt: str, now: float = 0.0) -> Slot | None:
+        """The free slot for `prompt`, marked busy: the one whose cache shares the longest
+        prefix with it; on a tie, on the replica with fewest in flight, least recently used.
+        None when every slot is busy."""
+        best: Slot | None = None
+        best_key: tuple[int, int, float] | None = None
+        for slots in self.replicas.values():
+            load = sum(1 for s in slots if s.busy)
+            for s in slots:
+                if s.busy:
+                    continue
+                key = (-shared_prefix(s.prompt, prompt), load, s.used_at)
+                if best_key is None or key < best_key:
+                    best, best_key = s, key
+        if best is not None:
+            best.busy = True
+            best.prompt = prompt
+            best.started_at = now
+        return best
+
+    def give_back(self, slot: Slot, now: float) -> None:
+        """`slot` is free again (its judgment answered, failed or was cancelled)."""
+        slot.busy = False
+        slot.used_at = now
+
+
+@dataclass(order=True)
+class Waiter:
+    """A judgment waiting for a slot, ordered by its deadline (then by arrival)."""
+
+    deadline: float
+    seq: int
+    prompt: str = field(compare=False)
+    gone: bool = field(default=False, compare=False)  # cancelled, or handed a slot or a shed
+
+
+class DeadlineQueue:
+    """Judgments waiting for a slot, earliest deadline first; a cancelled one is marked gone and
+    skipped when it comes up."""
+
+    def __init__(self) -> None:
+        self._heap: list[Waiter] = []
+        self._seq = itertools.count()
+        self._live = 0
+
+    def __len__(self) -> int:
+        return self._live
+
+    def push(self, deadline: float, prompt: str) -> Waiter:
+        w = Waiter(deadline, next(self._seq), prompt)
+        heapq.heappush(self._heap, w)
+        self._live += 1
+        return w
+
+    def ahead_of(self, deadline: float) -> int:
+        """How many waiting judgments come before one with `deadline` arriving now."""
+        return sum(1 for w in self._heap if not w.gone and w.deadline <= deadline)
+
+    def drop(self, waiter: Waiter) -> None:
+        """`waiter` no longer waits (cancelled)."""
+        if not waiter.gone:
+            waiter.gone = True
+            self._live -= 1
+
+    def pop(self) -> Waiter | None:
+        """The waiting judgment with the earliest deadline, taken out; None when none waits."""
+        while self._heap:
+            w = heapq.heappop(self._heap)
+            if not w.gone:
+                w.gone = True
+                self._live -= 1
+                return w
+        return None

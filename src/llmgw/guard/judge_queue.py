@@ -1,0 +1,129 @@
+"""One judge's admission in this gateway: judgments wait here for a slot, deadline first, or are
+shed when they cannot finish (the rules are in `admission`; this adds the waiting)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Mapping
+
+from llmgw.core.errors import JudgeShed
+from llmgw.core.guard import JudgeLoad
+from llmgw.guard.admission import (
+    ARRIVAL_HEADROOM,
+    DeadlineQueue,
+    ServiceTimes,
+    Slot,
+    SlotBook,
+    expected_wait,
+    sheds,
+)
+
+
+class JudgeQueue:
+    """Hands out the slots of one judge's ready replicas, never more than they have.
+
+    `acquire` returns a slot at once, waits for one, or raises `JudgeShed`; every slot acquired
+    must be given back with `release` (a cancelled wait gives back what it was handed itself).
+    """
+
+    def __init__(
+        self, judge: str, monotonic: Callable[[], float],
+        observe: Callable[[str, float], None] = lambda _judge, _seconds: None,
+    ) -> None:
+        self.judge = judge
+        self._monotonic = monotonic
+        self._observe = observe  # told every service time (the service-time histogram)
+        self.book = SlotBook()
+        self.waiting = DeadlineQueue()
+        self.times = ServiceTimes()
+        self._futures: dict[int, asyncio.Future[Slot]] = {}
+        self.waited = 0
+        self.shed = 0
+        self.served = 0
+
+    def sync(self, slots_by_replica: Mapping[str, int]) -> None:
+        """Follow the judge's ready replicas (replica id -> slots); new slots serve waiters."""
+        self.book.sync(slots_by_replica)
+        self._dispatch()
+
+    def load(self) -> JudgeLoad:
+        return JudgeLoad(slots=self.book.total, in_flight=self.book.busy, queued=len(self.waiting),
+                         waited=self.waited, shed=self.shed, served=self.served)
+
+    async def acquire(self, prompt: str, deadline: float) -> Slot:
+        """A slot for a judgment of `prompt` that must be answered by `deadline` (monotonic)."""
+        now = self._monotonic()
+        p90 = self.times.quantile(0.9, now)
+        if not len(self.waiting) and self.book.free:
+            # A judge with nothing in flight is always tried: it costs no other judgment
+            # anything, and its answer is how the shed rule learns it is fast again.
+            if self.book.busy and sheds(deadline - now, 0.0, p90, ARRIVAL_HEADROOM):
+                raise self._shed(deadline - now, 0, 0.0, p90)
+            slot = self.book.take(prompt, now)
+            assert slot is not None
+            return slot
+        ahead = self.waiting.ahead_of(deadline)
+        # At the p90 too, not the median: a wait guessed short lets in a judgment that is shed
+        # only when its turn comes, late, or times out.
+        left = [p90 - ran for ran in self.book.running_for(now)]
+        wait = expected_wait(ahead, self.book.free, left, p90)
+        if sheds(deadline - now, wait, p90, ARRIVAL_HEADROOM):
+            raise self._shed(deadline - now, ahead, wait, p90)
+        waiter = self.waiting.push(deadline, prompt)
+        future: asyncio.Future[Slot] = asyncio.get_running_loop().create_future()
+        self._futures[waiter.seq] = future
+        self.waited += 1
+        try:
+            return await future
+        except asyncio.CancelledError:
+            # Gone while waiting (the client left, or the budget ran out): its place goes, and a
+            # slot handed to it just now goes to the next in line.
+            self.waiting.drop(waiter)
+            if future.done() and not future.cancelled():
+                if future.exception() is None:
+                    self.release(future.result(), None)
+            raise
+        finally:
+            del self._futures[waiter.seq]
+
+    def release(self, slot: Slot, served_s: float | None, outlasted_s: float | None = None) -> None:
+        """Give `slot` back; `served_s` is how long the judge took when it answered,
+        `outlasted_s` how long it had when the judgment's budget ran out (it would have taken
+        longer: counted as a service time, so a judge slower than the budgets is shed)."""
+        now = self._monotonic()
+        self.book.give_back(slot, now)
+        if outlasted_s is not None:
+            self.times.add(outlasted_s, now)
+        if served_s is not None:
+            self.times.add(served_s, now)
+            self.served += 1
+            self._observe(self.judge, served_s)
+        self._dispatch()
+
+    def _dispatch(self) -> None:
+        """Free slots to the waiters, earliest deadline first; one that can no longer finish is
+        shed rather than sent."""
+        while self.book.free:
+            waiter = self.waiting.pop()
+            if waiter is None:
+                return
+            future = self._futures.get(waiter.seq)
+            if future is None or future.done():
+                continue
+            now = self._monotonic()
+            left = waiter.deadline - now
+            p90 = self.times.quantile(0.9, now)
+            if sheds(left, 0.0, p90):
+                future.set_exception(self._shed(left, 0, 0.0, p90))
+                continue
+            slot = self.book.take(waiter.prompt, now)
+            assert slot is not None
+            future.set_result(slot)
+
+    def _shed(self, left_s: float, ahead: int, wait_s: float, p90_s: float) -> JudgeShed:
+        self.shed += 1
+        wait = f"{ahead} judgments ahead (about {wait_s * 1000:.0f} ms), " if ahead else ""
+        return JudgeShed(
+            f"judge {self.judge} is saturated: {wait}{p90_s * 1000:.0f} ms to judge (p90) and "
+            f"{max(left_s, 0.0) * 1000:.0f} ms of the budget left; not sent"
+        )

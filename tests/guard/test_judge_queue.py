@@ -1,0 +1,154 @@
+"""A judge's queue in the gateway: waiting for slots deadline first, shedding, cancellation;
+time from a fake clock."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from llmgw.core.clock import FakeClock
+from llmgw.core.errors import JudgeShed
+from llmgw.core.guard import JudgeLoad
+from llmgw.guard.admission import Slot
+from llmgw.guard.judge_queue import JudgeQueue
+
+BUDGET_S = 5.0
+
+
+def judge_queue(clock: FakeClock, **slots: int) -> JudgeQueue:
+    q = JudgeQueue("j1", clock.monotonic)
+    q.sync(slots or {"r1": 2})
+    return q
+
+
+def learned(q: JudgeQueue, clock: FakeClock, seconds: float, n: int = 10) -> None:
+    """The judge's recent judgments each took `seconds`."""
+    for _ in range(n):
+        q.times.add(seconds, clock.monotonic())
+
+
+async def waiting(q: JudgeQueue, prompt: str, deadline: float) -> asyncio.Task[Slot]:
+    """A judgment that waits in the queue (it found every slot busy)."""
+    task = asyncio.create_task(q.acquire(prompt, deadline))
+    await asyncio.sleep(0)
+    assert not task.done()
+    return task
+
+
+async def test_a_free_slot_is_taken_at_once_and_the_rest_wait(clock: FakeClock) -> None:
+    q = judge_queue(clock)
+    now = clock.monotonic()
+    a = await q.acquire("a", now + BUDGET_S)
+    b = await q.acquire("b", now + BUDGET_S)
+    c = await waiting(q, "c", now + BUDGET_S)
+    assert q.load() == JudgeLoad(slots=2, in_flight=2, queued=1, waited=1)
+    q.release(a, 0.5)
+    assert await c is a  # the freed slot, handed over at once
+    q.release(b, 0.5)
+    q.release(a, 0.5)
+    assert q.load() == JudgeLoad(slots=2, in_flight=0, queued=0, waited=1, served=3)
+
+
+async def test_waiters_get_slots_earliest_deadline_first(clock: FakeClock) -> None:
+    q = judge_queue(clock, r1=1)
+    now = clock.monotonic()
+    held = await q.acquire("held", now + BUDGET_S)
+    relaxed = await waiting(q, "relaxed", now + 4.0)
+    urgent = await waiting(q, "urgent", now + 2.0)
+    q.release(held, None)
+    got = await urgent
+    assert not relaxed.done()
+    q.release(got, None)
+    await relaxed
+
+
+async def test_a_judgment_that_cannot_finish_is_shed_on_arrival(clock: FakeClock) -> None:
+    q = judge_queue(clock)
+    learned(q, clock, 1.0)
+    now = clock.monotonic()
+    for i in range(2):
+        await q.acquire(f"running {i}", now + BUDGET_S)
+    # Two slots, a second each: three rounds of waiting and the judgment's own second leave a
+    # tenth of a 5 s budget to spare, so six wait and the seventh is shed at once.
+    tasks = [await waiting(q, f"queued {i}", now + BUDGET_S) for i in range(6)]
+    with pytest.raises(JudgeShed) as caught:
+        await q.acquire("one too many", now + BUDGET_S)
+    assert "saturated" in caught.value.message and "one too many" not in caught.value.message
+    assert caught.value.status == 503 and caught.value.code == "judge_shed"
+    assert q.load().shed == 1 and q.load().queued == 6
+    for t in tasks:
+        t.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
+    assert q.load().queued == 0
+
+
+async def test_a_tight_budget_is_shed_even_with_a_free_slot(clock: FakeClock) -> None:
+    q = judge_queue(clock)
+    learned(q, clock, 1.0)
+    busy = await q.acquire("busy", clock.monotonic() + BUDGET_S)
+    with pytest.raises(JudgeShed):
+        await q.acquire("tight", clock.monotonic() + 0.5)
+    assert q.load() == JudgeLoad(slots=2, in_flight=1, shed=1)  # nothing more taken
+    q.release(busy, 1.0)
+    # With nothing in flight the judge is tried all the same: its answer is the evidence.
+    probe = await q.acquire("tight", clock.monotonic() + 0.5)
+    assert q.load().in_flight == 1
+    q.release(probe, 0.3)
+
+
+async def test_a_waiter_whose_turn_comes_too_late_is_shed_not_sent(clock: FakeClock) -> None:
+    q = judge_queue(clock, r1=1)
+    learned(q, clock, 1.0)
+    now = clock.monotonic()
+    held = await q.acquire("held", now + BUDGET_S)
+    late = await waiting(q, "late", now + 3.0)
+    clock.advance(2.5)  # the judgment ahead took long: 0.5 s left, the judge needs 1 s
+    q.release(held, 2.5)
+    with pytest.raises(JudgeShed):
+        await late
+    assert q.load().in_flight == 0 and q.load().shed == 1
+
+
+async def test_a_cancelled_waiter_frees_its_place_and_a_slot_it_was_handed(clock: FakeClock) -> None:
+    q = judge_queue(clock, r1=1)
+    now = clock.monotonic()
+    held = await q.acquire("held", now + BUDGET_S)
+    first = await waiting(q, "first", now + 2.0)
+    second = await waiting(q, "second", now + 3.0)
+    q.release(held, None)  # the slot is handed to `first` ...
+    first.cancel()  # ... which is cancelled before it runs: the slot goes on to `second`
+    with pytest.raises(asyncio.CancelledError):
+        await first
+    slot = await second
+    assert q.load().in_flight == 1
+    q.release(slot, None)
+    assert q.load().in_flight == 0 and q.load().queued == 0
+
+
+async def test_a_new_replica_serves_the_waiters_at_once(clock: FakeClock) -> None:
+    q = judge_queue(clock, r1=1)
+    now = clock.monotonic()
+    await q.acquire("held", now + BUDGET_S)
+    queued = await waiting(q, "queued", now + BUDGET_S)
+    q.sync({"r1": 1, "r2": 1})
+    assert (await queued).replica == "r2"
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock()
+
+
+async def test_timeouts_teach_the_shed_rule_a_judge_slower_than_the_budget(clock: FakeClock) -> None:
+    q = judge_queue(clock)
+    for _ in range(10):
+        slot = await q.acquire("times out", clock.monotonic() + 1.0)
+        clock.advance(1.0)
+        q.release(slot, None, outlasted_s=1.0)
+    # One whose budget is shorter than what the judge had and did not finish in is not sent
+    # while the judge is busy.
+    await q.acquire("busy", clock.monotonic() + BUDGET_S)
+    with pytest.raises(JudgeShed):
+        await q.acquire("would time out too", clock.monotonic() + 0.9)
+    assert q.load().served == 0
