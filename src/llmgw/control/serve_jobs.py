@@ -15,10 +15,12 @@ from typing import Any
 
 from llmgw.control.catalog import CatalogService
 from llmgw.control.sizing import estimate
+from llmgw.core import tracing
 from llmgw.core.clock import Clock
 from llmgw.core.errors import Conflict, LlmgwError, Retryable, StaleEpoch
 from llmgw.core.ids import new_id
 from llmgw.core.protocol import JobState, ServeJob, ServeRequest
+from llmgw.core.tracing import NOOP_TRACER, Tracer
 from llmgw.core.types import Engine, HubSource, LocalSource, Model, Profile
 from llmgw.node.files import ModelFiles
 from llmgw.node.gguf_info import read_info
@@ -45,7 +47,9 @@ class ServeJobs:
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
         fence: Callable[[], Fence | None] = lambda: None,
         on_submit: Callable[[], None] = lambda: None,
+        tracer: Tracer = NOOP_TRACER,
     ) -> None:
+        self._tracer = tracer
         self._store = store
         self._files = files
         self._catalog = catalog
@@ -131,6 +135,14 @@ class ServeJobs:
         self._cancelled.discard(job_id)
 
     async def _run(self, job: ServeJob) -> None:
+        span = self._tracer.root("serve job", attributes={
+            "llmgw.job": job.id, "gen_ai.request.model": job.request.name,
+            "llmgw.job.resumed_from": job.state.value})
+        with tracing.active(span):
+            await self._traced_run(job)
+            span.set("llmgw.job.state", self._live.get(job.id, job).state.value)
+
+    async def _traced_run(self, job: ServeJob) -> None:
         try:
             path = await self._fetch(job)
             warning = await asyncio.to_thread(self._unverified, job.request)

@@ -10,6 +10,7 @@ from typing import Any
 import aiohttp
 import orjson
 
+from llmgw.core import tracing
 from llmgw.core.errors import LlmgwError, UpstreamError
 from llmgw.core.guard import Direction, JudgeFormat, JudgeSpec, Verdict
 from llmgw.guard import grammars, prompts, verdicts
@@ -83,12 +84,14 @@ class JudgeClient:
         assert self._session is not None, "JudgeClient.start() was not called"
         target = self._locate(judge)
         body = orjson.dumps(completion_body(target.spec, direction, turns))
+        headers = {"Content-Type": "application/json", **target.headers}
+        tracing.current().inject(headers)  # the judgment's span, when the request is traced
         async with asyncio.timeout(timeout_s):
             try:
                 async with self._session.post(
                     target.base_url + "/completion",
                     data=body,
-                    headers={"Content-Type": "application/json", **target.headers},
+                    headers=headers,
                 ) as resp:
                     raw = await resp.read()
                     if resp.status != 200:
