@@ -9,7 +9,7 @@ from typing import Annotated
 
 import typer
 
-from llmgw.cli import ctl_guard, ctl_jobs, ctl_keys, ctl_models, ctl_nodes
+from llmgw.cli import ctl_audit, ctl_guard, ctl_jobs, ctl_keys, ctl_models, ctl_nodes
 from llmgw.cli.context import CtlContext
 
 app = typer.Typer(help="Operate a running llmgw through its admin API.", no_args_is_help=True)
@@ -38,3 +38,4 @@ app.add_typer(ctl_jobs.job_app, name="job")
 app.add_typer(ctl_keys.key_app, name="key")
 app.add_typer(ctl_keys.limits_app, name="limits")
 app.command("usage")(ctl_keys.usage)
+app.command("audit")(ctl_audit.audit)

@@ -15,6 +15,7 @@ from aiohttp import web
 from llmgw.api import routes
 from llmgw.api.appkeys import (
     AGENTS,
+    AUDIT,
     CATALOG,
     CHANGES,
     CLUSTER,
@@ -42,7 +43,8 @@ from llmgw.control.serve_jobs import ServeJobs
 from llmgw.core.clock import Clock, SystemClock
 from llmgw.core.errors import LlmgwError
 from llmgw.core.protocol import ClusterOut, LeaseOut
-from llmgw.core.settings import ServerSettings
+from llmgw.core.settings import ServerSettings, TelemetrySettings
+from llmgw.core.tracing import NOOP_TRACER, Tracer
 from llmgw.core.types import ReplicaState
 from llmgw.gateway.activity import ActivityTracker
 from llmgw.gateway.keys_admin import KeyAdmin
@@ -75,6 +77,16 @@ VERDICT_FLUSH_S = 1.0
 ACCOUNTING_S = 1.0
 
 
+def make_tracer(settings: TelemetrySettings) -> Tracer:
+    """The OpenTelemetry-backed tracer when an OTLP endpoint is set; otherwise the no-op one,
+    and neither the SDK nor an exporter is loaded."""
+    if not settings.enabled:
+        return NOOP_TRACER
+    from llmgw.server.telemetry import OtelTracer  # only an install that traces loads the SDK
+
+    return OtelTracer(settings)
+
+
 @dataclass
 class Loops:
     """Timing knobs of this process's own loops (tests shorten them); the leader's keepers
@@ -98,9 +110,11 @@ class Server:
     _tasks: list[asyncio.Task[None]] = field(default_factory=list)
     # This process's id among the servers (hostname-pid unless given: tests run several).
     server_id: str | None = None
+    tracer: Tracer = NOOP_TRACER  # set by build_app from `[telemetry]`
 
     def build_app(self) -> web.Application:
         s, control, store, clock = self.settings, self.settings.control, self.store, self.clock
+        tracer = self.tracer = make_tracer(s.telemetry)
         node_timeout = timedelta(seconds=control.node_timeout_s)
         notifier = Notifier()
         leadership = Leadership(clock, self.server_id) if self.server_id else Leadership(clock)
@@ -133,7 +147,8 @@ class Server:
         meter = UsageMeter(store, clock.now)
         limiter = Limiter(store, clock.now, lambda: refresher.current.default_limits,
                           lambda: refresher.current.keys)
-        gateway = Gateway(refresher, client, clock, guard, limiter, meter, metrics, queue=queue)
+        gateway = Gateway(refresher, client, clock, guard, limiter, meter, metrics, queue=queue,
+                          tracer=tracer)
         agent = NodeAgent(
             AgentConfig(node_id=s.node_id, host="127.0.0.1", log_dir=self.data_dir / "logs",
                         start_timeout_s=s.engine_start_timeout_s,
@@ -152,7 +167,7 @@ class Server:
                                  node_timeout=node_timeout, model_roots=s.model_dirs(self.data_dir),
                                  provider_key_env=s.provider_key_env, read_activity=read_activity)
         jobs = ServeJobs(store, files, catalog, clock, fence=leadership.fence,
-                         on_submit=notifier.changed)
+                         on_submit=notifier.changed, tracer=tracer)
         keeper = ReplicaKeeper(wiring.keeper_reader(store),
                                wiring.keeper_applier(store, clock, leadership.fence), clock,
                                on_change=notifier.changed, node_timeout=node_timeout,
@@ -162,7 +177,9 @@ class Server:
         judge_keeper = judges.keeper(store, jobs, catalog, clock, control.judge_grace_s,
                                      notifier.settle, leadership.fence, leadership.server_id,
                                      lambda: leadership.leading)
-        duties = LeaderDuties(keeper, judge_keeper, jobs, notifier, control, clock)
+        judge_keeper.tracer = tracer
+        duties = LeaderDuties(keeper, judge_keeper, jobs, notifier, control, clock,
+                              prune_audit=wiring.audit_pruner(store), tracer=tracer)
 
         app = web.Application(middlewares=[openai_errors], client_max_size=s.max_body_bytes)
         app[METRICS] = metrics
@@ -181,6 +198,7 @@ class Server:
                                    servers_nodes=frozenset({"local", s.node_id}))
         app[NODES] = NodeAdmin(store, clock, control.node_timeout_s, on_change=notifier.settle)
         app[CLUSTER] = lambda: self._cluster_status(leadership, duties)
+        app[AUDIT] = wiring.audit_reader(store)
 
         async def next_revision(since: int, wait_s: float) -> int:
             # A change is announced before this server's snapshot has it (`settle`): look
@@ -218,6 +236,7 @@ class Server:
             await client.close()
             await judge_client.close()
             store.close()
+            await asyncio.to_thread(tracer.close)  # exports the spans still buffered
 
         app.cleanup_ctx.append(lifecycle)
         return app

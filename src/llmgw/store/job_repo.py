@@ -9,8 +9,10 @@ from typing import Any
 from pydantic import ValidationError
 from sqlalchemy import Engine, insert, select, update
 
+from llmgw.core.audit import AuditKind
 from llmgw.core.errors import NotFound
 from llmgw.core.protocol import JobState, ServeJob, ServeRequest
+from llmgw.store.audit_repo import record
 from llmgw.store.db import bump_revision, utc
 from llmgw.store.lease_repo import Fence
 from llmgw.store.schema import serve_jobs
@@ -85,6 +87,8 @@ class JobRepo:
                     updated_at=now,
                 )
             )
+            record(conn, AuditKind.JOB, "start", job.id, None,
+                   {"model": job.model, "request": job.request.model_dump(mode="json")}, now)
             # A job submitted to a follower must reach the leader, which runs every job.
             bump_revision(conn)
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from sqlalchemy import Engine
 
+from llmgw.store.audit_repo import AuditRepo
 from llmgw.store.catalog_repo import CatalogRepo
 from llmgw.store.db import migrate, open_engine, read_revision
 from llmgw.store.guard_repo import GuardRepo
@@ -32,6 +33,7 @@ class Store:
         self.leases = LeaseRepo(engine)
         self.servers = ServerRepo(engine)
         self.install = InstallRepo(engine)
+        self.audit = AuditRepo(engine)
 
     @classmethod
     def open(cls, url: str, *, migrate_schema: bool = True) -> Store:
