@@ -132,7 +132,9 @@ class KeyRepo:
 
 def audited(key: ApiKey) -> dict[str, Any]:
     """What the audit log says of a key: everything but its hash (the secret is never stored)."""
-    return key.model_dump(mode="json", exclude={"hash"})
+    out = key.model_dump(mode="json", exclude={"hash"})
+    out["limits"] = key.limits.model_dump(exclude_none=True)  # as stored: the limits it has
+    return out
 
 
 def _rows(conn: Connection) -> Sequence[Any]:
