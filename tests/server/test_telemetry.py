@@ -18,7 +18,7 @@ from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExport
 from llmgw.core.guard import Policy, VerdictRecord
 from llmgw.core.judges import DEFAULT_JUDGE, KNOWN
 from llmgw.core.settings import TelemetrySettings, load
-from llmgw.core.tracing import NOOP_TRACER
+from llmgw.core.tracing import NOOP_TRACER, Kind
 from llmgw.gateway.traced import FIRST_TOKEN
 from llmgw.guard.enforcement import Guard, GuardView
 from llmgw.guard.judge_client import JudgeClient, JudgeTarget
@@ -203,3 +203,50 @@ async def test_with_telemetry_off_no_exporter_or_sdk_provider_is_made(
     assert made == ["http://collector.invalid:4318/v1/traces"]
     on.tracer.close()
     off.store.close()
+
+
+async def test_a_trace_the_client_did_not_sample_is_not_exported_but_still_passed_on(
+    traced: Traced,
+) -> None:
+    unsampled = f"00-{CLIENT_TRACE}-{CLIENT_SPAN}-00"
+    async with traced.rig.openai() as client:
+        await client.chat.completions.create(
+            model="m", messages=[{"role": "user", "content": PROMPT}],
+            extra_headers={"traceparent": unsampled, "tracestate": "vendor=1"})
+    assert await traced.exported() == []
+    # The upstream and the judges see the caller's trace and its decision, not a new trace.
+    assert traced.provider.traceparents == [unsampled]
+    assert set(traced.judge.traceparents) == {unsampled}
+
+
+@pytest.mark.parametrize("header", [
+    "",
+    "not a traceparent",
+    f"00-{'0' * 32}-{CLIENT_SPAN}-01",  # an all-zero trace id
+    f"00-{CLIENT_TRACE}-{'0' * 16}-01",  # an all-zero span id
+    f"ff-{CLIENT_TRACE}-{CLIENT_SPAN}-01",  # the version W3C forbids
+    f"00-{CLIENT_TRACE}-{CLIENT_SPAN}-01-extra",  # version 00 has nothing after the flags
+])
+async def test_a_broken_traceparent_starts_a_new_trace(traced: Traced, header: str) -> None:
+    async with traced.rig.openai() as client:
+        await client.chat.completions.create(
+            model="m", messages=[{"role": "user", "content": PROMPT}],
+            extra_headers={"traceparent": header})
+    await traced.exported()
+    root = traced.receiver.one("chat m")
+    assert root.parent_id == "" and root.trace_id != CLIENT_TRACE and root.trace_id != "0" * 32
+    assert traced.provider.traceparents[0].startswith(f"00-{root.trace_id}-")
+
+
+async def test_sample_ratio_zero_keeps_no_new_trace(tmp_path: Path) -> None:
+    async with OtlpReceiver() as receiver:
+        tracer = OtelTracer(TelemetrySettings(otlp_endpoint=receiver.url, sample_ratio=0.0))
+        root = tracer.root("chat", Kind.SERVER)
+        child = root.child("upstream", Kind.CLIENT)
+        headers: dict[str, str] = {}
+        child.inject(headers)
+        child.end()
+        root.end()
+        await asyncio.to_thread(tracer.close)
+        assert receiver.spans == [] and not root.recording
+        assert headers["traceparent"].endswith("-00")  # the decision travels with the trace
