@@ -11,6 +11,7 @@
 # responses_via_chat"; chat is always measured, it is the yardstick), BENCH_MODES (default
 # "json stream"), BENCH_ROUNDS (default 1; each cell's median over the rounds is reported),
 # BENCH_TELEMETRY=1 (llmgw exports a trace of every request over OTLP/HTTP to a local sink),
+# BENCH_TELEMETRY_RATIO (with BENCH_TELEMETRY=1: the share of requests traced, default 1.0),
 # BENCH_KEEP_TMP=1 (keep the temp dir with the logs).
 set -euo pipefail
 # shellcheck source=bench/lib.sh
@@ -195,7 +196,10 @@ if [[ $TELEMETRY == 1 ]]; then
     else
         printf '[telemetry]\notlp_endpoint = "%s"\n' "$sink" >>"$LLMGW_DATA_DIR/config.toml"
     fi
-    log "telemetry on: traces to the OTLP sink on :$SINK_PORT"
+    RATIO=${BENCH_TELEMETRY_RATIO:-1.0}
+    sed -i "s|^sample_ratio = .*|sample_ratio = $RATIO|" "$LLMGW_DATA_DIR/config.toml"
+    grep -q "^sample_ratio = $RATIO\$" "$LLMGW_DATA_DIR/config.toml" || die "could not set sample_ratio"
+    log "telemetry on: traces of $RATIO of the requests to the OTLP sink on :$SINK_PORT"
 fi
 "$LLMGW" server run --port "$GW_PORT" --log-level warning --log-format text >"$TMP/llmgw.log" 2>&1 &
 PIDS+=($!)
@@ -370,7 +374,7 @@ echo
 "$PY" bench/report.py "$RESULTS" --out bench/results/latest.md \
     --header "# llmgw bench, $(date -u '+%Y-%m-%d %H:%M UTC')" \
     --header "" \
-    --header "commit $commit; telemetry $([[ $TELEMETRY == 1 ]] && echo "on ($(cat "$TMP/spans" | tr -d '\n') spans exported to a local OTLP sink)" || echo off); ${DURATION}s per run, median of $ROUNDS round(s); $(nproc) cores${cpu:+ ($cpu)}; load average $load before, $(cut -d' ' -f1 /proc/loadavg) after; wrk -t1 -c1 and -t2 -cN; fake upstream: nginx $(nginx -v 2>&1 | sed 's|.*/||')"
+    --header "commit $commit; telemetry $([[ $TELEMETRY == 1 ]] && echo "on (sample_ratio $RATIO; $(cat "$TMP/spans" | tr -d '\n') spans exported to a local OTLP sink)" || echo off); ${DURATION}s per run, median of $ROUNDS round(s); $(nproc) cores${cpu:+ ($cpu)}; load average $load before, $(cut -d' ' -f1 /proc/loadavg) after; wrk -t1 -c1 and -t2 -cN; fake upstream: nginx $(nginx -v 2>&1 | sed 's|.*/||')"
 
 append_warnings "$TMP/llmgw.log" bench/results/latest.md
 log "written bench/results/latest.md"

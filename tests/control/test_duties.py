@@ -6,10 +6,13 @@ import asyncio
 from datetime import datetime, timedelta
 from typing import Any
 
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
 from llmgw.control.duties import LeaderDuties
 from llmgw.control.notifier import Notifier
 from llmgw.core.clock import FakeClock
-from llmgw.core.settings import ControlSettings
+from llmgw.core.settings import ControlSettings, TelemetrySettings
+from llmgw.server.telemetry import OtelTracer
 
 
 class _Idle:
@@ -50,6 +53,27 @@ async def test_the_leader_prunes_audit_entries_older_than_audit_days() -> None:
     finally:
         await duties.stop()
     assert not duties.running  # deposed: the pruning stopped with the other duties
+
+
+async def test_each_replica_keeper_pass_is_a_trace_of_its_own() -> None:
+    exporter = InMemorySpanExporter()
+    tracer = OtelTracer(TelemetrySettings(otlp_endpoint="http://collector.invalid:4318"), exporter)
+    idle: Any = _Idle()
+    passed = asyncio.Event()
+
+    async def tick() -> None:
+        passed.set()
+
+    idle.tick = tick
+    duties = LeaderDuties(idle, idle, idle, Notifier(), ControlSettings(), FakeClock(), tracer=tracer)
+    await duties.start(epoch=1)
+    try:
+        await asyncio.wait_for(passed.wait(), 5)
+    finally:
+        await duties.stop()
+    tracer.close()
+    [span] = exporter.get_finished_spans()
+    assert span.name == "replica keeper pass" and span.parent is None
 
 
 def test_audit_days_defaults_to_90() -> None:
