@@ -8,6 +8,7 @@ new leader resumes the unfinished ones (the download resumes where it stopped).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Awaitable, Callable, Coroutine
 from pathlib import Path
@@ -15,7 +16,7 @@ from typing import Any
 
 from llmgw.control.catalog import CatalogService
 from llmgw.control.sizing import estimate
-from llmgw.core import tracing
+from llmgw.core import audit, tracing
 from llmgw.core.clock import Clock
 from llmgw.core.errors import Conflict, LlmgwError, Retryable, StaleEpoch
 from llmgw.core.ids import new_id
@@ -59,7 +60,8 @@ class ServeJobs:
         self._on_submit = on_submit
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._live: dict[str, ServeJob] = {}
-        self._cancelled: set[str] = set()
+        # Jobs an operator cancelled here, and who (the audit log's `by`, None outside the API).
+        self._cancelled: dict[str, str | None] = {}
 
     async def start(self, request: ServeRequest, fence: Fence | None = None) -> ServeJob:
         """Store a queued job for the leader to run (`fence`: the leader's own jobs, written only
@@ -94,7 +96,7 @@ class ServeJobs:
             await asyncio.to_thread(self._store.jobs.cancel, job_id, self._clock.now(),
                                     "cancelled by an operator")
             return await self.get(job_id)
-        self._cancelled.add(job_id)
+        self._cancelled[job_id] = audit.actor()
         task.cancel()
         await asyncio.wait({task})
         return await self.get(job_id)
@@ -132,7 +134,7 @@ class ServeJobs:
     def _forget(self, job_id: str) -> None:
         self._tasks.pop(job_id, None)
         self._live.pop(job_id, None)
-        self._cancelled.discard(job_id)
+        self._cancelled.pop(job_id, None)
 
     async def _run(self, job: ServeJob) -> None:
         span = self._tracer.root("serve job", attributes={
@@ -152,7 +154,11 @@ class ServeJobs:
             await self._add(job, path)
         except asyncio.CancelledError:
             if job.id in self._cancelled:
-                await asyncio.shield(self._set(job, JobState.CANCELLED, error="cancelled by an operator"))
+                # Written as the operator who cancelled it: the audit log has it under them.
+                by = self._cancelled[job.id]
+                with audit.acting(by) if by is not None else contextlib.nullcontext():
+                    await asyncio.shield(self._set(job, JobState.CANCELLED,
+                                                   error="cancelled by an operator"))
             raise
         except StaleEpoch:
             # Deposed mid-job: the job stays as stored, and the next leader resumes it.

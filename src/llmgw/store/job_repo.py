@@ -102,21 +102,30 @@ class JobRepo:
         with self._engine.begin() as conn:
             if fence is not None:
                 fence(conn)
-            return bool(conn.execute(
+            was = conn.execute(select(serve_jobs.c.state).where(serve_jobs.c.id == job_id)).scalar()
+            changed = bool(conn.execute(
                 update(serve_jobs)
                 .where(serve_jobs.c.id == job_id, serve_jobs.c.state.notin_(_FINISHED))
                 .values(**fields, updated_at=now)
             ).rowcount)
+            if changed and fields.get("state") == JobState.CANCELLED.value:
+                # The runner stopping a job an operator cancelled here (`ServeJobs.cancel`).
+                record(conn, AuditKind.JOB, "cancel", job_id, {"state": was},
+                       {"state": JobState.CANCELLED.value}, now)
+            return changed
 
     def cancel(self, job_id: str, now: datetime, error: str) -> bool:
         """Mark a job that has not finished cancelled, from any server: the leader running it
         sees the change and stops it. False when it had finished already."""
         with self._engine.begin() as conn:
+            was = conn.execute(select(serve_jobs.c.state).where(serve_jobs.c.id == job_id)).scalar()
             done = conn.execute(
                 update(serve_jobs)
                 .where(serve_jobs.c.id == job_id, serve_jobs.c.state.notin_(_FINISHED))
                 .values(state=JobState.CANCELLED.value, error=error, updated_at=now)
             ).rowcount
             if done:
+                record(conn, AuditKind.JOB, "cancel", job_id, {"state": was},
+                       {"state": JobState.CANCELLED.value}, now)
                 bump_revision(conn)
         return bool(done)
