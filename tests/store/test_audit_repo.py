@@ -50,6 +50,13 @@ def test_secrets_are_dropped_at_any_depth(store: Store) -> None:
     assert "sk-live" not in repr(entry) and "'h'" not in repr(entry)
 
 
+def test_a_url_keeps_neither_its_credentials_nor_its_query() -> None:
+    assert scrubbed({"base_url": "https://user:pw@api.example.com:8443/v1?key=sk-live"}) == {
+        "base_url": "https://api.example.com:8443/v1?***"}
+    assert scrubbed({"base_url": "https://api.example.com/v1"}) == {
+        "base_url": "https://api.example.com/v1"}
+
+
 def test_entries_are_filtered_newest_first(store: Store) -> None:
     for at, who, name in [(NOW - timedelta(days=2), "alice (sk-a…)", "a"),
                           (NOW - timedelta(hours=1), "bob_100% (sk-b…)", "b"),

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 from sqlalchemy import Connection, Engine, delete, insert, select
 
@@ -24,13 +25,26 @@ SECRET_FIELDS = ("hash", "secret", "api_key", "token", "password", "plaintext", 
 
 
 def scrubbed(value: Any) -> Any:
-    """`value` (JSON-like) without the fields that could hold a secret."""
+    """`value` (JSON-like) without the fields that could hold a secret, and URLs (`…url`
+    fields) without their credentials and query, where a provider's key may ride."""
     if isinstance(value, Mapping):
-        return {k: scrubbed(v) for k, v in value.items()
+        return {k: _url(v) if str(k).lower().endswith("url") and isinstance(v, str) else scrubbed(v)
+                for k, v in value.items()
                 if not any(str(k).lower().endswith(s) for s in SECRET_FIELDS)}
     if isinstance(value, list | tuple):
         return [scrubbed(v) for v in value]
     return value
+
+
+def _url(value: str) -> str:
+    parts = urlsplit(value)
+    if not (parts.username or parts.password or parts.query):
+        return value
+    host = parts.hostname or ""
+    netloc = f"[{host}]" if ":" in host else host
+    if parts.port is not None:
+        netloc += f":{parts.port}"
+    return urlunsplit((parts.scheme, netloc, parts.path, "***" if parts.query else "", ""))
 
 
 def record(conn: Connection, kind: AuditKind, action: str, target: str,
