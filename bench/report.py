@@ -22,11 +22,13 @@ APIS = {
     "messages": "messages",
     "messages_via_chat": "messages → chat",
     "responses_via_chat": "responses → chat",
+    "route": "chat → route",  # a two-target priority route; its first target answers
 }
 ADDED_P50_GOAL_MS = 1.0
 RPS_SHARE_GOAL = 0.60
 DIALECT_P50_SLACK_MS = 0.1
 DIALECT_RPS_SHARE = 0.90
+ROUTE_P50_SLACK_MS = 0.05
 
 
 class Row(NamedTuple):
@@ -96,6 +98,7 @@ def render(rows: Rows, header: list[str]) -> str:
                     )
     out.append("")
     out += verdicts(rows)
+    out += route_verdict(rows)
     dialects = dialect_table(rows)
     if dialects:
         out += ["", *dialects]
@@ -142,6 +145,25 @@ def verdicts(rows: Rows) -> list[str]:
     return lines
 
 
+def route_verdict(rows: Rows) -> list[str]:
+    """Chat completions through a route against the same to a plain model, lowest concurrency:
+    the added p50 at most ROUTE_P50_SLACK_MS above."""
+    low = min(k[3] for k in rows)
+    parts, ok = [], True
+    for mode in MODES:
+        routed, plain = rows.get(("route", "llmgw", mode, low)), rows.get(("chat", "llmgw", mode, low))
+        if routed is None or plain is None:
+            continue
+        diff = routed.p50 - plain.p50
+        ok &= round(diff, 3) <= ROUTE_P50_SLACK_MS
+        parts.append(f"{mode} {diff:+.3f} ms ({routed.p50:.3f} vs {plain.p50:.3f})")
+    if not parts:
+        return []
+    return [f"- {'PASS' if ok else 'FAIL'}: a two-target priority route adds at most "
+            f"{ROUTE_P50_SLACK_MS:g} ms at p50 to a plain model's chat completions, concurrency "
+            f"{low}: " + "; ".join(parts)]
+
+
 def dialect_table(rows: Rows) -> list[str]:
     """Each other dialect through llmgw against chat completions through llmgw, same run: added
     p50 at the lowest concurrency within DIALECT_P50_SLACK_MS of chat's, requests/s at the highest
@@ -159,7 +181,7 @@ def dialect_table(rows: Rows) -> list[str]:
     ]
     failed, checked = [], 0
     for api, label in APIS.items():
-        if api == "chat":
+        if api in ("chat", "route"):
             continue
         for mode in MODES:
             lo, hi = rows.get((api, "llmgw", mode, low)), rows.get((api, "llmgw", mode, high))

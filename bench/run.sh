@@ -12,7 +12,9 @@
 # "json stream"), BENCH_ROUNDS (default 1; each cell's median over the rounds is reported),
 # BENCH_TELEMETRY=1 (llmgw exports a trace of every request over OTLP/HTTP to a local sink),
 # BENCH_TELEMETRY_RATIO (with BENCH_TELEMETRY=1: the share of requests traced, default 1.0),
-# BENCH_KEEP_TMP=1 (keep the temp dir with the logs).
+# BENCH_KEEP_TMP=1 (keep the temp dir with the logs), BENCH_ROUTE (default 1: also chat
+# completions through a two-target priority route, and the failover measurement of
+# bench/failover.py; 0 leaves both out).
 set -euo pipefail
 # shellcheck source=bench/lib.sh
 source "$(dirname "$0")/lib.sh"
@@ -22,6 +24,7 @@ DURATION=${BENCH_DURATION:-10}
 WARMUP=${BENCH_WARMUP:-2}
 CONCS=${BENCH_CONCS:-"1 32"}
 APIS=${BENCH_APIS:-"chat messages messages_via_chat responses_via_chat"}
+ROUTE=${BENCH_ROUTE:-1}
 export PATH="$PATH:/usr/sbin:/sbin"
 export no_proxy=127.0.0.1,localhost NO_PROXY=127.0.0.1,localhost
 
@@ -215,6 +218,16 @@ for m in json sse; do
     LLMGW_URL=http://127.0.0.1:$GW_PORT LLMGW_ADMIN_KEY=$KEY "$LLMGW" ctl model add "fake-msg-$m" --api anthropic \
         --base-url "http://127.0.0.1:$NGINX_PORT/$m/v1" >>"$TMP/ctl.log" 2>&1 || die "ctl model add fake-msg-$m failed"
 done
+# route-json and route-sse: priority routes whose first target is fake-json (fake-sse) and whose
+# fallback is a second model on the same upstream; only the first ever answers here.
+if [[ $ROUTE == 1 ]]; then
+    for m in json sse; do
+        LLMGW_URL=http://127.0.0.1:$GW_PORT LLMGW_ADMIN_KEY=$KEY "$LLMGW" ctl model add "fake-$m-b" \
+            --base-url "http://127.0.0.1:$NGINX_PORT/$m/v1" >>"$TMP/ctl.log" 2>&1 || die "ctl model add fake-$m-b failed"
+        LLMGW_URL=http://127.0.0.1:$GW_PORT LLMGW_ADMIN_KEY=$KEY "$LLMGW" ctl route add "route-$m" \
+            --to "fake-$m,fake-$m-b" >>"$TMP/ctl.log" 2>&1 || die "ctl route add route-$m failed"
+    done
+fi
 # Traffic goes through a user key with every kind of limit set (high enough never to refuse),
 # so the limiter, the usage meter and the metrics are in the figures.
 ADMIN_KEY=$KEY
@@ -226,7 +239,8 @@ models_listed() {
     local out
     out=$(curl -fsS -H "Authorization: Bearer $KEY" "http://127.0.0.1:$GW_PORT/v1/models") || return 1
     [[ $out == *'"fake-json"'* && $out == *'"fake-sse"'* ]] || return 1
-    [[ " $APIS " != *" messages "* || ($out == *'"fake-msg-json"'* && $out == *'"fake-msg-sse"'*) ]]
+    [[ " $APIS " != *" messages "* || ($out == *'"fake-msg-json"'* && $out == *'"fake-msg-sse"'*) ]] || return 1
+    [[ $ROUTE != 1 || ($out == *'"route-json"'* && $out == *'"route-sse"'*) ]]
 }
 wait_for "llmgw routing the fake models" 15 "$GW_PID" models_listed
 log "llmgw (pid $GW_PID) on :$GW_PORT"
@@ -244,7 +258,7 @@ log "passthrough (pid $PT_PID) on :$PT_PORT"
 # (chat completions both ways), messages (Messages both ways), messages_via_chat and
 # responses_via_chat (the client's dialect, translated by llmgw to chat completions). Direct and
 # passthrough rows exist where the upstream is asked in the client's own dialect.
-client_api() { case $1 in chat) echo chat ;; messages | messages_via_chat) echo messages ;; *) echo responses ;; esac; }
+client_api() { case $1 in chat | route) echo chat ;; messages | messages_via_chat) echo messages ;; *) echo responses ;; esac; }
 upstream_api() { [[ $1 == messages ]] && echo messages || echo chat; }
 url_for() { # API TARGET MODE
     local prefix=json path
@@ -264,7 +278,7 @@ url_for() { # API TARGET MODE
 model_for() { # API MODE
     local m=json
     [[ $2 == stream ]] && m=sse
-    [[ $1 == messages ]] && echo "fake-msg-$m" || echo "fake-$m"
+    case $1 in messages) echo "fake-msg-$m" ;; route) echo "route-$m" ;; *) echo "fake-$m" ;; esac
 }
 stream_for() { [[ $1 == stream ]] && echo true || echo false; }
 body_for() { # API MODE: what bench/chat.lua sends, for the smoke check
@@ -288,11 +302,11 @@ smoke() { # API TARGET MODE
         "$(url_for "$1" "$2" "$3")") || die "smoke $1 $2 $3: curl failed"
     [[ $status == 200 ]] || die "smoke $1 $2 $3: HTTP $status: $(head -c 300 "$TMP/smoke.out")"
     case $1:$3 in
-        chat:stream)
+        chat:stream | route:stream)
             if [[ $(grep -c '^data: ' "$TMP/smoke.out") != 22 ]] || ! grep -q '^data: \[DONE\]' "$TMP/smoke.out"; then
                 die "smoke $1 $2 $3: expected 20 chunks, a usage chunk and [DONE], got: $(head -c 300 "$TMP/smoke.out")"
             fi ;;
-        chat:json) cmp -s "$TMP/smoke.out" <(printf '%s' "$JSON_BODY") \
+        chat:json | route:json) cmp -s "$TMP/smoke.out" <(printf '%s' "$JSON_BODY") \
             || die "smoke $1 $2 $3: body differs: $(head -c 300 "$TMP/smoke.out")" ;;
         messages:json) cmp -s "$TMP/smoke.out" <(printf '%s' "$MSG_JSON_BODY") \
             || die "smoke $1 $2 $3: body differs: $(head -c 300 "$TMP/smoke.out")" ;;
@@ -307,6 +321,7 @@ smoke() { # API TARGET MODE
 CELLS="chat:direct"
 [[ " $APIS " == *" messages "* ]] && CELLS+=" messages:direct"
 CELLS+=" chat:llmgw"
+[[ $ROUTE == 1 ]] && CELLS+=" route:llmgw"
 for a in $APIS; do [[ $a == chat ]] || CELLS+=" $a:llmgw"; done
 CELLS+=" chat:passthrough"
 [[ " $APIS " == *" messages "* ]] && CELLS+=" messages:passthrough"
@@ -375,6 +390,15 @@ echo
     --header "# llmgw bench, $(date -u '+%Y-%m-%d %H:%M UTC')" \
     --header "" \
     --header "commit $commit; telemetry $([[ $TELEMETRY == 1 ]] && echo "on (sample_ratio $RATIO; $(cat "$TMP/spans" | tr -d '\n') spans exported to a local OTLP sink)" || echo off); ${DURATION}s per run, median of $ROUNDS round(s); $(nproc) cores${cpu:+ ($cpu)}; load average $load before, $(cut -d' ' -f1 /proc/loadavg) after; wrk -t1 -c1 and -t2 -cN; fake upstream: nginx $(nginx -v 2>&1 | sed 's|.*/||')"
+
+if [[ $ROUTE == 1 ]]; then
+    log "failover: a priority route's first target goes down (bench/failover.py)"
+    {
+        echo
+        "$PY" bench/failover.py --url "http://127.0.0.1:$GW_PORT" --admin-key "$ADMIN_KEY" \
+            | sed 's/^/- /'
+    } | tee -a bench/results/latest.md || die "bench/failover.py failed"
+fi
 
 append_warnings "$TMP/llmgw.log" bench/results/latest.md
 log "written bench/results/latest.md"

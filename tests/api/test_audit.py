@@ -160,3 +160,26 @@ async def test_the_log_is_filtered_by_who_kind_and_since_and_only_admins_read_it
     assert status == 400
     status, _ = await api.call("GET", "/admin/v1/audit", headers=as_user)
     assert status == 403
+
+
+async def test_routes_and_teams_are_logged_with_before_and_after(api: Api) -> None:
+    for name in ("first", "second"):
+        await api.ok("POST", "/admin/v1/models", remote(name))
+    await api.ok("POST", "/admin/v1/routes", {"name": "chat", "targets": [{"model": "first"}]})
+    await api.ok("PUT", "/admin/v1/routes/chat", {"targets": [{"model": "second"}]})
+    await api.ok("DELETE", "/admin/v1/routes/chat")
+    await api.ok("POST", "/admin/v1/teams", {"name": "red", "limits": {"rpm": 10}})
+    status, _ = await api.call("POST", "/admin/v1/teams", {"name": "red"})  # taken: not logged
+    assert status == 409
+    await api.ok("DELETE", "/admin/v1/teams/red")
+
+    log = await api.audit("?kind=route")
+    assert what(log) == [("route", "add", "chat"), ("route", "set", "chat"), ("route", "remove", "chat")]
+    add, changed, removed = log
+    assert add["before"] is None and add["after"]["targets"][0]["model"] == "first"
+    assert changed["before"]["targets"][0]["model"] == "first"
+    assert changed["after"]["targets"][0]["model"] == "second"
+    assert removed["before"]["targets"][0]["model"] == "second" and removed["after"] is None
+    teams = await api.audit("?kind=team")
+    assert what(teams) == [("team", "add", "red"), ("team", "remove", "red")]
+    assert teams[0]["after"]["limits"]["rpm"] == 10

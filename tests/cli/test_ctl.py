@@ -6,7 +6,7 @@ from typer.testing import CliRunner
 
 from llmgw.cli.main import app
 
-GROUPS = ["model", "replica", "cluster", "node", "guard", "job", "key", "limits"]
+GROUPS = ["model", "replica", "cluster", "node", "guard", "job", "key", "limits", "route", "team"]
 
 
 def test_ctl_help_lists_every_group_and_the_usage_command() -> None:

@@ -110,6 +110,9 @@ class FakeProvider:
     error_body: bytes = b""
     error_headers: dict[str, str] = field(default_factory=dict)
     stall: bool = False  # start (headers for a stream), then never finish
+    # Statuses for the next requests, one each (the error body and headers as for `status`).
+    fail_next: list[int] = field(default_factory=list)
+    cut_after: int | None = None  # a stream: send this many events, then drop the connection
     body: bytes | None = None  # a whole answer to send instead of the usual one
     accept_encodings: list[str | None] = field(default_factory=list)
     arrived: asyncio.Queue[None] = field(default_factory=asyncio.Queue)  # one per request
@@ -189,9 +192,10 @@ class FakeProvider:
         self.arrived.put_nowait(None)
         finished = False
         try:
-            if self.status != 200:
+            status = self.fail_next.pop(0) if self.fail_next else self.status
+            if status != 200:
                 finished = True
-                return web.Response(status=self.status, body=self.error_body,
+                return web.Response(status=status, body=self.error_body,
                                     headers=self.error_headers)
             if body.get("stream") is not True:
                 if self.stall:
@@ -213,7 +217,12 @@ class FakeProvider:
             if self.stall:
                 await asyncio.Event().wait()
             pack = compressor(self.compress) if self.compress in ("gzip", "deflate") else None
-            for event in self.events(answer, include_usage):
+            for n, event in enumerate(self.events(answer, include_usage)):
+                if n == self.cut_after:
+                    assert request.transport is not None
+                    request.transport.close()  # mid-stream, with no end of the chunked body
+                    finished = True
+                    return resp
                 # Each event flushed on its own, as a provider streaming compressed SSE does.
                 await resp.write(event if pack is None
                                  else pack.compress(event) + pack.flush(zlib.Z_SYNC_FLUSH))
@@ -250,12 +259,14 @@ class GatewayRig:
     queue: ColdQueue | None = None
     refresher: Refresher | None = None
     metrics: Metrics | None = None
+    timeout_s: float = 30.0  # the upstream timeout
+    gateway: Gateway | None = None
     tracer: Tracer = NOOP_TRACER
 
     async def start(self) -> GatewayRig:
         self.plaintext, key = user_key()
         self.key = key.model_copy(update={"limits": self.limits})
-        self._client = Transport(timeout_s=30)
+        self._client = Transport(timeout_s=self.timeout_s)
         await self._client.start()
         refresher = self.refresher = Refresher(self.store, KEY_SECRET)
         model = self.model or Model(name="m", source=LocalSource(path="/m.gguf"),
@@ -264,8 +275,9 @@ class GatewayRig:
         refresher.current = Snapshot(1, KeyCache(KEY_SECRET, [self.key]), RoutingTable({"m": route}))
         self.limiter = Limiter(self.store, self.now)
         self.meter = UsageMeter(self.store, self.now)
-        gateway = Gateway(refresher, self._client, SystemClock(), self.guard, self.limiter, self.meter,
-                          self.metrics, queue=self.queue, tracer=self.tracer)
+        gateway = self.gateway = Gateway(refresher, self._client, SystemClock(), self.guard,
+                                         self.limiter, self.meter, self.metrics, queue=self.queue,
+                                         tracer=self.tracer)
         app = web.Application(middlewares=[openai_errors])
         app[GATEWAY] = gateway
         app.add_routes(bind(data_plane.ENDPOINTS))

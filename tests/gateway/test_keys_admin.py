@@ -21,7 +21,7 @@ from llmgw.core.errors import (
 )
 from llmgw.core.ids import hash_key
 from llmgw.core.protocol import KeyRequest
-from llmgw.core.types import ApiKey, KeyScope, Limits
+from llmgw.core.types import ApiKey, KeyScope, Limits, Team
 from llmgw.gateway.auth import KeyCache
 from llmgw.gateway.keys_admin import KeyAdmin, visible
 from llmgw.store.store import Store
@@ -402,3 +402,25 @@ def test_a_user_key_sees_itself_and_every_key_minted_beneath_it_and_nothing_else
     assert visible(grandchild, keys) == [grandchild]
     assert visible(root, keys) == keys and visible(None, keys) == keys
 
+
+
+async def test_a_burst_of_a_team_admins_mints_stops_at_the_cap(install: Install) -> None:
+    install.store.teams.put(Team(name="red", limits=Limits(rpm=10)), "test", install.clock.now(),
+                            replace=False)
+    lead, _ = await install.create(name="lead", team="red", team_admin=True)
+    tries = [install.create(lead, name=f"k{i}") for i in range(110)]
+    results = await asyncio.gather(*tries, return_exceptions=True)
+    made = [r for r in results if not isinstance(r, BaseException)]
+    assert len(made) == 100  # its keys are the team's, but its minting is capped all the same
+    assert all(key.team == "red" and key.minted_by == lead.id for key, _ in made)
+    assert all(isinstance(r, Forbidden) for r in results if isinstance(r, BaseException))
+
+
+async def test_a_revoked_team_admin_mints_nothing(install: Install) -> None:
+    install.store.teams.put(Team(name="red"), "test", install.clock.now(), replace=False)
+    lead, secret = await install.create(name="lead", team="red", team_admin=True)
+    await install.admin.revoke(lead.id)
+    with pytest.raises(Unauthenticated):
+        install.authenticate(secret)
+    with pytest.raises(Unauthenticated):  # a request authenticated just before the revocation
+        await install.create(install.store.keys.get(lead.id), name="late")

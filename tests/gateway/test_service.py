@@ -220,3 +220,32 @@ async def test_a_model_that_fits_on_no_node_is_a_503_at_once_with_the_schedulers
         assert caught.value.status_code == 503 and caught.value.code == "no_ready_replica"
         assert "node big has 1.0 GB free, needs 8.0 GB" in caught.value.message
         assert queue.cold.empty()  # it never queued, so it called for no replica
+
+
+def test_a_routes_requests_are_judged_by_policies_of_its_name_and_of_every_target() -> None:
+    from typing import cast
+
+    from llmgw.core.clock import FakeClock
+    from llmgw.core.guard import Direction, Policy
+    from llmgw.core.routes import RouteSpec, Target
+    from llmgw.gateway.routes import Router
+    from llmgw.gateway.service import _route_policies
+    from llmgw.guard.enforcement import Guard
+
+    covering = {"chat": [Policy(name="on-route", judges=["j"])],
+                "a": [Policy(name="on-a", judges=["j"]), Policy(name="on-route", judges=["j"])],
+                "b": [Policy(name="on-b", judges=["j"], input=False, output=True)]}
+
+    class Policies:
+        def policies(self, model: str, _key: str, direction: Direction) -> list[Policy]:
+            return [p for p in covering.get(model, [])
+                    if (p.input if direction == Direction.INPUT else p.output)]
+
+    model = Model(name="x", source=LocalSource(path="/x.gguf"), profiles=[Profile(name="cpu")])
+    table = RoutingTable({n: Route(model.model_copy(update={"name": n}), (Upstream(n, "http://h"),))
+                          for n in ("a", "b")})
+    spec = RouteSpec(name="chat", targets=[Target(model="a"), Target(model="b")])
+    plan = Router(FakeClock()).plan(spec, table)
+    inputs, outputs = _route_policies(cast(Guard, Policies()), plan, "k")
+    assert [p.name for p in inputs] == ["on-route", "on-a"]  # each once, whichever covers it
+    assert [p.name for p in outputs] == ["on-b"]  # the fallback's policy too

@@ -14,7 +14,9 @@ from llmgw.core.audit import AuditEntry
 from llmgw.core.protocol import AuditQuery, ClusterOut, JudgeStatusOut
 from llmgw.gateway.keys_admin import KeyAdmin
 from llmgw.gateway.metrics import Metrics
+from llmgw.gateway.route_admin import RouteAdmin
 from llmgw.gateway.service import Gateway
+from llmgw.gateway.team_admin import TeamAdmin
 from llmgw.guard.admin import GuardAdmin
 from llmgw.guard.enforcement import Guard
 
@@ -27,6 +29,8 @@ GUARD_ADMIN = web.AppKey("guard_admin", GuardAdmin)
 JudgeStatus = Callable[[], Awaitable[list[JudgeStatusOut]]]
 JUDGE_STATUS: web.AppKey[JudgeStatus] = web.AppKey("judge_status")
 KEYS = web.AppKey("keys", KeyAdmin)
+ROUTES = web.AppKey("routes", RouteAdmin)
+TEAMS = web.AppKey("teams", TeamAdmin)
 NODES = web.AppKey("nodes", NodeAdmin)
 METRICS = web.AppKey("metrics", Metrics)
 # Whether `/metrics` answers without a key (`[server] metrics_public`).

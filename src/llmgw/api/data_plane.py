@@ -71,16 +71,16 @@ async def list_models(request: web.Request) -> web.Response:
     gw = request.app[GATEWAY]
     key = client_key(request)
     if "anthropic-version" in request.headers:
-        body = anthropic_messages.models_body([(m.name, m.created_at) for m in gw.models(key)])
+        body = anthropic_messages.models_body(gw.listed(key))
         return web.Response(body=body, content_type="application/json")
     data = [
         {
-            "id": m.name,
+            "id": name,
             "object": "model",
-            "created": int(m.created_at.timestamp()) if m.created_at else 0,
+            "created": int(created.timestamp()) if created else 0,
             "owned_by": "llmgw",
         }
-        for m in gw.models(key)
+        for name, created in gw.listed(key)
     ]
     return web.Response(
         body=orjson.dumps({"object": "list", "data": data}), content_type="application/json"

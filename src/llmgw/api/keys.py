@@ -52,7 +52,7 @@ async def put_default_limits(call: Call[Limits, None]) -> Limits:
 
 async def usage(call: Call[None, UsageQuery]) -> DataList[UsageRowOut]:
     q = call.query
-    rows = await call.app[KEYS].usage(q.key, q.model, _day(q.since), call.key)
+    rows = await call.app[KEYS].usage(q.key, q.model, _day(q.since), call.key, q.team)
     return DataList(data=[UsageRowOut(**asdict(r)) for r in rows])
 
 

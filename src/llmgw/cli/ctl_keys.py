@@ -22,28 +22,33 @@ LIMIT_FIELDS = tuple(Limits.model_fields)
 LIMIT_OPTIONS = {f: "--" + f.replace("_", "-") for f in LIMIT_FIELDS}
 
 
-def _limits(rpm: int | None, tpm: int | None, concurrent: int | None, per_day: int | None,
+def limits_given(rpm: int | None, tpm: int | None, concurrent: int | None, per_day: int | None,
             per_month: int | None) -> dict[str, int]:
     values = dict(zip(LIMIT_FIELDS, (rpm, tpm, concurrent, per_day, per_month), strict=True))
     return {k: v for k, v in values.items() if v is not None}
 
 
-def _limits_text(limits: Limits) -> str:
+def limits_text(limits: Limits) -> str:
     return ", ".join(f"{k} {v}" for k, v in limits.model_dump().items() if v is not None) or "-"
 
 
 def _keys_table(keys: Sequence[KeyOut]) -> None:
     render.table(
         "keys",
-        ["id", "name", "key", "scope", "models", "limits", "expires", "revoked", "by", "note"],
-        [[k.id, k.name, k.label, k.scope, ",".join(k.models) or "all", _limits_text(k.limits),
+        ["id", "name", "key", "scope", "team", "models", "limits", "expires", "revoked", "by", "note"],
+        [[k.id, k.name, k.label, k.scope, _team_text(k), ",".join(k.models) or "all",
+          limits_text(k.limits),
           render.when(k.expires_at, "never"), "yes" if k.revoked else "", k.by, k.note] for k in keys],
     )
 
 
+def _team_text(k: KeyOut) -> str:
+    return f"{k.team} (admin)" if k.team and k.team_admin else k.team or ""
+
+
 def _shown_once(k: KeyCreated) -> None:
     render.console.print(f"key {k.name} ({k.id}), scope {k.scope}, limits "
-                         f"{_limits_text(k.limits)}\n\n  {k.key}\n\nshown once: store it now",
+                         f"{limits_text(k.limits)}\n\n  {k.key}\n\nshown once: store it now",
                          highlight=False)
 
 
@@ -61,15 +66,20 @@ def key_create(
     tokens_per_day: Annotated[int | None, Opt(help="Token budget per day (UTC).")] = None,
     tokens_per_month: Annotated[int | None, Opt(help="Token budget per month (UTC).")] = None,
     note: Annotated[str, Opt(help="Owner or purpose.")] = "",
+    team: Annotated[str | None, Opt(help="The team it belongs to (a user key's only): the team's "
+                                         "models and limits hold too.")] = None,
+    team_admin: Annotated[bool, Opt(help="With --team: the key may mint keys for its team and "
+                                         "see the team's keys and usage.")] = False,
 ) -> None:
-    """Create a key; it is shown once. A user key (via --key) mints only within its own grants."""
+    """Create a key; it is shown once. A user key (via --key) mints only within its own grants;
+    a team admin key, only for its team."""
     ctl = CtlContext.of(ctx)
     with options_for({"name": "NAME", "expires_in_days": "--expires-in-days", "note": "--note",
-                      **LIMIT_OPTIONS}):
+                      "team": "--team", **LIMIT_OPTIONS}):
         request = KeyRequest(
             name=name, scope=scope, models=[m.strip() for m in (models or "").split(",") if m.strip()],
-            expires_in_days=expires_in_days, note=note,
-            limits=Limits(**_limits(rpm, tpm, concurrent, tokens_per_day, tokens_per_month)))
+            expires_in_days=expires_in_days, note=note, team=team, team_admin=team_admin,
+            limits=Limits(**limits_given(rpm, tpm, concurrent, tokens_per_day, tokens_per_month)))
     ctl.show_as(KeyCreated, ctl.call("POST", "/admin/v1/keys", body(request)), _shown_once)
 
 
@@ -120,7 +130,7 @@ def limits_default(
 ) -> None:
     """Show the default limits, or set them (only the options given change)."""
     ctl = CtlContext.of(ctx)
-    changes = _limits(rpm, tpm, concurrent, tokens_per_day, tokens_per_month)
+    changes = limits_given(rpm, tpm, concurrent, tokens_per_day, tokens_per_month)
     if changes or clear:
         current = {} if clear else ctl.call("GET", "/admin/v1/limits/default")
         with options_for(LIMIT_OPTIONS):
@@ -128,7 +138,7 @@ def limits_default(
         data = ctl.call("PUT", "/admin/v1/limits/default", body(limits))
     else:
         data = ctl.call("GET", "/admin/v1/limits/default")
-    ctl.show_as(Limits, data, lambda d: render.console.print(f"default limits: {_limits_text(d)}",
+    ctl.show_as(Limits, data, lambda d: render.console.print(f"default limits: {limits_text(d)}",
                                                              highlight=False))
 
 
@@ -137,10 +147,12 @@ def usage(
     key: Annotated[str | None, Opt(help="Id, name or prefix of one key.")] = None,
     model: Annotated[str | None, Opt(help="One model.")] = None,
     since: Annotated[str | None, Opt(help="First day, YYYY-MM-DD (UTC).")] = None,
+    team: Annotated[str | None, Opt(help="The keys of one team.")] = None,
 ) -> None:
     """Requests, tokens, errors and guard blocks per key, model and day."""
     ctl = CtlContext.of(ctx)
-    filters = UsageQuery(**{k: v for k, v in {"key": key, "model": model, "since": since}.items() if v})
+    filters = UsageQuery(**{k: v for k, v in {"key": key, "model": model, "since": since,
+                                              "team": team}.items() if v})
     answer = ctl.call("GET", "/admin/v1/usage" + query(filters))
     ctl.show_as(DataList[UsageRowOut], answer, lambda d: render.table(
         "usage",

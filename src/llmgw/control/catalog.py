@@ -16,7 +16,7 @@ from llmgw.control.scheduler import Verdict, explain
 from llmgw.control.sizing import MemoryEstimate, estimate, fits
 from llmgw.core.clock import Clock
 from llmgw.core.demand import Activity, Evicted
-from llmgw.core.errors import InvalidRequest, LlmgwError
+from llmgw.core.errors import Conflict, InvalidRequest, LlmgwError
 from llmgw.core.names import PROVIDER_KEY_RULE, provider_key_allowed
 from llmgw.core.types import LocalSource, Model, Node, RemoteSource, Replica, ReplicaState, Scaling
 from llmgw.node.files import local_model_file
@@ -147,6 +147,11 @@ class CatalogService:
                                  param="source.api_key_env")
         if isinstance(src, LocalSource):
             model = model.model_copy(update={"source": await self.local_source(src)})
+        routes = await asyncio.to_thread(self._store.routes.list)
+        if any(r.name == model.name for r in routes):
+            # A model of a route's name would take the name over from the route.
+            raise Conflict(f"{model.name!r} is the name of a route; remove it first or pick "
+                           "another name", param="name")
         added = await asyncio.to_thread(self._store.catalog.add, model, by, self._clock.now())
         await self._changed()
         return added

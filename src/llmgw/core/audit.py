@@ -31,6 +31,8 @@ class AuditKind(StrEnum):
     LIMITS = "limits"  # the install's default key limits
     NODE = "node"  # labelled, cordoned, drained, removed
     JOB = "job"  # a serve job started or cancelled
+    ROUTE = "route"  # a public name in front of catalog models, with its fallbacks
+    TEAM = "team"  # keys' team: its limits and budgets
 
 
 class AuditEntry(BaseModel):

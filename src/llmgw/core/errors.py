@@ -106,6 +106,11 @@ class UpstreamError(Retryable):
     code = "upstream_error"
 
 
+class UpstreamUnreachable(UpstreamError):
+    """No upstream of a model could be connected to: nothing was sent, so trying again (or
+    elsewhere) cannot run the request twice."""
+
+
 class UpstreamRateLimited(RateLimited):
     """An upstream answered 429; its Retry-After (bounded) is passed on."""
 

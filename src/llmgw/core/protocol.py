@@ -17,7 +17,9 @@ from llmgw.core import names
 from llmgw.core.audit import AuditKind
 from llmgw.core.demand import Evicted
 from llmgw.core.guard import Direction, JudgeFormat, Outcome, Policy, Verdict
+from llmgw.core.routes import RouteSpec
 from llmgw.core.settings import DEFAULT_CTX_SIZE
+from llmgw.core.types import TEAM_NAME_PATTERN as TEAM_NAME_PATTERN
 from llmgw.core.types import (
     ApiKey,
     Frozen,
@@ -30,6 +32,7 @@ from llmgw.core.types import (
     Profile,
     Replica,
     Scaling,
+    Team,
     UtcDatetime,
 )
 
@@ -107,6 +110,11 @@ class KeyRequest(BaseModel):
     note: str = Field(default="", max_length=1000)
     # A join token's node, when the admin names it (else its first report binds it).
     node_id: str | None = Field(default=None, min_length=1, max_length=128)
+    # The team the key belongs to (a user key's only); a key minted by a team's key is the
+    # team's whatever this says.
+    team: str | None = Field(default=None, pattern=TEAM_NAME_PATTERN)
+    # A user key of the team that may mint keys for it and see its keys and usage (admins only).
+    team_admin: bool = False
 
 
 class ServeRequest(Frozen):
@@ -347,6 +355,8 @@ class KeyOut(BaseModel):
     note: str = ""
     minted_by: str | None = None
     node_id: str | None = None
+    team: str | None = None
+    team_admin: bool = False
     label: str
 
     @classmethod
@@ -383,6 +393,45 @@ class UsageRowOut(BaseModel):
 # Query parameters.
 
 
+class TargetStatusOut(BaseModel):
+    """One target of a route as this server sees it now."""
+
+    model: str
+    weight: int
+    in_catalog: bool
+    ready: int = Field(description="ready upstreams (replicas, or 1 for a remote provider)")
+    in_flight: int = Field(description="requests in flight to it from this server")
+    recent_failures: int = Field(description="failures counted towards its next cooldown")
+    cooling_down_s: float = Field(description="seconds until its cooldown ends; 0: not cooling")
+
+
+class RouteOut(RouteSpec):
+    """A route with each target's state on the server that answered (cooldowns are each
+    server's own)."""
+
+    status: list[TargetStatusOut] = Field(default_factory=list)
+
+
+class TeamRequest(BaseModel):
+    """What `POST /admin/v1/teams` (and `PUT /admin/v1/teams/{name}`) take."""
+
+    model_config = ConfigDict(extra="forbid")
+    name: str = Field(pattern=TEAM_NAME_PATTERN)
+    models: list[str] = Field(default_factory=list, description="Models (names or patterns) "
+                              "the team's keys may call; empty: any their keys may.")
+    limits: Limits = Field(default_factory=Limits, description="The team's own limits and "
+                           "budgets, on top of each key's.")
+    note: str = Field(default="", max_length=1000)
+
+
+class TeamOut(Team):
+    """A team, with its keys (live ones) and today's and this month's tokens."""
+
+    keys: int = 0
+    tokens_today: int = 0
+    tokens_this_month: int = 0
+
+
 class ReplicaQuery(BaseModel):
     """`GET /admin/v1/replicas`: optionally one model's."""
 
@@ -402,6 +451,8 @@ class UsageQuery(BaseModel):
     model: str | None = None
     since: str | None = Field(default=None, description="A date (YYYY-MM-DD) or an ISO time; "
                               "rows from the UTC day it falls on.", json_schema_extra={"format": "date"})
+    team: str | None = Field(default=None, description="The keys of one team (a team admin: its "
+                             "own only).")
 
 
 class VerdictQuery(BaseModel):

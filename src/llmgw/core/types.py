@@ -258,8 +258,36 @@ class ApiKey(Frozen):
     minted_by: str | None = None
     # A node join token's node: the only one it may report as (None until its first report).
     node_id: str | None = None
+    # The team the key belongs to (at most one): the team's limits and budgets hold on top of
+    # the key's own, and a key may call only the team's models.
+    team: str | None = None
+    # A user key that may mint keys for its team, and see its team's keys and usage.
+    team_admin: bool = False
 
     @property
     def label(self) -> str:
         """How logs and lists name the key: prefix and last four characters."""
         return f"{self.prefix}…{self.last4}"
+
+
+# Teams share the per-minute store rows with keys, under "team:" + name: 64 characters in all.
+TEAM_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,47}$"
+TEAM_KEY_PREFIX = "team:"
+
+
+class Team(Frozen):
+    """A group of keys with its own limits and token budgets, on top of each key's."""
+
+    name: str = Field(pattern=TEAM_NAME_PATTERN)
+    # Models (names or patterns) the team's keys may call; empty: any the key may.
+    models: list[str] = Field(default_factory=list)
+    limits: Limits = Field(default_factory=Limits)
+    note: str = Field(default="", max_length=1000)
+    by: str = ""
+    created_at: datetime | None = None
+    updated_at: datetime | None = None
+
+    @property
+    def limiter_id(self) -> str:
+        """The id the limiter counts the team's requests and tokens under."""
+        return TEAM_KEY_PREFIX + self.name

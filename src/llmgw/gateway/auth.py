@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import fnmatch
+from collections.abc import Iterable
 from datetime import datetime
 
 from llmgw.core.errors import Forbidden, Unauthenticated
 from llmgw.core.ids import hash_key
-from llmgw.core.types import ApiKey, KeyScope
+from llmgw.core.types import TEAM_KEY_PREFIX, ApiKey, KeyScope, Team
 
 
 class KeyCache:
@@ -17,16 +18,24 @@ class KeyCache:
     worked out here, once per revision, so the request path only looks them up: `chain` (a key
     and its minters, for admission against every limit above it) and `family` (a key and all it
     minted, below any depth, for budgets). A key whose minter is revoked or expired is refused.
+
+    A key of a team has the team last in its chain, as a key of its own (`team_key`: the team's
+    limits, counted under `Team.limiter_id`), whose family is every key of the team: the limiter
+    then holds the team's limits and budgets on top of each key's with the same reservations.
     """
 
-    def __init__(self, secret: bytes, keys: list[ApiKey]) -> None:
+    def __init__(self, secret: bytes, keys: list[ApiKey], teams: Iterable[Team] = ()) -> None:
         self._secret = secret
+        self.teams = {t.name: t for t in teams}
+        team_keys = {name: team_key(t) for name, t in self.teams.items()}
         by_id = {k.id: k for k in keys}
         self._chains = {k.id: _chain(k, by_id) for k in keys}
         members: dict[str, list[str]] = {}
         for k in keys:
             for above in self._chains[k.id]:
                 members.setdefault(above.id, []).append(k.id)
+            if k.team is not None and k.team in team_keys:
+                members.setdefault(team_keys[k.team].id, []).append(k.id)
         self._families = {kid: tuple(ids) for kid, ids in members.items()}
         # Each key with the earliest expiry in its chain; a chain holding a revoked key is out.
         self._by_hash: dict[str, tuple[ApiKey, datetime | None]] = {}
@@ -37,6 +46,11 @@ class KeyCache:
                 continue
             ends = [a.expires_at for a in chain if a.expires_at is not None]
             self._by_hash[k.hash] = self._by_id[k.id] = (k, min(ends) if ends else None)
+        # After the fate checks: a team is no key's minter, it only limits them.
+        for k in keys:
+            team = team_keys.get(k.team) if k.team is not None else None
+            if team is not None:
+                self._chains[k.id] = (*self._chains[k.id], team)
 
     def chain(self, key: ApiKey) -> tuple[ApiKey, ...]:
         """`key`, then the key that minted it, and so on up to its family's first key."""
@@ -84,11 +98,24 @@ def _chain(key: ApiKey, by_id: dict[str, ApiKey]) -> tuple[ApiKey, ...]:
     chain = [key]
     while key.minted_by is not None and len(chain) <= len(by_id):  # bounded even on a bad cycle
         minter = by_id.get(key.minted_by)
-        if minter is None or minter.scope != KeyScope.USER or key.scope != KeyScope.USER:
+        # A team admin mints for its team, as an admin does: its keys start families of their own.
+        if minter is None or minter.scope != KeyScope.USER or key.scope != KeyScope.USER \
+                or minter.team_admin:
             break
         chain.append(minter)
         key = minter
     return tuple(chain)
+
+
+def team_key(team: Team) -> ApiKey:
+    """The team as the limiter sees it: a key with the team's limits that no request bears."""
+    return ApiKey(id=team.limiter_id, name=team.name, prefix=TEAM_KEY_PREFIX, last4=team.name,
+                  hash="", scope=KeyScope.USER, limits=team.limits)
+
+
+def is_team(key: ApiKey) -> bool:
+    """Whether `key` is a team's stand-in (see `team_key`)."""
+    return key.id.startswith(TEAM_KEY_PREFIX)
 
 
 def require_admin(key: ApiKey) -> None:
@@ -105,3 +132,14 @@ def may_use(key: ApiKey, model: str) -> bool:
     if key.scope == KeyScope.ADMIN or not key.models:
         return True
     return any(fnmatch.fnmatchcase(model, pattern) for pattern in key.models)
+
+
+def team_allows(cache: KeyCache, key: ApiKey, model: str) -> bool:
+    """Whether `key`'s team (if it has one) lets its keys call `model`; a key whose team is gone
+    may call nothing until an admin moves or revokes it."""
+    if key.team is None:
+        return True
+    team = cache.teams.get(key.team)
+    if team is None:
+        return False
+    return not team.models or any(fnmatch.fnmatchcase(model, p) for p in team.models)

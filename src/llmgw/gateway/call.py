@@ -9,12 +9,15 @@ from __future__ import annotations
 import logging
 from collections.abc import AsyncGenerator, Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from llmgw.core.types import ApiKey
 from llmgw.gateway.routing import Route
 from llmgw.gateway.usage import UsageTap
 from llmgw.gateway.wire.dialect import Api, Ask, Wire
+
+if TYPE_CHECKING:  # the plan's module imports this one
+    from llmgw.gateway.routes import Plan
 
 logger = logging.getLogger(__name__)
 
@@ -32,6 +35,8 @@ class UpstreamCall:
     request_id: str
     key: ApiKey
     started: float  # monotonic time the request arrived
+    # Set when the client named a route: the targets to try, in order (`route` is the first).
+    plan: Plan | None = None
 
 
 @dataclass
@@ -40,6 +45,8 @@ class Exchange:
 
     tap: UsageTap
     blocked: bool = False  # the guard stopped the answer mid-stream
+    # On a route: the catalog model that answered, which usage and metrics are counted against.
+    target: str = ""
 
 
 class Stream:

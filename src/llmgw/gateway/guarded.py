@@ -15,6 +15,7 @@ from typing import Any
 
 from llmgw.core.errors import LlmgwError
 from llmgw.core.guard import Direction, InputMode, Policy
+from llmgw.gateway import fallback
 from llmgw.gateway.call import Exchange, Reply, UpstreamCall
 from llmgw.gateway.relay import Outbound, answer, events, relayed, send, streamed
 from llmgw.gateway.transport import Connection, Transport
@@ -80,18 +81,18 @@ async def forward_guarded(
     try:
         # A whole answer's headers come only when it is complete: race the connection against
         # the input verdict so an unsafe prompt drops the upstream at once.
-        connecting = asyncio.ensure_future(transport.connect(call.route, out.path, out.body))
+        connecting = asyncio.ensure_future(_connect(transport, call, out, exchange))
         try:
             await asyncio.wait({connecting, verdict}, return_when=asyncio.FIRST_COMPLETED)
             if verdict.done() and verdict.exception() is not None:
                 raise verdict.exception()  # type: ignore[misc]
-            conn = await connecting
+            conn, call, out = await connecting
         finally:
             if not connecting.done():
                 connecting.cancel()
                 await asyncio.wait({connecting})
             elif conn is None and not connecting.cancelled() and connecting.exception() is None:
-                connecting.result().release()  # connected as the verdict blocked
+                connecting.result()[0].release()  # connected as the verdict blocked
         if not 200 <= conn.status < 300:
             raise await _unless_blocked(conn, verdict, conn.failure())
         if not call.ask.stream or conn.status != 200:
@@ -118,6 +119,15 @@ async def forward_guarded(
         error = None if verdict.cancelled() else verdict.exception()
         if error is not None and not isinstance(error, LlmgwError):
             raise error
+
+
+async def _connect(transport: Transport, call: UpstreamCall, out: Outbound,
+                   exchange: Exchange) -> tuple[Connection, UpstreamCall, Outbound]:
+    """The upstream's connection for `call`; on a route, the first target's that answered 2xx,
+    with the call and request as they went to it."""
+    if call.plan is None:
+        return await transport.connect(call.route, out.path, out.body), call, out
+    return await fallback.reach(transport, call, out, exchange)
 
 
 async def _unless_blocked(

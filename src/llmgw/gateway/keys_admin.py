@@ -11,7 +11,7 @@ from llmgw.core.clock import Clock
 from llmgw.core.errors import Forbidden, InvalidRequest, NotFound
 from llmgw.core.ids import hash_key, key_prefix, new_api_key, new_id
 from llmgw.core.protocol import KeyRequest
-from llmgw.core.types import ApiKey, KeyScope, Limits
+from llmgw.core.types import ApiKey, KeyScope, Limits, Team
 from llmgw.store.key_repo import MintCaps
 from llmgw.store.store import Store
 from llmgw.store.usage_repo import UsageRow
@@ -79,19 +79,55 @@ class KeyAdmin:
         if expires is not None and expires <= now:
             raise InvalidRequest("the key would expire before it is made", param="expires_at")
         models, limits = req.models, req.limits
-        if minter.scope != KeyScope.ADMIN:
+        team = await self._team_of(req, minter)
+        if minter.scope != KeyScope.ADMIN and team is not None and minter.team_admin:
+            models, limits = _within_team(team, req)
+        elif minter.scope != KeyScope.ADMIN:
             models, limits, expires = self._within(minter, req, expires)
+        elif team is not None:
+            outside = [m for m in models if team.models and not _granted(m, team.models)]
+            if outside:
+                raise InvalidRequest(f"team {team.name} may not use models {', '.join(outside)}",
+                                     param="models")
         secret = new_api_key()
         key = ApiKey(
             id=new_id("key"), name=req.name, prefix=key_prefix(secret), last4=secret[-4:],
             hash=hash_key(self._secret, secret), scope=req.scope, models=models,
             expires_at=expires, by=f"{minter.name} ({minter.label})", created_at=now,
             limits=limits, note=req.note, minted_by=minter.id, node_id=req.node_id,
+            team=team.name if team is not None else None, team_admin=req.team_admin,
         )
         caps = self._caps if minter.scope == KeyScope.USER else None
         await asyncio.to_thread(self._store.keys.create, key, None, caps)
         await self._changed()
         return key, secret
+
+    async def _team_of(self, req: KeyRequest, minter: ApiKey) -> Team | None:
+        """The team the new key belongs to, under the team rules: an admin puts a user key in
+        any team (and makes its team admins); a key of a team mints only for that team; a key
+        of no team mints keys of no team."""
+        wanted = req.team
+        if minter.scope != KeyScope.ADMIN:
+            if req.scope != KeyScope.USER:
+                raise Forbidden(f"a user key can mint only user keys; {req.scope.value} keys "
+                                "need an admin key", param="scope")
+            if req.team_admin:
+                raise Forbidden("only an admin key makes a team admin", param="team_admin")
+            if wanted is not None and wanted != minter.team:
+                raise Forbidden("a key mints keys for its own team only" if minter.team else
+                                "a key of no team cannot mint keys of a team", param="team")
+            wanted = minter.team
+        elif req.team_admin and wanted is None:
+            raise InvalidRequest("a team admin needs a team", param="team")
+        if wanted is None:
+            return None
+        if req.scope != KeyScope.USER:
+            raise InvalidRequest("only user keys belong to teams", param="team")
+        teams = {t.name: t for t in await asyncio.to_thread(self._store.teams.list)}
+        team = teams.get(wanted)
+        if team is None:
+            raise InvalidRequest(f"team {wanted!r} does not exist", param="team")
+        return team
 
     def _within(
         self, minter: ApiKey, req: KeyRequest, expires: datetime | None
@@ -150,8 +186,18 @@ class KeyAdmin:
         return limits
 
     async def usage(self, key: str | None, model: str | None, since: str | None,
-                    viewer: ApiKey | None = None) -> list[UsageRow]:
-        """Usage rows, of one key when `key` names one; only of keys `viewer` may see."""
+                    viewer: ApiKey | None = None, team: str | None = None) -> list[UsageRow]:
+        """Usage rows, of one key when `key` names one, of one team's keys when `team` does;
+        only of keys `viewer` may see (another team is as unknown as one that does not exist)."""
+        if team:
+            members = {k.id for k in await self.keys(viewer) if k.team == team}
+            if not members and not any(t.name == team for t in
+                                       await asyncio.to_thread(self._store.teams.list)):
+                raise NotFound(f"team {team!r} does not exist", param="team")
+            if viewer is not None and viewer.scope != KeyScope.ADMIN and viewer.team != team:
+                raise NotFound(f"team {team!r} does not exist", param="team")
+            rows = await asyncio.to_thread(self._store.usage.usage, None, model, since)
+            return [r for r in rows if r.key_id in members]
         if key:
             return await asyncio.to_thread(self._store.usage.usage, (await self.find(key, viewer)).id,
                                            model, since)
@@ -162,11 +208,28 @@ class KeyAdmin:
         return [r for r in rows if r.key_id in mine]
 
 
+def _within_team(team: Team, req: KeyRequest) -> tuple[list[str], Limits]:
+    """A team admin mints user keys for its team, for the team's models, within its limits."""
+    if req.scope != KeyScope.USER:
+        raise Forbidden("a team admin mints only user keys", param="scope")
+    models = req.models or team.models
+    outside = [m for m in models if team.models and not _granted(m, team.models)]
+    if outside:
+        raise Forbidden(f"team {team.name} may not use models {', '.join(outside)}", param="models")
+    over = req.limits.merged(team.limits).within(team.limits)
+    if over:
+        raise Forbidden(f"limits above team {team.name}'s: {', '.join(over)}", param="limits")
+    return models, req.limits
+
+
 def visible(viewer: ApiKey | None, keys: list[ApiKey]) -> list[ApiKey]:
     """The keys among `keys` that `viewer` may see: all of them for an admin key (or no viewer:
-    the server itself); for any other key, itself and the keys minted beneath it."""
+    the server itself); for a team admin, its team's; for any other key, itself and the keys
+    minted beneath it."""
     if viewer is None or viewer.scope == KeyScope.ADMIN:
         return keys
+    if viewer.team_admin and viewer.team is not None:
+        return [k for k in keys if k.team == viewer.team or k.id == viewer.id]
     minted: dict[str, list[str]] = {}
     for k in keys:
         if k.minted_by is not None:

@@ -38,7 +38,7 @@ from datetime import datetime, timedelta
 
 from llmgw.core.errors import LlmgwError, RateLimited
 from llmgw.core.types import ApiKey, Limits
-from llmgw.gateway.auth import KeyCache
+from llmgw.gateway.auth import KeyCache, is_team
 from llmgw.store.store import Store
 
 logger = logging.getLogger(__name__)
@@ -102,6 +102,8 @@ class Limiter:
 
     def limits_for(self, key: ApiKey) -> Limits:
         """The key's limits with the defaults filled in (cached: this runs on every request)."""
+        if is_team(key):  # a team's limits are its own: the install's defaults are per key
+            return key.limits
         default = self.default()
         cached = self._merged.get(key.id)
         if cached is None or cached[0] is not default or cached[1] is not key.limits:
@@ -141,7 +143,8 @@ class Limiter:
                               "tokens per minute", retry, code="rate_limit_tpm")
         in_flight = self._in_flight[mid]
         if lim.concurrent is not None and in_flight + 1 > lim.concurrent:
-            family = "" if mid == key.id else f" of {member.label}'s family"
+            family = "" if mid == key.id else f" of team {member.name}" if is_team(member) \
+                else f" of {member.label}'s family"
             raise RateLimited(f"key {key.label} has {lim.concurrent} requests{family} in flight "
                               "already", 1, code="rate_limit_concurrent")
         if lim.tokens_per_day is None and lim.tokens_per_month is None:
@@ -238,6 +241,8 @@ class Limiter:
 
 
 def _whose(key: ApiKey, member: ApiKey) -> str:
+    if is_team(member):
+        return f"its team {member.name}'s"
     return "its" if member.id == key.id else f"{member.label}'s (shared by the keys it minted)"
 
 

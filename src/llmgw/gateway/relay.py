@@ -5,46 +5,26 @@ from __future__ import annotations
 
 import logging
 from collections.abc import AsyncGenerator, AsyncIterator
-from dataclasses import dataclass
 
 import orjson
 
 from llmgw.core.errors import UpstreamError
+from llmgw.gateway import fallback
 from llmgw.gateway.call import Exchange, Reply, Stream, UpstreamCall
+from llmgw.gateway.outbound import Outbound, outbound
 from llmgw.gateway.transport import Connection, Transport
 from llmgw.gateway.usage import UsageTap
-from llmgw.gateway.wire import translate
 from llmgw.gateway.wire.dialect import Wire
 from llmgw.gateway.wire.sse import SseSplitter
 from llmgw.gateway.wire.translate import Translation
 
+# Where the request path has always found them.
+__all__ = ["Outbound", "answer", "events", "joined", "outbound", "passthrough", "relayed", "send",
+           "streamed"]
+
 logger = logging.getLogger(__name__)
 
 SSE = "text/event-stream"
-
-
-@dataclass(frozen=True)
-class Outbound:
-    """What goes to the upstream for a call: where, which bytes, and how its answer comes back."""
-
-    path: str
-    body: bytes
-    translation: Translation | None
-    wire: Wire  # the upstream's dialect
-
-
-def outbound(call: UpstreamCall) -> Outbound:
-    """The upstream request for `call`: the client's bytes unless the model must be renamed or
-    the request translated."""
-    path, translation = translate.plan(call.api, call.route.model)
-    upstream_model = call.route.upstream_model
-    if translation is not None:
-        payload = translation.request(call.payload, upstream_model or call.ask.model)
-        return Outbound(path, orjson.dumps(payload), translation, translation.wire)
-    body = call.body
-    if upstream_model and call.payload.get("model") != upstream_model:
-        body = orjson.dumps({**call.payload, "model": upstream_model})
-    return Outbound(path, body, None, call.wire)
 
 
 def answer(call: UpstreamCall, out: Outbound, raw: bytes) -> bytes:
@@ -61,8 +41,12 @@ def answer(call: UpstreamCall, out: Outbound, raw: bytes) -> bytes:
 
 
 async def send(transport: Transport, call: UpstreamCall, out: Outbound, exchange: Exchange) -> Reply:
-    """The upstream's answer to `call` (sent as `out`), unjudged."""
-    conn = await transport.connect(call.route, out.path, out.body)
+    """The upstream's answer to `call` (sent as `out`), unjudged; on a route, from the first of
+    its targets that answers."""
+    if call.plan is None:
+        conn = await transport.connect(call.route, out.path, out.body)
+    else:
+        conn, call, out = await fallback.reach(transport, call, out, exchange)
     try:
         if not 200 <= conn.status < 300:
             raise await conn.failure()

@@ -8,6 +8,7 @@ import asyncio
 import math
 import time
 from dataclasses import replace
+from datetime import datetime
 from typing import Any
 
 import orjson
@@ -15,16 +16,17 @@ import orjson
 from llmgw.core import tracing
 from llmgw.core.clock import Clock
 from llmgw.core.errors import Forbidden, GuardBlocked, LlmgwError, ModelNotFound, QueueFull
-from llmgw.core.guard import Direction
+from llmgw.core.guard import Direction, Policy
 from llmgw.core.tracing import NOOP_TRACER, Tracer
 from llmgw.core.types import ApiKey, KeyScope, Model
-from llmgw.gateway.auth import may_use
+from llmgw.gateway.auth import may_use, team_allows
 from llmgw.gateway.call import Exchange, Reply, UpstreamCall
 from llmgw.gateway.guarded import Judged, forward_guarded
 from llmgw.gateway.limits import Limiter, Ticket, reserve_estimate
 from llmgw.gateway.metrics import Metrics
 from llmgw.gateway.queue import ColdQueue
 from llmgw.gateway.relay import Outbound, outbound, send
+from llmgw.gateway.routes import Plan, Router, resolve
 from llmgw.gateway.snapshot import Refresher
 from llmgw.gateway.traced import TracedTap, asked, ended
 from llmgw.gateway.transport import Transport
@@ -79,9 +81,12 @@ class Gateway:
         metrics: Metrics | None = None,
         *,
         queue: ColdQueue | None = None,
+        router: Router | None = None,
         tracer: Tracer = NOOP_TRACER,
     ) -> None:
         self._refresher = refresher
+        # Routes' cooldowns and fallback counts, this server's.
+        self.router = router or Router(clock)
         self.tracer = tracer  # the data plane's edge makes each request's span with it
         self.queue = queue
         self._transport = transport
@@ -105,8 +110,20 @@ class Gateway:
 
     def models(self, key: ApiKey) -> list[Model]:
         """Catalog models this key may use."""
-        routes = self._refresher.current.table.routes
-        return [r.model for name, r in sorted(routes.items()) if may_use(key, name)]
+        snap = self._refresher.current
+        return [r.model for name, r in sorted(snap.table.routes.items())
+                if may_use(key, name) and team_allows(snap.keys, key, name)]
+
+    def listed(self, key: ApiKey) -> list[tuple[str, datetime | None]]:
+        """The names `/v1/models` shows this key: its catalog models and routes, with when each
+        was made (a route whose name a catalog model also has is that model)."""
+        snap = self._refresher.current
+        named = {m.name: m.created_at for m in self.models(key)}
+        for name, spec in snap.route_specs.items():
+            if name not in snap.table.routes and may_use(key, name) \
+                    and team_allows(snap.keys, key, name):
+                named[name] = spec.created_at
+        return sorted(named.items())
 
     async def forward(self, key: ApiKey, api: Api, body: bytes, payload: dict[str, Any],
                       request_id: str = "", started: float | None = None) -> Reply:
@@ -114,14 +131,19 @@ class Gateway:
         model and return the answer. A streamed reply settles usage when it is closed."""
         wire = WIRES[api]
         ask = wire.read(payload)
-        table = self._refresher.current.table
-        route = table.resolve(ask.model)
-        if not may_use(key, ask.model):
+        snap = self._refresher.current
+        route = snap.table.routes.get(ask.model)
+        plan: Plan | None = None
+        if route is None:  # a route's name (a catalog model's own name wins)
+            plan = self.router.plan(resolve(snap.route_specs, ask.model), snap.table)
+            route = plan.targets[0]
+        if not may_use(key, ask.model) or (key.team is not None and not team_allows(
+                snap.keys, key, ask.model)):
             # The same answer as for a model that does not exist: a key cannot map the catalog.
             raise ModelNotFound(f"The model '{ask.model}' does not exist", param="model")
         sent = time.monotonic()
         call = UpstreamCall(route, body, payload, api, wire, ask, request_id, key,
-                            started if started is not None else sent)
+                            started if started is not None else sent, plan)
         span = tracing.current()
         if span.recording:
             asked(span, call)
@@ -178,7 +200,8 @@ class Gateway:
         tokens = Tokens() if free else exchange.tap.result(prompt_estimate=math.ceil(len(call.body) / 4))
         if ticket is not None:
             ticket.settle(tokens.total)
-        model, key = call.ask.model, call.key
+        # On a route, counted against the model that answered (the route's name if none did).
+        model, key = exchange.target or call.ask.model, call.key
         if self.meter is not None:
             self.meter.record(key.id, model, tokens,
                               error=status >= 400 and status != CLIENT_CLOSED and not blocked,
@@ -217,11 +240,27 @@ class Gateway:
         name = call.route.model.name
         if guard is not None and call.ask.turns and not call.route.model.guard:
             key = call.key
-            inputs = guard.policies(name, key.name, Direction.INPUT)
-            outputs = guard.policies(name, key.name, Direction.OUTPUT)
+            if call.plan is None:
+                inputs = guard.policies(name, key.name, Direction.INPUT)
+                outputs = guard.policies(name, key.name, Direction.OUTPUT)
+            else:  # whichever target answers, what covers the route or any target applies
+                inputs, outputs = _route_policies(guard, call.plan, key.name)
             if inputs or outputs:
                 info = RequestInfo(model=name, key_name=key.name, key_label=key.label,
                                    request_id=call.request_id)
                 return await forward_guarded(self._transport, call, out, exchange,
                                              Judged(guard, info, inputs, outputs))
         return await send(self._transport, call, out, exchange)
+
+
+def _route_policies(guard: Guard, plan: Plan, key_name: str) -> tuple[list[Policy], list[Policy]]:
+    """The input and output policies covering a route's name or any of its targets, once each."""
+    names = [plan.spec.name, *(t.model.name for t in plan.targets)]
+    found: list[list[Policy]] = []
+    for direction in (Direction.INPUT, Direction.OUTPUT):
+        seen: dict[str, Policy] = {}
+        for n in names:
+            for p in guard.policies(n, key_name, direction):
+                seen.setdefault(p.name, p)
+        found.append(list(seen.values()))
+    return found[0], found[1]

@@ -5,13 +5,14 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable, Collection
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from llmgw.core import judges
 from llmgw.core.agent_wire import on_address
 from llmgw.core.errors import ConfigError, ModelNotFound
 from llmgw.core.loops import every
-from llmgw.core.types import ApiKey, Limits, Model, RemoteSource, Replica, ReplicaState
+from llmgw.core.routes import RouteSpec
+from llmgw.core.types import ApiKey, Limits, Model, RemoteSource, Replica, ReplicaState, Team
 from llmgw.engines import remote
 from llmgw.gateway.auth import KeyCache
 from llmgw.gateway.routing import (
@@ -36,6 +37,8 @@ class Snapshot:
     table: RoutingTable
     guard: GuardView = GuardView()
     default_limits: Limits = Limits()
+    # Routes by name: public names in front of catalog models.
+    route_specs: dict[str, RouteSpec] = field(default_factory=dict)
 
 
 def build_routes(
@@ -109,7 +112,8 @@ class Refresher:
 
     def _load(
         self,
-    ) -> tuple[int, list[ApiKey], list[Model], list[Replica], dict[str, str], GuardView, Limits]:
+    ) -> tuple[int, list[ApiKey], list[Model], list[Replica], dict[str, str], GuardView, Limits,
+               list[RouteSpec], list[Team]]:
         # Revision first: a change landing between the reads shows up as a newer revision
         # on the next look, never as a missed one.
         revision = self._store.revision()
@@ -128,6 +132,8 @@ class Refresher:
             {n.id: n.address for n in self._store.nodes.list()},
             guard,
             self._store.keys.default_limits(),
+            self._store.routes.list(),
+            self._store.teams.list(),
         )
 
     async def refresh(self) -> bool:
@@ -139,13 +145,14 @@ class Refresher:
         revision = await asyncio.to_thread(self._store.revision)
         if revision == self.current.revision:
             return False
-        revision, keys, models, replicas, addresses, guard, limits = await asyncio.to_thread(
-            self._load)
+        revision, keys, models, replicas, addresses, guard, limits, specs, teams = \
+            await asyncio.to_thread(self._load)
         previous = {u.id: u for r in self.current.table.routes.values() for u in r.upstreams}
         routes = build_routes(models, replicas, previous, self._engine_headers,
                               self._provider_key_env, addresses=addresses)
         table = RoutingTable(routes)
-        self.current = Snapshot(revision, KeyCache(self._secret, keys), table, guard, limits)
+        self.current = Snapshot(revision, KeyCache(self._secret, keys, teams), table, guard, limits,
+                                {r.name: r for r in specs})
         if self._on_refresh is not None:
             self._on_refresh(table)
         return True

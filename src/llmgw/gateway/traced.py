@@ -61,6 +61,8 @@ def asked(span: Span, call: UpstreamCall) -> None:
     })
     if ask.max_tokens:
         span.set("gen_ai.request.max_tokens", ask.max_tokens)
+    if call.plan is not None:
+        span.set("llmgw.route", call.plan.spec.name)
     if call.route.upstream_model:
         span.set("gen_ai.response.model", call.route.upstream_model)
 
@@ -100,6 +102,8 @@ def ended(span: Span, exchange: Exchange, tokens: Tokens, status: int, code: str
         span.set("error.type", code)
     if exchange.blocked:
         span.set("llmgw.guard.blocked", True)
+    if exchange.target:  # a route's call: the target that answered
+        span.set("llmgw.route.target", exchange.target)
     if tap.first_chunk_at is not None:
         # The tap timed it on the monotonic clock; spans take wall-clock nanoseconds.
         ago = time.monotonic() - tap.first_chunk_at

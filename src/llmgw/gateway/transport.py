@@ -12,13 +12,13 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
-from collections.abc import AsyncGenerator, Callable, Iterator
+from collections.abc import AsyncGenerator, Callable, Iterator, Mapping
 
 import aiohttp
 from yarl import URL
 
 from llmgw.core import tracing
-from llmgw.core.errors import LlmgwError, UpstreamError, UpstreamTimeout
+from llmgw.core.errors import LlmgwError, UpstreamError, UpstreamTimeout, UpstreamUnreachable
 from llmgw.core.tracing import Kind, Span
 from llmgw.gateway.routing import Route, Upstream, choose
 from llmgw.gateway.upstream_errors import MAX_ERROR_BODY, upstream_failure
@@ -49,6 +49,10 @@ class Connection:
     @property
     def status(self) -> int:
         return self._resp.status
+
+    @property
+    def headers(self) -> Mapping[str, str]:
+        return self._resp.headers
 
     @property
     def content_type(self) -> str:
@@ -88,6 +92,10 @@ class Connection:
 
     async def failure(self) -> LlmgwError:
         """The client's error for this non-2xx answer (its body read up to MAX_ERROR_BODY)."""
+        return upstream_failure(self.name, self.status, self._resp.headers, await self.error_body())
+
+    async def error_body(self) -> bytes:
+        """A non-2xx answer's body, up to MAX_ERROR_BODY: for llmgw to read, never to relay."""
         data = bytearray()
         with mapped(self.name):
             while len(data) < MAX_ERROR_BODY:
@@ -95,7 +103,7 @@ class Connection:
                 if not part:
                     break
                 data += part
-        return upstream_failure(self.name, self.status, self._resp.headers, bytes(data))
+        return bytes(data)
 
     async def chunks(self, on_chunk: Callable[[bytes], None], broke: bytes) -> AsyncGenerator[bytes, None]:
         """The answer's chunks as they arrive, each seen by `on_chunk` first; when the upstream
@@ -145,6 +153,7 @@ class Transport:
     """One pooled HTTP client for all upstreams (aiohttp pools connections per host)."""
 
     def __init__(self, timeout_s: float, connect_timeout_s: float = 10.0) -> None:
+        self.timeout_s = timeout_s
         self._timeout = aiohttp.ClientTimeout(total=timeout_s, sock_connect=connect_timeout_s)
         self._session: aiohttp.ClientSession | None = None
         self._turn = 0  # rotates ties between equally busy upstreams
@@ -193,7 +202,7 @@ class Transport:
                 logger.warning("upstream %s could not be reached: %s", up.id, exc)
                 tried = tried | {up.id}
                 if len(tried) >= 2 or len(tried) >= len(route.upstreams):
-                    raise UpstreamError(
+                    raise UpstreamUnreachable(
                         f"model '{route.model.name}': could not connect to an upstream"
                     ) from exc
             except BaseException as exc:  # failed or cancelled while sending

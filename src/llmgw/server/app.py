@@ -28,6 +28,8 @@ from llmgw.api.appkeys import (
     METRICS,
     METRICS_PUBLIC,
     NODES,
+    ROUTES,
+    TEAMS,
 )
 from llmgw.api.console import routes as console
 from llmgw.api.endpoints import bind
@@ -51,9 +53,13 @@ from llmgw.gateway.keys_admin import KeyAdmin
 from llmgw.gateway.limits import Limiter
 from llmgw.gateway.metrics import Metrics
 from llmgw.gateway.queue import ColdQueue
+from llmgw.gateway.route_admin import RouteAdmin
+from llmgw.gateway.route_metrics import RouteMetrics
+from llmgw.gateway.routes import Router
 from llmgw.gateway.routing import RoutingTable
 from llmgw.gateway.service import Gateway
 from llmgw.gateway.snapshot import Refresher
+from llmgw.gateway.team_admin import TeamAdmin
 from llmgw.gateway.transport import Transport
 from llmgw.gateway.usage import UsageMeter
 from llmgw.guard.admin import GuardAdmin
@@ -147,8 +153,10 @@ class Server:
         meter = UsageMeter(store, clock.now)
         limiter = Limiter(store, clock.now, lambda: refresher.current.default_limits,
                           lambda: refresher.current.keys)
+        router = Router(clock)
+        metrics.registry.register(RouteMetrics(router, lambda: refresher.current.route_specs, clock))
         gateway = Gateway(refresher, client, clock, guard, limiter, meter, metrics, queue=queue,
-                          tracer=tracer)
+                          router=router, tracer=tracer)
         agent = NodeAgent(
             AgentConfig(node_id=s.node_id, host="127.0.0.1", log_dir=self.data_dir / "logs",
                         start_timeout_s=s.engine_start_timeout_s,
@@ -191,6 +199,9 @@ class Server:
         app[GUARD_ADMIN] = GuardAdmin(store, clock, on_change=notifier.settle)
         app[KEYS] = KeyAdmin(store, clock, bytes.fromhex(s.key_secret),
                              lambda: refresher.current.default_limits, on_change=notifier.settle)
+        app[ROUTES] = RouteAdmin(store, clock, router, lambda: refresher.current.table,
+                                 on_change=notifier.settle)
+        app[TEAMS] = TeamAdmin(store, clock, on_change=notifier.settle)
         app[JUDGE_STATUS] = judges.status(store, judge_keeper, clock, lambda: leadership.leading,
                                           leadership.server_id)
         app[AGENTS] = AgentService(store, clock, engine_key, on_change=notifier.settle,

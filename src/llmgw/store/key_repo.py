@@ -35,6 +35,8 @@ def _to_key(row: Any) -> ApiKey:
         note=row.note or "",
         minted_by=row.minted_by,
         node_id=row.node_id,
+        team=row.team,
+        team_admin=bool(row.team_admin),
     )
 
 
@@ -103,7 +105,9 @@ class KeyRepo:
             target = next((r for r in rows if r.id == key_id), None)
             if target is None:
                 raise NotFound(f"key {key_id!r} does not exist", param="id")
-            beneath = [r.id for r in _beneath(rows, key_id)] if target.scope == "user" else []
+            # A team admin's keys are its team's, not its family: they stay (as an admin's do).
+            family = target.scope == "user" and not target.team_admin
+            beneath = [r.id for r in _beneath(rows, key_id)] if family else []
             conn.execute(update(api_keys).where(api_keys.c.id.in_([key_id, *beneath]))
                          .values(revoked=True))
             if not target.revoked:
@@ -140,7 +144,7 @@ def audited(key: ApiKey) -> dict[str, Any]:
 def _rows(conn: Connection) -> Sequence[Any]:
     return conn.execute(select(api_keys.c.id, api_keys.c.name, api_keys.c.scope,
                                api_keys.c.minted_by, api_keys.c.revoked, api_keys.c.expires_at,
-                               api_keys.c.created_at)).all()
+                               api_keys.c.created_at, api_keys.c.team_admin)).all()
 
 
 def _live(row: Any, now: datetime) -> bool:

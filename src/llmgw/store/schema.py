@@ -92,6 +92,8 @@ api_keys = Table(
     Column("minted_by", String(64), nullable=True),
     # A node join token's node: given at creation or bound by the token's first report.
     Column("node_id", String(128), nullable=True),
+    Column("team", String(64), nullable=True, index=True),
+    Column("team_admin", Boolean, nullable=False, default=False),
 )
 
 serve_jobs = Table(
@@ -200,6 +202,28 @@ servers = Table(
     Column("heartbeat_at", DateTime(timezone=True), nullable=False),
     # The server's demand as JSON (llmgw.core.demand.Activity), written about once a second.
     Column("activity", Text, nullable=True),
+)
+
+# Routes: a public model name in front of catalog models (llmgw.core.routes.RouteSpec as JSON).
+routes = Table(
+    "routes",
+    metadata,
+    Column("name", String(128), primary_key=True),
+    Column("spec", JSON, nullable=False),
+    Column("by", String(256), nullable=False),
+    Column("created_at", DateTime(timezone=True), nullable=False),
+    Column("updated_at", DateTime(timezone=True), nullable=False),
+)
+
+# Teams: keys belong to at most one; limits and budgets on top of each key's (core.types.Team).
+teams = Table(
+    "teams",
+    metadata,
+    Column("name", String(64), primary_key=True),
+    Column("spec", JSON, nullable=False),
+    Column("by", String(256), nullable=False),
+    Column("created_at", DateTime(timezone=True), nullable=False),
+    Column("updated_at", DateTime(timezone=True), nullable=False),
 )
 
 # Every change made through the admin API, written in the change's own transaction (see

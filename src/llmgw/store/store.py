@@ -14,7 +14,9 @@ from llmgw.store.key_repo import KeyRepo
 from llmgw.store.lease_repo import LeaseRepo
 from llmgw.store.node_repo import NodeRepo
 from llmgw.store.replica_repo import ReplicaRepo
+from llmgw.store.route_repo import RouteRepo
 from llmgw.store.server_repo import ServerRepo
+from llmgw.store.team_repo import TeamRepo
 from llmgw.store.usage_repo import UsageRepo
 
 
@@ -33,6 +35,8 @@ class Store:
         self.leases = LeaseRepo(engine)
         self.servers = ServerRepo(engine)
         self.install = InstallRepo(engine)
+        self.routes = RouteRepo(engine)
+        self.teams = TeamRepo(engine)
         self.audit = AuditRepo(engine)
 
     @classmethod

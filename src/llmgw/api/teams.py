@@ -1,0 +1,62 @@
+"""Teams in the admin API: `/admin/v1/teams`, admin keys only (a team admin reaches its team
+through `/admin/v1/keys` and `/admin/v1/usage?team=`)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from llmgw.api.admin import by
+from llmgw.api.appkeys import TEAMS
+from llmgw.api.endpoints import Call, Endpoint
+from llmgw.core.protocol import DataList, Removed, TeamOut, TeamRequest
+
+TAG = "teams"
+
+
+def _named(payload: dict[str, Any], params: object) -> dict[str, Any]:
+    """A team body without what the server sets, named by the path when it has a name."""
+    drop = ("by", "created_at", "updated_at", "keys", "tokens_today", "tokens_this_month")
+    out = {k: v for k, v in payload.items() if k not in drop}
+    if isinstance(params, dict) and "name" in params:
+        out["name"] = params["name"]
+    return out
+
+
+async def list_teams(call: Call[None, None]) -> DataList[TeamOut]:
+    return DataList(data=await call.app[TEAMS].teams())
+
+
+async def add_team(call: Call[TeamRequest, None]) -> TeamOut:
+    return await call.app[TEAMS].put(call.body, by(call.key))
+
+
+async def replace_team(call: Call[TeamRequest, None]) -> TeamOut:
+    return await call.app[TEAMS].put(call.body, by(call.key), replace=True)
+
+
+async def get_team(call: Call[None, None]) -> TeamOut:
+    return await call.app[TEAMS].get(call.params["name"])
+
+
+async def remove_team(call: Call[None, None]) -> Removed:
+    name = call.params["name"]
+    await call.app[TEAMS].remove(name)
+    return Removed(name=name)
+
+
+_EXAMPLE = {"name": "research", "models": ["gemma*"],
+            "limits": {"rpm": 600, "tokens_per_day": 2_000_000, "tokens_per_month": 40_000_000}}
+
+ENDPOINTS: list[Endpoint[Any, Any]] = [
+    Endpoint("list_teams", "GET", "/admin/v1/teams", "List teams with their keys and tokens used",
+             TAG, list_teams, returns=DataList[TeamOut]),
+    Endpoint("add_team", "POST", "/admin/v1/teams", "Add a team", TAG, add_team, body=TeamRequest,
+             shape=_named, returns=TeamOut, status=201, example=_EXAMPLE),
+    Endpoint("replace_team", "PUT", "/admin/v1/teams/{name}", "Change a team's models, limits "
+             "and note", TAG, replace_team, body=TeamRequest, shape=_named, returns=TeamOut,
+             example={k: v for k, v in _EXAMPLE.items() if k != "name"}),
+    Endpoint("get_team", "GET", "/admin/v1/teams/{name}", "Show a team", TAG, get_team,
+             returns=TeamOut),
+    Endpoint("remove_team", "DELETE", "/admin/v1/teams/{name}",
+             "Remove a team (refused while it has live keys)", TAG, remove_team, returns=Removed),
+]

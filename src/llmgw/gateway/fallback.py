@@ -1,0 +1,168 @@
+"""Fallbacks and retries for a call to a route: the one place that decides, from a classified
+upstream failure, whether to try the same target again, the next target, or give up.
+
+Everything here happens before an answer's first byte goes to the client: `reach` returns a
+connection whose status is 2xx, and from then on the answer (whole or streamed) is the client's,
+whatever happens to it. A failure of a kind the route's `fallback.on` covers counts towards the
+target's cooldown and moves on to the next target; any other (a 400 that is the client's fault)
+is answered at once, as for a plain model.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import replace
+from datetime import UTC, datetime
+
+from llmgw.core import tracing
+from llmgw.core.errors import (
+    LlmgwError,
+    NoReadyReplica,
+    UpstreamError,
+    UpstreamTimeout,
+    UpstreamUnreachable,
+)
+from llmgw.core.routes import FailOn, Retry
+from llmgw.gateway.call import Exchange, UpstreamCall
+from llmgw.gateway.outbound import Outbound, outbound
+from llmgw.gateway.routes import Plan
+from llmgw.gateway.transport import Connection, Transport
+from llmgw.gateway.upstream_errors import retry_after, upstream_failure
+
+logger = logging.getLogger(__name__)
+
+# How providers and llama.cpp say a prompt does not fit the model's context. Read from the error
+# body llmgw holds anyway; the body itself never reaches the client.
+_CONTEXT_MARKERS = (b"context_length_exceeded", b"exceed_context_size", b"maximum context length",
+                    b"prompt is too long", b"context window")
+# What llmgw answers as 502 although the status is not 5xx: the target, not the client, is wrong.
+_BROKEN = frozenset({401, 403, 407})
+
+
+def classify(status: int, body: bytes) -> FailOn | None:
+    """The kind of an upstream's non-2xx answer, or None when it is the client's own fault (a
+    400 other than the prompt being too long): no other target would answer it differently."""
+    if status == 429:
+        return FailOn.RATE_LIMITED
+    if status >= 500 or status < 400 or status in _BROKEN:
+        return FailOn.SERVER_ERROR
+    if status in (400, 413, 422) and any(m in body for m in _CONTEXT_MARKERS):
+        return FailOn.CONTEXT_LENGTH
+    return None
+
+
+def backoff_s(rule: Retry, retry: int, retry_after_s: float | None) -> float:
+    """The wait before retry number `retry` (0 first): doubling from the rule's backoff up to
+    its cap, or the upstream's Retry-After when that is longer."""
+    wait: float = min(rule.backoff_ms * 2**retry, rule.max_backoff_ms) / 1000
+    return max(wait, retry_after_s or 0.0)
+
+
+class Failed(Exception):
+    """One target failed in a way the route may move on from."""
+
+    def __init__(self, kind: FailOn, error: LlmgwError) -> None:
+        super().__init__(kind.value)
+        self.kind = kind
+        self.error = error
+
+
+async def reach(transport: Transport, call: UpstreamCall, out: Outbound,
+                exchange: Exchange) -> tuple[Connection, UpstreamCall, Outbound]:
+    """A 2xx answer's connection for `call`, and the call and request as they went to the target
+    that gave it. Without a plan: the model's upstream, as `Transport.connect` picks it."""
+    plan = call.plan
+    if plan is None:
+        conn = await transport.connect(call.route, out.path, out.body)
+        if not 200 <= conn.status < 300:
+            try:
+                raise await conn.failure()
+            finally:
+                conn.release()
+        return conn, call, out
+    spec, router = plan.spec, plan.router
+    deadline = call.started + transport.timeout_s
+    last: LlmgwError | None = None
+    routes = (call.route, *plan.targets[1:])
+    for i, route in enumerate(routes):
+        name = route.model.name
+        if i:
+            call = replace(call, route=route)
+            try:
+                out = outbound(call)
+            except LlmgwError as exc:  # this target cannot take the request (its dialect)
+                last = exc
+                continue
+        try:
+            conn = await _attempt(transport, call, out, plan, deadline)
+        except Failed as failed:
+            last = failed.error
+            if failed.kind not in spec.fallback.on:
+                raise failed.error from None
+            if failed.kind != FailOn.CONTEXT_LENGTH:  # a long prompt says nothing of its health
+                router.failed(spec, name, failed.kind)
+            if i + 1 < len(routes):
+                nxt = routes[i + 1].model.name
+                logger.warning("route %s: %s failed (%s); trying %s", spec.name, name,
+                               failed.kind.value, nxt)
+                router.fell_back(spec, name, nxt, failed.kind)
+                span = tracing.current()
+                if span.recording:
+                    span.event("llmgw.fallback", {"llmgw.route": spec.name, "llmgw.from": name,
+                                                  "llmgw.to": nxt, "llmgw.reason": failed.kind.value})
+            continue
+        router.succeeded(spec, name)
+        exchange.target = name
+        return conn, call, out
+    raise last or NoReadyReplica(f"route '{spec.name}' has no target to try")
+
+
+async def _attempt(transport: Transport, call: UpstreamCall, out: Outbound, plan: Plan,
+                   deadline: float) -> Connection:
+    """A 2xx answer from `call.route`'s model, retried on it per `rule`: connect errors, and 429
+    or 503 from a remote provider (its Retry-After honoured); Failed when it cannot answer."""
+    rule = plan.spec.retry
+    target = call.route.model.name
+    remote = call.route.model.is_remote
+    retry = 0
+    while True:
+        wait: float | None = None
+        error: LlmgwError
+        try:
+            conn = await transport.connect(call.route, out.path, out.body)
+        except UpstreamUnreachable as exc:
+            kind, error = FailOn.CONNECT, exc
+            wait = backoff_s(rule, retry, None)
+        except NoReadyReplica as exc:  # nothing to connect to: no retry makes one
+            raise Failed(FailOn.CONNECT, exc) from None
+        except UpstreamTimeout as exc:  # the whole timeout is spent: no time for another try
+            raise Failed(FailOn.TIMEOUT, exc) from None
+        except UpstreamError as exc:  # the connection failed while the request was sent
+            raise Failed(FailOn.SERVER_ERROR, exc) from None
+        else:
+            if 200 <= conn.status < 300:
+                return conn
+            try:
+                status, headers = conn.status, conn.headers
+                body = await conn.error_body()
+                error = upstream_failure(conn.name, status, headers, body)
+            finally:
+                conn.release()
+            found = classify(status, body)
+            if found is None:
+                raise error
+            kind = found
+            if remote and status in (429, 503):
+                header = headers.get("Retry-After")
+                hint = retry_after(header, datetime.now(UTC)) if header else None
+                wait = backoff_s(rule, retry, hint)
+        if wait is None or retry >= rule.attempts or time.monotonic() + wait >= deadline:
+            raise Failed(kind, error)
+        plan.router.retried(plan.spec, target, kind)
+        span = tracing.current()
+        if span.recording:
+            span.event("llmgw.retry", {"llmgw.route": plan.spec.name, "llmgw.target": target,
+                                       "llmgw.reason": kind.value, "llmgw.retry": retry + 1})
+        retry += 1
+        await plan.router.sleep(wait)

@@ -1,0 +1,77 @@
+"""Teams in the database; every write bumps the revision, so every server's limits follow."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import Engine, delete, insert, select, update
+from sqlalchemy.exc import IntegrityError
+
+from llmgw.core.audit import AuditKind
+from llmgw.core.errors import Conflict, NotFound
+from llmgw.core.types import Team
+from llmgw.store.audit_repo import record
+from llmgw.store.db import bump_revision, utc
+from llmgw.store.schema import api_keys, teams
+
+_SPEC_FIELDS = {"models", "limits", "note"}
+
+
+def _to_team(row: Any) -> Team:
+    return Team.model_validate({"name": row.name, **row.spec, "by": row.by,
+                                "created_at": utc(row.created_at),
+                                "updated_at": utc(row.updated_at)})
+
+
+class TeamRepo:
+    """Reads and writes teams."""
+
+    def __init__(self, engine: Engine) -> None:
+        self._engine = engine
+
+    def list(self) -> list[Team]:
+        with self._engine.connect() as conn:
+            rows = conn.execute(select(teams).order_by(teams.c.name)).all()
+        return [_to_team(r) for r in rows]
+
+    def get(self, name: str) -> Team:
+        with self._engine.connect() as conn:
+            row = conn.execute(select(teams).where(teams.c.name == name)).one_or_none()
+        if row is None:
+            raise NotFound(f"team {name!r} does not exist", param="team")
+        return _to_team(row)
+
+    def put(self, team: Team, by: str, now: datetime, *, replace: bool) -> Team:
+        """Add a team (Conflict when the name is taken), or with `replace` change one."""
+        spec = team.model_dump(mode="json", include=_SPEC_FIELDS)
+        try:
+            with self._engine.begin() as conn:
+                old = conn.execute(select(teams.c.spec).where(teams.c.name == team.name)).one_or_none()
+                if replace:
+                    done = conn.execute(update(teams).where(teams.c.name == team.name).values(
+                        spec=spec, by=by, updated_at=now)).rowcount
+                    if not done:
+                        raise NotFound(f"team {team.name!r} does not exist", param="team")
+                else:
+                    conn.execute(insert(teams).values(name=team.name, spec=spec, by=by,
+                                                      created_at=now, updated_at=now))
+                record(conn, AuditKind.TEAM, "set" if replace else "add", team.name,
+                       old.spec if replace and old else None, spec, now)
+                bump_revision(conn)
+        except IntegrityError as exc:
+            raise Conflict(f"team {team.name!r} already exists", param="name") from exc
+        return self.get(team.name)
+
+    def remove(self, name: str) -> None:
+        """Remove a team that no live key belongs to (Conflict otherwise: revoke them first)."""
+        with self._engine.begin() as conn:
+            bump_revision(conn)  # first: a key being made for the team meanwhile waits
+            live = conn.execute(select(api_keys.c.id).where(
+                api_keys.c.team == name, api_keys.c.revoked.is_(False))).first()
+            if live is not None:
+                raise Conflict(f"team {name!r} still has keys; revoke them first", param="name")
+            old = conn.execute(select(teams.c.spec).where(teams.c.name == name)).one_or_none()
+            if not conn.execute(delete(teams).where(teams.c.name == name)).rowcount:
+                raise NotFound(f"team {name!r} does not exist", param="team")
+            record(conn, AuditKind.TEAM, "remove", name, old.spec if old else None, None)
