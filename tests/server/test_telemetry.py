@@ -5,6 +5,7 @@ to the upstream and the judge; and an install without telemetry, which creates n
 from __future__ import annotations
 
 import asyncio
+import socket
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -13,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from aiohttp.test_utils import TestClient, TestServer
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 
 from llmgw.core.guard import Policy, VerdictRecord
@@ -250,3 +252,37 @@ async def test_sample_ratio_zero_keeps_no_new_trace(tmp_path: Path) -> None:
         await asyncio.to_thread(tracer.close)
         assert receiver.spans == [] and not root.recording
         assert headers["traceparent"].endswith("-00")  # the decision travels with the trace
+
+
+async def test_a_routes_fallback_is_an_event_and_each_target_an_attempt(tmp_path: Path) -> None:
+    with socket.socket() as s:  # a port nothing listens on: the first target is down
+        s.bind(("127.0.0.1", 0))
+        dead = s.getsockname()[1]
+    provider = await FakeProvider().start()
+    async with OtlpReceiver() as receiver:
+        result = init(tmp_path / "data", guard=False)
+        settings = load(tmp_path / "data").model_copy(update={
+            "embedded_node": False, "telemetry": TelemetrySettings(otlp_endpoint=receiver.url)})
+        store = Store.open(settings.database_url(tmp_path / "data"))
+        server = Server(tmp_path / "data", settings, store)
+        headers = {"Authorization": f"Bearer {result.admin_key}"}
+        async with TestClient(TestServer(server.build_app())) as client:
+            for name, url in (("down", f"http://127.0.0.1:{dead}/v1"), ("up", provider.url)):
+                resp = await client.post("/admin/v1/models", headers=headers, json={
+                    "name": name, "source": {"kind": "remote", "base_url": url}})
+                assert resp.status == 201
+            resp = await client.post("/admin/v1/routes", headers=headers, json={
+                "name": "chat", "targets": [{"model": "down"}, {"model": "up"}]})
+            assert resp.status == 201
+            resp = await client.post("/v1/chat/completions", headers=headers, json={
+                "model": "chat", "messages": [{"role": "user", "content": PROMPT}]})
+            assert resp.status == 200
+        await asyncio.to_thread(server.tracer.close)
+    await provider.close()
+
+    root = receiver.one("chat chat")
+    assert root.attributes["llmgw.route"] == "chat" and root.attributes["llmgw.route.target"] == "up"
+    assert ("llmgw.fallback" in [name for name, _ in root.events])
+    attempts = [s for s in receiver.spans if s.parent_id == root.span_id and s.kind == "client"]
+    assert [(a.attributes["llmgw.upstream"], a.error) for a in attempts] == [("down", True), ("up", False)]
+    assert attempts[0].attributes["error.type"] == "connect_error"
