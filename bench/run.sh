@@ -10,6 +10,8 @@
 # BENCH_CONCS (default "1 32"), BENCH_APIS (default "chat messages messages_via_chat
 # responses_via_chat"; chat is always measured, it is the yardstick), BENCH_MODES (default
 # "json stream"), BENCH_ROUNDS (default 1; each cell's median over the rounds is reported),
+# BENCH_TELEMETRY=1 (llmgw exports a trace of every request over OTLP/HTTP to a local sink),
+# BENCH_TELEMETRY_RATIO (with BENCH_TELEMETRY=1: the share of requests traced, default 1.0),
 # BENCH_KEEP_TMP=1 (keep the temp dir with the logs), BENCH_ROUTE (default 1: also chat
 # completions through a two-target priority route, and the failover measurement of
 # bench/failover.py; 0 leaves both out).
@@ -87,9 +89,9 @@ wait_for() {
     die "$desc: not ready after $secs s"
 }
 
-read -r NGINX_PORT GW_PORT PT_PORT GW2_PORT PT2_PORT < <("$PY" -c '
+read -r NGINX_PORT GW_PORT PT_PORT GW2_PORT PT2_PORT SINK_PORT < <("$PY" -c '
 import socket
-socks = [socket.socket() for _ in range(5)]
+socks = [socket.socket() for _ in range(6)]
 for s in socks:
     s.bind(("127.0.0.1", 0))
 print(*(s.getsockname()[1] for s in socks))
@@ -185,6 +187,23 @@ export LLMGW_DATA_DIR=$TMP/llmgw
 COLUMNS=200 "$LLMGW" server init --no-guard --port "$GW_PORT" >"$TMP/init.log" 2>&1 || die "llmgw server init failed"
 KEY=$(grep -o '^ *sk-llmgw-[A-Za-z0-9_-]*$' "$TMP/init.log" | tail -n 1 | tr -d ' ')
 [[ -n $KEY ]] || die "no admin key in the output of llmgw server init"
+TELEMETRY=${BENCH_TELEMETRY:-0}
+if [[ $TELEMETRY == 1 ]]; then
+    # Every request traced (sample_ratio 1) and exported as a collector would receive it.
+    "$PY" bench/otlp_sink.py --port "$SINK_PORT" --count-file "$TMP/spans" >"$TMP/otlp-sink.log" 2>&1 &
+    PIDS+=($!)
+    wait_for "the OTLP sink" 15 "$!" test -s "$TMP/spans"
+    sink=http://127.0.0.1:$SINK_PORT
+    if grep -q '^otlp_endpoint' "$LLMGW_DATA_DIR/config.toml"; then
+        sed -i "s|^otlp_endpoint = .*|otlp_endpoint = \"$sink\"|" "$LLMGW_DATA_DIR/config.toml"
+    else
+        printf '[telemetry]\notlp_endpoint = "%s"\n' "$sink" >>"$LLMGW_DATA_DIR/config.toml"
+    fi
+    RATIO=${BENCH_TELEMETRY_RATIO:-1.0}
+    sed -i "s|^sample_ratio = .*|sample_ratio = $RATIO|" "$LLMGW_DATA_DIR/config.toml"
+    grep -q "^sample_ratio = $RATIO\$" "$LLMGW_DATA_DIR/config.toml" || die "could not set sample_ratio"
+    log "telemetry on: traces of $RATIO of the requests to the OTLP sink on :$SINK_PORT"
+fi
 "$LLMGW" server run --port "$GW_PORT" --workers 1 --log-level warning --log-format text >"$TMP/llmgw.log" 2>&1 &
 PIDS+=($!)
 GW_PID=$!
@@ -418,7 +437,7 @@ echo
 "$PY" bench/report.py "$RESULTS" --out bench/results/latest.md \
     --header "# llmgw bench, $(date -u '+%Y-%m-%d %H:%M UTC')" \
     --header "" \
-    --header "commit $commit; ${DURATION}s per run, median of $ROUNDS round(s); $(nproc) cores${cpu:+ ($cpu)}; load average $load before, $(cut -d' ' -f1 /proc/loadavg) after; wrk -t1 -c1 and -t2 -cN; fake upstream: nginx $(nginx -v 2>&1 | sed 's|.*/||')"
+    --header "commit $commit; telemetry $([[ $TELEMETRY == 1 ]] && echo "on (sample_ratio $RATIO; $(cat "$TMP/spans" | tr -d '\n') spans exported to a local OTLP sink)" || echo off); ${DURATION}s per run, median of $ROUNDS round(s); $(nproc) cores${cpu:+ ($cpu)}; load average $load before, $(cut -d' ' -f1 /proc/loadavg) after; wrk -t1 -c1 and -t2 -cN; fake upstream: nginx $(nginx -v 2>&1 | sed 's|.*/||')"
 
 if [[ $ROUTE == 1 ]]; then
     log "failover: a priority route's first target goes down (bench/failover.py)"

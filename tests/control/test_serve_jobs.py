@@ -11,6 +11,8 @@ import pytest
 
 from llmgw.control.catalog import CatalogService
 from llmgw.control.serve_jobs import ServeJobs
+from llmgw.core import audit
+from llmgw.core.audit import AuditKind
 from llmgw.core.clock import SystemClock
 from llmgw.core.errors import FetchFailed, FetchRefused, InvalidRequest
 from llmgw.core.protocol import JobState, ServeJob, ServeRequest
@@ -293,3 +295,21 @@ async def test_a_deposed_leaders_job_writes_nothing_and_the_next_leader_finishes
     new = ServeJobs(store, fresh, catalog, SystemClock(), sleep=no_sleep)  # type: ignore[arg-type]
     assert await new.take_over() == [job.id]
     assert (await finished(new, job)).state == JobState.RUNNING
+
+
+async def test_a_cancel_is_in_the_audit_log_once_under_who_cancelled(setup: Setup, store: Store) -> None:
+    leader, catalog, files = setup
+    running = await submitted(leader, hub_request())
+    await files.started.wait()
+    with audit.acting("alice (sk-a…)"):
+        assert (await leader.cancel(running.id)).state == JobState.CANCELLED  # run here
+    follower = ServeJobs(store, files, catalog, SystemClock(), sleep=no_sleep)  # type: ignore[arg-type]
+    queued = await follower.start(hub_request(name="other"))
+    with audit.acting("bob (sk-b…)"):
+        assert (await follower.cancel(queued.id)).state == JobState.CANCELLED  # run by nobody yet
+    assert (await follower.cancel(queued.id)).state == JobState.CANCELLED  # finished: no change
+
+    log = [(e.by, e.action, e.target, e.before, e.after)
+           for e in reversed(store.audit.entries(kind=AuditKind.JOB))]
+    assert log == [("alice (sk-a…)", "cancel", running.id, {"state": "fetching"}, {"state": "cancelled"}),
+                   ("bob (sk-b…)", "cancel", queued.id, {"state": "queued"}, {"state": "cancelled"})]

@@ -57,6 +57,7 @@ class FakeJudge:
     delay_s: float = 0.0
     marker: str = ""
     requests: list[dict[str, Any]] = field(default_factory=list)
+    traceparents: list[str | None] = field(default_factory=list)  # each request's W3C header
     answered_at: list[float] = field(default_factory=list)  # time.monotonic() of each answer
     abandoned: int = 0
     in_flight: int = 0
@@ -119,6 +120,7 @@ class FakeJudge:
     async def _completion(self, request: web.Request) -> web.StreamResponse:
         body = await request.json()
         self.requests.append(body)
+        self.traceparents.append(request.headers.get("traceparent"))
         self.received.set()
         answered = False
         self.in_flight += 1

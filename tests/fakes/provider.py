@@ -27,6 +27,7 @@ from llmgw.api.appkeys import GATEWAY
 from llmgw.api.endpoints import bind
 from llmgw.api.errors import openai_errors
 from llmgw.core.clock import SystemClock
+from llmgw.core.tracing import NOOP_TRACER, Tracer
 from llmgw.core.types import ApiKey, Limits, LocalSource, Model, Profile
 from llmgw.gateway.auth import KeyCache
 from llmgw.gateway.limits import Limiter
@@ -117,6 +118,7 @@ class FakeProvider:
     arrived: asyncio.Queue[None] = field(default_factory=asyncio.Queue)  # one per request
     left: asyncio.Queue[None] = field(default_factory=asyncio.Queue)  # closed before it finished
     requests: list[dict[str, Any]] = field(default_factory=list)  # every body, in order of arrival
+    traceparents: list[str | None] = field(default_factory=list)  # each request's W3C header
     server: TestServer | None = None
 
     @property
@@ -182,6 +184,7 @@ class FakeProvider:
     async def chat(self, request: web.Request) -> web.StreamResponse:
         body = orjson.loads(await request.read())
         self.requests.append(body)
+        self.traceparents.append(request.headers.get("traceparent"))
         answer = Answer.to(body)
         options = body.get("stream_options") if isinstance(body, dict) else None
         include_usage = isinstance(options, dict) and options.get("include_usage") is True
@@ -258,6 +261,7 @@ class GatewayRig:
     metrics: Metrics | None = None
     timeout_s: float = 30.0  # the upstream timeout
     gateway: Gateway | None = None
+    tracer: Tracer = NOOP_TRACER
 
     async def start(self) -> GatewayRig:
         self.plaintext, key = user_key()
@@ -272,7 +276,8 @@ class GatewayRig:
         self.limiter = Limiter(self.store, self.now)
         self.meter = UsageMeter(self.store, self.now)
         gateway = self.gateway = Gateway(refresher, self._client, SystemClock(), self.guard,
-                                         self.limiter, self.meter, self.metrics, queue=self.queue)
+                                         self.limiter, self.meter, self.metrics, queue=self.queue,
+                                         tracer=self.tracer)
         app = web.Application(middlewares=[openai_errors])
         app[GATEWAY] = gateway
         app.add_routes(bind(data_plane.ENDPOINTS))

@@ -8,14 +8,18 @@ import time
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
+from llmgw.core import tracing
 from llmgw.core.demand import Queued
 from llmgw.core.errors import ModelNotFound, NoReadyReplica, QueueFull, QueueTimeout
-from llmgw.core.settings import ControlSettings
+from llmgw.core.settings import ControlSettings, TelemetrySettings
+from llmgw.core.tracing import Kind
 from llmgw.core.types import ReplicaState
 from llmgw.gateway.queue import QUEUE_FULL_RETRY_S, ColdQueue
 from llmgw.gateway.routing import Route, RoutingTable, Upstream
 from llmgw.gateway.snapshot import Refresher
+from llmgw.server.telemetry import OtelTracer
 from llmgw.store.store import Store
 from tests.factories import KEY_SECRET, gemma_model, node, replica_placed
 
@@ -247,3 +251,22 @@ async def test_a_burst_never_queues_more_than_the_bound() -> None:
     rig.publish(READY)
     assert await asyncio.gather(*[t for t in burst if not t.done()]) == [READY] * 5
     assert rig.queue.depths() == {}
+
+
+async def test_a_traced_wait_is_a_span_under_the_request_with_its_place_and_time() -> None:
+    exporter = InMemorySpanExporter()
+    tracer = OtelTracer(TelemetrySettings(otlp_endpoint="http://collector.invalid:4318"), exporter)
+    rig = Rig()
+    with tracing.active(tracer.root("chat gemma3-270m", Kind.SERVER)):
+        waiting = rig.waiter()
+        await settled()
+        rig.t += 2.5  # the replica took 2.5 s to come up
+        rig.publish(READY)
+        assert await waiting is READY
+    tracer.close()
+
+    spans = {s.name: s for s in exporter.get_finished_spans()}
+    wait, request = spans["queue wait"], spans["chat gemma3-270m"]
+    assert wait.parent is not None and wait.parent.span_id == request.context.span_id
+    assert dict(wait.attributes or {}) == {"gen_ai.request.model": MODEL.name,
+                                           "llmgw.queue.position": 1, "llmgw.queue.waited_s": 2.5}

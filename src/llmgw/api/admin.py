@@ -6,7 +6,7 @@ from dataclasses import asdict
 from typing import Any
 
 from llmgw.api.appkeys import CATALOG, CLUSTER
-from llmgw.api.endpoints import Call, Endpoint
+from llmgw.api.endpoints import Call, Endpoint, who
 from llmgw.core.errors import InvalidRequest
 from llmgw.core.protocol import (
     ClusterOut,
@@ -30,7 +30,7 @@ _HUB = {"kind": "hf", "repo": "unsloth/gemma-3-270m-it-GGUF", "file": "gemma-3-2
 
 def by(key: ApiKey | None) -> str:
     """Who made a change, as the catalog records it."""
-    return f"{key.name} ({key.label})" if key else ""
+    return who(key) if key else ""
 
 
 def _server_set(payload: dict[str, Any], _params: object) -> dict[str, Any]:

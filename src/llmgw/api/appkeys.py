@@ -10,7 +10,8 @@ from llmgw.control.agents import AgentService
 from llmgw.control.catalog import CatalogService
 from llmgw.control.node_admin import NodeAdmin
 from llmgw.control.serve_jobs import ServeJobs
-from llmgw.core.protocol import ClusterOut, JudgeStatusOut
+from llmgw.core.audit import AuditEntry
+from llmgw.core.protocol import AuditQuery, ClusterOut, JudgeStatusOut
 from llmgw.gateway.keys_admin import KeyAdmin
 from llmgw.gateway.metrics import Metrics, MetricsState
 from llmgw.gateway.route_admin import RouteAdmin
@@ -41,6 +42,9 @@ METRICS_PUBLIC = web.AppKey("metrics_public", bool)
 ClusterStatus = Callable[[], Awaitable[ClusterOut]]
 CLUSTER: web.AppKey[ClusterStatus] = web.AppKey("cluster")
 AGENTS = web.AppKey("agents", AgentService)
+# The audit log, read with a query's filters (composed in the server layer over the store).
+AuditReader = Callable[[AuditQuery], Awaitable[list[AuditEntry]]]
+AUDIT: web.AppKey[AuditReader] = web.AppKey("audit")
 # Waits until the server's view of the store is past a revision, or a number of seconds pass;
 # returns the revision then (node agents hold one such call open to learn of placements at once).
 NextRevision = Callable[[int, float], Awaitable[int]]

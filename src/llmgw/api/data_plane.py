@@ -14,8 +14,11 @@ from llmgw.api.context import REQUEST_ID, STARTED
 from llmgw.api.endpoints import JSON, Access, Endpoint, Schema, obj, raw
 from llmgw.api.errors import Handler
 from llmgw.api.replies import write
-from llmgw.core.errors import InvalidRequest
+from llmgw.core import tracing
+from llmgw.core.errors import InvalidRequest, LlmgwError
 from llmgw.core.types import ApiKey, KeyScope
+from llmgw.gateway.service import Gateway
+from llmgw.gateway.traced import request_span
 from llmgw.gateway.wire import anthropic_messages, checks
 from llmgw.gateway.wire.checks import MAX_TOKENS
 from llmgw.gateway.wire.dialect import Api
@@ -37,12 +40,30 @@ def client_key(request: web.Request) -> ApiKey:
 def _proxy(api: Api) -> Handler:
     async def handler(request: web.Request) -> web.StreamResponse:
         gw = request.app[GATEWAY]
+        if gw.tracer.enabled:
+            return await _traced(request, gw, api)
         key = client_key(request)
         body, payload = await read_json(request)
         reply = await gw.forward(key, api, body, payload, request.get(REQUEST_ID, ""), request.get(STARTED))
         return await write(request, reply)
 
     return handler
+
+
+async def _traced(request: web.Request, gw: Gateway, api: Api) -> web.StreamResponse:
+    """The request under its span (the caller's `traceparent` its parent), current while the
+    gateway works and the answer is written, so every span the request makes is its child."""
+    span = request_span(gw.tracer, api, request.headers, request.host, request.path)
+    with tracing.active(span):
+        try:
+            key = client_key(request)
+            body, payload = await read_json(request)
+            reply = await gw.forward(key, api, body, payload, request.get(REQUEST_ID, ""),
+                                     request.get(STARTED))
+            return await write(request, reply)
+        except LlmgwError as exc:
+            span.set("http.response.status_code", exc.status)
+            raise
 
 
 async def list_models(request: web.Request) -> web.Response:

@@ -14,6 +14,7 @@ from pydantic import BaseModel, ValidationError
 
 from llmgw.api.appkeys import GATEWAY
 from llmgw.api.body import json_response, read_json
+from llmgw.core import audit
 from llmgw.core.errors import Forbidden, InvalidRequest, Unauthenticated
 from llmgw.core.types import ApiKey, KeyScope
 from llmgw.gateway.auth import require_admin
@@ -188,7 +189,7 @@ def _route(ep: Endpoint[Any, Any]) -> web.RouteDef:
         payload = (await read_json(request))[1] if ep.body is not None else None
         call = _call(ep, request.app, key, payload, _first(request.query), request.match_info,
                      request)
-        return _answer(await ep.handler(call), ep.status)
+        return _answer(await _handled(ep, call), ep.status)
 
     return web.route(ep.method, ep.path, handle)
 
@@ -215,4 +216,18 @@ async def invoke(ep: Endpoint[Any, Any], app: web.Application, key: ApiKey, *,
     if ep.body is not None and payload is None:
         raise InvalidRequest("request body is empty; send a JSON object")
     call = _call(ep, app, key, payload, dict(query or {}), dict(params or {}), None)
-    return await ep.handler(call)
+    return await _handled(ep, call)
+
+
+async def _handled(ep: Endpoint[B, Q], call: Call[B, Q]) -> Any:
+    """The handler's answer; a write by an admin or user key runs as that key, so every change
+    it makes to the install goes to the audit log under it (the console's writes too)."""
+    if ep.method == "GET" or call.key is None or ep.access not in (Access.ADMIN, Access.KEY):
+        return await ep.handler(call)
+    with audit.acting(who(call.key)):
+        return await ep.handler(call)
+
+
+def who(key: ApiKey) -> str:
+    """Who made a change, as the catalog's `by` and the audit log record it."""
+    return f"{key.name} ({key.label})"

@@ -9,7 +9,16 @@ from typing import Annotated
 
 import typer
 
-from llmgw.cli import ctl_guard, ctl_jobs, ctl_keys, ctl_models, ctl_nodes, ctl_routes, ctl_teams
+from llmgw.cli import (
+    ctl_audit,
+    ctl_guard,
+    ctl_jobs,
+    ctl_keys,
+    ctl_models,
+    ctl_nodes,
+    ctl_routes,
+    ctl_teams,
+)
 from llmgw.cli.context import CtlContext
 
 app = typer.Typer(help="Operate a running llmgw through its admin API.", no_args_is_help=True)
@@ -40,3 +49,4 @@ app.add_typer(ctl_keys.limits_app, name="limits")
 app.add_typer(ctl_routes.route_app, name="route")
 app.add_typer(ctl_teams.team_app, name="team")
 app.command("usage")(ctl_keys.usage)
+app.command("audit")(ctl_audit.audit)

@@ -1,5 +1,6 @@
 """The leader's duties, owned in one place: the replica keeper (which also answers demand:
-cold starts, scaling on load, idle stops, swaps), the judge keeper and the serve jobs.
+cold starts, scaling on load, idle stops, swaps), the judge keeper, the serve jobs and the audit
+log's retention.
 
 `start` runs when this server is elected, `stop` when it is deposed or stops; nothing here runs
 on a follower. Each duty is a loop woken by the change notifier or, failing that, every
@@ -10,24 +11,37 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from datetime import datetime
+from collections.abc import Awaitable, Callable
+from datetime import datetime, timedelta
 
 from llmgw.control.judge_loop import JudgeKeeper
 from llmgw.control.notifier import Notifier
 from llmgw.control.replica_keeper import ReplicaKeeper
 from llmgw.control.serve_jobs import ServeJobs
+from llmgw.core import tracing
 from llmgw.core.clock import Clock
 from llmgw.core.loops import every
 from llmgw.core.settings import ControlSettings
+from llmgw.core.tracing import NOOP_TRACER, Tracer
 
 logger = logging.getLogger(__name__)
+
+# How often the leader drops audit entries older than `audit_days`: retention is in days, so an
+# hour late is on time.
+AUDIT_PRUNE_S = 3600.0
 
 
 class LeaderDuties:
     """Starts and stops the leader-only loops; knows when the replica keeper last finished."""
 
     def __init__(self, keeper: ReplicaKeeper, judges: JudgeKeeper, jobs: ServeJobs,
-                 notifier: Notifier, settings: ControlSettings, clock: Clock) -> None:
+                 notifier: Notifier, settings: ControlSettings, clock: Clock, *,
+                 prune_audit: Callable[[datetime], Awaitable[int]] | None = None,
+                 tracer: Tracer = NOOP_TRACER) -> None:
+        """`prune_audit(before)`: drops audit entries older than `before`, says how many."""
+        self._prune_audit = prune_audit
+        self._tracer = tracer
+        self._audit_wake = asyncio.Event()  # nothing wakes it: it runs hourly
         self.keeper = keeper
         self.judges = judges
         self.jobs = jobs
@@ -62,6 +76,10 @@ class LeaderDuties:
              "serve-jobs"),
         )
         self._tasks = [asyncio.create_task(coro, name=name) for coro, name in loops]
+        if self._prune_audit is not None:
+            self._tasks.append(asyncio.create_task(
+                every(AUDIT_PRUNE_S, self._audit_wake, self._prune, "audit retention", logger),
+                name="audit-retention"))
         logger.info("leader duties started at epoch %d", epoch)
 
     async def stop(self) -> None:
@@ -76,5 +94,13 @@ class LeaderDuties:
         await self.jobs.close()
 
     async def _reconcile(self) -> None:
-        await self.keeper.tick()
+        with tracing.active(self._tracer.root("replica keeper pass")):
+            await self.keeper.tick()
         self.last_pass = self._clock.now()
+
+    async def _prune(self) -> None:
+        assert self._prune_audit is not None
+        before = self._clock.now() - timedelta(days=self._settings.audit_days)
+        if dropped := await self._prune_audit(before):
+            logger.info("audit log: dropped %d entries older than %d days", dropped,
+                        self._settings.audit_days)

@@ -22,10 +22,12 @@ from llmgw.control.judge_keeper import (
     plan,
 )
 from llmgw.control.judge_scaling import Scale
+from llmgw.core import tracing
 from llmgw.core.clock import Clock
 from llmgw.core.errors import LlmgwError
 from llmgw.core.loops import every
 from llmgw.core.protocol import ServeRequest
+from llmgw.core.tracing import NOOP_TRACER, Tracer
 from llmgw.core.types import HubSource, Profile
 
 logger = logging.getLogger(__name__)
@@ -54,7 +56,9 @@ class JudgeKeeper:
         log: LogLike = logger,
         publish: Callable[[KeeperState], Awaitable[object]] | None = None,
         on_scale: Callable[[], None] = lambda: None,
+        tracer: Tracer = NOOP_TRACER,
     ) -> None:
+        self.tracer = tracer
         self._read = read
         self._serve = serve
         self._refit = refit
@@ -106,7 +110,14 @@ class JudgeKeeper:
     async def run(self, interval_s: float) -> None:
         # Elected again: another leader may have published its state meanwhile.
         self._published = None
-        await every(interval_s, self.wake, self.tick, "judge keeper", logger)
+        await every(interval_s, self.wake, self._pass, "judge keeper", logger)
+
+    async def _pass(self) -> None:
+        """One look, traced (a pass that plans nothing is a short span: still worth seeing)."""
+        with tracing.active(self.tracer.root("judge keeper pass")) as span:
+            actions = await self.tick()
+            if span.recording:
+                span.set("llmgw.keeper.actions", [type(a).__name__ for a in actions])
 
     async def _apply(self, action: KeeperAction) -> None:
         match action:

@@ -8,6 +8,7 @@ new leader resumes the unfinished ones (the download resumes where it stopped).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Awaitable, Callable, Coroutine
 from pathlib import Path
@@ -15,10 +16,12 @@ from typing import Any
 
 from llmgw.control.catalog import CatalogService
 from llmgw.control.sizing import estimate
+from llmgw.core import audit, tracing
 from llmgw.core.clock import Clock
 from llmgw.core.errors import Conflict, LlmgwError, Retryable, StaleEpoch
 from llmgw.core.ids import new_id
 from llmgw.core.protocol import JobState, ServeJob, ServeRequest
+from llmgw.core.tracing import NOOP_TRACER, Tracer
 from llmgw.core.types import Engine, HubSource, LocalSource, Model, Profile
 from llmgw.node.files import ModelFiles
 from llmgw.node.gguf_info import read_info
@@ -45,7 +48,9 @@ class ServeJobs:
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
         fence: Callable[[], Fence | None] = lambda: None,
         on_submit: Callable[[], None] = lambda: None,
+        tracer: Tracer = NOOP_TRACER,
     ) -> None:
+        self._tracer = tracer
         self._store = store
         self._files = files
         self._catalog = catalog
@@ -55,7 +60,8 @@ class ServeJobs:
         self._on_submit = on_submit
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._live: dict[str, ServeJob] = {}
-        self._cancelled: set[str] = set()
+        # Jobs an operator cancelled here, and who (the audit log's `by`, None outside the API).
+        self._cancelled: dict[str, str | None] = {}
 
     async def start(self, request: ServeRequest, fence: Fence | None = None) -> ServeJob:
         """Store a queued job for the leader to run (`fence`: the leader's own jobs, written only
@@ -90,7 +96,7 @@ class ServeJobs:
             await asyncio.to_thread(self._store.jobs.cancel, job_id, self._clock.now(),
                                     "cancelled by an operator")
             return await self.get(job_id)
-        self._cancelled.add(job_id)
+        self._cancelled[job_id] = audit.actor()
         task.cancel()
         await asyncio.wait({task})
         return await self.get(job_id)
@@ -128,9 +134,17 @@ class ServeJobs:
     def _forget(self, job_id: str) -> None:
         self._tasks.pop(job_id, None)
         self._live.pop(job_id, None)
-        self._cancelled.discard(job_id)
+        self._cancelled.pop(job_id, None)
 
     async def _run(self, job: ServeJob) -> None:
+        span = self._tracer.root("serve job", attributes={
+            "llmgw.job": job.id, "gen_ai.request.model": job.request.name,
+            "llmgw.job.resumed_from": job.state.value})
+        with tracing.active(span):
+            await self._traced_run(job)
+            span.set("llmgw.job.state", self._live.get(job.id, job).state.value)
+
+    async def _traced_run(self, job: ServeJob) -> None:
         try:
             path = await self._fetch(job)
             warning = await asyncio.to_thread(self._unverified, job.request)
@@ -140,7 +154,11 @@ class ServeJobs:
             await self._add(job, path)
         except asyncio.CancelledError:
             if job.id in self._cancelled:
-                await asyncio.shield(self._set(job, JobState.CANCELLED, error="cancelled by an operator"))
+                # Written as the operator who cancelled it: the audit log has it under them.
+                by = self._cancelled[job.id]
+                with audit.acting(by) if by is not None else contextlib.nullcontext():
+                    await asyncio.shield(self._set(job, JobState.CANCELLED,
+                                                   error="cancelled by an operator"))
             raise
         except StaleEpoch:
             # Deposed mid-job: the job stays as stored, and the next leader resumes it.

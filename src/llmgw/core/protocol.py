@@ -14,6 +14,7 @@ from typing import Generic, Literal, Self, TypeVar
 from pydantic import BaseModel, ConfigDict, Field, computed_field, field_validator
 
 from llmgw.core import names
+from llmgw.core.audit import AuditKind
 from llmgw.core.demand import Evicted
 from llmgw.core.guard import Direction, JudgeFormat, Outcome, Policy, Verdict
 from llmgw.core.routes import RouteSpec
@@ -479,6 +480,18 @@ class VerdictQuery(BaseModel):
                                    description="Only the verdicts on this request (its x-request-id).")
     limit: int = Field(default=100, json_schema_extra={"minimum": 1, "maximum": 10_000},
                        description="At most this many (clamped to 1..10000).")
+
+
+class AuditQuery(BaseModel):
+    """`GET /admin/v1/audit` filters."""
+
+    since: UtcDatetime | None = None
+    who: str | None = Field(default=None, max_length=256,
+                            description="Only changes whose `by` contains this (a key's name).")
+    kind: AuditKind | None = None
+    target: str | None = Field(default=None, max_length=256, description="Only changes to this.")
+    limit: int = Field(default=100, json_schema_extra={"minimum": 1, "maximum": 10_000},
+                       description="At most this many, newest first (clamped to 1..10000).")
 
 
 # The longest an agent's changes call is held open: well inside the agents' own request timeout

@@ -61,6 +61,38 @@ class ControlSettings(BaseModel):
     # scaling.min) when none have for judge_idle_s.
     judge_scale_window_s: float = Field(default=30.0, ge=0)
     judge_idle_s: float = Field(default=300.0, gt=0)
+    # The leader prunes audit log entries older than this many days.
+    audit_days: int = Field(default=90, ge=1, le=36_500)
+
+
+class TelemetrySettings(BaseModel):
+    """Traces (`[telemetry]` in config.toml): off unless `otlp_endpoint` names an OTLP/HTTP
+    collector (`http://collector:4318`; `/v1/traces` is added unless the path already ends so)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    otlp_endpoint: str = ""
+    # The `service.name` spans carry: one name per install, so its servers' spans go together.
+    service_name: str = "llmgw"
+    # The share of new traces kept (a client's sampled traceparent is always followed).
+    sample_ratio: float = Field(default=1.0, ge=0, le=1)
+
+    @field_validator("otlp_endpoint")
+    @classmethod
+    def _http_url(cls, v: str) -> str:
+        if v and not v.startswith(("http://", "https://")):
+            raise ValueError("otlp_endpoint must be an http:// or https:// URL (OTLP over HTTP)")
+        return v
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self.otlp_endpoint)
+
+    @property
+    def traces_url(self) -> str:
+        """Where spans are posted."""
+        base = self.otlp_endpoint.rstrip("/")
+        return base if base.endswith("/v1/traces") else base + "/v1/traces"
 
 
 # Keys of ControlSettings that earlier versions read from `[server]`: still accepted there.
@@ -99,6 +131,7 @@ class ServerSettings(BaseModel):
     provider_key_env: list[str] = Field(default_factory=list)
 
     control: ControlSettings = Field(default_factory=ControlSettings)
+    telemetry: TelemetrySettings = Field(default_factory=TelemetrySettings)
 
     @model_validator(mode="before")
     @classmethod
@@ -170,8 +203,9 @@ def load(data_dir: Path) -> ServerSettings:
         raise ConfigError(f"cannot read {path}: {exc}") from exc
     try:
         section = dict(raw.get("server", {}))
-        if "control" in raw:
-            section["control"] = raw["control"]
+        for table in ("control", "telemetry"):
+            if table in raw:
+                section[table] = raw[table]
         return ServerSettings.model_validate(section)
     except ValidationError as exc:
         # Each error's field and message only: pydantic's full text quotes the input value, which
@@ -187,8 +221,9 @@ def dump(settings: ServerSettings) -> str:
     """TOML text for a settings object (scalars and lists of strings, so no TOML writer is
     needed)."""
     lines = ["# llmgw install configuration, written by `llmgw server init`."]
-    server = settings.model_dump(exclude={"control"})
-    for section, values in (("server", server), ("control", settings.control.model_dump())):
+    server = settings.model_dump(exclude={"control", "telemetry"})
+    for section, values in (("server", server), ("control", settings.control.model_dump()),
+                            ("telemetry", settings.telemetry.model_dump())):
         lines.append(f"[{section}]")
         lines += [f"{name} = {_toml(value)}" for name, value in values.items()]
     return "\n".join(lines) + "\n"

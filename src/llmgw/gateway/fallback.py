@@ -15,6 +15,7 @@ import time
 from dataclasses import replace
 from datetime import UTC, datetime
 
+from llmgw.core import tracing
 from llmgw.core.errors import (
     LlmgwError,
     NoReadyReplica,
@@ -106,6 +107,10 @@ async def reach(transport: Transport, call: UpstreamCall, out: Outbound,
                 logger.warning("route %s: %s failed (%s); trying %s", spec.name, name,
                                failed.kind.value, nxt)
                 router.fell_back(spec, name, nxt, failed.kind)
+                span = tracing.current()
+                if span.recording:
+                    span.event("llmgw.fallback", {"llmgw.route": spec.name, "llmgw.from": name,
+                                                  "llmgw.to": nxt, "llmgw.reason": failed.kind.value})
             continue
         router.succeeded(spec, name)
         exchange.target = name
@@ -155,5 +160,9 @@ async def _attempt(transport: Transport, call: UpstreamCall, out: Outbound, plan
         if wait is None or retry >= rule.attempts or time.monotonic() + wait >= deadline:
             raise Failed(kind, error)
         plan.router.retried(plan.spec, target, kind)
+        span = tracing.current()
+        if span.recording:
+            span.event("llmgw.retry", {"llmgw.route": plan.spec.name, "llmgw.target": target,
+                                       "llmgw.reason": kind.value, "llmgw.retry": retry + 1})
         retry += 1
         await plan.router.sleep(wait)

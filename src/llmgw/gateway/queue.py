@@ -14,6 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
+from llmgw.core import tracing
 from llmgw.core.demand import Queued
 from llmgw.core.errors import NoReadyReplica, QueueFull, QueueTimeout
 from llmgw.core.settings import ControlSettings
@@ -83,7 +84,12 @@ class ColdQueue:
         try:
             if len(line) == 1:
                 self._on_cold(name)
-            return await self._until_ready(waiter, current)
+            attributes: tracing.Attributes = {"gen_ai.request.model": name,
+                                              "llmgw.queue.position": len(line)}
+            with tracing.spanned("queue wait", attributes=attributes) as span:
+                ready = await self._until_ready(waiter, current)
+                span.set("llmgw.queue.waited_s", round(self._monotonic() - waiter.arrived, 3))
+                return ready
         finally:
             line.remove(waiter)
             if not line:

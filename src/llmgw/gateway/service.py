@@ -13,9 +13,11 @@ from typing import Any
 
 import orjson
 
+from llmgw.core import tracing
 from llmgw.core.clock import Clock
 from llmgw.core.errors import Forbidden, GuardBlocked, LlmgwError, ModelNotFound, QueueFull
 from llmgw.core.guard import Direction, Policy
+from llmgw.core.tracing import NOOP_TRACER, Tracer
 from llmgw.core.types import ApiKey, KeyScope, Model
 from llmgw.gateway.auth import may_use, team_allows
 from llmgw.gateway.call import Exchange, Reply, UpstreamCall
@@ -26,6 +28,7 @@ from llmgw.gateway.queue import ColdQueue
 from llmgw.gateway.relay import Outbound, outbound, send
 from llmgw.gateway.routes import Plan, Router, resolve
 from llmgw.gateway.snapshot import Refresher
+from llmgw.gateway.traced import TracedTap, asked, ended
 from llmgw.gateway.transport import Transport
 from llmgw.gateway.usage import Tokens, UsageMeter, UsageTap
 from llmgw.gateway.wire import anthropic_messages, openai_chat, openai_responses, translate
@@ -79,10 +82,12 @@ class Gateway:
         *,
         queue: ColdQueue | None = None,
         router: Router | None = None,
+        tracer: Tracer = NOOP_TRACER,
     ) -> None:
         self._refresher = refresher
         # Routes' cooldowns and fallback counts, this server's.
         self.router = router or Router(clock)
+        self.tracer = tracer  # the data plane's edge makes each request's span with it
         self.queue = queue
         self._transport = transport
         self._clock = clock
@@ -139,6 +144,9 @@ class Gateway:
         sent = time.monotonic()
         call = UpstreamCall(route, body, payload, api, wire, ask, request_id, key,
                             started if started is not None else sent, plan)
+        span = tracing.current()
+        if span.recording:
+            asked(span, call)
         free = api == Api.COUNT_TOKENS  # counting generates nothing: it costs a request, no tokens
         # A provider without a counting endpoint gets no call: llmgw estimates. Otherwise the
         # upstream request is built (translated) before admission, so a request the translation
@@ -148,10 +156,15 @@ class Gateway:
         limiter = self.limiter
         ticket = limiter.admit(key, 0 if free else reserve_estimate(ask.max_tokens, len(body))) \
             if limiter else None
-        exchange = Exchange(UsageTap(out.wire.usage, out.wire.answer_text) if out else UsageTap())
+        tap = TracedTap if span.recording else UsageTap
+        exchange = Exchange(tap(out.wire.usage, out.wire.answer_text) if out else tap())
 
         def account(status: int, code: str = "", blocked: bool = False) -> None:
             self._account(call, exchange, ticket, sent, status, code, blocked)
+            if span.recording:
+                free = call.api == Api.COUNT_TOKENS
+                ended(span, exchange, Tokens() if free else
+                      exchange.tap.result(prompt_estimate=math.ceil(len(call.body) / 4)), status, code)
 
         if out is None:
             account(200)  # counted as a native count is: a request, no tokens

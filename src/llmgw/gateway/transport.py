@@ -15,8 +15,11 @@ import time
 from collections.abc import AsyncGenerator, Callable, Iterator, Mapping
 
 import aiohttp
+from yarl import URL
 
+from llmgw.core import tracing
 from llmgw.core.errors import LlmgwError, UpstreamError, UpstreamTimeout, UpstreamUnreachable
+from llmgw.core.tracing import Kind, Span
 from llmgw.gateway.routing import Route, Upstream, choose
 from llmgw.gateway.upstream_errors import MAX_ERROR_BODY, upstream_failure
 
@@ -37,10 +40,11 @@ MAX_ANSWER_BYTES = 256 * 1024 * 1024
 class Connection:
     """An upstream's answer whose headers arrived; the upstream counts as busy until `release`."""
 
-    def __init__(self, up: Upstream, resp: aiohttp.ClientResponse) -> None:
+    def __init__(self, up: Upstream, resp: aiohttp.ClientResponse, span: Span = tracing.NOOP) -> None:
         self.up = up
         self._resp = resp
         self._released = False
+        self._span = span  # the attempt's: it lasts until the answer is given back
 
     @property
     def status(self) -> int:
@@ -67,6 +71,7 @@ class Connection:
             self.up.outstanding -= 1
             # Idle counts from when the last answer ended, not when it began.
             self.up.last_used = time.time()
+            self._span.end()
 
     def drop(self) -> None:
         """Close the connection now: its answer is no longer wanted."""
@@ -119,6 +124,15 @@ class Connection:
             yield chunk
 
 
+def attempt(span: Span, up: Upstream, path: str, retry: int) -> None:
+    """What an upstream attempt's span says: where it went and whether it is a retry."""
+    url = URL(up.base_url)
+    span.rename(f"POST {shown(up)}")
+    span.update({"server.address": url.host or "", "server.port": url.port or 0,
+                 "url.path": url.path.rstrip("/") + path, "llmgw.upstream": shown(up),
+                 "llmgw.retry": retry})
+
+
 def shown(up: Upstream) -> str:
     """An upstream's name as errors show it (a provider's model name, not its URL)."""
     return up.id.removeprefix("remote:")
@@ -167,6 +181,10 @@ class Transport:
             up = choose(route, tried, self._turn)
             headers = {"Content-Type": "application/json", "Accept-Encoding": "identity",
                        **up.headers}
+            span = tracing.child("upstream", Kind.CLIENT)
+            if span.recording:
+                attempt(span, up, path, len(tried))
+            span.inject(headers)
             up.outstanding += 1
             up.last_used = time.time()
             try:
@@ -179,6 +197,8 @@ class Transport:
                 # Nothing was sent: trying another upstream cannot run the request twice.
                 up.outstanding -= 1
                 up.down_until = time.monotonic() + DOWN_FOR_S
+                span.fail("connect_error")
+                span.end()
                 logger.warning("upstream %s could not be reached: %s", up.id, exc)
                 tried = tried | {up.id}
                 if len(tried) >= 2 or len(tried) >= len(route.upstreams):
@@ -187,9 +207,15 @@ class Transport:
                     ) from exc
             except BaseException as exc:  # failed or cancelled while sending
                 up.outstanding -= 1
+                span.fail(tracing.error_type(exc))
+                span.end()
                 with mapped(shown(up)):
                     raise exc
-        conn = Connection(up, resp)
+        if span.recording:
+            span.set("http.response.status_code", resp.status)
+            if resp.status >= 400:
+                span.fail(str(resp.status))
+        conn = Connection(up, resp, span)
         encoding = resp.headers.get("Content-Encoding", "").strip().lower() or "identity"
         if encoding not in DECODED:
             conn.release()

@@ -22,6 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 
+from llmgw.core import tracing
 from llmgw.core.errors import (
     GuardBlocked,
     GuardUnavailable,
@@ -42,6 +43,7 @@ from llmgw.core.guard import (
     VerdictRecord,
 )
 from llmgw.core.judges import DEFAULT_JUDGE
+from llmgw.core.tracing import Kind
 from llmgw.guard.judge_client import JudgeClient
 from llmgw.guard.prompts import Turn
 
@@ -180,7 +182,8 @@ class Guard:
         self, policy: Policy, direction: Direction, turns: list[Turn], info: RequestInfo
     ) -> LlmgwError | None:
         answers = await asyncio.gather(
-            *(self.ask(j, direction, turns, policy.budget_ms) for j in self._answering(policy.judges))
+            *(self.ask(j, direction, turns, policy.budget_ms, policy.name)
+              for j in self._answering(policy.judges))
         )
         blocked: GuardBlocked | None = None
         failed: Answer | None = None
@@ -220,12 +223,30 @@ class Guard:
             )
         return None
 
-    async def ask(self, judge: str, direction: Direction, turns: list[Turn], budget_ms: int) -> Answer:
-        """One judge's answer within `budget_ms`, failures included (never raises for them).
+    async def ask(self, judge: str, direction: Direction, turns: list[Turn], budget_ms: int,
+                  policy: str = "") -> Answer:
+        """One judge's answer within `budget_ms`, failures included (never raises for them),
+        under a span of its own (the judged text in it only when `log_prompts` is on).
 
         Every judgment goes through here: a policy's, a stream window's, a moderation's, an
         operator's (`ctl guard eval`). A judgment the judge could not answer in time is not sent
         and fails as `failed_shed` at once (see `admission`)."""
+        attributes = {"llmgw.guard.judge": judge, "llmgw.guard.direction": direction.value,
+                      "llmgw.guard.budget_ms": budget_ms, "llmgw.guard.policy": policy}
+        with tracing.spanned(f"judge {judge}", Kind.CLIENT, attributes) as span:
+            answer = await self._ask(judge, direction, turns, budget_ms)
+            if span.recording:
+                span.update({"llmgw.guard.outcome": answer.outcome.value,
+                             "llmgw.guard.latency_ms": round(answer.latency_ms, 1)})
+                if answer.verdict is not None and answer.verdict.categories:
+                    span.set("llmgw.guard.categories", answer.verdict.categories)
+                if answer.error:
+                    span.fail(answer.outcome.value)
+                if self._view().log_prompts:
+                    span.set("llmgw.guard.text", _joined(turns))
+            return answer
+
+    async def _ask(self, judge: str, direction: Direction, turns: list[Turn], budget_ms: int) -> Answer:
         start = self._monotonic()
 
         def took() -> float:

@@ -12,6 +12,7 @@ from typing import Any, Protocol
 import aiohttp
 import orjson
 
+from llmgw.core import tracing
 from llmgw.core.errors import LlmgwError, NoReadyReplica, UpstreamError
 from llmgw.core.guard import Direction, JudgeFormat, JudgeLoad, JudgeSpec, Verdict
 from llmgw.guard import grammars, prompts, verdicts
@@ -153,6 +154,8 @@ class JudgeClient:
             raise NoReadyReplica(f"judge {judge} has no ready replica")
         request = completion_body(targets[0].spec, direction, turns)
         queue = self._queue(judge, targets)
+        headers = {"Content-Type": "application/json"}
+        tracing.current().inject(headers)  # the judgment's span, when the request is traced
         async with asyncio.timeout(timeout_s) as budget:
             slot = await queue.acquire(request["prompt"], self._monotonic() + timeout_s)
             sent = self._monotonic()
@@ -167,7 +170,7 @@ class JudgeClient:
                 async with self._session.post(
                     target.base_url + "/completion",
                     data=orjson.dumps(request),
-                    headers={"Content-Type": "application/json", **target.headers},
+                    headers={**headers, **target.headers},
                 ) as resp:
                     raw = await resp.read()
                     if resp.status != 200:

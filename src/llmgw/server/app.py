@@ -15,6 +15,7 @@ from aiohttp import web
 from llmgw.api import routes
 from llmgw.api.appkeys import (
     AGENTS,
+    AUDIT,
     CATALOG,
     CHANGES,
     CLUSTER,
@@ -46,6 +47,7 @@ from llmgw.core.clock import Clock, SystemClock
 from llmgw.core.errors import LlmgwError
 from llmgw.core.protocol import ClusterOut, LeaseOut
 from llmgw.core.settings import ServerSettings
+from llmgw.core.tracing import NOOP_TRACER, Tracer
 from llmgw.core.types import ReplicaState
 from llmgw.gateway.inflight import InFlight
 from llmgw.gateway.keys_admin import KeyAdmin
@@ -57,7 +59,7 @@ from llmgw.node.agent import AgentConfig, NodeAgent
 from llmgw.node.files import ModelFiles
 from llmgw.server import judges, wiring
 from llmgw.server.cluster import Leadership, server_views
-from llmgw.server.plane import DataPlane
+from llmgw.server.plane import DataPlane, make_tracer
 from llmgw.server.plane import build as build_plane
 from llmgw.server.workers import Peers, is_worker_row
 from llmgw.store.store import Store
@@ -96,9 +98,11 @@ class Server:
     # Requests in flight per key, shared with those workers.
     flight: InFlight | None = None
     plane: DataPlane | None = None
+    tracer: Tracer = NOOP_TRACER  # set by build_app from `[telemetry]`
 
     def build_app(self) -> web.Application:
         s, control, store, clock = self.settings, self.settings.control, self.store, self.clock
+        tracer = self.tracer = make_tracer(s.telemetry)
         node_timeout = timedelta(seconds=control.node_timeout_s)
         notifier = Notifier()
         leadership = Leadership(clock, self.server_id) if self.server_id else Leadership(clock)
@@ -106,7 +110,8 @@ class Server:
 
         # The request path: a snapshot of the store, rebuilt when its revision moves.
         engine_key = store.install.engine_key()
-        plane = build_plane(store, s, clock, leadership.server_id, notifier.changed, self.flight)
+        plane = build_plane(store, s, clock, leadership.server_id, notifier.changed, self.flight,
+                            tracer)
         self.plane = plane
         refresher, metrics = plane.refresher, plane.metrics
         notifier.watch(refresher.wake)
@@ -134,7 +139,7 @@ class Server:
                                  node_timeout=node_timeout, model_roots=s.model_dirs(self.data_dir),
                                  provider_key_env=s.provider_key_env, read_activity=read_activity)
         jobs = ServeJobs(store, files, catalog, clock, fence=leadership.fence,
-                         on_submit=notifier.changed)
+                         on_submit=notifier.changed, tracer=tracer)
         keeper = ReplicaKeeper(wiring.keeper_reader(store),
                                wiring.keeper_applier(store, clock, leadership.fence), clock,
                                on_change=notifier.changed, node_timeout=node_timeout,
@@ -148,7 +153,9 @@ class Server:
                                      timedelta(seconds=s.server_timeout_s), keeper.wake.set,
                                      timedelta(seconds=control.judge_scale_window_s),
                                      timedelta(seconds=control.judge_idle_s))
-        duties = LeaderDuties(keeper, judge_keeper, jobs, notifier, control, clock)
+        judge_keeper.tracer = tracer
+        duties = LeaderDuties(keeper, judge_keeper, jobs, notifier, control, clock,
+                              prune_audit=wiring.audit_pruner(store), tracer=tracer)
 
         app = web.Application(middlewares=[openai_errors], client_max_size=s.max_body_bytes)
         app[METRICS] = metrics
@@ -173,6 +180,7 @@ class Server:
                                    servers_nodes=frozenset({"local", s.node_id}))
         app[NODES] = NodeAdmin(store, clock, control.node_timeout_s, on_change=notifier.settle)
         app[CLUSTER] = lambda: self._cluster_status(leadership, duties)
+        app[AUDIT] = wiring.audit_reader(store)
 
         async def next_revision(since: int, wait_s: float) -> int:
             # A change is announced before this server's snapshot has it (`settle`): look
@@ -203,6 +211,7 @@ class Server:
             await plane.stop()  # a clean shutdown loses no usage
             await self._quietly(store.servers.remove, leadership.server_id)
             store.close()
+            await asyncio.to_thread(tracer.close)  # exports the spans still buffered
 
         app.cleanup_ctx.append(lifecycle)
         return app

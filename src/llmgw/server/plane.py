@@ -10,7 +10,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from llmgw.core.clock import Clock
-from llmgw.core.settings import ServerSettings
+from llmgw.core.settings import ServerSettings, TelemetrySettings
+from llmgw.core.tracing import NOOP_TRACER, Tracer
 from llmgw.gateway.activity import ActivityTracker
 from llmgw.gateway.inflight import InFlight, LocalInFlight
 from llmgw.gateway.limits import Limiter
@@ -35,6 +36,16 @@ VERDICT_FLUSH_S = 1.0
 ACCOUNTING_S = 1.0
 
 Spawn = Callable[[Coroutine[Any, Any, None], str], None]
+
+
+def make_tracer(settings: TelemetrySettings) -> Tracer:
+    """The OpenTelemetry-backed tracer when an OTLP endpoint is set; otherwise the no-op one,
+    and neither the SDK nor an exporter is loaded."""
+    if not settings.enabled:
+        return NOOP_TRACER
+    from llmgw.server.telemetry import OtelTracer  # only an install that traces loads the SDK
+
+    return OtelTracer(settings)
 
 
 @dataclass
@@ -77,11 +88,12 @@ class DataPlane:
 
 
 def build(store: Store, settings: ServerSettings, clock: Clock, activity_id: str,
-          on_change: Callable[[], None] = lambda: None, flight: InFlight | None = None
-          ) -> DataPlane:
+          on_change: Callable[[], None] = lambda: None, flight: InFlight | None = None,
+          tracer: Tracer = NOOP_TRACER) -> DataPlane:
     """The data plane over `store`. `activity_id` is the server row its demand is written to;
     `on_change` is told when the snapshot or the demand changed (the main process wakes its
-    control loops with it); `flight` counts requests in flight (shared by a server's workers)."""
+    control loops with it); `flight` counts requests in flight (shared by a server's workers);
+    `tracer` records the requests' spans."""
     s = settings
     engine_key = store.install.engine_key()
     # Requests for a model with no ready replica wait here; the first one of a cold spell is
@@ -111,6 +123,6 @@ def build(store: Store, settings: ServerSettings, clock: Clock, activity_id: str
     router = Router(clock)
     metrics.registry.register(RouteMetrics(router, lambda: refresher.current.route_specs, clock))
     gateway = Gateway(refresher, client, clock, guard, limiter, meter, metrics, queue=queue,
-                      router=router)
+                      router=router, tracer=tracer)
     return DataPlane(refresher, queue, tracker, demand, client, judge_client, metrics,
                      verdict_log, guard, meter, limiter, router, gateway)

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from llmgw.control.replica_keeper import Action, Forget, Pend, Place, Stop, new_replica
+from llmgw.core.audit import AuditEntry
 from llmgw.core.clock import Clock
 from llmgw.core.demand import Activity, Evicted
 from llmgw.core.guard import VerdictRecord
+from llmgw.core.protocol import AuditQuery
 from llmgw.core.types import Model, Node, Replica, ReplicaState
 from llmgw.gateway.metrics import Metrics
 from llmgw.node.agent import Assignment
@@ -164,3 +166,22 @@ def verdict_writer(store: Store) -> Callable[[list[VerdictRecord]], Awaitable[No
         await asyncio.to_thread(store.guard.add_verdicts, records)
 
     return run
+
+
+def audit_reader(store: Store) -> Callable[[AuditQuery], Awaitable[list[AuditEntry]]]:
+    """The audit log as `GET /admin/v1/audit` reads it."""
+
+    async def read(q: AuditQuery) -> list[AuditEntry]:
+        return await asyncio.to_thread(lambda: store.audit.entries(
+            since=q.since, who=q.who, kind=q.kind, target=q.target, limit=q.limit))
+
+    return read
+
+
+def audit_pruner(store: Store) -> Callable[[datetime], Awaitable[int]]:
+    """Drops audit entries older than a time (the leader's retention duty)."""
+
+    async def prune(before: datetime) -> int:
+        return await asyncio.to_thread(store.audit.prune, before)
+
+    return prune

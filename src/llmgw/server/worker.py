@@ -31,7 +31,7 @@ from llmgw.core.clock import SystemClock
 from llmgw.core.settings import ServerSettings, load
 from llmgw.gateway.inflight import SharedInFlight
 from llmgw.server import logs
-from llmgw.server.plane import DataPlane
+from llmgw.server.plane import DataPlane, make_tracer
 from llmgw.server.plane import build as build_plane
 from llmgw.server.run import GC_THRESHOLDS, app_runner, edge_limits, raise_open_files_limit
 from llmgw.server.workers import IN_FLIGHT, MAIN_SOCKET, worker_row, worker_socket
@@ -96,7 +96,8 @@ async def serve(data_dir: Path, host: str, port: int, index: int, run_dir: Path,
     clock = SystemClock()
     row = worker_row(server_id, index)
     flight = SharedInFlight(run_dir / IN_FLIGHT, workers, index)
-    plane = build_plane(store, settings, clock, row, flight=flight)
+    tracer = make_tracer(settings.telemetry)  # each process exports its own spans
+    plane = build_plane(store, settings, clock, row, flight=flight, tracer=tracer)
     tasks: list[asyncio.Task[None]] = []
 
     def spawn(coro: Coroutine[Any, Any, None], name: str) -> None:
@@ -146,6 +147,7 @@ async def serve(data_dir: Path, host: str, port: int, index: int, run_dir: Path,
         await private.cleanup()
         flight.close()
         store.close()
+        await asyncio.to_thread(tracer.close)  # exports the spans still buffered
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -11,8 +11,10 @@ from pydantic import ValidationError
 from sqlalchemy import Engine, delete, insert, select, update
 from sqlalchemy.exc import IntegrityError
 
+from llmgw.core.audit import AuditKind
 from llmgw.core.errors import Conflict, ModelNotFound
 from llmgw.core.types import Model, Profile, Scaling
+from llmgw.store.audit_repo import record
 from llmgw.store.db import bump_revision, utc
 from llmgw.store.lease_repo import Fence
 from llmgw.store.schema import models, replicas
@@ -71,6 +73,7 @@ class CatalogRepo:
                         name=model.name, spec=spec, by=by, created_at=now, updated_at=now
                     )
                 )
+                record(conn, AuditKind.MODEL, "add", model.name, None, spec, now)
                 bump_revision(conn)
         except IntegrityError as exc:
             raise Conflict(f"model {model.name!r} already exists", param="name") from exc
@@ -86,6 +89,8 @@ class CatalogRepo:
             conn.execute(
                 update(models).where(models.c.name == name).values(spec=spec, by=by, updated_at=now)
             )
+            record(conn, AuditKind.MODEL, "scale", name, {"scaling": row.spec.get("scaling")},
+                   {"scaling": spec["scaling"]}, now)
             bump_revision(conn)
         return self.get(name)
 
@@ -104,14 +109,18 @@ class CatalogRepo:
             conn.execute(
                 update(models).where(models.c.name == name).values(spec=spec, by=by, updated_at=now)
             )
+            record(conn, AuditKind.MODEL, "set_profiles", name,
+                   {"profiles": row.spec.get("profiles")}, {"profiles": spec["profiles"]}, now)
             bump_revision(conn)
         return self.get(name)
 
     def remove(self, name: str) -> None:
         """Remove an entry; its replicas are marked stopping so node agents stop them."""
         with self._engine.begin() as conn:
+            row = conn.execute(select(models.c.spec).where(models.c.name == name)).one_or_none()
             gone = conn.execute(delete(models).where(models.c.name == name)).rowcount
-            if not gone:
+            if not gone or row is None:
                 raise ModelNotFound(f"model {name!r} is not in the catalog", param="name")
+            record(conn, AuditKind.MODEL, "remove", name, row.spec, None)
             conn.execute(update(replicas).where(replicas.c.model == name).values(state="stopping"))
             bump_revision(conn)

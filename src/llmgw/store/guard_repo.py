@@ -7,8 +7,10 @@ from typing import Any
 
 from sqlalchemy import Engine, delete, insert, select, update
 
+from llmgw.core.audit import AuditKind
 from llmgw.core.errors import NotFound
 from llmgw.core.guard import Direction, JudgeSpec, Outcome, Policy, VerdictRecord
+from llmgw.store.audit_repo import record
 from llmgw.store.db import bump_revision, utc
 from llmgw.store.schema import enabled_judges, meta, policies, verdicts
 
@@ -33,14 +35,18 @@ class GuardRepo:
         """Create or replace a policy."""
         spec = policy.model_dump(mode="json", exclude={"name", "by", "updated_at"})
         with self._engine.begin() as conn:
+            old = conn.execute(select(policies.c.spec).where(policies.c.name == policy.name)).one_or_none()
             conn.execute(delete(policies).where(policies.c.name == policy.name))
             conn.execute(insert(policies).values(name=policy.name, spec=spec, by=by, updated_at=now))
+            record(conn, AuditKind.POLICY, "set", policy.name, old.spec if old else None, spec, now)
             bump_revision(conn)
 
     def remove_policy(self, name: str) -> None:
         with self._engine.begin() as conn:
+            old = conn.execute(select(policies.c.spec).where(policies.c.name == name)).one_or_none()
             if not conn.execute(delete(policies).where(policies.c.name == name)).rowcount:
                 raise NotFound(f"policy {name!r} does not exist", param="name")
+            record(conn, AuditKind.POLICY, "remove", name, old.spec if old else None, None)
             bump_revision(conn)
 
     def switches(self) -> dict[str, bool]:
@@ -51,7 +57,11 @@ class GuardRepo:
     def set_switch(self, name: str, on: bool) -> None:
         assert name in SWITCHES
         with self._engine.begin() as conn:
+            was = conn.execute(select(meta.c.value).where(meta.c.key == name)).scalar_one_or_none()
             conn.execute(update(meta).where(meta.c.key == name).values(value=int(on)))
+            if was is None or bool(was) != on:  # setting a switch as it is changes nothing
+                record(conn, AuditKind.SWITCH, "set", name,
+                       None if was is None else {"on": bool(was)}, {"on": on})
             bump_revision(conn)
 
     def enabled_judges(self) -> list[JudgeSpec]:
@@ -61,9 +71,12 @@ class GuardRepo:
 
     def enable_judge(self, spec: JudgeSpec, by: str, now: datetime) -> None:
         with self._engine.begin() as conn:
+            old = conn.execute(select(enabled_judges.c.spec)
+                               .where(enabled_judges.c.name == spec.name)).one_or_none()
             conn.execute(delete(enabled_judges).where(enabled_judges.c.name == spec.name))
-            conn.execute(insert(enabled_judges).values(
-                name=spec.name, spec=spec.model_dump(mode="json"), by=by, created_at=now))
+            after = spec.model_dump(mode="json")
+            conn.execute(insert(enabled_judges).values(name=spec.name, spec=after, by=by, created_at=now))
+            record(conn, AuditKind.JUDGE, "enable", spec.name, old.spec if old else None, after, now)
             bump_revision(conn)
 
     def add_verdicts(self, records: list[VerdictRecord]) -> None:

@@ -9,8 +9,10 @@ from typing import Any
 from pydantic import ValidationError
 from sqlalchemy import Engine, insert, select, update
 
+from llmgw.core.audit import AuditKind
 from llmgw.core.errors import NotFound
 from llmgw.core.protocol import JobState, ServeJob, ServeRequest
+from llmgw.store.audit_repo import record
 from llmgw.store.db import bump_revision, utc
 from llmgw.store.lease_repo import Fence
 from llmgw.store.schema import serve_jobs
@@ -85,6 +87,8 @@ class JobRepo:
                     updated_at=now,
                 )
             )
+            record(conn, AuditKind.JOB, "start", job.id, None,
+                   {"model": job.model, "request": job.request.model_dump(mode="json")}, now)
             # A job submitted to a follower must reach the leader, which runs every job.
             bump_revision(conn)
 
@@ -98,21 +102,30 @@ class JobRepo:
         with self._engine.begin() as conn:
             if fence is not None:
                 fence(conn)
-            return bool(conn.execute(
+            was = conn.execute(select(serve_jobs.c.state).where(serve_jobs.c.id == job_id)).scalar()
+            changed = bool(conn.execute(
                 update(serve_jobs)
                 .where(serve_jobs.c.id == job_id, serve_jobs.c.state.notin_(_FINISHED))
                 .values(**fields, updated_at=now)
             ).rowcount)
+            if changed and fields.get("state") == JobState.CANCELLED.value:
+                # The runner stopping a job an operator cancelled here (`ServeJobs.cancel`).
+                record(conn, AuditKind.JOB, "cancel", job_id, {"state": was},
+                       {"state": JobState.CANCELLED.value}, now)
+            return changed
 
     def cancel(self, job_id: str, now: datetime, error: str) -> bool:
         """Mark a job that has not finished cancelled, from any server: the leader running it
         sees the change and stops it. False when it had finished already."""
         with self._engine.begin() as conn:
+            was = conn.execute(select(serve_jobs.c.state).where(serve_jobs.c.id == job_id)).scalar()
             done = conn.execute(
                 update(serve_jobs)
                 .where(serve_jobs.c.id == job_id, serve_jobs.c.state.notin_(_FINISHED))
                 .values(state=JobState.CANCELLED.value, error=error, updated_at=now)
             ).rowcount
             if done:
+                record(conn, AuditKind.JOB, "cancel", job_id, {"state": was},
+                       {"state": JobState.CANCELLED.value}, now)
                 bump_revision(conn)
         return bool(done)

@@ -10,8 +10,10 @@ from typing import Any
 
 from sqlalchemy import Connection, Engine, delete, insert, select, update
 
+from llmgw.core.audit import AuditKind
 from llmgw.core.errors import Conflict, Forbidden, NotFound, RateLimited, Unauthenticated
 from llmgw.core.types import ApiKey, KeyScope, Limits
+from llmgw.store.audit_repo import record
 from llmgw.store.db import bump_revision, utc
 from llmgw.store.schema import api_keys, settings
 
@@ -90,6 +92,10 @@ class KeyRepo:
                 # The keys the old one minted stay in the family, under its successor.
                 conn.execute(update(api_keys).where(api_keys.c.minted_by == revoke)
                              .values(minted_by=key.id))
+                record(conn, AuditKind.KEY, "revoke", revoke, {"revoked": False},
+                       {"revoked": True, "rotated_to": key.id}, now)
+            record(conn, AuditKind.KEY, "rotate" if revoke else "create", key.id, None,
+                   audited(key), now)
 
     def revoke(self, key_id: str) -> int:
         """Revoke a key and, for a user key, every key minted beneath it; how many of those."""
@@ -104,6 +110,10 @@ class KeyRepo:
             beneath = [r.id for r in _beneath(rows, key_id)] if family else []
             conn.execute(update(api_keys).where(api_keys.c.id.in_([key_id, *beneath]))
                          .values(revoked=True))
+            if not target.revoked:
+                record(conn, AuditKind.KEY, "revoke", key_id,
+                       {"name": target.name, "revoked": False},
+                       {"name": target.name, "revoked": True, "minted_keys_revoked": beneath})
         return len(beneath)
 
     def default_limits(self) -> Limits:
@@ -115,10 +125,20 @@ class KeyRepo:
 
     def set_default_limits(self, limits: Limits) -> None:
         with self._engine.begin() as conn:
+            old = conn.execute(select(settings.c.value)
+                               .where(settings.c.name == "default_limits")).scalar_one_or_none()
             conn.execute(delete(settings).where(settings.c.name == "default_limits"))
-            conn.execute(insert(settings).values(name="default_limits",
-                                                 value=limits.model_dump(exclude_none=True)))
+            new = limits.model_dump(exclude_none=True)
+            conn.execute(insert(settings).values(name="default_limits", value=new))
+            record(conn, AuditKind.LIMITS, "set", "default", old or {}, new)
             bump_revision(conn)
+
+
+def audited(key: ApiKey) -> dict[str, Any]:
+    """What the audit log says of a key: everything but its hash (the secret is never stored)."""
+    out = key.model_dump(mode="json", exclude={"hash"})
+    out["limits"] = key.limits.model_dump(exclude_none=True)  # as stored: the limits it has
+    return out
 
 
 def _rows(conn: Connection) -> Sequence[Any]:

@@ -10,8 +10,10 @@ from typing import Any
 
 from sqlalchemy import Connection, Engine, delete, insert, select, text, update
 
+from llmgw.core.audit import AuditKind
 from llmgw.core.errors import Forbidden, InvalidRequest, NodeIdTaken, Unauthenticated
 from llmgw.core.types import Node
+from llmgw.store.audit_repo import record
 from llmgw.store.db import bump_revision, utc
 from llmgw.store.schema import api_keys, nodes, replicas
 
@@ -157,6 +159,8 @@ class NodeRepo:
                 return None
             labels = {k: v for k, v in {**(row.labels or {}), **set}.items() if k not in remove}
             conn.execute(update(nodes).where(nodes.c.id == node_id).values(labels=labels))
+            record(conn, AuditKind.NODE, "label", node_id, {"labels": row.labels or {}},
+                   {"labels": labels})
             bump_revision(conn)
             return self._get(conn, node_id)
 
@@ -178,11 +182,17 @@ class NodeRepo:
                 values["cordoned"] = True
         with self._engine.begin() as conn:
             if values:
+                was = conn.execute(select(nodes.c.cordoned, nodes.c.draining)
+                                   .where(nodes.c.id == node_id)).first()
                 changed = conn.execute(
                     update(nodes).where(nodes.c.id == node_id).values(**values)
                 ).rowcount
-                if not changed:
+                if not changed or was is None:
                     return None
+                before = {"cordoned": bool(was.cordoned), "draining": bool(was.draining)}
+                after = {**before, **values}
+                action = "drain" if draining else "cordon" if cordoned else "uncordon"
+                record(conn, AuditKind.NODE, action, node_id, before, after)
                 bump_revision(conn)
             return self._get(conn, node_id)
 
@@ -191,8 +201,11 @@ class NodeRepo:
 
         An agent still running on that machine registers the node again on its next report."""
         with self._engine.begin() as conn:
-            if not conn.execute(delete(nodes).where(nodes.c.id == node_id)).rowcount:
+            node = self._get(conn, node_id)
+            if node is None or not conn.execute(delete(nodes).where(nodes.c.id == node_id)).rowcount:
                 return False
+            record(conn, AuditKind.NODE, "remove", node_id,
+                   node.model_dump(mode="json", exclude={"heartbeat_at"}), None)
             conn.execute(delete(replicas).where(replicas.c.node_id == node_id))
             bump_revision(conn)
         return True

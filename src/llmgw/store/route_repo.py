@@ -10,8 +10,10 @@ from pydantic import ValidationError
 from sqlalchemy import Engine, delete, insert, select, update
 from sqlalchemy.exc import IntegrityError
 
+from llmgw.core.audit import AuditKind
 from llmgw.core.errors import Conflict, ModelNotFound
 from llmgw.core.routes import RouteSpec
+from llmgw.store.audit_repo import record
 from llmgw.store.db import bump_revision, utc
 from llmgw.store.schema import routes
 
@@ -57,6 +59,7 @@ class RouteRepo:
         values = spec.model_dump(mode="json", include=_SPEC_FIELDS)
         try:
             with self._engine.begin() as conn:
+                old = conn.execute(select(routes.c.spec).where(routes.c.name == spec.name)).one_or_none()
                 if replace:
                     done = conn.execute(update(routes).where(routes.c.name == spec.name).values(
                         spec=values, by=by, updated_at=now)).rowcount
@@ -65,6 +68,8 @@ class RouteRepo:
                 else:
                     conn.execute(insert(routes).values(name=spec.name, spec=values, by=by,
                                                        created_at=now, updated_at=now))
+                record(conn, AuditKind.ROUTE, "set" if replace else "add", spec.name,
+                       old.spec if replace and old else None, values, now)
                 bump_revision(conn)
         except IntegrityError as exc:
             raise Conflict(f"route {spec.name!r} already exists", param="name") from exc
@@ -72,6 +77,8 @@ class RouteRepo:
 
     def remove(self, name: str) -> None:
         with self._engine.begin() as conn:
+            old = conn.execute(select(routes.c.spec).where(routes.c.name == name)).one_or_none()
             if not conn.execute(delete(routes).where(routes.c.name == name)).rowcount:
                 raise ModelNotFound(f"route {name!r} does not exist", param="name")
+            record(conn, AuditKind.ROUTE, "remove", name, old.spec if old else None, None)
             bump_revision(conn)

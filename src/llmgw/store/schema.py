@@ -225,3 +225,18 @@ teams = Table(
     Column("created_at", DateTime(timezone=True), nullable=False),
     Column("updated_at", DateTime(timezone=True), nullable=False),
 )
+
+# Every change made through the admin API, written in the change's own transaction (see
+# audit_repo); pruned by the leader after `[control] audit_days`.
+audit_log = Table(
+    "audit_log",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("at", DateTime(timezone=True), nullable=False, index=True),
+    Column("by", String(256), nullable=False),
+    Column("kind", String(16), nullable=False),
+    Column("action", String(32), nullable=False),
+    Column("target", String(256), nullable=False),
+    Column("before", JSON, nullable=True),
+    Column("after", JSON, nullable=True),
+)

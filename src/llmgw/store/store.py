@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from sqlalchemy import Engine
 
+from llmgw.store.audit_repo import AuditRepo
 from llmgw.store.catalog_repo import CatalogRepo
 from llmgw.store.db import migrate, open_engine, read_revision
 from llmgw.store.guard_repo import GuardRepo
@@ -36,6 +37,7 @@ class Store:
         self.install = InstallRepo(engine)
         self.routes = RouteRepo(engine)
         self.teams = TeamRepo(engine)
+        self.audit = AuditRepo(engine)
 
     @classmethod
     def open(cls, url: str, *, migrate_schema: bool = True) -> Store:

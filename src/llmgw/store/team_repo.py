@@ -8,8 +8,10 @@ from typing import Any
 from sqlalchemy import Engine, delete, insert, select, update
 from sqlalchemy.exc import IntegrityError
 
+from llmgw.core.audit import AuditKind
 from llmgw.core.errors import Conflict, NotFound
 from llmgw.core.types import Team
+from llmgw.store.audit_repo import record
 from llmgw.store.db import bump_revision, utc
 from llmgw.store.schema import api_keys, teams
 
@@ -45,6 +47,7 @@ class TeamRepo:
         spec = team.model_dump(mode="json", include=_SPEC_FIELDS)
         try:
             with self._engine.begin() as conn:
+                old = conn.execute(select(teams.c.spec).where(teams.c.name == team.name)).one_or_none()
                 if replace:
                     done = conn.execute(update(teams).where(teams.c.name == team.name).values(
                         spec=spec, by=by, updated_at=now)).rowcount
@@ -53,6 +56,8 @@ class TeamRepo:
                 else:
                     conn.execute(insert(teams).values(name=team.name, spec=spec, by=by,
                                                       created_at=now, updated_at=now))
+                record(conn, AuditKind.TEAM, "set" if replace else "add", team.name,
+                       old.spec if replace and old else None, spec, now)
                 bump_revision(conn)
         except IntegrityError as exc:
             raise Conflict(f"team {team.name!r} already exists", param="name") from exc
@@ -66,5 +71,7 @@ class TeamRepo:
                 api_keys.c.team == name, api_keys.c.revoked.is_(False))).first()
             if live is not None:
                 raise Conflict(f"team {name!r} still has keys; revoke them first", param="name")
+            old = conn.execute(select(teams.c.spec).where(teams.c.name == name)).one_or_none()
             if not conn.execute(delete(teams).where(teams.c.name == name)).rowcount:
                 raise NotFound(f"team {name!r} does not exist", param="team")
+            record(conn, AuditKind.TEAM, "remove", name, old.spec if old else None, None)

@@ -33,6 +33,12 @@ async def test_switches_turn_the_guard_and_prompt_logging_on_and_off(install: In
     resp = await install.browser.post("/ui/guard/switches",
                                       {"csrf_token": token, "switch": "nope", "on": "true"})
     assert resp.status == 400
+    # The console's change is in the audit log under the signed-in key, once; the refused one not.
+    status, log = await install.api("GET", "/admin/v1/audit")
+    assert status == 200
+    assert [(e["kind"], e["action"], e["target"], e["after"]) for e in log["data"]] == [
+        ("switch", "set", "log_prompts", {"on": not before})]
+    assert log["data"][0]["by"].startswith("admin (")
 
 
 async def test_a_policy_is_created_edited_and_removed_as_json(install: Install) -> None:
