@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import orjson
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
 
 from llmgw.core.guard import JudgeLoad
 from llmgw.gateway.metrics import Metrics
@@ -111,3 +115,19 @@ def test_a_scrape_sums_every_workers_judge_queues_but_not_the_replicas_slots() -
     assert 'llmgw_guard_judge_slots{judge="demo-judge"} 2.0' in text
     assert 'llmgw_guard_judge_service_seconds_count{judge="demo-judge"} 1.0' in text
     assert 'llmgw_guard_judge_prompt_tokens_total{judge="demo-judge",source="cached"} 380.0' in text
+
+
+def test_a_merged_scrape_keeps_the_other_collectors_of_the_process() -> None:
+    class Cooling(Collector):
+        def collect(self) -> Iterator[GaugeMetricFamily]:
+            yield GaugeMetricFamily("llmgw_route_target_cooling_down", "", value=1)
+
+    table = RoutingTable({})
+    main = Metrics(lambda: table)
+    main.add_collector(Cooling())
+
+    alone = main.render().decode()
+    with_workers = main.render([Metrics(lambda: table).state()]).decode()
+
+    assert "llmgw_route_target_cooling_down 1.0" in alone
+    assert "llmgw_route_target_cooling_down 1.0" in with_workers

@@ -100,8 +100,16 @@ class Metrics(Collector):
         self.overhead = Histogram(OVERHEAD)
         # Requests in flight per model in the other workers (set only on a merged copy).
         self._in_flight_elsewhere: dict[str, int] = {}
+        # Collectors of other parts of this process (routes' cooldowns), shown beside these.
+        self._extras: list[Collector] = []
         self.registry = CollectorRegistry()
         self.registry.register(self)
+
+    def add_collector(self, collector: Collector) -> None:
+        """Show `collector`'s metrics in every scrape of this process, merged or not (its
+        figures are this process's own: they are not summed over workers)."""
+        self._extras.append(collector)
+        self.registry.register(collector)
 
     def request(self, model: str, status: int, key_prefix: str, api: str, latency_s: float,
                 overhead_s: float, ttft_s: float | None, error_code: str) -> None:
@@ -234,6 +242,8 @@ def merged(own: Metrics, others: Iterable[MetricsState]) -> Metrics:
     queued: dict[str, int] = defaultdict(int, own._queued())
     judges: dict[str, JudgeLoad] = dict(own._judges())
     out = Metrics(own._table, queued=lambda: queued, judges=lambda: judges)
+    for collector in own._extras:
+        out.add_collector(collector)
     for state in (own.state(), *others):
         for name in _COUNTERS:
             counter = getattr(out, name)

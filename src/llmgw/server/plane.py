@@ -121,7 +121,7 @@ def build(store: Store, settings: ServerSettings, clock: Clock, activity_id: str
                       lambda: refresher.current.keys, flight=flight or LocalInFlight())
     # Routes' cooldowns live in this process: each worker skips a failing target on its own.
     router = Router(clock)
-    metrics.registry.register(RouteMetrics(router, lambda: refresher.current.route_specs, clock))
+    metrics.add_collector(RouteMetrics(router, lambda: refresher.current.route_specs, clock))
     gateway = Gateway(refresher, client, clock, guard, limiter, meter, metrics, queue=queue,
                       router=router, tracer=tracer)
     return DataPlane(refresher, queue, tracker, demand, client, judge_client, metrics,
