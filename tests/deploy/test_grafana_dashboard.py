@@ -91,7 +91,9 @@ async def test_every_metric_and_label_the_dashboard_queries_is_exported(tmp_path
     for wanted in ("llmgw_requests_total", "llmgw_request_seconds_bucket",
                    "llmgw_time_to_first_token_seconds_bucket", "llmgw_gateway_added_seconds_bucket",
                    "llmgw_upstream_errors_total", "llmgw_replicas_ready", "llmgw_queue_depth",
-                   "llmgw_queue_wait_seconds_bucket", "llmgw_guard_judgments_total"):
+                   "llmgw_queue_wait_seconds_bucket", "llmgw_guard_judgments_total",
+                   "llmgw_guard_queue_depth", "llmgw_guard_shed_total",
+                   "llmgw_guard_judge_service_seconds_bucket"):
         assert wanted in named
     assert any('status="429"' in e for e in exprs)
 
