@@ -13,7 +13,7 @@ def test_ctl_help_lists_every_group_and_the_usage_command() -> None:
     out = CliRunner().invoke(app, ["ctl", "--help"], env={"COLUMNS": "200"}).stdout
     listed = [line.split()[1] for line in out.splitlines() if line.startswith("│ ") and
               len(line.split()) > 1 and not line.split()[1].startswith("-")]
-    assert listed == ["usage", *GROUPS]
+    assert listed == ["usage", "audit", *GROUPS]
 
 
 def test_nested_groups_and_commands_added_elsewhere_are_reachable() -> None:

@@ -72,7 +72,7 @@ async def traced(tmp_path: Path) -> AsyncIterator[Traced]:
     async with OtlpReceiver() as receiver:
         provider = await FakeProvider().start()
         judge = await FakeJudge().start()
-        judge_client = JudgeClient(lambda _name: JudgeTarget(KNOWN[DEFAULT_JUDGE], judge.url))
+        judge_client = JudgeClient(lambda _name: [JudgeTarget(KNOWN[DEFAULT_JUDGE], judge.url)])
         await judge_client.start()
         view = [GuardView(enabled=True, policies=(
             Policy(name="both", judges=["j"], input=True, output=True, stream_window_chars=10_000),
