@@ -16,7 +16,9 @@ DOWN = "http://127.0.0.1:9/v1"
 def bare_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LlmgwServer]:
     """A server with two remote models that cannot be reached (no engine, no guard)."""
     s = LlmgwServer.init(tmp_path_factory.mktemp("llmgw") / "data", "--no-guard")
-    s.start()
+    # One process: a route's cooldowns are each worker's own and `ctl route show` shows the
+    # main process's, so the failing request must be one the main process served.
+    s.start("--workers", "1")
     try:
         for name in ("down-1", "down-2"):
             s.call("POST", "/admin/v1/models", {"name": name,

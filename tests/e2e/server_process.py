@@ -82,10 +82,11 @@ class LlmgwServer:
                    "LLMGW_CTL_CONFIG": str(data_dir / "ctl.toml")}
         return cls(data_dir, port, key, ctl_env)
 
-    def start(self) -> None:
+    def start(self, *args: str) -> None:
+        """`server run` with `args` (such as `--workers 1`) added."""
         log = open(self.log_path, "a")  # noqa: SIM115 - lives as long as the process
         self.proc = subprocess.Popen(
-            [*LLMGW, "server", "run", "--log-level", "info"],
+            [*LLMGW, "server", "run", "--log-level", "info", *args],
             env=self.env, stdout=log, stderr=subprocess.STDOUT, text=True,
         )
         wait_for("the server's /health", lambda: self.get("/health", auth=False) == {"status": "ok"}, 30)
