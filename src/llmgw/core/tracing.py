@@ -77,7 +77,7 @@ class Tracer(Protocol):
         """Export what is buffered and stop."""
 
 
-class _NoopSpan:
+class NoopSpan:
     """The span of an install without telemetry: every method returns at once."""
 
     __slots__ = ()
@@ -120,7 +120,7 @@ class _NoopTracer:
         pass
 
 
-NOOP: Span = _NoopSpan()
+NOOP: Span = NoopSpan()
 NOOP_TRACER: Tracer = _NoopTracer()
 
 _CURRENT: ContextVar[Span] = ContextVar("llmgw_span", default=NOOP)

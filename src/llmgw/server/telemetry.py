@@ -31,7 +31,7 @@ from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import SpanContext, SpanKind, Status, StatusCode, TraceFlags, TraceState
 
 from llmgw.core.settings import TelemetrySettings
-from llmgw.core.tracing import Attributes, Kind, Span, Value
+from llmgw.core.tracing import Attributes, Kind, NoopSpan, Span, Value
 
 _KINDS = {Kind.INTERNAL: SpanKind.INTERNAL, Kind.SERVER: SpanKind.SERVER, Kind.CLIENT: SpanKind.CLIENT}
 # How long one export may take, retries included: a collector that does not answer costs spans,
@@ -138,34 +138,15 @@ class OtelSpan:
         ))
 
 
-class _Unsampled:
+class _Unsampled(NoopSpan):
     """A trace not kept: nothing recorded, but the caller's trace (and its decision) still
     passes on to upstreams and judges."""
 
     __slots__ = ("_header", "_state")
-    recording = False
 
     def __init__(self, trace_id: int, span_id: int, state: str) -> None:
         self._header = f"00-{trace_id:032x}-{span_id:016x}-00"
         self._state = state
-
-    def set(self, key: str, value: Value) -> None:
-        pass
-
-    def update(self, attributes: Attributes) -> None:
-        pass
-
-    def rename(self, name: str) -> None:
-        pass
-
-    def event(self, name: str, attributes: Attributes | None = None, at_ns: int | None = None) -> None:
-        pass
-
-    def fail(self, error_type: str, message: str = "") -> None:
-        pass
-
-    def child(self, name: str, kind: Kind = Kind.INTERNAL, attributes: Attributes | None = None) -> Span:
-        return self
 
     def inject(self, headers: dict[str, str]) -> None:
         headers["traceparent"] = self._header
