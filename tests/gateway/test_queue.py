@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import pytest
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
@@ -16,6 +18,7 @@ from llmgw.core.errors import ModelNotFound, NoReadyReplica, QueueFull, QueueTim
 from llmgw.core.settings import ControlSettings, TelemetrySettings
 from llmgw.core.tracing import Kind
 from llmgw.core.types import ReplicaState
+from llmgw.gateway.inflight import InFlight, SharedInFlight
 from llmgw.gateway.queue import QUEUE_FULL_RETRY_S, ColdQueue
 from llmgw.gateway.routing import Route, RoutingTable, Upstream
 from llmgw.gateway.snapshot import Refresher
@@ -32,11 +35,12 @@ READY = Route(MODEL, (Upstream("r1", "http://127.0.0.1:39001/v1"),))
 class Rig:
     """A queue on a fake monotonic clock, and the routing table its waiters see."""
 
-    def __init__(self, **settings: float) -> None:
+    def __init__(self, flight: InFlight | None = None, **settings: float) -> None:
         self.t = 1000.0
         self.table = RoutingTable({MODEL.name: COLD})
         self.cold: list[str] = []
-        self.queue = ColdQueue(ControlSettings(**settings), lambda: self.t, self.cold.append)
+        self.queue = ColdQueue(ControlSettings(**settings), lambda: self.t, self.cold.append,
+                               flight)
 
     def current(self) -> Route:
         return self.table.resolve(MODEL.name)
@@ -125,6 +129,39 @@ async def test_a_request_past_its_timeout_says_where_the_model_is_loading_and_ho
     assert rig.queue.depths() == {MODEL.name: 1}
     rig.publish(READY)
     assert await second is READY
+
+
+@pytest.fixture
+def two_workers(tmp_path: Path) -> Iterator[tuple[SharedInFlight, SharedInFlight]]:
+    """One server's in-flight table, as its worker 0 and worker 1 map it."""
+    first = SharedInFlight(tmp_path / "in-flight", 2, 0, create=True)
+    second = SharedInFlight(tmp_path / "in-flight", 2, 1)
+    yield first, second
+    second.close()
+    first.close()
+
+
+async def test_queue_max_holds_for_the_server_across_its_workers(
+        two_workers: tuple[SharedInFlight, SharedInFlight]) -> None:
+    worker_0, worker_1 = Rig(two_workers[0], queue_max=2), Rig(two_workers[1], queue_max=2)
+    waiting = [worker_0.waiter(), worker_1.waiter()]
+    await settled()
+
+    # Each worker has one waiter; the server has two, its queue_max: both workers refuse a third.
+    for rig in (worker_0, worker_1):
+        with pytest.raises(QueueFull, match=r"full \(2 waiting\)"):
+            await rig.queue.wait(COLD, rig.current)
+
+    # A waiter that leaves on one worker frees its place for the other.
+    waiting[0].cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await waiting[0]
+    again = worker_1.waiter()
+    await settled()
+    assert worker_1.queue.depths() == {MODEL.name: 2}
+    worker_1.publish(READY)
+    assert await asyncio.gather(waiting[1], again) == [READY, READY]
+    assert two_workers[0].get("\x00queue\x00" + MODEL.name) == (0, 0)
 
 
 async def test_a_request_waiting_to_be_placed_times_out_with_the_reason() -> None:

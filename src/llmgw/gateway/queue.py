@@ -1,9 +1,11 @@
 """The request queue: a request for a local model with no ready replica waits here, in arrival
 order, until a routing table has a replica for it, or its time is up.
 
-One queue per server. Its waiters are woken by the refresher's new routing tables, never by
-polling; the first waiter of a model tells the server (`on_cold`), which records the demand so
-the leader places a replica at once.
+One queue per process, bounded per server: each process keeps and wakes its own waiters, and
+counts them in the server's in-flight table (`InFlight`, shared by a server's workers) so that
+`queue_max` holds for the server as a whole. Waiters are woken by the refresher's new routing
+tables, never by polling; the first waiter of a model tells the server (`on_cold`), which
+records the demand so the leader places a replica at once.
 """
 
 from __future__ import annotations
@@ -18,11 +20,15 @@ from llmgw.core import tracing
 from llmgw.core.demand import Queued
 from llmgw.core.errors import NoReadyReplica, QueueFull, QueueTimeout
 from llmgw.core.settings import ControlSettings
+from llmgw.gateway.inflight import InFlight, LocalInFlight
 from llmgw.gateway.routing import Route, RoutingTable
 
 # What a client turned away by a full queue is told to wait: a replica that is loading is often
 # ready within seconds, and the queue drains all at once when it is.
 QUEUE_FULL_RETRY_S = 5
+# A model's waiters are counted in the in-flight table under a name no key id can have (key
+# ids are printable).
+_COUNTED = "\x00queue\x00"
 
 
 @dataclass(eq=False)
@@ -35,8 +41,9 @@ class ColdQueue:
     """Bounded per-model FIFO queues of requests waiting for a replica to become ready."""
 
     def __init__(self, settings: ControlSettings, monotonic: Callable[[], float],
-                 on_cold: Callable[[str], None]) -> None:
+                 on_cold: Callable[[str], None], flight: InFlight | None = None) -> None:
         self._max = settings.queue_max
+        self._flight = flight or LocalInFlight()
         self._timeout_s = settings.queue_timeout_s
         self._monotonic = monotonic
         self._on_cold = on_cold
@@ -67,16 +74,19 @@ class ColdQueue:
         if route.nowhere:
             raise _fits_nowhere(route)
         name = route.model.name
-        line = self._lines.get(name)
-        waiting = len(line) if line is not None else 0
         if self._max == 0:
             # No queue on this server: the request is refused, but the model is still started.
             self._on_cold(name)
             raise NoReadyReplica(f"{name} has no ready replica yet ({route.unavailable}); this "
                                  "server queues no requests (queue_max is 0): try again shortly")
-        if waiting >= self._max:
-            raise QueueFull(f"{name} has no ready replica and this server's queue for it is full "
-                            f"({waiting} waiting): try again shortly", QUEUE_FULL_RETRY_S)
+        counted = _COUNTED + name
+        with self._flight.held():  # the check and the count are one step across the workers
+            waiting = self._flight.get(counted)[0]
+            if waiting >= self._max:
+                raise QueueFull(f"{name} has no ready replica and this server's queue for it is "
+                                f"full ({waiting} waiting): try again shortly", QUEUE_FULL_RETRY_S)
+            self._flight.add(counted, 1, 0)
+        line = self._lines.get(name)
         if line is None:
             line = self._lines[name] = deque()
         waiter = _Waiter(self._monotonic())
@@ -85,12 +95,13 @@ class ColdQueue:
             if len(line) == 1:
                 self._on_cold(name)
             attributes: tracing.Attributes = {"gen_ai.request.model": name,
-                                              "llmgw.queue.position": len(line)}
+                                              "llmgw.queue.position": waiting + 1}
             with tracing.spanned("queue wait", attributes=attributes) as span:
                 ready = await self._until_ready(waiter, current)
                 span.set("llmgw.queue.waited_s", round(self._monotonic() - waiter.arrived, 3))
                 return ready
         finally:
+            self._flight.add(counted, -1, 0)
             line.remove(waiter)
             if not line:
                 del self._lines[name]

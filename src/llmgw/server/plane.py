@@ -99,7 +99,8 @@ def build(store: Store, settings: ServerSettings, clock: Clock, activity_id: str
     # Requests for a model with no ready replica wait here; the first one of a cold spell is
     # reported to the store at once, which wakes the leader's keeper.
     demand = ActivityReporter(store, activity_id, clock, on_change)
-    queue = ColdQueue(s.control, clock.monotonic, on_cold=demand.cold)
+    flight = flight or LocalInFlight()
+    queue = ColdQueue(s.control, clock.monotonic, on_cold=demand.cold, flight=flight)
 
     def refreshed(table: RoutingTable) -> None:
         queue.refreshed(table)
@@ -118,7 +119,7 @@ def build(store: Store, settings: ServerSettings, clock: Clock, activity_id: str
                   clock.now, clock.monotonic, refresher.judge_ready)
     meter = UsageMeter(store, clock.now)
     limiter = Limiter(store, clock.now, lambda: refresher.current.default_limits,
-                      lambda: refresher.current.keys, flight=flight or LocalInFlight())
+                      lambda: refresher.current.keys, flight=flight)
     # Routes' cooldowns live in this process: each worker skips a failing target on its own.
     router = Router(clock)
     metrics.add_collector(RouteMetrics(router, lambda: refresher.current.route_specs, clock))
