@@ -23,9 +23,9 @@ def judge_queue(clock: FakeClock, **slots: int) -> JudgeQueue:
 
 
 def learned(q: JudgeQueue, clock: FakeClock, seconds: float, n: int = 10) -> None:
-    """The judge's recent judgments each took `seconds`."""
+    """The judge's recent judgments each took `seconds`, with every slot of its replica busy."""
     for _ in range(n):
-        q.times.add(seconds, clock.monotonic())
+        q.times.add(seconds, clock.monotonic(), q.book.widest)
 
 
 async def waiting(q: JudgeQueue, prompt: str, deadline: float) -> asyncio.Task[Slot]:
@@ -152,3 +152,19 @@ async def test_timeouts_teach_the_shed_rule_a_judge_slower_than_the_budget(clock
     with pytest.raises(JudgeShed):
         await q.acquire("would time out too", clock.monotonic() + 0.9)
     assert q.load().served == 0
+
+
+async def test_a_judgment_beside_a_running_one_is_expected_to_take_twice_as_long(
+        clock: FakeClock) -> None:
+    q = judge_queue(clock)
+    for _ in range(10):  # a CPU judge seen one judgment at a time: a second each
+        q.times.add(1.0, clock.monotonic(), occupancy=1)
+    running = await q.acquire("running", clock.monotonic() + BUDGET_S)
+    # A free slot, but sharing the judge's threads: about 2 s, more than a 1.5 s budget holds.
+    with pytest.raises(JudgeShed, match="2000 ms to judge"):
+        await q.acquire("beside it", clock.monotonic() + 1.5)
+    beside = await q.acquire("beside it", clock.monotonic() + BUDGET_S)
+    assert running.occupancy == beside.occupancy == 2  # each ran two at once
+    q.release(running, 2.0)
+    q.release(beside, 2.0)
+    assert q.load() == JudgeLoad(slots=2, in_flight=0, shed=1, served=2)

@@ -53,19 +53,23 @@ class JudgeQueue:
     async def acquire(self, prompt: str, deadline: float) -> Slot:
         """A slot for a judgment of `prompt` that must be answered by `deadline` (monotonic)."""
         now = self._monotonic()
-        p90 = self.times.quantile(0.9, now)
-        if not len(self.waiting) and self.book.free:
+        picked = self.book.pick(prompt) if not len(self.waiting) else None
+        if picked is not None:
+            slot, occupancy = picked
             # A judge with nothing in flight is always tried: it costs no other judgment
             # anything, and its answer is how the shed rule learns it is fast again.
+            p90 = self.times.quantile(0.9, now, occupancy)
             if self.book.busy and sheds(deadline - now, 0.0, p90, ARRIVAL_HEADROOM):
                 raise self._shed(deadline - now, 0, 0.0, p90)
-            slot = self.book.take(prompt, now)
-            assert slot is not None
+            self.book.claim(slot, prompt, now)
             return slot
+        # Behind others, it runs on a full replica, as do the judgments it waits for. At the
+        # p90, not the median: a wait guessed short lets in a judgment that is shed only when
+        # its turn comes, late, or times out.
+        full = self.book.widest
+        p90 = self.times.quantile(0.9, now, full)
         ahead = self.waiting.ahead_of(deadline)
-        # At the p90 too, not the median: a wait guessed short lets in a judgment that is shed
-        # only when its turn comes, late, or times out.
-        left = [p90 - ran for ran in self.book.running_for(now)]
+        left = [self.times.left(ran, 0.9, now, full) for ran, _ in self.book.running(now)]
         wait = expected_wait(ahead, self.book.free, left, p90)
         if sheds(deadline - now, wait, p90, ARRIVAL_HEADROOM):
             raise self._shed(deadline - now, ahead, wait, p90)
@@ -93,9 +97,9 @@ class JudgeQueue:
         now = self._monotonic()
         self.book.give_back(slot, now)
         if outlasted_s is not None:
-            self.times.add(outlasted_s, now)
+            self.times.add(outlasted_s, now, slot.occupancy)
         if served_s is not None:
-            self.times.add(served_s, now)
+            self.times.add(served_s, now, slot.occupancy)
             self.served += 1
             self._observe(self.judge, served_s)
         self._dispatch()
@@ -111,13 +115,15 @@ class JudgeQueue:
             if future is None or future.done():
                 continue
             now = self._monotonic()
+            picked = self.book.pick(waiter.prompt)
+            assert picked is not None  # a slot is free
+            slot, occupancy = picked
             left = waiter.deadline - now
-            p90 = self.times.quantile(0.9, now)
+            p90 = self.times.quantile(0.9, now, occupancy)
             if sheds(left, 0.0, p90):
                 future.set_exception(self._shed(left, 0, 0.0, p90))
                 continue
-            slot = self.book.take(waiter.prompt, now)
-            assert slot is not None
+            self.book.claim(slot, waiter.prompt, now)
             future.set_result(slot)
 
     def _shed(self, left_s: float, ahead: int, wait_s: float, p90_s: float) -> JudgeShed:
