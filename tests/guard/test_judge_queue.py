@@ -168,3 +168,52 @@ async def test_a_judgment_beside_a_running_one_is_expected_to_take_twice_as_long
     q.release(running, 2.0)
     q.release(beside, 2.0)
     assert q.load() == JudgeLoad(slots=2, in_flight=0, shed=1, served=2)
+
+
+class OneTable:
+    """The slot lease of one server's processes, held in memory (the real one is a shared file)."""
+
+    def __init__(self) -> None:
+        self.held: set[tuple[str, int]] = set()
+        self.most = 0
+
+    def taken(self, replica: str, index: int) -> bool:
+        return (replica, index) in self.held
+
+    def take(self, replica: str, index: int) -> bool:
+        if (replica, index) in self.held:
+            return False
+        self.held.add((replica, index))
+        self.most = max(self.most, len(self.held))
+        return True
+
+    def give(self, replica: str, index: int) -> None:
+        self.held.discard((replica, index))
+
+
+async def test_two_workers_never_hold_more_slots_of_a_replica_than_it_has(clock: FakeClock) -> None:
+    table = OneTable()
+    main, worker = (JudgeQueue("j1", clock.monotonic, lease=table) for _ in range(2))
+    for q in (main, worker):
+        q.sync({"r1": 2})
+    now = clock.monotonic()
+    a = await main.acquire("a", now + BUDGET_S)
+    b = await worker.acquire("b", now + BUDGET_S)
+    assert {(a.replica, a.index), (b.replica, b.index)} == {("r1", 0), ("r1", 1)}
+    # Each worker's own book has a slot free, but the server's replica has none: both wait.
+    c = await waiting(main, "c", now + BUDGET_S)
+    d = await waiting(worker, "d", now + BUDGET_S)
+    # A slot given back goes at once to a waiter of the process that gave it back...
+    worker.release(b, 0.5)
+    d_slot = await d
+    assert (d_slot.replica, d_slot.index) == (b.replica, b.index) and not c.done()
+    # ...and one another process gives back is found by the next look.
+    worker.release(d_slot, 0.5)
+    c_slot = await asyncio.wait_for(c, timeout=1.0)
+    assert (c_slot.replica, c_slot.index) == (b.replica, b.index)
+    main.release(a, 0.5)
+    main.release(c_slot, 0.5)
+    assert table.held == set()
+    assert table.most == 2
+    for q in (main, worker):
+        q.close()

@@ -3,7 +3,9 @@ the shed rule and the cache-affinity pick. Times are plain floats from an inject
 clock; nothing here awaits or does I/O (`judge_queue` does, around these).
 
 - Each ready replica of a judge has as many slots as its llama-server (`--parallel`); a judgment
-  runs on one slot, and no replica ever has more judgments in flight than slots.
+  runs on one slot, and no replica ever has more judgments in flight than slots: a server's
+  worker processes lease the slots from one table (`judge_queue.SlotLease`), and a slot another
+  process holds is `away` here.
 - A judgment that finds no free slot waits in the gateway, earliest deadline first.
 - A judgment is shed (failed at once as `failed_shed`) when it cannot finish in what is left of
   its budget: on arrival when the wait its place in the queue means plus the judge's recent
@@ -132,7 +134,8 @@ class Slot:
 
     replica: str
     index: int
-    busy: bool = False
+    busy: bool = False  # a judgment of this process runs on it
+    away: bool = False  # another process of this server holds it (last time it was looked at)
     prompt: str = ""  # the last prompt sent to it: what its KV cache holds
     used_at: float = -math.inf  # when it last finished (least recently used goes first on ties)
     started_at: float = 0.0  # when its judgment started, while busy
@@ -170,8 +173,17 @@ class SlotBook:
         return sum(1 for s in self._all() if s.busy)
 
     @property
+    def away(self) -> int:
+        """Slots another process of this server holds."""
+        return sum(1 for s in self._all() if s.away and not s.busy)
+
+    @property
     def free(self) -> int:
-        return self.total - self.busy
+        return sum(1 for s in self._all() if not (s.busy or s.away))
+
+    def idle(self) -> list[Slot]:
+        """The slots no judgment of this process runs on."""
+        return [s for s in self._all() if not s.busy]
 
     def in_flight(self, replica: str) -> int:
         return sum(1 for s in self.replicas.get(replica, ()) if s.busy)
@@ -188,13 +200,13 @@ class SlotBook:
     def pick(self, prompt: str) -> tuple[Slot, int] | None:
         """The free slot for `prompt`, and the occupancy its replica would have with it: the
         slot whose cache shares the longest prefix with it; on a tie, on the replica with
-        fewest in flight, least recently used. None when every slot is busy."""
+        fewest in flight, least recently used. None when every slot is busy or away."""
         best: tuple[Slot, int] | None = None
         best_key: tuple[int, int, float] | None = None
         for slots in self.replicas.values():
-            load = sum(1 for s in slots if s.busy)
+            load = sum(1 for s in slots if s.busy or s.away)
             for s in slots:
-                if s.busy:
+                if s.busy or s.away:
                     continue
                 key = (-shared_prefix(s.prompt, prompt), load, s.used_at)
                 if best_key is None or key < best_key:
@@ -206,7 +218,7 @@ class SlotBook:
         replica's new occupancy."""
         slot.busy, slot.prompt, slot.started_at = True, prompt, now
         siblings = self.replicas.get(slot.replica, [slot])
-        occupancy = sum(1 for s in siblings if s.busy)
+        occupancy = sum(1 for s in siblings if s.busy or s.away)
         slot.occupancy = occupancy
         for s in siblings:
             if s.busy:
@@ -257,6 +269,12 @@ class DeadlineQueue:
     def ahead_of(self, deadline: float) -> int:
         """How many waiting judgments come before one with `deadline` arriving now."""
         return sum(1 for w in self._heap if not w.gone and w.deadline <= deadline)
+
+    def peek(self) -> Waiter | None:
+        """The waiting judgment with the earliest deadline, left in place; None when none waits."""
+        while self._heap and self._heap[0].gone:
+            heapq.heappop(self._heap)
+        return self._heap[0] if self._heap else None
 
     def drop(self, waiter: Waiter) -> None:
         """`waiter` no longer waits (cancelled)."""
