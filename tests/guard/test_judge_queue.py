@@ -69,14 +69,14 @@ async def test_a_judgment_that_cannot_finish_is_shed_on_arrival(clock: FakeClock
     now = clock.monotonic()
     for i in range(2):
         await q.acquire(f"running {i}", now + BUDGET_S)
-    # Two slots, a second each: three rounds of waiting and the judgment's own second leave a
-    # tenth of a 5 s budget to spare, so six wait and the seventh is shed at once.
-    tasks = [await waiting(q, f"queued {i}", now + BUDGET_S) for i in range(6)]
+    # Two slots, a second each: two rounds of waiting and the judgment's own second leave a
+    # quarter of a 5 s budget to spare, so four wait and the fifth is shed at once.
+    tasks = [await waiting(q, f"queued {i}", now + BUDGET_S) for i in range(4)]
     with pytest.raises(JudgeShed) as caught:
         await q.acquire("one too many", now + BUDGET_S)
     assert "saturated" in caught.value.message and "one too many" not in caught.value.message
     assert caught.value.status == 503 and caught.value.code == "judge_shed"
-    assert q.load().shed == 1 and q.load().queued == 6
+    assert q.load().shed == 1 and q.load().queued == 4
     for t in tasks:
         t.cancel()
     await asyncio.gather(*tasks, return_exceptions=True)
