@@ -388,11 +388,16 @@ class Pool:
 
 def _head(t: Target, path: str, headers: Mapping[str, str], length: int) -> bytes:
     """The request line and headers. A header that would split the request is refused."""
-    lines = [f"POST {quote(t.prefix + path, safe=_PATH_SAFE)} HTTP/1.1", f"Host: {t.host_header}",
-             f"Content-Length: {length}"]
+    lines = [_request_line(t, path), f"Content-Length: {length}"]
     for name, value in headers.items():
         if "\r" in value or "\n" in value or "\r" in name or "\n" in name or ":" in name:
             raise H1Error(f"header {name!r} cannot be sent")
         lines.append(f"{name}: {value}")
     lines.append("\r\n")
     return "\r\n".join(lines).encode()
+
+
+@functools.lru_cache(maxsize=4096)
+def _request_line(t: Target, path: str) -> str:
+    """`POST <path> HTTP/1.1` and `Host`: the same few on every request, made once each."""
+    return f"POST {quote(t.prefix + path, safe=_PATH_SAFE)} HTTP/1.1\r\nHost: {t.host_header}"

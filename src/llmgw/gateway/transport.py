@@ -84,15 +84,19 @@ class Connection:
 
     async def whole(self) -> bytes:
         """The whole answer, decoded; UpstreamError beyond MAX_ANSWER_BYTES."""
-        blocks, size = [], 0
-        with mapped(self.name):
-            while block := await self._resp.readany():
+        blocks, size, read = [], 0, self._resp.readany
+        try:  # not `mapped()`: a context manager costs every whole answer
+            while block := await read():
                 size += len(block)
                 if size > MAX_ANSWER_BYTES:
                     raise UpstreamError(f"upstream {self.name} answered more than "
                                         f"{MAX_ANSWER_BYTES // 2**20} MiB")
                 blocks.append(block)
-        return b"".join(blocks)
+        except TimeoutError as exc:
+            raise UpstreamTimeout(f"upstream {self.name} did not answer in time") from exc
+        except H1Error as exc:
+            raise UpstreamError(f"upstream {self.name} failed: {type(exc).__name__}") from exc
+        return blocks[0] if len(blocks) == 1 else b"".join(blocks)
 
     async def failure(self) -> LlmgwError:
         """The client's error for this non-2xx answer (its body read up to MAX_ERROR_BODY)."""
