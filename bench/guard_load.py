@@ -49,6 +49,8 @@ QUESTIONS = (
 )
 MODES = (("off", "(a) guard off"), ("input", "(b) input"), ("input+output", "(c) input + output"))
 REQUEST_TIMEOUT_S = 60.0
+# A shed answered later than this after it was sent was not shed "at once" (the goal).
+LATE_SHED_MS = 50.0
 
 
 def pct(values: list[float], q: float) -> float:
@@ -318,8 +320,8 @@ def chat_table(cells: dict[str, Cell]) -> list[str]:
 
 def judge_table(cells: list[JudgeCell], budget_ms: int) -> list[str]:
     out = [
-        "| concurrency, texts | verdicts/s | p50 ms | p99 ms | within budget | shed | shed p50 / max ms "
-        "| timed out | cache saved |",
+        "| concurrency, texts | verdicts/s | p50 ms | p99 ms | within budget | shed "
+        "| shed p50 / max ms / late | timed out | cache saved |",
         "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for c in cells:
@@ -330,7 +332,8 @@ def judge_table(cells: list[JudgeCell], budget_ms: int) -> list[str]:
         lat = c.latencies
         within = sum(1 for v in lat if v <= budget_ms)
         timed_out = c.outcomes.get("failed_timeout", 0)
-        shed_ms = (f"{ms(statistics.median(c.shed_latencies))} / {ms(max(c.shed_latencies))}"
+        late = sum(1 for t in c.shed_latencies if t > LATE_SHED_MS)
+        shed_ms = (f"{ms(statistics.median(c.shed_latencies))} / {ms(max(c.shed_latencies))} / {late}"
                    if c.shed_latencies else "–")
         prompt = c.cached + c.evaluated
         saved = f"{c.cached / prompt:.0%}" if prompt else "–"
@@ -456,7 +459,8 @@ def judge_report(judge_cells: list[JudgeCell], args: argparse.Namespace, scaled:
                "the verdicts' latency as the client saw it (queueing in the gateway included); "
                "within budget counts verdicts that came within the budget, of all judgments; shed "
                "counts judgments the gateway did not send because they could not have finished in "
-               "time (failed_shed), with how fast the client had that answer; a client whose "
+               "time (failed_shed), with how fast the client had that answer and how many came later than "
+               f"{LATE_SHED_MS:g} ms (late); a client whose "
                f"judgment was shed waits {args.shed_backoff_ms:g} ms before its next. Cache saved "
                "is the share of the judge's prompt tokens taken from its slots' KV cache rather "
                "than evaluated (llama-server's `timings.cache_n` and `prompt_n`, summed by the "

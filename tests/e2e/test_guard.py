@@ -11,6 +11,7 @@ import openai
 import pytest
 
 from tests.conftest import DEMO
+from tests.e2e.cluster import metric, metrics_text
 from tests.e2e.server_process import LlmgwServer, wait_for
 
 JUDGE = "demo-judge"
@@ -147,7 +148,26 @@ async def test_a_burst_of_distinct_prompts_is_judged_or_shed_never_collapses(
     try:
         for text in _texts("warm-up")[:3]:  # the gateway learns the judge's service time
             await ask(text)
-        got = await asyncio.gather(*(ask(t) for t in _texts("burst")))
+        # The server's workers (two here) each admit judgments, but lease the judge's two slots
+        # from one table: /metrics, summed over the workers, never shows more in flight.
+        burst_over = asyncio.Event()
+        most_in_flight = 0.0
+
+        async def watch() -> None:
+            nonlocal most_in_flight
+            while not burst_over.is_set():
+                text = await asyncio.to_thread(metrics_text, demo_server)
+                most_in_flight = max(most_in_flight, metric(
+                    text, "llmgw_guard_judgments_in_flight", judge=JUDGE))
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(burst_over.wait(), 0.05)
+
+        watcher = asyncio.create_task(watch())
+        try:
+            got = await asyncio.gather(*(ask(t) for t in _texts("burst")))
+        finally:
+            burst_over.set()
+            await watcher
         def written() -> list[dict[str, object]] | None:
             rows = verdicts(demo_server, "--policy", policy, "--since", since, "--limit", "1000")
             return rows if len(rows) >= BURST + 3 else None
@@ -166,6 +186,7 @@ async def test_a_burst_of_distinct_prompts_is_judged_or_shed_never_collapses(
     # each on a busy 2-core machine) while the rest are shed at once; before admission, 16 at
     # once on two slots timed out nearly all.
     assert judged >= 2, outcomes
+    assert 1 <= most_in_flight <= 2, most_in_flight
     assert outcomes.count("failed_timeout") <= 3, outcomes
     assert shed, outcomes  # 16 at once on two slots cannot all be judged within 5 s
     assert all(float(str(v["latency_ms"])) < BURST_BUDGET_MS for v in shed)

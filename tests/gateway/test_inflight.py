@@ -4,7 +4,6 @@ concurrency limit and its reservations hold for the server as a whole."""
 from __future__ import annotations
 
 import multiprocessing
-from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
 
@@ -14,18 +13,9 @@ from llmgw.core.clock import FakeClock
 from llmgw.core.errors import RateLimited
 from llmgw.core.types import ApiKey, Limits
 from llmgw.gateway import inflight
-from llmgw.gateway.inflight import SharedInFlight
+from llmgw.gateway.inflight import JudgeSlots, SharedInFlight
 from llmgw.gateway.limits import Limiter
 from tests.factories import NOW, user_key
-
-
-@pytest.fixture
-def tables(tmp_path: Path) -> Iterator[tuple[SharedInFlight, SharedInFlight]]:
-    main = SharedInFlight(tmp_path / "in-flight", 2, 0, create=True)
-    worker = SharedInFlight(tmp_path / "in-flight", 2, 1)
-    yield main, worker
-    worker.close()
-    main.close()
 
 
 def key_with(**limits: int) -> ApiKey:
@@ -33,14 +23,14 @@ def key_with(**limits: int) -> ApiKey:
     return record.model_copy(update={"limits": Limits(**limits)})
 
 
-def limiters(tables: tuple[SharedInFlight, SharedInFlight]) -> tuple[Limiter, Limiter]:
+def limiters(two_workers: tuple[SharedInFlight, SharedInFlight]) -> tuple[Limiter, Limiter]:
     clock = FakeClock(NOW + timedelta(seconds=15))
-    return (Limiter(None, clock.now, flight=tables[0]), Limiter(None, clock.now, flight=tables[1]))
+    return (Limiter(None, clock.now, flight=two_workers[0]), Limiter(None, clock.now, flight=two_workers[1]))
 
 
 def test_a_concurrency_limit_holds_across_two_workers(
-        tables: tuple[SharedInFlight, SharedInFlight]) -> None:
-    a, b = limiters(tables)
+        two_workers: tuple[SharedInFlight, SharedInFlight]) -> None:
+    a, b = limiters(two_workers)
     key = key_with(concurrent=2)
     first = a.admit(key, 0)
     b.admit(key, 0)
@@ -57,8 +47,8 @@ def test_a_concurrency_limit_holds_across_two_workers(
 
 
 def test_reservations_in_flight_hold_the_budget_across_workers(
-        tables: tuple[SharedInFlight, SharedInFlight]) -> None:
-    a, b = limiters(tables)
+        two_workers: tuple[SharedInFlight, SharedInFlight]) -> None:
+    a, b = limiters(two_workers)
     key = key_with(tokens_per_day=100)
     held = a.admit(key, 60)
     with pytest.raises(RateLimited) as exc:
@@ -69,9 +59,9 @@ def test_reservations_in_flight_hold_the_budget_across_workers(
 
 
 def test_a_dead_workers_requests_stop_holding_their_slots(
-        tables: tuple[SharedInFlight, SharedInFlight]) -> None:
-    main, worker = tables
-    a, b = limiters(tables)
+        two_workers: tuple[SharedInFlight, SharedInFlight]) -> None:
+    main, worker = two_workers
+    a, b = limiters(two_workers)
     key = key_with(concurrent=1)
     b.admit(key, 40)  # the worker dies with this request in flight
     with pytest.raises(RateLimited):
@@ -106,7 +96,7 @@ def test_counts_from_two_processes_at_once_add_up(tmp_path: Path) -> None:
 
 
 def test_slots_of_idle_keys_are_reused_when_the_table_fills(
-        tables: tuple[SharedInFlight, SharedInFlight], monkeypatch: pytest.MonkeyPatch,
+        two_workers: tuple[SharedInFlight, SharedInFlight], monkeypatch: pytest.MonkeyPatch,
         tmp_path: Path) -> None:
     monkeypatch.setattr(inflight, "SLOTS", 8)
     table = SharedInFlight(tmp_path / "small", 1, 0, create=True)
@@ -118,3 +108,21 @@ def test_slots_of_idle_keys_are_reused_when_the_table_fills(
     assert table.get("busy") == (1, 5)
     assert table.get("idle-0") == (0, 0)
     table.close()
+
+
+def test_a_judge_slot_is_held_by_one_worker_at_a_time(
+        two_workers: tuple[SharedInFlight, SharedInFlight]) -> None:
+    main, worker = JudgeSlots(two_workers[0]), JudgeSlots(two_workers[1])
+    assert main.take("judge-r1", 0)
+    assert worker.taken("judge-r1", 0) and not worker.take("judge-r1", 0)
+    assert worker.take("judge-r1", 1) and not main.take("judge-r1", 1)  # each slot on its own
+    main.give("judge-r1", 0)
+    assert not worker.taken("judge-r1", 0) and worker.take("judge-r1", 0)
+
+
+def test_a_dead_workers_judge_slots_are_free_again(
+        two_workers: tuple[SharedInFlight, SharedInFlight]) -> None:
+    main, worker = JudgeSlots(two_workers[0]), JudgeSlots(two_workers[1])
+    assert worker.take("judge-r1", 0)
+    two_workers[0].forget(1)  # worker 1 died with its judgment
+    assert main.take("judge-r1", 0)

@@ -5,9 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 
 import pytest
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
@@ -129,16 +127,6 @@ async def test_a_request_past_its_timeout_says_where_the_model_is_loading_and_ho
     assert rig.queue.depths() == {MODEL.name: 1}
     rig.publish(READY)
     assert await second is READY
-
-
-@pytest.fixture
-def two_workers(tmp_path: Path) -> Iterator[tuple[SharedInFlight, SharedInFlight]]:
-    """One server's in-flight table, as its worker 0 and worker 1 map it."""
-    first = SharedInFlight(tmp_path / "in-flight", 2, 0, create=True)
-    second = SharedInFlight(tmp_path / "in-flight", 2, 1)
-    yield first, second
-    second.close()
-    first.close()
 
 
 async def test_queue_max_holds_for_the_server_across_its_workers(

@@ -335,6 +335,8 @@ async def test_a_cooling_route_answers_openais_error_on_responses(store: Store) 
                 assert raised.value.status_code == status
         body = raised.value.body
         assert isinstance(body, dict) and body["code"] == "route_cooling_down"
+        # When to come back: the default 30 s cooldown, which has only just begun.
+        assert raised.value.response.headers["retry-after"] in ("29", "30")
 
 
 def plain_table(**ready: bool) -> RoutingTable:

@@ -86,6 +86,29 @@ def test_service_times_are_forgotten_so_a_judge_shed_for_long_is_tried_again() -
     assert times.quantile(0.9, now=91.0) == 0.0
 
 
+def test_service_times_taken_one_at_a_time_are_scaled_to_two_at_once_until_known() -> None:
+    times = ServiceTimes()
+    for t in (1.0, 1.2, 1.1):
+        times.add(t, now=0.0, occupancy=1)
+    # Two judgments sharing a CPU judge take about twice as long each, until it is seen.
+    assert times.quantile(0.9, now=1.0, occupancy=2) == pytest.approx(2.4)
+    for t in (1.5, 1.6, 1.4, 1.5):
+        times.add(t, now=2.0, occupancy=2)
+    assert times.quantile(0.9, now=3.0, occupancy=2) == 1.6  # its own samples now
+    assert times.quantile(0.9, now=3.0, occupancy=1) == pytest.approx(1.2)
+
+
+def test_a_running_judgment_is_expected_to_take_what_longer_ones_took() -> None:
+    times = ServiceTimes()
+    for t in (1.0, 2.0, 3.0, 4.0):
+        times.add(t, now=0.0)
+    assert times.left(ran=0.5, q=0.5, now=1.0, occupancy=1) == 1.5  # median of all, less 0.5
+    assert times.left(ran=2.5, q=0.9, now=1.0, occupancy=1) == 1.5  # of the 3 s and 4 s ones
+    # Longer than any seen: it is slow, so about another median.
+    assert times.left(ran=5.0, q=0.9, now=1.0, occupancy=1) == 2.0
+    assert ServiceTimes().left(ran=1.0, q=0.9, now=1.0, occupancy=1) == 0.0
+
+
 @pytest.mark.parametrize(("ahead", "free", "busy_left", "wait"), [
     (0, 1, [0.3], 0.0),  # a free slot: no wait
     (1, 2, [], 0.0),  # one ahead takes the first free slot, this one the second
@@ -191,4 +214,5 @@ def test_a_busy_slot_knows_how_long_its_judgment_has_run() -> None:
     b = book(r1=2)
     b.take(prompt("first"), now=10.0)
     b.take(prompt("second"), now=10.5)
-    assert sorted(b.running_for(11.0)) == [0.5, 1.0]
+    # Both ran two at once on r1 (the first alone at first, but beside the second since).
+    assert sorted(b.running(11.0)) == [(0.5, 2), (1.0, 2)]

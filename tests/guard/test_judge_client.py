@@ -78,9 +78,9 @@ async def two_slots() -> AsyncIterator[Rig]:
 
 async def test_twenty_at_once_on_two_slots(two_slots: Rig) -> None:
     engine = two_slots.engines["r1"]
-    for i in range(4):  # the judge's recent service time, as the shed rule learns it
-        answer, _ = await two_slots.ask(f"warm-up {i}")
-        assert answer.outcome == Outcome.SAFE
+    for i in range(4):  # the judge's service time two at once, as the shed rule learns it
+        pair = await asyncio.gather(two_slots.ask(f"warm-up {i}"), two_slots.ask(f"warm-up {i}b"))
+        assert [answer.outcome for answer, _ in pair] == [Outcome.SAFE, Outcome.SAFE]
     results = await asyncio.gather(*(two_slots.ask(f"judgment {i}") for i in range(20)))
     assert engine.most_in_flight == 2
     judged = [took for a, took in results if a.outcome == Outcome.SAFE]
@@ -91,7 +91,7 @@ async def test_twenty_at_once_on_two_slots(two_slots: Rig) -> None:
     assert all(took <= BUDGET_MS / 1000 for took in judged)
     assert all(took < FAST_S for _, took in shed)
     assert all("saturated" in a.error for a, _ in shed)
-    assert len(engine.requests) == 4 + len(judged)  # a shed judgment never reached the judge
+    assert len(engine.requests) == 8 + len(judged)  # a shed judgment never reached the judge
     load = two_slots.client.loads()["j1"]
     assert load.shed == len(shed) and load.in_flight == 0 and load.queued == 0
 

@@ -23,9 +23,9 @@ def judge_queue(clock: FakeClock, **slots: int) -> JudgeQueue:
 
 
 def learned(q: JudgeQueue, clock: FakeClock, seconds: float, n: int = 10) -> None:
-    """The judge's recent judgments each took `seconds`."""
+    """The judge's recent judgments each took `seconds`, with every slot of its replica busy."""
     for _ in range(n):
-        q.times.add(seconds, clock.monotonic())
+        q.times.add(seconds, clock.monotonic(), q.book.widest)
 
 
 async def waiting(q: JudgeQueue, prompt: str, deadline: float) -> asyncio.Task[Slot]:
@@ -69,14 +69,14 @@ async def test_a_judgment_that_cannot_finish_is_shed_on_arrival(clock: FakeClock
     now = clock.monotonic()
     for i in range(2):
         await q.acquire(f"running {i}", now + BUDGET_S)
-    # Two slots, a second each: three rounds of waiting and the judgment's own second leave a
-    # tenth of a 5 s budget to spare, so six wait and the seventh is shed at once.
-    tasks = [await waiting(q, f"queued {i}", now + BUDGET_S) for i in range(6)]
+    # Two slots, a second each: two rounds of waiting and the judgment's own second leave a
+    # quarter of a 5 s budget to spare, so four wait and the fifth is shed at once.
+    tasks = [await waiting(q, f"queued {i}", now + BUDGET_S) for i in range(4)]
     with pytest.raises(JudgeShed) as caught:
         await q.acquire("one too many", now + BUDGET_S)
     assert "saturated" in caught.value.message and "one too many" not in caught.value.message
     assert caught.value.status == 503 and caught.value.code == "judge_shed"
-    assert q.load().shed == 1 and q.load().queued == 6
+    assert q.load().shed == 1 and q.load().queued == 4
     for t in tasks:
         t.cancel()
     await asyncio.gather(*tasks, return_exceptions=True)
@@ -152,3 +152,68 @@ async def test_timeouts_teach_the_shed_rule_a_judge_slower_than_the_budget(clock
     with pytest.raises(JudgeShed):
         await q.acquire("would time out too", clock.monotonic() + 0.9)
     assert q.load().served == 0
+
+
+async def test_a_judgment_beside_a_running_one_is_expected_to_take_twice_as_long(
+        clock: FakeClock) -> None:
+    q = judge_queue(clock)
+    for _ in range(10):  # a CPU judge seen one judgment at a time: a second each
+        q.times.add(1.0, clock.monotonic(), occupancy=1)
+    running = await q.acquire("running", clock.monotonic() + BUDGET_S)
+    # A free slot, but sharing the judge's threads: about 2 s, more than a 1.5 s budget holds.
+    with pytest.raises(JudgeShed, match="2000 ms to judge"):
+        await q.acquire("beside it", clock.monotonic() + 1.5)
+    beside = await q.acquire("beside it", clock.monotonic() + BUDGET_S)
+    assert running.occupancy == beside.occupancy == 2  # each ran two at once
+    q.release(running, 2.0)
+    q.release(beside, 2.0)
+    assert q.load() == JudgeLoad(slots=2, in_flight=0, shed=1, served=2)
+
+
+class OneTable:
+    """The slot lease of one server's processes, held in memory (the real one is a shared file)."""
+
+    def __init__(self) -> None:
+        self.held: set[tuple[str, int]] = set()
+        self.most = 0
+
+    def taken(self, replica: str, index: int) -> bool:
+        return (replica, index) in self.held
+
+    def take(self, replica: str, index: int) -> bool:
+        if (replica, index) in self.held:
+            return False
+        self.held.add((replica, index))
+        self.most = max(self.most, len(self.held))
+        return True
+
+    def give(self, replica: str, index: int) -> None:
+        self.held.discard((replica, index))
+
+
+async def test_two_workers_never_hold_more_slots_of_a_replica_than_it_has(clock: FakeClock) -> None:
+    table = OneTable()
+    main, worker = (JudgeQueue("j1", clock.monotonic, lease=table) for _ in range(2))
+    for q in (main, worker):
+        q.sync({"r1": 2})
+    now = clock.monotonic()
+    a = await main.acquire("a", now + BUDGET_S)
+    b = await worker.acquire("b", now + BUDGET_S)
+    assert {(a.replica, a.index), (b.replica, b.index)} == {("r1", 0), ("r1", 1)}
+    # Each worker's own book has a slot free, but the server's replica has none: both wait.
+    c = await waiting(main, "c", now + BUDGET_S)
+    d = await waiting(worker, "d", now + BUDGET_S)
+    # A slot given back goes at once to a waiter of the process that gave it back...
+    worker.release(b, 0.5)
+    d_slot = await d
+    assert (d_slot.replica, d_slot.index) == (b.replica, b.index) and not c.done()
+    # ...and one another process gives back is found by the next look.
+    worker.release(d_slot, 0.5)
+    c_slot = await asyncio.wait_for(c, timeout=1.0)
+    assert (c_slot.replica, c_slot.index) == (b.replica, b.index)
+    main.release(a, 0.5)
+    main.release(c_slot, 0.5)
+    assert table.held == set()
+    assert table.most == 2
+    for q in (main, worker):
+        q.close()

@@ -8,7 +8,7 @@ from collections.abc import Awaitable, Callable
 from aiohttp import web
 
 from llmgw.api import request_ids
-from llmgw.core.errors import LlmgwError, RateLimited
+from llmgw.core.errors import LlmgwError
 from llmgw.gateway.wire import anthropic_messages
 from llmgw.gateway.wire.openai_errors import openai_error_body
 
@@ -38,7 +38,7 @@ def error_response(request: web.Request, error: LlmgwError) -> web.Response:
     paths, OpenAI's `{"error": {"message", "type", "param", "code"}}` everywhere else."""
     body = anthropic_messages.error_body(error) if _anthropic(request) else openai_error_body(error)
     resp = web.Response(body=body, status=error.status, content_type="application/json")
-    if isinstance(error, RateLimited):
+    if error.retry_after_s is not None:
         resp.headers["Retry-After"] = str(error.retry_after_s)
     return resp
 

@@ -14,6 +14,9 @@ class LlmgwError(Exception):
     status = 500
     type = "server_error"
     code: str | None = None
+    # Seconds after which trying again may work, told to the client as `Retry-After`; None:
+    # nothing is known.
+    retry_after_s: int | None = None
 
     def __init__(self, message: str, *, param: str | None = None, code: str | None = None) -> None:
         super().__init__(message)
@@ -74,6 +77,11 @@ class NoReadyReplica(Retryable):
     status = 503
     type = "server_error"
     code = "no_ready_replica"
+
+    def __init__(self, message: str, *, code: str | None = None,
+                 retry_after_s: int | None = None) -> None:
+        super().__init__(message, code=code)
+        self.retry_after_s = retry_after_s
 
 
 class RateLimited(Retryable):

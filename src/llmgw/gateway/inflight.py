@@ -198,3 +198,30 @@ class SharedInFlight:
             for i in range(SLOTS):
                 at = _HEADER + i * self._slot + _ID + 16 * index
                 self._map[at : at + 16] = zero
+
+
+class JudgeSlots:
+    """The judge slots a server's processes hold, in its in-flight table (a judge's queue in each
+    process leases them here: `guard.judge_queue.SlotLease`)."""
+
+    def __init__(self, flight: InFlight) -> None:
+        self._flight = flight
+
+    @staticmethod
+    def _name(replica: str, index: int) -> str:
+        # No key id holds a NUL (key ids are printable), nor does a replica id.
+        return f"\x00judge\x00{replica}\x00{index}"
+
+    def taken(self, replica: str, index: int) -> bool:
+        return self._flight.get(self._name(replica, index))[0] > 0
+
+    def take(self, replica: str, index: int) -> bool:
+        name = self._name(replica, index)
+        with self._flight.held():
+            if self._flight.get(name)[0] > 0:
+                return False
+            self._flight.add(name, 1, 0)
+            return True
+
+    def give(self, replica: str, index: int) -> None:
+        self._flight.add(self._name(replica, index), -1, 0)

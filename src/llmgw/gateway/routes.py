@@ -8,6 +8,7 @@ was admitted under, so a target removed from the catalog (or with no ready repli
 from __future__ import annotations
 
 import asyncio
+import math
 import random
 from collections import defaultdict
 from collections.abc import Awaitable, Callable, Mapping
@@ -104,8 +105,11 @@ class Router:
             if route is not None and not s.cooling:
                 return Plan(spec, (route,), self)
         if any(s.cooling for s in states):
+            now = self.clock.monotonic()
+            ends = min(self.cooldowns.get(spec.name, s.name).until - now for s in states if s.cooling)
             raise NoReadyReplica(f"route '{spec.name}': every target is cooling down after "
-                                 "failures; try again shortly", code="route_cooling_down")
+                                 "failures; try again shortly", code="route_cooling_down",
+                                 retry_after_s=max(1, math.ceil(ends)))
         raise NoReadyReplica(f"route '{spec.name}': none of its models is in the catalog")
 
     def failed(self, spec: RouteSpec, target: str, kind: FailOn) -> None:

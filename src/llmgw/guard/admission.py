@@ -3,16 +3,21 @@ the shed rule and the cache-affinity pick. Times are plain floats from an inject
 clock; nothing here awaits or does I/O (`judge_queue` does, around these).
 
 - Each ready replica of a judge has as many slots as its llama-server (`--parallel`); a judgment
-  runs on one slot, and no replica ever has more judgments in flight than slots.
+  runs on one slot, and no replica ever has more judgments in flight than slots: a server's
+  worker processes lease the slots from one table (`judge_queue.SlotLease`), and a slot another
+  process holds is `away` here.
 - A judgment that finds no free slot waits in the gateway, earliest deadline first.
 - A judgment is shed (failed at once as `failed_shed`) when it cannot finish in what is left of
   its budget: on arrival when the wait its place in the queue means plus the judge's recent
   service time (p90 of the last `SERVICE_SAMPLES` within `SERVICE_MEMORY_S`; a judgment that
   timed out counts with the time it had) is longer than that less `ARRIVAL_HEADROOM`; and when
-  its turn comes, when what
-  is left is shorter than the service time alone. The judge then only works on judgments that
-  can still finish. A judge with nothing in flight is always tried (`judge_queue`), so a slow
-  spell it has left behind does not keep it shed.
+  its turn comes, when what is left is shorter than the service time alone. The judge then only
+  works on judgments that can still finish. A judge with nothing in flight is always tried
+  (`judge_queue`), so a slow spell it has left behind does not keep it shed.
+- A judgment's service time depends on how many run beside it on its replica (its occupancy):
+  the slots of a llama-server share its threads, so on a CPU two at once take about twice as
+  long each. Service times are kept with their occupancy and the estimates are made for the
+  occupancy the judgment will run at; a queued judgment runs on a full replica.
 - Every slot remembers the last prompt it was sent, which is what its KV cache holds; a
   judgment goes to the free slot sharing the longest prefix with its prompt (every judgment of a
   direction shares the judge's long fixed head; a stream's next window shares all the text
@@ -32,31 +37,56 @@ from dataclasses import dataclass, field
 # a judge nothing was sent to for a while (everything shed) is tried again with a clean slate.
 SERVICE_SAMPLES = 64
 SERVICE_MEMORY_S = 60.0
+# Samples taken at an occupancy needed before they speak for it alone; with fewer, every sample
+# is scaled to it as if the judgments on a replica shared its compute evenly (true on a CPU,
+# pessimistic on a GPU, where a few samples at the occupancy soon take over).
+OWN_SAMPLES = 4
+
+
+def _rank(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[max(0, math.ceil(q * len(ordered)) - 1)]
 
 
 class ServiceTimes:
-    """The last `size` service times of one judge (seconds from sending to the answer), each
-    forgotten `memory_s` after it was taken."""
+    """The last `size` service times of one judge (seconds from sending to the answer), each with
+    its occupancy (the most judgments its replica ran at once while it ran), each forgotten
+    `memory_s` after it was taken."""
 
     def __init__(self, size: int = SERVICE_SAMPLES, memory_s: float = SERVICE_MEMORY_S) -> None:
-        self._times: deque[tuple[float, float]] = deque(maxlen=size)
+        self._times: deque[tuple[float, float, int]] = deque(maxlen=size)
         self._memory_s = memory_s
 
-    def add(self, seconds: float, now: float) -> None:
-        self._times.append((now, max(seconds, 0.0)))
+    def add(self, seconds: float, now: float, occupancy: int = 1) -> None:
+        self._times.append((now, max(seconds, 0.0), max(occupancy, 1)))
 
     def __len__(self) -> int:
         return len(self._times)
 
-    def quantile(self, q: float, now: float) -> float:
-        """Nearest-rank quantile of the samples still remembered at `now`; 0 with none (nothing
-        is shed on no evidence)."""
+    def _at(self, now: float, occupancy: int) -> list[float]:
+        """The remembered service times as they would be at `occupancy`."""
         while self._times and now - self._times[0][0] > self._memory_s:
             self._times.popleft()
-        if not self._times:
+        own = [t for _, t, k in self._times if k == occupancy]
+        if len(own) >= OWN_SAMPLES:
+            return own
+        return [t * occupancy / k for _, t, k in self._times]
+
+    def quantile(self, q: float, now: float, occupancy: int = 1) -> float:
+        """Nearest-rank quantile of the samples still remembered at `now`, at `occupancy`; 0 with
+        none (nothing is shed on no evidence)."""
+        values = self._at(now, occupancy)
+        return _rank(values, q) if values else 0.0
+
+    def left(self, ran: float, q: float, now: float, occupancy: int) -> float:
+        """How much longer a judgment that has run `ran` seconds at `occupancy` takes: the
+        quantile of the samples longer than that, less `ran`. One already longer than every
+        sample is expected to take the median again: it is slow, and nothing says how slow."""
+        values = self._at(now, occupancy)
+        if not values:
             return 0.0
-        ordered = sorted(t for _, t in self._times)
-        return ordered[max(0, math.ceil(q * len(ordered)) - 1)]
+        longer = [t for t in values if t > ran]
+        return _rank(longer, q) - ran if longer else _rank(values, 0.5)
 
 
 def expected_wait(ahead: int, free: int, busy_left: Sequence[float], typical_s: float) -> float:
@@ -74,8 +104,10 @@ def expected_wait(ahead: int, free: int, busy_left: Sequence[float], typical_s: 
 
 # On arrival a judgment must be expected to finish with this share of its budget to spare: a
 # wait guessed a little short then still ends in a verdict, not in a shed when its turn comes
-# (late, no longer "at once") or a timeout.
-ARRIVAL_HEADROOM = 0.1
+# (late, no longer "at once") or a timeout. A quarter: with a tenth, 3 % of the sheds of the
+# guard bench's 8 concurrent distinct texts still came late (a judgment's time varies with its
+# text); with a quarter, under 1 %, at the same verdicts per second.
+ARRIVAL_HEADROOM = 0.25
 
 
 def sheds(remaining_s: float, wait_s: float, service_p90_s: float, headroom: float = 0.0) -> bool:
@@ -104,10 +136,12 @@ class Slot:
 
     replica: str
     index: int
-    busy: bool = False
+    busy: bool = False  # a judgment of this process runs on it
+    away: bool = False  # another process of this server holds it (last time it was looked at)
     prompt: str = ""  # the last prompt sent to it: what its KV cache holds
     used_at: float = -math.inf  # when it last finished (least recently used goes first on ties)
     started_at: float = 0.0  # when its judgment started, while busy
+    occupancy: int = 1  # the most judgments its replica ran at once during its judgment
 
 
 @dataclass
@@ -141,35 +175,64 @@ class SlotBook:
         return sum(1 for s in self._all() if s.busy)
 
     @property
+    def away(self) -> int:
+        """Slots another process of this server holds."""
+        return sum(1 for s in self._all() if s.away and not s.busy)
+
+    @property
     def free(self) -> int:
-        return self.total - self.busy
+        return sum(1 for s in self._all() if not (s.busy or s.away))
+
+    def idle(self) -> list[Slot]:
+        """The slots no judgment of this process runs on."""
+        return [s for s in self._all() if not s.busy]
 
     def in_flight(self, replica: str) -> int:
         return sum(1 for s in self.replicas.get(replica, ()) if s.busy)
 
-    def running_for(self, now: float) -> list[float]:
-        """How long each busy slot's judgment has been running at `now`."""
-        return [now - s.started_at for s in self._all() if s.busy]
+    @property
+    def widest(self) -> int:
+        """The most slots any replica has: the occupancy of a replica with every slot busy."""
+        return max((len(s) for s in self.replicas.values()), default=0)
 
-    def take(self, prompt: str, now: float = 0.0) -> Slot | None:
-        """The free slot for `prompt`, marked busy: the one whose cache shares the longest
-        prefix with it; on a tie, on the replica with fewest in flight, least recently used.
-        None when every slot is busy."""
-        best: Slot | None = None
+    def running(self, now: float) -> list[tuple[float, int]]:
+        """How long each busy slot's judgment has run at `now`, and its occupancy so far."""
+        return [(now - s.started_at, s.occupancy) for s in self._all() if s.busy]
+
+    def pick(self, prompt: str) -> tuple[Slot, int] | None:
+        """The free slot for `prompt`, and the occupancy its replica would have with it: the
+        slot whose cache shares the longest prefix with it; on a tie, on the replica with
+        fewest in flight, least recently used. None when every slot is busy or away."""
+        best: tuple[Slot, int] | None = None
         best_key: tuple[int, int, float] | None = None
         for slots in self.replicas.values():
-            load = sum(1 for s in slots if s.busy)
+            load = sum(1 for s in slots if s.busy or s.away)
             for s in slots:
-                if s.busy:
+                if s.busy or s.away:
                     continue
                 key = (-shared_prefix(s.prompt, prompt), load, s.used_at)
                 if best_key is None or key < best_key:
-                    best, best_key = s, key
-        if best is not None:
-            best.busy = True
-            best.prompt = prompt
-            best.started_at = now
+                    best, best_key = (s, load + 1), key
         return best
+
+    def claim(self, slot: Slot, prompt: str, now: float) -> None:
+        """Mark `slot` busy with `prompt`; every judgment on its replica now runs at least at the
+        replica's new occupancy."""
+        slot.busy, slot.prompt, slot.started_at = True, prompt, now
+        siblings = self.replicas.get(slot.replica, [slot])
+        occupancy = sum(1 for s in siblings if s.busy or s.away)
+        slot.occupancy = occupancy
+        for s in siblings:
+            if s.busy:
+                s.occupancy = max(s.occupancy, occupancy)
+
+    def take(self, prompt: str, now: float = 0.0) -> Slot | None:
+        """The free slot for `prompt` (see `pick`), marked busy; None when every slot is busy."""
+        picked = self.pick(prompt)
+        if picked is None:
+            return None
+        self.claim(picked[0], prompt, now)
+        return picked[0]
 
     def give_back(self, slot: Slot, now: float) -> None:
         """`slot` is free again (its judgment answered, failed or was cancelled)."""
@@ -208,6 +271,12 @@ class DeadlineQueue:
     def ahead_of(self, deadline: float) -> int:
         """How many waiting judgments come before one with `deadline` arriving now."""
         return sum(1 for w in self._heap if not w.gone and w.deadline <= deadline)
+
+    def peek(self) -> Waiter | None:
+        """The waiting judgment with the earliest deadline, left in place; None when none waits."""
+        while self._heap and self._heap[0].gone:
+            heapq.heappop(self._heap)
+        return self._heap[0] if self._heap else None
 
     def drop(self, waiter: Waiter) -> None:
         """`waiter` no longer waits (cancelled)."""

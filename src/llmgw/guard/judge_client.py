@@ -16,7 +16,7 @@ from llmgw.core import tracing
 from llmgw.core.errors import LlmgwError, NoReadyReplica, UpstreamError
 from llmgw.core.guard import Direction, JudgeFormat, JudgeLoad, JudgeSpec, Verdict
 from llmgw.guard import grammars, prompts, verdicts
-from llmgw.guard.judge_queue import JudgeQueue
+from llmgw.guard.judge_queue import UNSHARED, JudgeQueue, SlotLease
 from llmgw.guard.prompts import Turn
 
 # Slots assumed for a replica whose profile does not say (`--parallel`): llama-server's own
@@ -107,9 +107,10 @@ class JudgeClient:
 
     def __init__(
         self, locate: Locate, monotonic: Callable[[], float] = time.monotonic,
-        observe: JudgeObserver | None = None,
+        observe: JudgeObserver | None = None, lease: SlotLease = UNSHARED,
     ) -> None:
         self._locate = locate
+        self._lease = lease  # the slots this server's other processes hold
         self._monotonic = monotonic
         self._observe = observe or _Unobserved()  # service times and cache use, for the metrics
         self._queues: dict[str, JudgeQueue] = {}
@@ -124,7 +125,7 @@ class JudgeClient:
         queue = self._queues.get(judge)
         if queue is None:
             queue = self._queues[judge] = JudgeQueue(judge, self._monotonic,
-                                                     self._observe.judge_served)
+                                                     self._observe.judge_served, self._lease)
         self._targets[judge] = {t.id: t for t in targets}
         queue.sync({t.id: t.slots or DEFAULT_SLOTS for t in targets})
         return queue
@@ -135,6 +136,8 @@ class JudgeClient:
         )
 
     async def close(self) -> None:
+        for queue in self._queues.values():
+            queue.close()
         if self._session is not None:
             await self._session.close()
 

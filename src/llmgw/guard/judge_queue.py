@@ -1,10 +1,19 @@
 """One judge's admission in this gateway: judgments wait here for a slot, deadline first, or are
-shed when they cannot finish (the rules are in `admission`; this adds the waiting)."""
+shed when they cannot finish (the rules are in `admission`; this adds the waiting).
+
+A server with several worker processes has one admission per process over the same replicas, so
+the processes lease slots from one table (`SlotLease`, given by the server): a slot is taken
+there before a judgment is sent to it and given back when it ends, so a replica never has more
+judgments from the server in flight than slots. A slot another process gives back wakes no one
+here; while judgments wait and some slots are held elsewhere, the queue looks again every
+`LEASE_POLL_S`.
+"""
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Mapping
+from typing import Protocol
 
 from llmgw.core.errors import JudgeShed
 from llmgw.core.guard import JudgeLoad
@@ -18,6 +27,42 @@ from llmgw.guard.admission import (
     sheds,
 )
 
+# How often judgments waiting here look for slots other processes gave back: short against a
+# judgment's second or so, and only while some wait.
+LEASE_POLL_S = 0.02
+
+
+class SlotLease(Protocol):
+    """The slots the processes of one server hold, by replica id and slot index."""
+
+    def taken(self, replica: str, index: int) -> bool:
+        """Whether a process holds the slot."""
+        ...
+
+    def take(self, replica: str, index: int) -> bool:
+        """Hold the slot if no process does (one step for all of them); False if one does."""
+        ...
+
+    def give(self, replica: str, index: int) -> None:
+        """Let go of a slot this process holds."""
+        ...
+
+
+class Unshared:
+    """One process alone: its own book of slots is the whole truth."""
+
+    def taken(self, replica: str, index: int) -> bool:
+        return False
+
+    def take(self, replica: str, index: int) -> bool:
+        return True
+
+    def give(self, replica: str, index: int) -> None:
+        pass
+
+
+UNSHARED = Unshared()
+
 
 class JudgeQueue:
     """Hands out the slots of one judge's ready replicas, never more than they have.
@@ -29,8 +74,11 @@ class JudgeQueue:
     def __init__(
         self, judge: str, monotonic: Callable[[], float],
         observe: Callable[[str, float], None] = lambda _judge, _seconds: None,
+        lease: SlotLease = UNSHARED,
     ) -> None:
         self.judge = judge
+        self._lease = lease
+        self._poll: asyncio.TimerHandle | None = None
         self._monotonic = monotonic
         self._observe = observe  # told every service time (the service-time histogram)
         self.book = SlotBook()
@@ -50,22 +98,57 @@ class JudgeQueue:
         return JudgeLoad(slots=self.book.total, in_flight=self.book.busy, queued=len(self.waiting),
                          waited=self.waited, shed=self.shed, served=self.served)
 
+    def close(self) -> None:
+        """Stop looking for slots other processes gave back."""
+        if self._poll is not None:
+            self._poll.cancel()
+            self._poll = None
+
+    def _pick(self, prompt: str) -> tuple[Slot, int] | None:
+        """A free slot for `prompt`, held in the lease, and its replica's occupancy with it."""
+        if self._lease is not UNSHARED:
+            for slot in self.book.idle():
+                slot.away = self._lease.taken(slot.replica, slot.index)
+        while (picked := self.book.pick(prompt)) is not None:
+            slot = picked[0]
+            if self._lease.take(slot.replica, slot.index):
+                return picked
+            slot.away = True  # another process took it since it was looked at
+        return None
+
+    def _look_again(self) -> None:
+        """While judgments wait and other processes hold slots, look again shortly."""
+        if self.book.away and len(self.waiting) and self._poll is None:
+            self._poll = asyncio.get_running_loop().call_later(LEASE_POLL_S, self._looked)
+
+    def _looked(self) -> None:
+        self._poll = None
+        self._dispatch()
+
     async def acquire(self, prompt: str, deadline: float) -> Slot:
         """A slot for a judgment of `prompt` that must be answered by `deadline` (monotonic)."""
         now = self._monotonic()
-        p90 = self.times.quantile(0.9, now)
-        if not len(self.waiting) and self.book.free:
+        picked = self._pick(prompt) if not len(self.waiting) else None
+        if picked is not None:
+            slot, occupancy = picked
             # A judge with nothing in flight is always tried: it costs no other judgment
             # anything, and its answer is how the shed rule learns it is fast again.
-            if self.book.busy and sheds(deadline - now, 0.0, p90, ARRIVAL_HEADROOM):
+            p90 = self.times.quantile(0.9, now, occupancy)
+            if (self.book.busy or self.book.away) and sheds(deadline - now, 0.0, p90,
+                                                             ARRIVAL_HEADROOM):
+                self._lease.give(slot.replica, slot.index)
                 raise self._shed(deadline - now, 0, 0.0, p90)
-            slot = self.book.take(prompt, now)
-            assert slot is not None
+            self.book.claim(slot, prompt, now)
             return slot
+        # Behind others, it runs on a full replica, as do the judgments it waits for (a slot
+        # another process holds is expected to take a whole judgment). At the p90, not the
+        # median: a wait guessed short lets in a judgment that is shed only when its turn comes,
+        # late, or times out.
+        full = self.book.widest
+        p90 = self.times.quantile(0.9, now, full)
         ahead = self.waiting.ahead_of(deadline)
-        # At the p90 too, not the median: a wait guessed short lets in a judgment that is shed
-        # only when its turn comes, late, or times out.
-        left = [p90 - ran for ran in self.book.running_for(now)]
+        left = [self.times.left(ran, 0.9, now, full) for ran, _ in self.book.running(now)]
+        left += [p90] * self.book.away
         wait = expected_wait(ahead, self.book.free, left, p90)
         if sheds(deadline - now, wait, p90, ARRIVAL_HEADROOM):
             raise self._shed(deadline - now, ahead, wait, p90)
@@ -73,6 +156,7 @@ class JudgeQueue:
         future: asyncio.Future[Slot] = asyncio.get_running_loop().create_future()
         self._futures[waiter.seq] = future
         self.waited += 1
+        self._look_again()
         try:
             return await future
         except asyncio.CancelledError:
@@ -92,10 +176,11 @@ class JudgeQueue:
         longer: counted as a service time, so a judge slower than the budgets is shed)."""
         now = self._monotonic()
         self.book.give_back(slot, now)
+        self._lease.give(slot.replica, slot.index)
         if outlasted_s is not None:
-            self.times.add(outlasted_s, now)
+            self.times.add(outlasted_s, now, slot.occupancy)
         if served_s is not None:
-            self.times.add(served_s, now)
+            self.times.add(served_s, now, slot.occupancy)
             self.served += 1
             self._observe(self.judge, served_s)
         self._dispatch()
@@ -103,21 +188,25 @@ class JudgeQueue:
     def _dispatch(self) -> None:
         """Free slots to the waiters, earliest deadline first; one that can no longer finish is
         shed rather than sent."""
-        while self.book.free:
-            waiter = self.waiting.pop()
-            if waiter is None:
-                return
+        while (waiter := self.waiting.peek()) is not None:
             future = self._futures.get(waiter.seq)
             if future is None or future.done():
+                self.waiting.pop()
                 continue
+            picked = self._pick(waiter.prompt)
+            if picked is None:
+                self._look_again()
+                return
+            self.waiting.pop()
             now = self._monotonic()
+            slot, occupancy = picked
             left = waiter.deadline - now
-            p90 = self.times.quantile(0.9, now)
+            p90 = self.times.quantile(0.9, now, occupancy)
             if sheds(left, 0.0, p90):
+                self._lease.give(slot.replica, slot.index)
                 future.set_exception(self._shed(left, 0, 0.0, p90))
                 continue
-            slot = self.book.take(waiter.prompt, now)
-            assert slot is not None
+            self.book.claim(slot, waiter.prompt, now)
             future.set_result(slot)
 
     def _shed(self, left_s: float, ahead: int, wait_s: float, p90_s: float) -> JudgeShed:

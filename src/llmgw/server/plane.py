@@ -13,7 +13,7 @@ from llmgw.core.clock import Clock
 from llmgw.core.settings import ServerSettings, TelemetrySettings
 from llmgw.core.tracing import NOOP_TRACER, Tracer
 from llmgw.gateway.activity import ActivityTracker
-from llmgw.gateway.inflight import InFlight, LocalInFlight
+from llmgw.gateway.inflight import InFlight, JudgeSlots, LocalInFlight, SharedInFlight
 from llmgw.gateway.limits import Limiter
 from llmgw.gateway.metrics import Metrics
 from llmgw.gateway.queue import ColdQueue
@@ -26,6 +26,7 @@ from llmgw.gateway.transport import Transport
 from llmgw.gateway.usage import UsageMeter
 from llmgw.guard.enforcement import Guard
 from llmgw.guard.judge_client import JudgeClient
+from llmgw.guard.judge_queue import UNSHARED
 from llmgw.guard.verdict_log import VerdictBuffer
 from llmgw.server import wiring
 from llmgw.server.demand import ActivityReporter
@@ -111,7 +112,9 @@ def build(store: Store, settings: ServerSettings, clock: Clock, activity_id: str
     client = Transport(timeout_s=s.upstream_timeout_s)
     metrics = Metrics(lambda: refresher.current.table, queued=queue.depths,
                       judges=lambda: judge_client.loads())
-    judge_client = JudgeClient(refresher.locate_judge, clock.monotonic, metrics)
+    # A server's workers share its judges' slots; one process alone needs no lease.
+    lease = JudgeSlots(flight) if isinstance(flight, SharedInFlight) else UNSHARED
+    judge_client = JudgeClient(refresher.locate_judge, clock.monotonic, metrics, lease)
     tracker = ActivityTracker(lambda: refresher.current.table, queue, judge_client.loads)
     verdict_log = VerdictBuffer(wiring.verdict_writer(store))
     guard = Guard(judge_client, lambda: refresher.current.guard,
