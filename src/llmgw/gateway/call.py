@@ -58,6 +58,9 @@ class Stream:
 
     def __init__(self, chunks: AsyncGenerator[bytes, None]) -> None:
         self.chunks = chunks
+        # True once the rest of `chunks` comes without waiting on anything (the upstream's whole
+        # answer has arrived): the writer may then send what is left at once. None: never known.
+        self.settled: Callable[[], bool] | None = None
         self._closers: list[Callable[[bool], None]] = []
         self._closed = False
 

@@ -64,8 +64,13 @@ async def send(transport: Transport, call: UpstreamCall, out: Outbound, exchange
 def relayed(conn: Connection, call: UpstreamCall, out: Outbound, exchange: Exchange) -> Reply:
     """The upstream's stream, unjudged: as it came, or translated event by event."""
     if out.translation is None:
-        return streamed(conn, passthrough(conn, exchange.tap, call.wire))
-    return streamed(conn, joined(events(conn, exchange.tap, call.wire, out.translation, call.ask.model)))
+        reply = streamed(conn, passthrough(conn, exchange.tap, call.wire))
+    else:
+        reply = streamed(conn, joined(events(conn, exchange.tap, call.wire, out.translation,
+                                             call.ask.model)))
+    assert reply.stream is not None
+    reply.stream.settled = conn.finished  # nothing between the upstream and the client waits
+    return reply
 
 
 def streamed(conn: Connection, chunks: AsyncGenerator[bytes, None]) -> Reply:

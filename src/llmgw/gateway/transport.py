@@ -1,5 +1,5 @@
 """The one way out to upstreams: connect, read a whole answer or its chunks, and map every client
-error (aiohttp's, timeouts, refused connections, upstream error answers) to llmgw's errors once.
+error (the HTTP client's, timeouts, refused connections, upstream error answers) to llmgw's errors once.
 
 Bytes pass through: the body goes out as given and a stream's chunks come back unparsed.
 Upstreams are asked not to compress (`Accept-Encoding: identity`); one that compresses anyway is
@@ -14,12 +14,12 @@ import logging
 import time
 from collections.abc import AsyncGenerator, Callable, Iterator, Mapping
 
-import aiohttp
 from yarl import URL
 
 from llmgw.core import tracing
 from llmgw.core.errors import LlmgwError, UpstreamError, UpstreamTimeout, UpstreamUnreachable
 from llmgw.core.tracing import Kind, Span
+from llmgw.gateway.h1 import ConnectError, H1Error, Pool, Response
 from llmgw.gateway.routing import Route, Upstream, choose
 from llmgw.gateway.upstream_errors import MAX_ERROR_BODY, upstream_failure
 
@@ -29,7 +29,7 @@ logger = logging.getLogger(__name__)
 # routing table's next refresh, which drops a replica whose node is gone.
 DOWN_FOR_S = 5.0
 
-# What aiohttp decodes without an optional library; anything else is refused with a 502 rather
+# What the client (`h1`) decodes; anything else is refused with a 502 rather
 # than relayed as bytes the client cannot read and the usage tap cannot count.
 DECODED = frozenset({"identity", "gzip", "deflate"})
 # A whole answer is held in memory to be relayed: far above any honest answer (a batch of
@@ -40,7 +40,7 @@ MAX_ANSWER_BYTES = 256 * 1024 * 1024
 class Connection:
     """An upstream's answer whose headers arrived; the upstream counts as busy until `release`."""
 
-    def __init__(self, up: Upstream, resp: aiohttp.ClientResponse, span: Span = tracing.NOOP) -> None:
+    def __init__(self, up: Upstream, resp: Response, span: Span = tracing.NOOP) -> None:
         self.up = up
         self._resp = resp
         self._released = False
@@ -62,6 +62,10 @@ class Connection:
     def name(self) -> str:
         return shown(self.up)
 
+    def finished(self) -> bool:
+        """Whether the whole answer has arrived (what is left to read is in memory)."""
+        return self._resp.complete
+
     def release(self) -> None:
         """Give the upstream back; an unread body closes the connection rather than pooling it,
         which also stops an engine generating what nobody will read."""
@@ -80,15 +84,19 @@ class Connection:
 
     async def whole(self) -> bytes:
         """The whole answer, decoded; UpstreamError beyond MAX_ANSWER_BYTES."""
-        blocks, size = [], 0
-        with mapped(self.name):
-            while block := await self._resp.content.readany():
+        blocks, size, read = [], 0, self._resp.readany
+        try:  # not `mapped()`: a context manager costs every whole answer
+            while block := await read():
                 size += len(block)
                 if size > MAX_ANSWER_BYTES:
                     raise UpstreamError(f"upstream {self.name} answered more than "
                                         f"{MAX_ANSWER_BYTES // 2**20} MiB")
                 blocks.append(block)
-        return b"".join(blocks)
+        except TimeoutError as exc:
+            raise UpstreamTimeout(f"upstream {self.name} did not answer in time") from exc
+        except H1Error as exc:
+            raise UpstreamError(f"upstream {self.name} failed: {type(exc).__name__}") from exc
+        return blocks[0] if len(blocks) == 1 else b"".join(blocks)
 
     async def failure(self) -> LlmgwError:
         """The client's error for this non-2xx answer (its body read up to MAX_ERROR_BODY)."""
@@ -99,7 +107,7 @@ class Connection:
         data = bytearray()
         with mapped(self.name):
             while len(data) < MAX_ERROR_BODY:
-                part = await self._resp.content.read(MAX_ERROR_BODY - len(data))
+                part = await self._resp.read(MAX_ERROR_BODY - len(data))
                 if not part:
                     break
                 data += part
@@ -109,16 +117,16 @@ class Connection:
         """The answer's chunks as they arrive, each seen by `on_chunk` first; when the upstream
         breaks (logged) the stream ends with `broke`, the client dialect's error event. One
         generator, not two: this runs for every chunk relayed."""
-        it = self._resp.content.iter_any()
+        read = self._resp.readany
         while True:
             # Not `mapped()`: a context manager per chunk costs the relay.
             try:
-                chunk = await it.__anext__()
-            except StopAsyncIteration:
-                return
-            except (TimeoutError, aiohttp.ClientError) as exc:
+                chunk = await read()
+            except (TimeoutError, H1Error) as exc:
                 logger.warning("upstream %s stream broke: %s", self.name, type(exc).__name__)
                 yield broke
+                return
+            if not chunk:
                 return
             on_chunk(chunk)
             yield chunk
@@ -140,41 +148,35 @@ def shown(up: Upstream) -> str:
 
 @contextlib.contextmanager
 def mapped(name: str) -> Iterator[None]:
-    """Translates aiohttp's and asyncio's errors while talking to upstream `name`."""
+    """Translates the HTTP client's and asyncio's errors while talking to upstream `name`."""
     try:
         yield
     except TimeoutError as exc:
         raise UpstreamTimeout(f"upstream {name} did not answer in time") from exc
-    except aiohttp.ClientError as exc:
+    except H1Error as exc:
         raise UpstreamError(f"upstream {name} failed: {type(exc).__name__}") from exc
 
 
 class Transport:
-    """One pooled HTTP client for all upstreams (aiohttp pools connections per host)."""
+    """One pooled HTTP client for all upstreams (`h1.Pool`: keep-alive connections per host)."""
 
     def __init__(self, timeout_s: float, connect_timeout_s: float = 10.0) -> None:
         self.timeout_s = timeout_s
-        self._timeout = aiohttp.ClientTimeout(total=timeout_s, sock_connect=connect_timeout_s)
-        self._session: aiohttp.ClientSession | None = None
+        self._connect_timeout_s = connect_timeout_s
+        self._pool: Pool | None = None
         self._turn = 0  # rotates ties between equally busy upstreams
 
     async def start(self) -> None:
-        connector = aiohttp.TCPConnector(limit=0, limit_per_host=0, keepalive_timeout=30)
-        self._session = aiohttp.ClientSession(
-            connector=connector,
-            timeout=self._timeout,
-            auto_decompress=True,
-            skip_auto_headers=("User-Agent",),
-        )
+        self._pool = Pool(self._connect_timeout_s, keepalive_s=30.0)
 
     async def close(self) -> None:
-        if self._session is not None:
-            await self._session.close()
+        if self._pool is not None:
+            await self._pool.close()
 
     async def connect(self, route: Route, path: str, body: bytes) -> Connection:
         """POST `body` to `path` of the least busy upstream of `route` and wait for the answer's
         headers; a refused connection is retried once on another upstream."""
-        assert self._session is not None, "Transport.start() was not called"
+        assert self._pool is not None, "Transport.start() was not called"
         tried: frozenset[str] = frozenset()
         while True:
             self._turn += 1
@@ -190,10 +192,9 @@ class Transport:
             try:
                 # A redirect is an upstream fault (502), never followed: it would carry the
                 # request, and the upstream's credentials, somewhere the catalog did not name.
-                resp = await self._session.post(up.base_url + path, data=body, headers=headers,
-                                                allow_redirects=False)
+                resp = await self._pool.post(up.base_url, path, body, headers, self.timeout_s)
                 break
-            except (aiohttp.ClientConnectorError, aiohttp.ConnectionTimeoutError) as exc:
+            except ConnectError as exc:
                 # Nothing was sent: trying another upstream cannot run the request twice.
                 up.outstanding -= 1
                 up.down_until = time.monotonic() + DOWN_FOR_S

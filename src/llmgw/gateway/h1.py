@@ -1,0 +1,403 @@
+"""A lean HTTP/1.1 client for the one thing the data plane asks of upstreams: POST a body, read
+the answer's head, then its body whole or as it comes. Pooled keep-alive connections per host,
+TLS for https, a total deadline per request, gzip and deflate decoded.
+
+The request path spent more CPU in aiohttp's client (request and response objects, header
+multidicts, timers, payload wrappers, per-chunk stream bookkeeping) than in everything llmgw does
+itself; this client does the same work with a C parser (llhttp, through httptools) and little
+else. It knows nothing of llmgw: `gateway.transport` is its only user and maps its errors once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import ssl
+import time
+import zlib
+from collections import deque
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import cast
+from urllib.parse import quote, urlsplit
+
+import httptools
+from multidict import CIMultiDict, CIMultiDictProxy
+
+# Past this many bytes buffered and unread, the socket is not read until the reader catches up.
+_HIGH_WATER = 1 << 20
+_LOW_WATER = 1 << 18
+_PATH_SAFE = "/:@!$&'()*+,;=-._~%?"
+
+
+class H1Error(Exception):
+    """The connection failed, timed out at connect, or the upstream spoke broken HTTP."""
+
+
+class ConnectError(H1Error):
+    """No connection could be made: nothing was sent."""
+
+
+@dataclass(frozen=True)
+class Target:
+    """Where a base URL points: the pool's key, and the path every request starts with."""
+
+    tls: bool
+    host: str
+    port: int
+    prefix: str
+    host_header: str
+
+
+@functools.lru_cache(maxsize=4096)
+def target(base_url: str) -> Target:
+    """A base URL (`http://127.0.0.1:8081/v1`, `https://api.openai.com/v1`) taken apart once."""
+    parts = urlsplit(base_url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ConnectError(f"not an http(s) URL: {parts.scheme}://…")
+    tls = parts.scheme == "https"
+    default = 443 if tls else 80
+    port = parts.port or default
+    host = parts.hostname
+    shown = f"[{host}]" if ":" in host else host
+    host_header = shown if port == default else f"{shown}:{port}"
+    return Target(tls, host, port, parts.path.rstrip("/"), host_header)
+
+
+class Response:
+    """An answer whose head arrived; its body is read with `readany`/`read`, and `release`
+    gives the connection back (pooled only when the body was read to its end)."""
+
+    def __init__(self, proto: _Proto, loop: asyncio.AbstractEventLoop) -> None:
+        self._proto = proto
+        self._loop = loop
+        self._raw_headers: list[tuple[str, str]] = []
+        self.status = 0
+        self.headers: CIMultiDictProxy[str] = _NO_HEADERS
+        self._head: asyncio.Future[None] = loop.create_future()
+        self._chunks: deque[bytes] = deque()
+        self._rest = b""
+        self._size = 0
+        self._waiter: asyncio.Future[None] | None = None
+        self._exc: BaseException | None = None
+        self._paused = False
+        self._decoder: _Decoder | None = None
+        self._until_close = False  # no length, not chunked: the body ends when the socket does
+        self.complete = False
+        self.keep_alive = False
+        self.got_bytes = False
+        self._timer: asyncio.TimerHandle | None = None
+        self._released = False
+
+    # --- fed by the protocol ---
+
+    def _headers_done(self, status: int) -> None:
+        self.status = status
+        headers: CIMultiDict[str] = CIMultiDict(self._raw_headers)
+        self.headers = CIMultiDictProxy(headers)
+        encoding = headers.get("Content-Encoding", "").strip().lower()
+        if encoding in ("gzip", "deflate"):
+            self._decoder = _Decoder(encoding)
+        self._until_close = "Content-Length" not in headers and \
+            "chunked" not in headers.get("Transfer-Encoding", "").lower()
+        if not self._head.done():
+            self._head.set_result(None)
+
+    def _feed(self, data: bytes) -> None:
+        self._chunks.append(data)
+        self._size += len(data)
+        if self._size > _HIGH_WATER and not self._paused and self._proto.transport is not None:
+            self._paused = True
+            self._proto.transport.pause_reading()
+        self._wake()
+
+    def _done(self, keep_alive: bool) -> None:
+        self.complete = True
+        self.keep_alive = keep_alive
+        self._stop_timer()
+        self._wake()
+
+    def _fail(self, exc: BaseException) -> None:
+        if self.complete:
+            return
+        if self._until_close and self._head.done() and not isinstance(exc, TimeoutError) \
+                and not isinstance(exc, _Malformed):
+            self._done(False)  # the close is the body's end
+            return
+        if self._exc is None:
+            self._exc = exc
+        if not self._head.done():
+            self._head.set_exception(exc)
+            self._head.exception()  # retrieved: nobody may be waiting on it any more
+        self._wake()
+
+    def _wake(self) -> None:
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    def _time_out(self) -> None:
+        self._timer = None
+        self._fail(TimeoutError())
+        if self._proto.transport is not None:
+            self._proto.transport.close()
+
+    def _stop_timer(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+    # --- read by the transport ---
+
+    async def readany(self) -> bytes:
+        """What has arrived since the last read (waiting for something), decoded; b"" at the
+        end. A failure is raised once what arrived before it has been read."""
+        if self._rest:
+            data, self._rest = self._rest, b""
+            return data
+        while not self._chunks:
+            if self._exc is not None:
+                raise self._exc
+            if self.complete:
+                return self._decoder.flush() if self._decoder is not None else b""
+            self._waiter = self._loop.create_future()
+            try:
+                await self._waiter
+            finally:
+                self._waiter = None
+        chunks = self._chunks
+        data = chunks.popleft() if len(chunks) == 1 else b"".join(chunks)
+        chunks.clear()
+        self._size = 0
+        if self._paused and self._proto.transport is not None:
+            self._paused = False
+            self._proto.transport.resume_reading()
+        if self._decoder is not None:
+            data = self._decoder.decode(data)
+            if not data:
+                return await self.readany()
+        return data
+
+    async def read(self, n: int) -> bytes:
+        """Up to `n` bytes of the body; b"" at its end."""
+        data = await self.readany()
+        if len(data) > n:
+            self._rest = data[n:]  # decoded already: handed out first by the next read
+            return data[:n]
+        return data
+
+    def release(self) -> None:
+        """Done with the answer: the connection goes back to the pool if it is reusable."""
+        if self._released:
+            return
+        self._released = True
+        self._stop_timer()
+        proto = self._proto
+        proto.resp = None
+        if self.complete and self.keep_alive and self._exc is None:
+            proto.pool._put(proto)
+        else:
+            proto.close()
+
+    def close(self) -> None:
+        """Drop the connection now."""
+        self._proto.close()
+        self.release()
+
+
+_NO_HEADERS: CIMultiDictProxy[str] = CIMultiDictProxy(CIMultiDict())
+
+
+class _Malformed(H1Error):
+    pass
+
+
+class _Decoder:
+    """gzip or deflate (zlib-wrapped or raw, as servers send either) undone chunk by chunk."""
+
+    def __init__(self, encoding: str) -> None:
+        self._encoding = encoding
+        self._z: zlib._Decompress | None = (
+            zlib.decompressobj(16 + zlib.MAX_WBITS) if encoding == "gzip" else None)
+
+    def decode(self, data: bytes) -> bytes:
+        if self._z is None:  # deflate: the first bytes say whether a zlib header is there
+            wrapped = len(data) >= 2 and data[0] & 0x0F == 8 and ((data[0] << 8) | data[1]) % 31 == 0
+            self._z = zlib.decompressobj(zlib.MAX_WBITS if wrapped else -zlib.MAX_WBITS)
+        try:
+            return self._z.decompress(data)
+        except zlib.error as exc:
+            raise _Malformed(f"the {self._encoding} body does not decode") from exc
+
+    def flush(self) -> bytes:
+        return self._z.flush() if self._z is not None else b""
+
+
+class _Proto(asyncio.Protocol):
+    """One connection: the parser's callbacks feed the response being read."""
+
+    def __init__(self, pool: Pool, key: Target) -> None:
+        self.pool = pool
+        self.key = key
+        self.transport: asyncio.Transport | None = None
+        self.resp: Response | None = None
+        self.lost = False
+        self.idle_since = 0.0
+        self._parser = httptools.HttpResponseParser(self)
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = cast(asyncio.Transport, transport)  # uvloop's are not subclasses
+
+    def data_received(self, data: bytes) -> None:
+        resp = self.resp
+        if resp is None:  # bytes nobody asked for: the connection cannot be trusted again
+            self.close()
+            return
+        resp.got_bytes = True
+        try:
+            self._parser.feed_data(data)
+        except httptools.HttpParserError as exc:
+            resp._fail(_Malformed(f"malformed HTTP answer ({type(exc).__name__})"))
+            self.close()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.lost = True
+        self.transport = None
+        self.pool._forget(self)
+        if self.resp is not None:
+            self.resp._fail(H1Error("the connection closed before the answer ended"))
+
+    def close(self) -> None:
+        if self.transport is not None:
+            self.transport.close()
+
+    # httptools' callbacks
+    def on_header(self, name: bytes, value: bytes) -> None:
+        if self.resp is not None:
+            self.resp._raw_headers.append((name.decode("latin-1"), value.decode("latin-1")))
+
+    def on_headers_complete(self) -> None:
+        if self.resp is not None:
+            self.resp._headers_done(self._parser.get_status_code())
+
+    def on_body(self, body: bytes) -> None:
+        if self.resp is not None:
+            self.resp._feed(body)
+
+    def on_message_complete(self) -> None:
+        if self.resp is not None:
+            self.resp._done(self._parser.should_keep_alive())
+
+
+class Pool:
+    """Keep-alive connections per host, opened as needed, reused while they stay open."""
+
+    def __init__(self, connect_timeout_s: float, keepalive_s: float = 30.0) -> None:
+        self.connect_timeout_s = connect_timeout_s
+        self.keepalive_s = keepalive_s
+        self._idle: dict[Target, list[_Proto]] = {}
+        self._ssl: ssl.SSLContext | None = None
+        self._closed = False
+
+    async def post(self, base_url: str, path: str, body: bytes, headers: Mapping[str, str],
+                   timeout_s: float) -> Response:
+        """POST `body` to `base_url` + `path` and wait for the answer's head, all within
+        `timeout_s` (which also bounds reading the body, until `release`). ConnectError when no
+        connection could be made; H1Error or TimeoutError when the answer failed."""
+        t = target(base_url)
+        head = _head(t, path, headers, len(body))
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        while True:
+            proto = self._take(t)
+            reused = proto is not None
+            if proto is None:
+                proto = await self._open(t, deadline - loop.time())
+            resp = Response(proto, loop)
+            proto.resp = resp
+            resp._timer = loop.call_at(deadline, resp._time_out)
+            assert proto.transport is not None
+            if len(body) < 65536:
+                proto.transport.write(head + body)
+            else:
+                proto.transport.writelines((head, body))
+            try:
+                await resp._head
+            except H1Error:
+                resp.close()
+                # A kept-alive connection the upstream had just closed: nothing was read, so
+                # the request goes again on a new connection.
+                if reused and not resp.got_bytes:
+                    continue
+                raise
+            except BaseException:
+                resp.close()
+                raise
+            return resp
+
+    def _take(self, t: Target) -> _Proto | None:
+        idle = self._idle.get(t)
+        now = time.monotonic()
+        while idle:
+            proto = idle.pop()
+            if not proto.lost and now - proto.idle_since < self.keepalive_s:
+                return proto
+            proto.close()
+        return None
+
+    async def _open(self, t: Target, timeout_s: float) -> _Proto:
+        if self._closed:
+            raise ConnectError("the client is closed")
+        loop = asyncio.get_running_loop()
+        ctx = self._context() if t.tls else None
+        try:
+            async with asyncio.timeout(min(timeout_s, self.connect_timeout_s)):
+                _, proto = await loop.create_connection(
+                    lambda: _Proto(self, t), t.host, t.port, ssl=ctx,
+                    server_hostname=t.host if ctx is not None else None)
+        except (OSError, TimeoutError, ssl.SSLError) as exc:
+            raise ConnectError(f"cannot connect to {t.host}:{t.port}: "
+                               f"{type(exc).__name__}") from exc
+        return proto
+
+    def _context(self) -> ssl.SSLContext:
+        if self._ssl is None:
+            self._ssl = ssl.create_default_context()
+        return self._ssl
+
+    def _put(self, proto: _Proto) -> None:
+        if self._closed or proto.lost:
+            proto.close()
+            return
+        proto.idle_since = time.monotonic()
+        self._idle.setdefault(proto.key, []).append(proto)
+
+    def _forget(self, proto: _Proto) -> None:
+        idle = self._idle.get(proto.key)
+        if idle and proto in idle:
+            idle.remove(proto)
+
+    async def close(self) -> None:
+        """Close every idle connection; connections in use close when released."""
+        self._closed = True
+        for idle in self._idle.values():
+            for proto in idle:
+                proto.close()
+        self._idle.clear()
+
+
+def _head(t: Target, path: str, headers: Mapping[str, str], length: int) -> bytes:
+    """The request line and headers. A header that would split the request is refused."""
+    lines = [_request_line(t, path), f"Content-Length: {length}"]
+    for name, value in headers.items():
+        if "\r" in value or "\n" in value or "\r" in name or "\n" in name or ":" in name:
+            raise H1Error(f"header {name!r} cannot be sent")
+        lines.append(f"{name}: {value}")
+    lines.append("\r\n")
+    return "\r\n".join(lines).encode()
+
+
+@functools.lru_cache(maxsize=4096)
+def _request_line(t: Target, path: str) -> str:
+    """`POST <path> HTTP/1.1` and `Host`: the same few on every request, made once each."""
+    return f"POST {quote(t.prefix + path, safe=_PATH_SAFE)} HTTP/1.1\r\nHost: {t.host_header}"
