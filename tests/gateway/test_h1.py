@@ -209,6 +209,20 @@ async def test_a_header_that_would_split_the_request_is_never_sent(
     assert up.requests == []
 
 
+async def test_credentials_in_the_url_are_sent_as_basic_auth_unless_the_request_has_its_own(
+    raw: Callable[[Answer], Awaitable[RawUpstream]], pool: Pool
+) -> None:
+    up = await raw(replying(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n"))
+    with_user = up.url.replace("http://", "http://us%40er:p%3Ass@")
+    for headers in ({}, {"Authorization": "Bearer provider-key"}):
+        resp = await pool.post(with_user, "/x", b"{}", headers, 5)
+        resp.release()
+    # "us@er:p:ss", the URL's credentials unquoted, in base64; the request's own header wins.
+    assert b"\r\nAuthorization: Basic dXNAZXI6cDpzcw==\r\n" in up.requests[0]
+    assert b"Basic" not in up.requests[1] and b"Bearer provider-key" in up.requests[1]
+    assert b"us%40er" not in up.requests[0]  # never in the request line or Host
+
+
 def remote_route(url: str) -> Route:
     model = Model(name="m", source=RemoteSource(base_url=url, model="m"))
     return Route(model, (Upstream("remote:m", url),))

@@ -11,6 +11,7 @@ else. It knows nothing of llmgw: `gateway.transport` is its only user and maps i
 from __future__ import annotations
 
 import asyncio
+import base64
 import functools
 import ssl
 import time
@@ -19,7 +20,7 @@ from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import cast
-from urllib.parse import quote, urlsplit
+from urllib.parse import quote, unquote, urlsplit
 
 import httptools
 from multidict import CIMultiDict, CIMultiDictProxy
@@ -47,6 +48,9 @@ class Target:
     port: int
     prefix: str
     host_header: str
+    # `Basic …` from credentials in the URL (`https://user:pass@host/v1`), sent unless the
+    # request has its own Authorization.
+    basic_auth: str | None = None
 
 
 @functools.lru_cache(maxsize=4096)
@@ -61,7 +65,11 @@ def target(base_url: str) -> Target:
     host = parts.hostname
     shown = f"[{host}]" if ":" in host else host
     host_header = shown if port == default else f"{shown}:{port}"
-    return Target(tls, host, port, parts.path.rstrip("/"), host_header)
+    basic = None
+    if parts.username is not None:
+        pair = f"{unquote(parts.username)}:{unquote(parts.password or '')}"
+        basic = "Basic " + base64.b64encode(pair.encode()).decode()
+    return Target(tls, host, port, parts.path.rstrip("/"), host_header, basic)
 
 
 class Response:
@@ -389,6 +397,8 @@ class Pool:
 def _head(t: Target, path: str, headers: Mapping[str, str], length: int) -> bytes:
     """The request line and headers. A header that would split the request is refused."""
     lines = [_request_line(t, path), f"Content-Length: {length}"]
+    if t.basic_auth is not None and not any(n.lower() == "authorization" for n in headers):
+        lines.append(f"Authorization: {t.basic_auth}")
     for name, value in headers.items():
         if "\r" in value or "\n" in value or "\r" in name or "\n" in name or ":" in name:
             raise H1Error(f"header {name!r} cannot be sent")
