@@ -92,10 +92,8 @@ class Connection:
                     raise UpstreamError(f"upstream {self.name} answered more than "
                                         f"{MAX_ANSWER_BYTES // 2**20} MiB")
                 blocks.append(block)
-        except TimeoutError as exc:
-            raise UpstreamTimeout(f"upstream {self.name} did not answer in time") from exc
-        except H1Error as exc:
-            raise UpstreamError(f"upstream {self.name} failed: {type(exc).__name__}") from exc
+        except (TimeoutError, H1Error) as exc:
+            raise translated(self.name, exc) from exc
         return blocks[0] if len(blocks) == 1 else b"".join(blocks)
 
     async def failure(self) -> LlmgwError:
@@ -146,15 +144,20 @@ def shown(up: Upstream) -> str:
     return up.id.removeprefix("remote:")
 
 
+def translated(name: str, exc: TimeoutError | H1Error) -> LlmgwError:
+    """llmgw's error for the HTTP client's or asyncio's `exc` while talking to upstream `name`."""
+    if isinstance(exc, TimeoutError):
+        return UpstreamTimeout(f"upstream {name} did not answer in time")
+    return UpstreamError(f"upstream {name} failed: {type(exc).__name__}")
+
+
 @contextlib.contextmanager
 def mapped(name: str) -> Iterator[None]:
     """Translates the HTTP client's and asyncio's errors while talking to upstream `name`."""
     try:
         yield
-    except TimeoutError as exc:
-        raise UpstreamTimeout(f"upstream {name} did not answer in time") from exc
-    except H1Error as exc:
-        raise UpstreamError(f"upstream {name} failed: {type(exc).__name__}") from exc
+    except (TimeoutError, H1Error) as exc:
+        raise translated(name, exc) from exc
 
 
 class Transport:
