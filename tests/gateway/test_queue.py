@@ -16,7 +16,7 @@ from llmgw.core.errors import ModelNotFound, NoReadyReplica, QueueFull, QueueTim
 from llmgw.core.settings import ControlSettings, TelemetrySettings
 from llmgw.core.tracing import Kind
 from llmgw.core.types import ReplicaState
-from llmgw.gateway.inflight import InFlight, SharedInFlight
+from llmgw.gateway.inflight import InFlight, SharedInFlight, entry
 from llmgw.gateway.queue import QUEUE_FULL_RETRY_S, ColdQueue
 from llmgw.gateway.routing import Route, RoutingTable, Upstream
 from llmgw.gateway.snapshot import Refresher
@@ -149,7 +149,7 @@ async def test_queue_max_holds_for_the_server_across_its_workers(
     assert worker_1.queue.depths() == {MODEL.name: 2}
     worker_1.publish(READY)
     assert await asyncio.gather(waiting[1], again) == [READY, READY]
-    assert two_workers[0].get("\x00queue\x00" + MODEL.name) == (0, 0)
+    assert two_workers[0].get(entry("queue", MODEL.name)) == (0, 0)
 
 
 async def test_a_request_waiting_to_be_placed_times_out_with_the_reason() -> None:

@@ -200,6 +200,12 @@ class SharedInFlight:
                 self._map[at : at + 16] = zero
 
 
+def entry(kind: str, *parts: object) -> str:
+    """The table's name for something other than a key (`kind` and its parts): it starts with a
+    NUL, which no key id holds (key ids are printable), so it never meets a key's count."""
+    return "\x00" + "\x00".join((kind, *map(str, parts)))
+
+
 class JudgeSlots:
     """The judge slots a server's processes hold, in its in-flight table (a judge's queue in each
     process leases them here: `guard.judge_queue.SlotLease`)."""
@@ -209,8 +215,7 @@ class JudgeSlots:
 
     @staticmethod
     def _name(replica: str, index: int) -> str:
-        # No key id holds a NUL (key ids are printable), nor does a replica id.
-        return f"\x00judge\x00{replica}\x00{index}"
+        return entry("judge", replica, index)
 
     def taken(self, replica: str, index: int) -> bool:
         return self._flight.get(self._name(replica, index))[0] > 0

@@ -20,15 +20,12 @@ from llmgw.core import tracing
 from llmgw.core.demand import Queued
 from llmgw.core.errors import NoReadyReplica, QueueFull, QueueTimeout
 from llmgw.core.settings import ControlSettings
-from llmgw.gateway.inflight import InFlight, LocalInFlight
+from llmgw.gateway.inflight import InFlight, LocalInFlight, entry
 from llmgw.gateway.routing import Route, RoutingTable
 
 # What a client turned away by a full queue is told to wait: a replica that is loading is often
 # ready within seconds, and the queue drains all at once when it is.
 QUEUE_FULL_RETRY_S = 5
-# A model's waiters are counted in the in-flight table under a name no key id can have (key
-# ids are printable).
-_COUNTED = "\x00queue\x00"
 
 
 @dataclass(eq=False)
@@ -79,7 +76,7 @@ class ColdQueue:
             self._on_cold(name)
             raise NoReadyReplica(f"{name} has no ready replica yet ({route.unavailable}); this "
                                  "server queues no requests (queue_max is 0): try again shortly")
-        counted = _COUNTED + name
+        counted = entry("queue", name)  # the model's waiters, in the server's table
         with self._flight.held():  # the check and the count are one step across the workers
             waiting = self._flight.get(counted)[0]
             if waiting >= self._max:
