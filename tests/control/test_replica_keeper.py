@@ -417,6 +417,25 @@ async def test_tick_uses_the_keepers_clock_for_node_liveness() -> None:
     assert isinstance(action, Pend)
 
 
+async def test_a_keeper_that_stalled_gives_nodes_a_full_timeout_from_its_next_look() -> None:
+    # The keeper's machine was paused for 40 s: the node could not report in that time
+    # either, so its replica is kept; a node still silent a timeout later is lost.
+    clock = FakeClock(NOW)
+    node = node_8_cores(heartbeat_at=clock.now())
+    store = InMemoryStore([gemma_model()], [node], [replica_ready("r1", node_id=node.id)])
+    keeper = ReplicaKeeper(store.read, store.apply, clock)
+    assert await keeper.tick() == []
+
+    clock.advance(40)
+    assert await keeper.tick() == []
+    for _ in range(6):  # passes every 5 s, the node silent throughout
+        clock.advance(5)
+        assert await keeper.tick() == []
+    clock.advance(5)
+
+    assert Forget("r1", "node big is lost (no heartbeat for 75s)") in await keeper.tick()
+
+
 async def test_the_loop_survives_a_store_outage() -> None:
     store = InMemoryStore([gemma_model()], [node_8_cores()], [])
     healthy_read = store.read

@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import json
+import os
 import signal
+import time
 from pathlib import Path
 
+from llmgw.core.settings import ServerSettings, dump, load
 from tests.conftest import DEMO
+from tests.e2e.cluster import hold
 from tests.e2e.server_process import LlmgwServer, pid_alive, run_cli, wait_for
 
 
@@ -20,6 +24,32 @@ def test_kill_9_server_takes_its_engines_along(tmp_path: Path) -> None:
         server.proc.send_signal(signal.SIGKILL)
         server.proc.wait(timeout=10)
         wait_for("the engine to die with its server", lambda: not pid_alive(engine_pid), 10)
+    finally:
+        server.stop()
+
+
+def test_a_server_paused_past_the_node_timeout_keeps_its_engines(tmp_path: Path) -> None:
+    # A suspended laptop: the server (its keeper and its node's heartbeats) stops for longer
+    # than the node timeout while its engine keeps running; waking must not restart it.
+    server = LlmgwServer.init(tmp_path / "data", "--demo")
+    settings = load(server.data_dir)
+    control = settings.control.model_copy(update={"node_timeout_s": 3.0, "keeper_interval_s": 0.5})
+    (server.data_dir / "config.toml").write_text(
+        dump(ServerSettings.model_validate({**settings.model_dump(), "control": control})))
+    server.start()
+    try:
+        before = server.wait_ready(DEMO)
+        assert server.proc is not None
+        os.kill(server.proc.pid, signal.SIGSTOP)
+        time.sleep(5)  # the pause itself is what is tested: there is no event to await
+        os.kill(server.proc.pid, signal.SIGCONT)
+
+        def same_replica() -> bool:
+            return [(r["id"], r["state"], r["pid"]) for r in server.replicas(DEMO)] == \
+                [(before["id"], "ready", before["pid"])]
+
+        hold("the replica to stay as it was", same_replica, 5.0)
+        assert "is lost" not in server.log()
     finally:
         server.stop()
 

@@ -74,13 +74,19 @@ def free_on(node: Node, replicas: list[Replica]) -> Free:
     return free
 
 
-def lost(node: Node, now: datetime, node_timeout: timedelta = NODE_TIMEOUT) -> Why | None:
-    """Why `node` counts as lost (no heartbeat within `node_timeout`), or None while it reports."""
+def lost(
+    node: Node, now: datetime, node_timeout: timedelta = NODE_TIMEOUT,
+    watching_since: datetime | None = None,
+) -> Why | None:
+    """Why `node` counts as lost (no heartbeat within `node_timeout`), or None while it reports.
+
+    Silence from before `watching_since` (when the observer began looking) is not held against
+    the node, though the reason still says how long it has really been silent."""
     if node.heartbeat_at is None:
         text = f"node {node.id} is lost (it has never reported)"
         return Why(text, "are lost", f"node {node.id} is lost")
     silent = now - node.heartbeat_at
-    if silent <= node_timeout:
+    if now - max(node.heartbeat_at, watching_since or node.heartbeat_at) <= node_timeout:
         return None
     return Why(
         f"node {node.id} is lost (no heartbeat for {int(silent.total_seconds())}s)",

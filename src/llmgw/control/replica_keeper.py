@@ -118,6 +118,8 @@ def plan(
 
     `judge_targets` (the judge keeper's, which scales judges with their judgments) sets how many
     replicas those judges have, within their `scaling.min` and `scaling.max`."""
+    # As reported, for how long a lost node has really been silent.
+    heard = {n.id: n for n in nodes}
     if leading_since is not None:
         # A heartbeat older than this leader's election counts as made then: after a database
         # outage or a leader change every heartbeat is old though no node is gone, and
@@ -136,7 +138,8 @@ def plan(
     for r in replicas:
         if r.node_id is not None:
             if r.node_id not in gone:
-                gone[r.node_id] = _gone(by_id.get(r.node_id), r.node_id, now, node_timeout)
+                gone[r.node_id] = _gone(heard.get(r.node_id), r.node_id, now, node_timeout,
+                                        leading_since)
             why = gone[r.node_id]
             if why is not None:
                 # Even a stopping replica: nothing on a lost node will ever finish stopping it.
@@ -248,11 +251,14 @@ def _make_way(model: Model, mine: list[Replica], leaving: list[Replica]) -> list
     return [Stop(r.id, f"node {r.node_id} is draining ({ready} ready elsewhere)") for r in leaving]
 
 
-def _gone(node: Node | None, node_id: str, now: datetime, node_timeout: timedelta) -> str | None:
+def _gone(
+    node: Node | None, node_id: str, now: datetime, node_timeout: timedelta,
+    leading_since: datetime | None,
+) -> str | None:
     """Why the replicas on `node_id` are beyond reach, or None while its agent reports."""
     if node is None:
         return f"node {node_id} is gone"
-    why = lost(node, now, node_timeout)
+    why = lost(node, now, node_timeout, leading_since)
     return why.reason if why else None
 
 
@@ -339,13 +345,28 @@ class ReplicaKeeper:
         self.wake = asyncio.Event()
         # When this server began leading (set on election): see `plan`'s `leading_since`.
         self.since: datetime | None = None
+        self._last_read: datetime | None = None
+        # A gap between two looks longer than this is a stall, not a slow pass. Nodes report
+        # at least every third of the timeout, so a stall shorter than two thirds of it never
+        # makes a live node look lost: half leaves room for slow passes on either side.
+        self._stall = max(node_timeout / 2,
+                          timedelta(seconds=2 * self._settings.keeper_interval_s))
 
     async def tick(self) -> list[Action]:
         """One pass: read, plan, apply; returns what it did."""
         models, nodes, replicas = await self._read()
+        now = self._clock.now()
+        if self._last_read is not None and now - self._last_read > self._stall:
+            # This leader has not looked for much longer than its interval: its process or
+            # machine stalled (a suspended laptop, a paused VM, a starved event loop) or the
+            # store did not answer. The same stall keeps heartbeats from being written, so
+            # silence is judged from now on, as after an election, not from before the gap:
+            # otherwise every engine on this machine restarts after a long pause.
+            self.since = now
+        self._last_read = now
         machine = await self._judge_machine() if self._judge_machine else None
         activity = await self._read_activity() if self._read_activity else None
-        actions = plan(models, nodes, replicas, self._clock.now(), self._node_timeout, self.since,
+        actions = plan(models, nodes, replicas, now, self._node_timeout, self.since,
                        machine, activity, self._settings, self.busy_since, self._judge_targets())
         self.busy_since = actions.busy_since
         for action in actions:

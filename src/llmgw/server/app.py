@@ -317,8 +317,11 @@ class Server:
         await asyncio.to_thread(self.store.servers.prune, now - timedelta(days=1))
 
     async def _heartbeats(self, server_id: str) -> None:
+        # At least three heartbeats per node timeout: one lost write or one slow pass never
+        # makes this server's own node look lost, whatever timeout the install sets.
+        interval_s = min(self.loops.heartbeat_s, self.settings.control.node_timeout_s / 3)
         while True:
-            await asyncio.sleep(self.loops.heartbeat_s)
+            await asyncio.sleep(interval_s)
             if self.settings.embedded_node:
                 await self._quietly(self._heartbeat_once)
             await self._quietly(self._server_heartbeat, server_id)
