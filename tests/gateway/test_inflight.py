@@ -126,27 +126,3 @@ def test_a_dead_workers_judge_slots_are_free_again(
     assert worker.take("judge-r1", 0)
     two_workers[0].forget(1)  # worker 1 died with its judgment
     assert main.take("judge-r1", 0)
-
-
-def test_each_worker_sees_what_waits_for_a_judge_in_the_others(
-        two_workers: tuple[SharedInFlight, SharedInFlight]) -> None:
-    main, worker = JudgeSlots(two_workers[0]), JudgeSlots(two_workers[1])
-    main.post("j1", 1234.5, 3)
-    assert worker.elsewhere("j1") == (1234.5, 3)
-    assert main.elsewhere("j1") == (None, 0)  # its own queue is not "elsewhere"
-    assert worker.elsewhere("j2") == (None, 0)  # nor another judge's
-    main.post("j1", 1240.25, 1)  # the head moved on
-    assert worker.elsewhere("j1") == (1240.25, 1)
-    main.post("j1", None, 0)
-    assert worker.elsewhere("j1") == (None, 0)
-
-
-def test_a_dead_workers_waiting_judgments_hold_no_one_back(
-        two_workers: tuple[SharedInFlight, SharedInFlight]) -> None:
-    main, worker = JudgeSlots(two_workers[0]), JudgeSlots(two_workers[1])
-    worker.post("j1", 1234.5, 2)
-    two_workers[0].forget(1)  # worker 1 died with its queue
-    assert main.elsewhere("j1") == (None, 0)
-    again = JudgeSlots(two_workers[1])  # its replacement starts with an empty queue
-    again.post("j1", 1300.0, 1)
-    assert main.elsewhere("j1") == (1300.0, 1)

@@ -171,55 +171,31 @@ async def test_a_judgment_beside_a_running_one_is_expected_to_take_twice_as_long
 
 
 class OneTable:
-    """The slot lease of one server's processes, held in memory (the real one is a shared file);
-    `lease(i)` is process i's view of it."""
+    """The slot lease of one server's processes, held in memory (the real one is a shared file)."""
 
     def __init__(self) -> None:
         self.held: set[tuple[str, int]] = set()
         self.most = 0
-        self.posted: dict[tuple[int, str], tuple[float | None, int]] = {}
-
-    def lease(self, process: int) -> Lease:
-        return Lease(self, process)
-
-
-class Lease:
-    def __init__(self, table: OneTable, process: int) -> None:
-        self.table, self.process = table, process
 
     def taken(self, replica: str, index: int) -> bool:
-        return (replica, index) in self.table.held
+        return (replica, index) in self.held
 
     def take(self, replica: str, index: int) -> bool:
-        if (replica, index) in self.table.held:
+        if (replica, index) in self.held:
             return False
-        self.table.held.add((replica, index))
-        self.table.most = max(self.table.most, len(self.table.held))
+        self.held.add((replica, index))
+        self.most = max(self.most, len(self.held))
         return True
 
     def give(self, replica: str, index: int) -> None:
-        self.table.held.discard((replica, index))
-
-    def post(self, judge: str, head: float | None, waiting: int) -> None:
-        self.table.posted[(self.process, judge)] = (head, waiting)
-
-    def elsewhere(self, judge: str) -> tuple[float | None, int]:
-        others = [v for (p, j), v in self.table.posted.items() if p != self.process and j == judge]
-        heads = [h for h, n in others if h is not None and n]
-        return (min(heads) if heads else None), sum(n for _, n in others)
-
-
-def two_processes(clock: FakeClock, table: OneTable) -> tuple[JudgeQueue, JudgeQueue]:
-    """The judge's queue in a server's two processes, over one replica with 2 slots."""
-    main, worker = (JudgeQueue("j1", clock.monotonic, lease=table.lease(i)) for i in range(2))
-    for q in (main, worker):
-        q.sync({"r1": 2})
-    return main, worker
+        self.held.discard((replica, index))
 
 
 async def test_two_workers_never_hold_more_slots_of_a_replica_than_it_has(clock: FakeClock) -> None:
     table = OneTable()
-    main, worker = two_processes(clock, table)
+    main, worker = (JudgeQueue("j1", clock.monotonic, lease=table) for _ in range(2))
+    for q in (main, worker):
+        q.sync({"r1": 2})
     now = clock.monotonic()
     a = await main.acquire("a", now + BUDGET_S)
     b = await worker.acquire("b", now + BUDGET_S)
@@ -239,46 +215,5 @@ async def test_two_workers_never_hold_more_slots_of_a_replica_than_it_has(clock:
     main.release(c_slot, 0.5)
     assert table.held == set()
     assert table.most == 2
-    for q in (main, worker):
-        q.close()
-
-
-async def test_a_slot_goes_to_the_process_whose_judgment_is_due_first(clock: FakeClock) -> None:
-    table = OneTable()
-    main, worker = two_processes(clock, table)
-    now = clock.monotonic()
-    a = await main.acquire("a", now + BUDGET_S)
-    b = await worker.acquire("b", now + BUDGET_S)
-    early = await waiting(main, "early", now + BUDGET_S - 1)
-    late = await waiting(worker, "late", now + BUDGET_S)
-    # The worker gives back a slot with a judgment of its own waiting, but the main process's
-    # is due first: the worker leaves the slot, and the main process's next look takes it.
-    worker.release(b, 0.5)
-    got = await asyncio.wait_for(early, timeout=1.0)
-    assert (got.replica, got.index) == (b.replica, b.index) and not late.done()
-    main.release(got, 0.5)
-    assert (await asyncio.wait_for(late, timeout=1.0)).index == b.index
-    for q in (main, worker):
-        q.close()
-    assert table.posted == {(0, "j1"): (None, 0), (1, "j1"): (None, 0)}
-    del a
-
-
-async def test_a_new_judgment_does_not_pass_one_waiting_in_another_process(clock: FakeClock) -> None:
-    table = OneTable()
-    main, worker = two_processes(clock, table)
-    now = clock.monotonic()
-    a = await main.acquire("a", now + BUDGET_S)
-    b = await worker.acquire("b", now + BUDGET_S)
-    queued = await waiting(main, "queued", now + BUDGET_S)
-    worker.release(b, 0.5)  # free, until the main process's next look takes it for `queued`
-    newcomer = await waiting(worker, "newcomer", now + BUDGET_S)
-
-    got = await asyncio.wait_for(queued, timeout=1.0)
-
-    assert got.index == b.index and not newcomer.done()
-    newcomer.cancel()
-    main.release(a, 0.5)
-    main.release(got, 0.5)
     for q in (main, worker):
         q.close()

@@ -109,15 +109,6 @@ class SharedInFlight:
         self._slots: dict[str, int] = {}
         self._lock = _Lock(self._fd)
 
-    @property
-    def workers(self) -> int:
-        return self._workers
-
-    @property
-    def index(self) -> int:
-        """This process's column."""
-        return self._index
-
     def close(self) -> None:
         self._map.close()
         os.close(self._fd)
@@ -217,13 +208,10 @@ def entry(kind: str, *parts: object) -> str:
 
 class JudgeSlots:
     """The judge slots a server's processes hold, in its in-flight table (a judge's queue in each
-    process leases them here: `guard.judge_queue.SlotLease`), and what waits for them in each
-    process: its earliest deadline (microseconds of the machine's monotonic clock, which every
-    process reads alike) and how many wait, in an entry of its own per judge and process."""
+    process leases them here: `guard.judge_queue.SlotLease`)."""
 
-    def __init__(self, flight: SharedInFlight) -> None:
+    def __init__(self, flight: InFlight) -> None:
         self._flight = flight
-        self._posted: dict[str, tuple[int, int]] = {}
 
     @staticmethod
     def _name(replica: str, index: int) -> str:
@@ -242,24 +230,3 @@ class JudgeSlots:
 
     def give(self, replica: str, index: int) -> None:
         self._flight.add(self._name(replica, index), -1, 0)
-
-    def post(self, judge: str, head: float | None, waiting: int) -> None:
-        value = (0 if head is None else max(int(head * 1e6), 1), waiting)
-        last = self._posted.get(judge, (0, 0))
-        if value != last:
-            self._flight.add(entry("judge-wait", judge, self._flight.index),
-                             value[0] - last[0], value[1] - last[1])
-            self._posted[judge] = value
-
-    def elsewhere(self, judge: str) -> tuple[float | None, int]:
-        head: float | None = None
-        waiting = 0
-        for index in range(self._flight.workers):
-            if index == self._flight.index:
-                continue
-            earliest, count = self._flight.get(entry("judge-wait", judge, index))
-            if count > 0 and earliest > 0:
-                head = earliest / 1e6 if head is None else min(head, earliest / 1e6)
-                waiting += count
-        return head, waiting
-

@@ -7,14 +7,6 @@ there before a judgment is sent to it and given back when it ends, so a replica 
 judgments from the server in flight than slots. A slot another process gives back wakes no one
 here; while judgments wait and some slots are held elsewhere, the queue looks again every
 `LEASE_POLL_S`.
-
-The deadline order holds across the processes too: each posts its earliest waiting deadline and
-how many wait to the table, a free slot goes to the process whose judgment is due first (this one
-leaves it to the other's next look), a new judgment takes a free slot at once only when none
-waits anywhere, and its expected wait counts the judgments waiting elsewhere as ahead of it.
-Without that, each process would mostly serve its own queue from the slots it frees, so a
-judgment would wait as if the judge had only this process's share of the slots, and be shed
-late, after waiting, although it was admitted on a shorter estimate.
 """
 
 from __future__ import annotations
@@ -55,15 +47,6 @@ class SlotLease(Protocol):
         """Let go of a slot this process holds."""
         ...
 
-    def post(self, judge: str, head: float | None, waiting: int) -> None:
-        """Tell the other processes this one's earliest waiting deadline for `judge` (monotonic
-        seconds; None when none waits) and how many wait."""
-        ...
-
-    def elsewhere(self, judge: str) -> tuple[float | None, int]:
-        """The earliest deadline waiting for `judge` in the other processes, and how many wait."""
-        ...
-
 
 class Unshared:
     """One process alone: its own book of slots is the whole truth."""
@@ -76,12 +59,6 @@ class Unshared:
 
     def give(self, replica: str, index: int) -> None:
         pass
-
-    def post(self, judge: str, head: float | None, waiting: int) -> None:
-        pass
-
-    def elsewhere(self, judge: str) -> tuple[float | None, int]:
-        return None, 0
 
 
 UNSHARED = Unshared()
@@ -122,11 +99,10 @@ class JudgeQueue:
                          waited=self.waited, shed=self.shed, served=self.served)
 
     def close(self) -> None:
-        """Stop looking for slots other processes gave back, and stop holding them back."""
+        """Stop looking for slots other processes gave back."""
         if self._poll is not None:
             self._poll.cancel()
             self._poll = None
-        self._lease.post(self.judge, None, 0)
 
     def _pick(self, prompt: str) -> tuple[Slot, int] | None:
         """A free slot for `prompt`, held in the lease, and its replica's occupancy with it."""
@@ -140,15 +116,10 @@ class JudgeQueue:
             slot.away = True  # another process took it since it was looked at
         return None
 
-    def _look_again(self, deferred: bool = False) -> None:
-        """While judgments wait and other processes hold slots (or were left one), look again
-        shortly."""
-        if (self.book.away or deferred) and len(self.waiting) and self._poll is None:
+    def _look_again(self) -> None:
+        """While judgments wait and other processes hold slots, look again shortly."""
+        if self.book.away and len(self.waiting) and self._poll is None:
             self._poll = asyncio.get_running_loop().call_later(LEASE_POLL_S, self._looked)
-
-    def _post(self) -> None:
-        head = self.waiting.peek()
-        self._lease.post(self.judge, None if head is None else head.deadline, len(self.waiting))
 
     def _looked(self) -> None:
         self._poll = None
@@ -157,9 +128,7 @@ class JudgeQueue:
     async def acquire(self, prompt: str, deadline: float) -> Slot:
         """A slot for a judgment of `prompt` that must be answered by `deadline` (monotonic)."""
         now = self._monotonic()
-        _, waiting_elsewhere = self._lease.elsewhere(self.judge)
-        first = not len(self.waiting) and not waiting_elsewhere
-        picked = self._pick(prompt) if first else None
+        picked = self._pick(prompt) if not len(self.waiting) else None
         if picked is not None:
             slot, occupancy = picked
             # A judge with nothing in flight is always tried: it costs no other judgment
@@ -177,9 +146,7 @@ class JudgeQueue:
         # late, or times out.
         full = self.book.widest
         p90 = self.times.quantile(0.9, now, full)
-        # Those waiting in other processes came first, or are due first (a judge's budgets are
-        # alike).
-        ahead = self.waiting.ahead_of(deadline) + waiting_elsewhere
+        ahead = self.waiting.ahead_of(deadline)
         left = [self.times.left(ran, 0.9, now, full) for ran, _ in self.book.running(now)]
         left += [p90] * self.book.away
         wait = expected_wait(ahead, self.book.free, left, p90)
@@ -189,16 +156,13 @@ class JudgeQueue:
         future: asyncio.Future[Slot] = asyncio.get_running_loop().create_future()
         self._futures[waiter.seq] = future
         self.waited += 1
-        self._post()
-        # A slot may be free already, left for judgments elsewhere that came first.
-        self._look_again(deferred=True)
+        self._look_again()
         try:
             return await future
         except asyncio.CancelledError:
             # Gone while waiting (the client left, or the budget ran out): its place goes, and a
             # slot handed to it just now goes to the next in line.
             self.waiting.drop(waiter)
-            self._post()
             if future.done() and not future.cancelled():
                 if future.exception() is None:
                     self.release(future.result(), None)
@@ -222,32 +186,19 @@ class JudgeQueue:
         self._dispatch()
 
     def _dispatch(self) -> None:
-        """Free slots to the waiters, earliest deadline first (across the processes); one that
-        can no longer finish is shed rather than sent."""
-        try:
-            self._hand_out()
-        finally:
-            self._post()
-
-    def _hand_out(self) -> None:
+        """Free slots to the waiters, earliest deadline first; one that can no longer finish is
+        shed rather than sent."""
         while (waiter := self.waiting.peek()) is not None:
             future = self._futures.get(waiter.seq)
             if future is None or future.done():
                 self.waiting.pop()
                 continue
-            now = self._monotonic()
-            due_elsewhere, _ = self._lease.elsewhere(self.judge)
-            if due_elsewhere is not None and now < due_elsewhere < waiter.deadline:
-                # A judgment in another process is due first: the slot is left for its next
-                # look, and this process looks again after it (a deadline already past is
-                # one that process is about to drop: not waited for).
-                self._look_again(deferred=True)
-                return
             picked = self._pick(waiter.prompt)
             if picked is None:
                 self._look_again()
                 return
             self.waiting.pop()
+            now = self._monotonic()
             slot, occupancy = picked
             left = waiter.deadline - now
             p90 = self.times.quantile(0.9, now, occupancy)
