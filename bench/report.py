@@ -13,11 +13,13 @@ from pathlib import Path
 from statistics import median
 from typing import NamedTuple
 
-TARGETS = ("direct", "llmgw", "passthrough", "llmgw-2w", "passthrough-2p")
+TARGETS = ("direct", "llmgw", "passthrough", "llmgw-2w", "passthrough-2p", "passthrough-raw")
 # What each target is called in the table: llmgw-2w is `server run --workers 2`, passthrough-2p
-# the pass-through in 2 processes on one port (its floor).
+# the pass-through in 2 processes on one port (its floor), passthrough-raw the pass-through on a
+# bare asyncio + httptools server with llmgw's upstream client (what the HTTP server costs).
 TARGET_LABELS = {"llmgw": "llmgw, 1 worker", "llmgw-2w": "llmgw, 2 workers",
-                 "passthrough-2p": "passthrough, 2 processes"}
+                 "passthrough-2p": "passthrough, 2 processes",
+                 "passthrough-raw": "raw floor (httptools server)"}
 MODES = ("json", "stream")
 # The client's API, and what it is called in the table. Chat completions is the yardstick the
 # other dialects are held to.
@@ -132,6 +134,15 @@ def verdicts(rows: Rows) -> list[str]:
         f"- {'PASS' if ok else 'FAIL'}: llmgw adds <= {ADDED_P50_GOAL_MS:g} ms at p50 to chat completions, "
         f"concurrency {low}: " + "; ".join(parts)
     )
+    floors = []
+    for target in ("passthrough", "passthrough-raw"):
+        for mode in MODES:
+            r = rows.get(("chat", target, mode, low))
+            added = None if r is None else added_p50(rows, r)
+            if added is not None:
+                floors.append(f"{TARGET_LABELS.get(target, target)} {mode} {added:+.3f} ms")
+    if floors:
+        lines.append(f"  (the floors add, same concurrency: {'; '.join(floors)})")
 
     for gw_target, floor_target, what, floor_name in (
             ("llmgw", "passthrough", "1 worker", "the passthrough's"),

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Measure what llmgw adds to a request: the same load against a fake upstream (nginx) directly,
-# through llmgw, and through a bare aiohttp pass-through proxy; and what llmgw adds in the other
+# through llmgw, through a bare aiohttp pass-through proxy, and through the raw floor (a bare
+# asyncio + httptools server with llmgw's upstream client); and what llmgw adds in the other
 # dialects (Anthropic Messages natively and translated to chat completions, OpenAI Responses over
 # chat completions) next to chat completions. See bench/README.md.
 #
@@ -89,9 +90,9 @@ wait_for() {
     die "$desc: not ready after $secs s"
 }
 
-read -r NGINX_PORT GW_PORT PT_PORT GW2_PORT PT2_PORT SINK_PORT < <("$PY" -c '
+read -r NGINX_PORT GW_PORT PT_PORT GW2_PORT PT2_PORT SINK_PORT PTR_PORT < <("$PY" -c '
 import socket
-socks = [socket.socket() for _ in range(6)]
+socks = [socket.socket() for _ in range(7)]
 for s in socks:
     s.bind(("127.0.0.1", 0))
 print(*(s.getsockname()[1] for s in socks))
@@ -282,6 +283,12 @@ PIDS+=($!)
 PT2_PID=$!
 wait_for "passthrough (2 processes)" 15 "$PT2_PID" curl -fsS -X POST -d '{}' "http://127.0.0.1:$PT2_PORT/json/v1/chat/completions"
 log "passthrough (pid $PT2_PID, 2 processes) on :$PT2_PORT"
+# What the HTTP server costs: the same pass-through on a bare asyncio + httptools server.
+"$PY" bench/passthrough.py --port "$PTR_PORT" --raw --upstream "http://127.0.0.1:$NGINX_PORT" >"$TMP/passthrough-raw.log" 2>&1 &
+PIDS+=($!)
+PTR_PID=$!
+wait_for "raw passthrough" 15 "$PTR_PID" curl -fsS -X POST -d '{}' "http://127.0.0.1:$PTR_PORT/json/v1/chat/completions"
+log "raw passthrough (pid $PTR_PID) on :$PTR_PORT"
 
 # --- 3. load ---------------------------------------------------------------------------------
 
@@ -301,6 +308,7 @@ url_for() { # API TARGET MODE
         direct) echo "http://127.0.0.1:$NGINX_PORT/$prefix/v1/$path" ;;
         passthrough) echo "http://127.0.0.1:$PT_PORT/$prefix/v1/$path" ;;
         passthrough-2p) echo "http://127.0.0.1:$PT2_PORT/$prefix/v1/$path" ;;
+        passthrough-raw) echo "http://127.0.0.1:$PTR_PORT/$prefix/v1/$path" ;;
         llmgw | llmgw-2w)
             case $(client_api "$1") in
                 chat) echo "http://127.0.0.1:$gw/v1/chat/completions" ;;
@@ -360,7 +368,7 @@ CELLS+=" chat:llmgw"
 for a in $APIS; do [[ $a == chat ]] || CELLS+=" $a:llmgw"; done
 CELLS+=" chat:passthrough"
 [[ " $APIS " == *" messages "* ]] && CELLS+=" messages:passthrough"
-CELLS+=" chat:llmgw-2w chat:passthrough-2p"
+CELLS+=" chat:llmgw-2w chat:passthrough-2p chat:passthrough-raw"
 MODES=${BENCH_MODES:-"json stream"}
 ROUNDS=${BENCH_ROUNDS:-1}
 for cell in $CELLS; do for m in $MODES; do smoke "${cell%%:*}" "${cell#*:}" "$m"; done; done
@@ -386,7 +394,7 @@ wrk_run() {
     (($4 < 2)) && threads=1
     case $2 in
         llmgw) pid=$GW_PID ;; llmgw-2w) pid=$GW2_PID ;;
-        passthrough) pid=$PT_PID ;; passthrough-2p) pid=$PT2_PID ;;
+        passthrough) pid=$PT_PID ;; passthrough-2p) pid=$PT2_PID ;; passthrough-raw) pid=$PTR_PID ;;
     esac
     [[ -n $pid ]] && before=$(cpu_ticks "$pid")
     out=$(BENCH_API=$(client_api "$1") BENCH_MODEL=$(model_for "$1" "$3") BENCH_STREAM=$(stream_for "$3") \
