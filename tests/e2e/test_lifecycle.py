@@ -51,6 +51,8 @@ def test_a_server_paused_past_the_node_timeout_keeps_its_engines(tmp_path: Path)
         hold("the replica to stay as it was", same_replica, 5.0)
         assert "is lost" not in server.log()
     finally:
+        if server.proc is not None and server.proc.poll() is None:
+            os.kill(server.proc.pid, signal.SIGCONT)  # a stopped process would not stop
         server.stop()
 
 
