@@ -118,16 +118,10 @@ def plan(
 
     `judge_targets` (the judge keeper's, which scales judges with their judgments) sets how many
     replicas those judges have, within their `scaling.min` and `scaling.max`."""
-    # As reported, for how long a lost node has really been silent.
-    heard = {n.id: n for n in nodes}
-    if leading_since is not None:
-        # A heartbeat older than this leader's election counts as made then: after a database
-        # outage or a leader change every heartbeat is old though no node is gone, and
-        # forgetting their replicas would restart every engine. A node that really is gone is
-        # still lost `node_timeout` after the election.
-        nodes = [n.model_copy(update={"heartbeat_at": leading_since})
-                 if n.heartbeat_at is not None and n.heartbeat_at < leading_since else n
-                 for n in nodes]
+    # Silence from before this leader's election (`leading_since`) is not held against a node:
+    # after a database outage or a leader change every heartbeat is old though no node is gone,
+    # and forgetting their replicas would restart every engine. A node that really is gone is
+    # still lost `node_timeout` after the election.
     catalog = {m.name: m for m in models}
     by_id = {n.id: n for n in nodes}
     gone: dict[str, str | None] = {}
@@ -138,7 +132,7 @@ def plan(
     for r in replicas:
         if r.node_id is not None:
             if r.node_id not in gone:
-                gone[r.node_id] = _gone(heard.get(r.node_id), r.node_id, now, node_timeout,
+                gone[r.node_id] = _gone(by_id.get(r.node_id), r.node_id, now, node_timeout,
                                         leading_since)
             why = gone[r.node_id]
             if why is not None:
@@ -157,7 +151,7 @@ def plan(
             leaving.setdefault(r.model, []).append(r)
         else:
             mine.setdefault(r.model, []).append(r)
-    cluster = Cluster(nodes, replicas, now, node_timeout, judge_machine)
+    cluster = Cluster(nodes, replicas, now, node_timeout, judge_machine, leading_since)
     demand: dict[str, Want] = {}
     if activity is not None:
         live = [r for rs in mine.values() for r in rs]

@@ -161,6 +161,7 @@ class Cluster:
         now: datetime,
         node_timeout: timedelta = NODE_TIMEOUT,
         judge_machine: Mapping[str, str] | None = None,
+        watching_since: datetime | None = None,
     ) -> None:
         self.node_timeout = node_timeout
         self._slots: list[_Slot] = []
@@ -175,7 +176,7 @@ class Cluster:
                 continue
             i = len(self._slots)
             self._index[node.id] = i
-            gone = lost(node, now, node_timeout)
+            gone = lost(node, now, node_timeout, watching_since)
             self.reporting += gone is None
             self._slots.append(_Slot(node, i, gone or closed(node)))
         if judge_machine:
