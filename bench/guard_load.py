@@ -185,6 +185,9 @@ class JudgeCell:
     seconds: float = 0.0
     latencies: list[float] = field(default_factory=list)  # of verdicts
     shed_latencies: list[float] = field(default_factory=list)
+    # How long the gateway took to shed (its `latency_ms`): the client's time less the HTTP path
+    # and the load generator's own wait for a core on a saturated machine.
+    shed_in_gateway: list[float] = field(default_factory=list)
     outcomes: dict[str, int] = field(default_factory=dict)
     cached: int = 0  # judge prompt tokens reused from the slot's KV cache during the row
     evaluated: int = 0  # judge prompt tokens evaluated during the row
@@ -233,14 +236,17 @@ async def judgments(api: Api, conc: int, distinct: bool, seconds: float, budget_
                 ) as r:
                     data = await r.json(content_type=None)
                     outcome = data.get("outcome") if r.status == 200 else f"HTTP {r.status}"
+                    in_gateway = data.get("latency_ms") if r.status == 200 else None
             except (aiohttp.ClientError, TimeoutError) as exc:
-                outcome = type(exc).__name__
+                outcome, in_gateway = type(exc).__name__, None
             took = (time.perf_counter() - t0) * 1000
             cell.outcomes[str(outcome)] = cell.outcomes.get(str(outcome), 0) + 1
             if outcome in ("safe", "unsafe"):
                 cell.latencies.append(took)
             elif outcome == "failed_shed":
                 cell.shed_latencies.append(took)
+                if isinstance(in_gateway, int | float):
+                    cell.shed_in_gateway.append(float(in_gateway))
                 # A client told the judge is saturated (a 503 on the data plane) comes back
                 # later rather than at once.
                 await asyncio.sleep(backoff_s)
@@ -321,12 +327,12 @@ def chat_table(cells: dict[str, Cell]) -> list[str]:
 def judge_table(cells: list[JudgeCell], budget_ms: int) -> list[str]:
     out = [
         "| concurrency, texts | verdicts/s | p50 ms | p99 ms | within budget | shed "
-        "| shed p50 / max ms / late | timed out | cache saved |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| shed p50 / max ms / late | late in gateway | timed out | cache saved |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for c in cells:
         if not c.total:
-            out.append(f"| {c.label} | 0 | – | – | – | – | – | – | – |")
+            out.append(f"| {c.label} | 0 | – | – | – | – | – | – | – | – |")
             continue
         rate = c.verdicts / c.seconds if c.seconds else 0.0
         lat = c.latencies
@@ -335,11 +341,13 @@ def judge_table(cells: list[JudgeCell], budget_ms: int) -> list[str]:
         late = sum(1 for t in c.shed_latencies if t > LATE_SHED_MS)
         shed_ms = (f"{ms(statistics.median(c.shed_latencies))} / {ms(max(c.shed_latencies))} / {late}"
                    if c.shed_latencies else "–")
+        late_gw = (str(sum(1 for t in c.shed_in_gateway if t > LATE_SHED_MS))
+                   if c.shed_in_gateway else "–")
         prompt = c.cached + c.evaluated
         saved = f"{c.cached / prompt:.0%}" if prompt else "–"
         out.append(f"| {c.label} | {rate:.2f} | {ms(statistics.median(lat)) if lat else '–'} "
                    f"| {ms(pct(lat, 0.99)) if lat else '–'} | {within}/{c.total} "
-                   f"| {c.shed} ({c.shed / c.total:.0%}) | {shed_ms} | {timed_out} | {saved} |")
+                   f"| {c.shed} ({c.shed / c.total:.0%}) | {shed_ms} | {late_gw} | {timed_out} | {saved} |")
     return out
 
 
@@ -460,7 +468,10 @@ def judge_report(judge_cells: list[JudgeCell], args: argparse.Namespace, scaled:
                "within budget counts verdicts that came within the budget, of all judgments; shed "
                "counts judgments the gateway did not send because they could not have finished in "
                "time (failed_shed), with how fast the client had that answer and how many came later than "
-               f"{LATE_SHED_MS:g} ms (late); a client whose "
+               f"{LATE_SHED_MS:g} ms (late), and how many the gateway itself took longer than "
+               f"{LATE_SHED_MS:g} ms to shed (late in gateway: its `latency_ms`, from the judgment's "
+               "arrival to its shed, without the HTTP path and the load generator's own wait for "
+               "a core); a client whose "
                f"judgment was shed waits {args.shed_backoff_ms:g} ms before its next. Cache saved "
                "is the share of the judge's prompt tokens taken from its slots' KV cache rather "
                "than evaluated (llama-server's `timings.cache_n` and `prompt_n`, summed by the "

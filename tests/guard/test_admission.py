@@ -9,6 +9,7 @@ import pytest
 
 from llmgw.guard.admission import (
     DeadlineQueue,
+    PromptEval,
     ServiceTimes,
     SlotBook,
     expected_wait,
@@ -107,6 +108,40 @@ def test_a_running_judgment_is_expected_to_take_what_longer_ones_took() -> None:
     # Longer than any seen: it is slow, so about another median.
     assert times.left(ran=5.0, q=0.9, now=1.0, occupancy=1) == 2.0
     assert ServiceTimes().left(ran=1.0, q=0.9, now=1.0, occupancy=1) == 0.0
+
+
+def test_a_judgment_is_expected_to_take_the_rest_plus_its_new_characters_at_the_judges_speed(
+) -> None:
+    times = ServiceTimes()
+    # Cached judgments (a same text again): 0.1 s evaluating 2 new tokens, 0.5 s the rest.
+    for _ in range(8):
+        times.add(0.6, now=0.0, prompt=PromptEval(0.1, 2, 298), prompt_chars=1200)
+    # Not a speed sample (too few tokens): without one, a judgment is expected to take what the
+    # judgments took, whatever its size.
+    assert times.quantile(0.9, now=1.0, new_chars=1000) == pytest.approx(0.6)
+    # One new text: 250 of its 300 tokens (1,200 characters) evaluated in 2 s, so 8 ms a token
+    # and 4 characters a token: 2 ms a character.
+    times.add(2.5, now=1.0, prompt=PromptEval(2.0, 250, 50), prompt_chars=1200)
+    # A cached judgment stays fast, a new text of 500 characters takes its 1 s more, and the
+    # cached spell does not make a 1,000-character one look fast.
+    assert times.quantile(0.9, now=2.0, new_chars=2) == pytest.approx(0.504)
+    assert times.quantile(0.9, now=2.0, new_chars=500) == pytest.approx(1.5)
+    assert times.quantile(0.9, now=2.0, new_chars=1000) == pytest.approx(2.5)
+    # Without a size, as before: the quantiles of what the judgments took.
+    assert times.quantile(0.5, now=2.0) == pytest.approx(0.6)
+    assert times.quantile(1.0, now=2.0) == pytest.approx(2.5)
+    # Two at once on a CPU judge: the speed and the rest both scaled, until seen.
+    assert times.quantile(0.9, now=2.0, occupancy=2, new_chars=500) == pytest.approx(3.0)
+
+
+def test_the_judges_speed_outlives_a_spell_of_cached_judgments() -> None:
+    times = ServiceTimes(memory_s=60.0, rate_memory_s=600.0)
+    times.add(2.5, now=0.0, prompt=PromptEval(2.0, 250, 50), prompt_chars=1200)
+    for t in range(100, 600, 10):
+        times.add(0.6, now=float(t), prompt=PromptEval(0.1, 2, 298), prompt_chars=1200)
+        if t == 400:
+            assert times.quantile(0.9, now=400.0, new_chars=1000) == pytest.approx(2.5)
+    assert times.quantile(0.9, now=601.0, new_chars=1000) == pytest.approx(0.6)  # forgotten
 
 
 @pytest.mark.parametrize(("ahead", "free", "busy_left", "wait"), [
@@ -210,9 +245,17 @@ def test_shared_prefix(a: str, b: str, n: int) -> None:
     assert shared_prefix(a, b) == n == shared_prefix(b, a)
 
 
-def test_a_busy_slot_knows_how_long_its_judgment_has_run() -> None:
+def test_a_busy_slot_knows_how_long_its_judgment_has_run_and_what_was_new() -> None:
     b = book(r1=2)
-    b.take(prompt("first"), now=10.0)
+    first = b.take(prompt("first"), now=10.0)
+    assert first is not None
     b.take(prompt("second"), now=10.5)
     # Both ran two at once on r1 (the first alone at first, but beside the second since).
-    assert sorted(b.running(11.0)) == [(0.5, 2), (1.0, 2)]
+    assert sorted(s.occupancy for s in b.replicas["r1"]) == [2, 2]
+    # Both slots were cold: all of each prompt was new to them.
+    assert sorted(b.running(11.0)) == [(0.5, len(prompt("second"))), (1.0, len(prompt("first")))]
+    b.give_back(first, now=12.0)
+    again = b.take(prompt("first, and more"), now=12.0)
+    assert again is first and first.new_chars == len(", and more")
+    # Waiting, a judgment expects to be as new as to the slot sharing the most of it.
+    assert b.uncached(prompt("second thoughts")) == len(" thoughts")

@@ -13,8 +13,9 @@ import pytest
 
 from llmgw.core.guard import Direction, Outcome, VerdictRecord
 from llmgw.core.judges import DEFAULT_JUDGE, KNOWN
+from llmgw.guard.admission import PromptEval
 from llmgw.guard.enforcement import Answer, Guard, GuardView
-from llmgw.guard.judge_client import JudgeClient, JudgeTarget
+from llmgw.guard.judge_client import JudgeClient, JudgeTarget, prompt_eval
 from llmgw.guard.prompts import Turn
 from tests.fakes.judge import FakeJudge
 
@@ -162,3 +163,17 @@ async def test_a_judge_that_outlasts_the_budget_is_shed_once_it_has_timed_out(tw
     assert (await busy)[0].outcome == Outcome.FAILED_TIMEOUT
     answer, _ = await two_slots.ask("probe", 150)
     assert answer.outcome == Outcome.FAILED_TIMEOUT and len(engine.requests) == 3
+
+
+@pytest.mark.parametrize(("answer", "spent"), [
+    ({"content": "safe", "timings": {"prompt_n": 120, "cache_n": 224, "prompt_ms": 480.5}},
+     PromptEval(0.4805, 120, 224)),
+    ({"content": "safe", "timings": {"prompt_n": 120, "cache_n": 224}}, None),  # no time said
+    ({"content": "safe", "timings": {"prompt_ms": 480.5}}, None),  # no token counts
+    ({"content": "safe"}, None),
+    ({"content": "safe", "timings": {"prompt_n": -3, "cache_n": 2, "prompt_ms": -1}},
+     PromptEval(0.0, 0, 2)),  # an engine's numbers are clamped like any upstream's
+])
+def test_what_the_engine_spent_on_the_prompt_is_read_from_its_timings(
+        answer: dict[str, object], spent: PromptEval | None) -> None:
+    assert prompt_eval(answer) == spent

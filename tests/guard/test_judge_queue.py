@@ -10,7 +10,7 @@ import pytest
 from llmgw.core.clock import FakeClock
 from llmgw.core.errors import JudgeShed
 from llmgw.core.guard import JudgeLoad
-from llmgw.guard.admission import Slot
+from llmgw.guard.admission import PromptEval, Slot
 from llmgw.guard.judge_queue import JudgeQueue
 
 BUDGET_S = 5.0
@@ -168,6 +168,36 @@ async def test_a_judgment_beside_a_running_one_is_expected_to_take_twice_as_long
     q.release(running, 2.0)
     q.release(beside, 2.0)
     assert q.load() == JudgeLoad(slots=2, in_flight=0, shed=1, served=2)
+
+
+async def test_a_new_text_after_cached_ones_is_shed_on_arrival_not_when_its_turn_comes(
+        clock: FakeClock) -> None:
+    q = judge_queue(clock, r1=1)
+    head = "<the judge's fixed policy text>" * 20
+    # A spell of one text again: cached, 0.5 s each; earlier, one new text took 2.5 s, 2 s of
+    # it evaluating 250 of its 300 tokens (1,200 characters): 2 ms a character.
+    q.times.add(2.5, clock.monotonic(), prompt=PromptEval(2.0, 250, 50), prompt_chars=1200)
+    for _ in range(10):
+        q.times.add(0.5, clock.monotonic(), prompt=PromptEval(0.01, 1, 299), prompt_chars=1200)
+    cached = await q.acquire(head + "the same text", clock.monotonic() + BUDGET_S)
+    assert cached.new_chars == len(head + "the same text")  # the slot was cold
+    # The engine had it cached after all (another process had sent it there): what the gateway
+    # thought its cache held does not make the judge look faster.
+    q.release(cached, 0.5, prompt=PromptEval(0.01, 1, 160))
+    running = await q.acquire(head + "the same text", clock.monotonic() + BUDGET_S)
+    # A new text would wait about 0.5 s for the running one, then take about 2.5 s: more than
+    # what 3.2 s holds with a quarter to spare, so it is shed now. On the cached spell's 0.5 s
+    # alone it would have been let in, to be shed late when its turn came, or to time out.
+    new = asyncio.create_task(q.acquire(head + "x" * 1000, clock.monotonic() + 3.2))
+    await asyncio.sleep(0)
+    assert new.done(), "a new text was let in on the cached judgments' times"
+    with pytest.raises(JudgeShed, match="2490 ms to judge"):
+        await new
+    # The same text again is still let in.
+    same = await waiting(q, head + "the same text", clock.monotonic() + 3.2)
+    q.release(running, 0.5)
+    q.release(await same, 0.5)
+    assert q.load().shed == 1
 
 
 class OneTable:

@@ -18,6 +18,9 @@ clock; nothing here awaits or does I/O (`judge_queue` does, around these).
   the slots of a llama-server share its threads, so on a CPU two at once take about twice as
   long each. Service times are kept with their occupancy and the estimates are made for the
   occupancy the judgment will run at; a queued judgment runs on a full replica.
+- It also depends on how much of its prompt its slot's cache lacks: the engine's time evaluating
+  the prompt is kept apart as a speed per character, and each estimate is for the judgment's own
+  new characters (`ServiceTimes`).
 - Every slot remembers the last prompt it was sent, which is what its KV cache holds; a
   judgment goes to the free slot sharing the longest prefix with its prompt (every judgment of a
   direction shares the judge's long fixed head; a stream's next window shares all the text
@@ -43,46 +46,112 @@ SERVICE_MEMORY_S = 60.0
 OWN_SAMPLES = 4
 
 
+# How long the judge's prompt speed (seconds per prompt character) is remembered: a property of
+# the engine and its machine rather than of the traffic, so longer than the service times, and
+# kept through a spell of cached prompts that teaches it nothing (every judgment of one text
+# again evaluates a token or two).
+RATE_MEMORY_S = 600.0
+# A judgment that evaluated fewer tokens than this says little about the speed (the engine's
+# fixed costs dominate its evaluation).
+RATE_MIN_TOKENS = 16
+
+
+@dataclass(frozen=True)
+class PromptEval:
+    """What the engine said of a judgment's prompt: how long it took to evaluate the tokens its
+    slot's cache lacked (`evaluated`), and how many it took from the cache."""
+
+    seconds: float
+    evaluated: int
+    cached: int
+
+
 def _rank(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[max(0, math.ceil(q * len(ordered)) - 1)]
 
 
+def _scaled(samples: Iterable[tuple[float, int]], occupancy: int) -> list[float]:
+    """`samples` (value, occupancy) as they would be at `occupancy`: its own when there are
+    `OWN_SAMPLES` of them, else all, scaled as if the judgments on a replica shared its compute
+    evenly."""
+    samples = list(samples)
+    own = [v for v, k in samples if k == occupancy]
+    if len(own) >= OWN_SAMPLES:
+        return own
+    return [v * occupancy / k for v, k in samples]
+
+
 class ServiceTimes:
     """The last `size` service times of one judge (seconds from sending to the answer), each with
     its occupancy (the most judgments its replica ran at once while it ran), each forgotten
-    `memory_s` after it was taken."""
+    `memory_s` after it was taken.
 
-    def __init__(self, size: int = SERVICE_SAMPLES, memory_s: float = SERVICE_MEMORY_S) -> None:
-        self._times: deque[tuple[float, float, int]] = deque(maxlen=size)
+    A judgment's time is mostly two parts: evaluating the part of its prompt its slot's cache
+    does not hold, and the rest (generating the verdict, the engine's fixed costs). When the
+    engine says how long the evaluation took, the two are kept apart: the rest as a service time,
+    the evaluation as seconds per character. A judgment is then expected to take the rest
+    plus its own new characters at the median speed, so a run of cached judgments (a same text
+    again) does not make a new text look as fast, nor a cold slot's first judgment.
+    """
+
+    def __init__(self, size: int = SERVICE_SAMPLES, memory_s: float = SERVICE_MEMORY_S,
+                 rate_memory_s: float = RATE_MEMORY_S) -> None:
+        # (taken at, seconds, occupancy, seconds less the prompt's evaluation when known)
+        self._times: deque[tuple[float, float, int, float]] = deque(maxlen=size)
+        self._rates: deque[tuple[float, float, int]] = deque(maxlen=size)  # s per character
         self._memory_s = memory_s
+        self._rate_memory_s = rate_memory_s
 
-    def add(self, seconds: float, now: float, occupancy: int = 1) -> None:
-        self._times.append((now, max(seconds, 0.0), max(occupancy, 1)))
+    def add(self, seconds: float, now: float, occupancy: int = 1, *,
+            prompt: PromptEval | None = None, prompt_chars: int = 0) -> None:
+        """A judgment of a `prompt_chars`-character prompt took `seconds` at `occupancy`, of which
+        the engine spent `prompt.seconds` evaluating what its slot's cache lacked."""
+        seconds, occupancy = max(seconds, 0.0), max(occupancy, 1)
+        rest = seconds
+        if prompt is not None:
+            spent = min(max(prompt.seconds, 0.0), seconds)
+            rest = seconds - spent
+            if prompt.evaluated >= RATE_MIN_TOKENS and prompt_chars > 0:
+                # Per character, from the engine's own counts: seconds per evaluated token times
+                # the prompt's tokens per character (what the gateway thought the cache held
+                # plays no part, so a cache it misjudged does not skew the speed).
+                tokens = prompt.evaluated + max(prompt.cached, 0)
+                self._rates.append((now, spent / prompt.evaluated * tokens / prompt_chars,
+                                    occupancy))
+        self._times.append((now, seconds, occupancy, rest))
 
     def __len__(self) -> int:
         return len(self._times)
 
-    def _at(self, now: float, occupancy: int) -> list[float]:
-        """The remembered service times as they would be at `occupancy`."""
+    def _at(self, now: float, occupancy: int, new_chars: int | None) -> list[float]:
+        """The remembered service times as they would be at `occupancy`, for a judgment with
+        `new_chars` new characters (None: as they were, whatever their prompts)."""
         while self._times and now - self._times[0][0] > self._memory_s:
             self._times.popleft()
-        own = [t for _, t, k in self._times if k == occupancy]
-        if len(own) >= OWN_SAMPLES:
-            return own
-        return [t * occupancy / k for _, t, k in self._times]
+        while self._rates and now - self._rates[0][0] > self._rate_memory_s:
+            self._rates.popleft()
+        if new_chars is None or not self._rates:
+            return _scaled(((t, k) for _, t, k, _ in self._times), occupancy)
+        # The median speed: it varies little from one judgment to the next, where the rest (how
+        # long a verdict the judge writes) varies much; a p90 of each, added, would be a p99.
+        rate = _rank(_scaled(((r, k) for _, r, k in self._rates), occupancy), 0.5)
+        return [rest + new_chars * rate
+                for rest in _scaled(((rest, k) for _, _, k, rest in self._times), occupancy)]
 
-    def quantile(self, q: float, now: float, occupancy: int = 1) -> float:
-        """Nearest-rank quantile of the samples still remembered at `now`, at `occupancy`; 0 with
-        none (nothing is shed on no evidence)."""
-        values = self._at(now, occupancy)
+    def quantile(self, q: float, now: float, occupancy: int = 1,
+                 new_chars: int | None = None) -> float:
+        """Nearest-rank quantile of the samples still remembered at `now`, at `occupancy`, for
+        a judgment with `new_chars` new characters; 0 with none (nothing is shed on no evidence)."""
+        values = self._at(now, occupancy, new_chars)
         return _rank(values, q) if values else 0.0
 
-    def left(self, ran: float, q: float, now: float, occupancy: int) -> float:
+    def left(self, ran: float, q: float, now: float, occupancy: int,
+             new_chars: int | None = None) -> float:
         """How much longer a judgment that has run `ran` seconds at `occupancy` takes: the
         quantile of the samples longer than that, less `ran`. One already longer than every
         sample is expected to take the median again: it is slow, and nothing says how slow."""
-        values = self._at(now, occupancy)
+        values = self._at(now, occupancy, new_chars)
         if not values:
             return 0.0
         longer = [t for t in values if t > ran]
@@ -142,6 +211,7 @@ class Slot:
     used_at: float = -math.inf  # when it last finished (least recently used goes first on ties)
     started_at: float = 0.0  # when its judgment started, while busy
     occupancy: int = 1  # the most judgments its replica ran at once during its judgment
+    new_chars: int = 0  # of its judgment's prompt, what its cache did not hold
 
 
 @dataclass
@@ -196,8 +266,18 @@ class SlotBook:
         return max((len(s) for s in self.replicas.values()), default=0)
 
     def running(self, now: float) -> list[tuple[float, int]]:
-        """How long each busy slot's judgment has run at `now`, and its occupancy so far."""
-        return [(now - s.started_at, s.occupancy) for s in self._all() if s.busy]
+        """How long each busy slot's judgment has run at `now`, and its new characters."""
+        return [(now - s.started_at, s.new_chars) for s in self._all() if s.busy]
+
+    @staticmethod
+    def new_chars(slot: Slot, prompt: str) -> int:
+        """The characters of `prompt` that `slot`'s cache lacks."""
+        return len(prompt) - shared_prefix(slot.prompt, prompt)
+
+    def uncached(self, prompt: str) -> int:
+        """The characters of `prompt` that the cache of the slot sharing the most of it lacks:
+        what a judgment waiting for a slot is expected to have evaluated."""
+        return len(prompt) - max((shared_prefix(s.prompt, prompt) for s in self._all()), default=0)
 
     def pick(self, prompt: str) -> tuple[Slot, int] | None:
         """The free slot for `prompt`, and the occupancy its replica would have with it: the
@@ -218,6 +298,7 @@ class SlotBook:
     def claim(self, slot: Slot, prompt: str, now: float) -> None:
         """Mark `slot` busy with `prompt`; every judgment on its replica now runs at least at the
         replica's new occupancy."""
+        slot.new_chars = self.new_chars(slot, prompt)
         slot.busy, slot.prompt, slot.started_at = True, prompt, now
         siblings = self.replicas.get(slot.replica, [slot])
         occupancy = sum(1 for s in siblings if s.busy or s.away)
@@ -248,6 +329,8 @@ class Waiter:
     seq: int
     prompt: str = field(compare=False)
     gone: bool = field(default=False, compare=False)  # cancelled, or handed a slot or a shed
+    arrived: float = field(default=0.0, compare=False)
+    expected_wait: float = field(default=0.0, compare=False)  # as guessed on arrival
 
 
 class DeadlineQueue:
@@ -262,8 +345,9 @@ class DeadlineQueue:
     def __len__(self) -> int:
         return self._live
 
-    def push(self, deadline: float, prompt: str) -> Waiter:
-        w = Waiter(deadline, next(self._seq), prompt)
+    def push(self, deadline: float, prompt: str, arrived: float = 0.0,
+             expected_wait: float = 0.0) -> Waiter:
+        w = Waiter(deadline, next(self._seq), prompt, arrived=arrived, expected_wait=expected_wait)
         heapq.heappush(self._heap, w)
         self._live += 1
         return w

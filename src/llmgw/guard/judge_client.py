@@ -16,6 +16,7 @@ from llmgw.core import tracing
 from llmgw.core.errors import LlmgwError, NoReadyReplica, UpstreamError
 from llmgw.core.guard import Direction, JudgeFormat, JudgeLoad, JudgeSpec, Verdict
 from llmgw.guard import grammars, prompts, verdicts
+from llmgw.guard.admission import PromptEval
 from llmgw.guard.judge_queue import UNSHARED, JudgeQueue, SlotLease
 from llmgw.guard.prompts import Turn
 
@@ -72,6 +73,27 @@ def prompt_tokens(answer: Any) -> tuple[int, int] | None:
         return None
     # An engine's numbers are clamped like any upstream's.
     return max(evaluated, 0), max(cached, 0)
+
+
+def prompt_eval(answer: dict[str, Any]) -> PromptEval | None:
+    """What the engine spent on the prompt (`timings.prompt_ms`, `prompt_n`, `cache_n`); None
+    when it did not say."""
+    tokens = prompt_tokens(answer)
+    ms = answer["timings"].get("prompt_ms") if tokens is not None else None
+    if tokens is None or not isinstance(ms, int | float):
+        return None
+    return PromptEval(max(float(ms), 0.0) / 1000, *tokens)
+
+
+def _completion(judge: str, raw: bytes) -> dict[str, Any]:
+    """A llama-server `/completion` answer: an object with a `content`."""
+    try:
+        answer = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise UpstreamError(f"judge {judge} answered something other than a completion") from exc
+    if not isinstance(answer, dict) or "content" not in answer:
+        raise UpstreamError(f"judge {judge} answered something other than a completion")
+    return answer
 
 
 def defuse(fmt: JudgeFormat, text: str) -> str:
@@ -163,6 +185,7 @@ class JudgeClient:
             slot = await queue.acquire(request["prompt"], self._monotonic() + timeout_s)
             sent = self._monotonic()
             served: float | None = None
+            spent: PromptEval | None = None
             try:
                 target = self._targets[judge].get(slot.replica)
                 if target is None:  # the replica left the routing table while this waited
@@ -179,6 +202,8 @@ class JudgeClient:
                     if resp.status != 200:
                         raise UpstreamError(f"judge {judge} answered {resp.status}")
                 served = self._monotonic() - sent
+                answer = _completion(judge, raw)
+                spent = prompt_eval(answer)
             except LlmgwError:
                 raise
             except aiohttp.ClientError as exc:
@@ -187,12 +212,8 @@ class JudgeClient:
                 # A judge that ran out of budget took at least this long: the shed rule learns
                 # a judge slower than the budget from its timeouts too.
                 outlasted = self._monotonic() - sent if served is None and budget.expired() else None
-                queue.release(slot, served, outlasted)
-        try:
-            answer = orjson.loads(raw)
-            content = answer["content"]
-        except (orjson.JSONDecodeError, KeyError, TypeError) as exc:
-            raise UpstreamError(f"judge {judge} answered something other than a completion") from exc
+                queue.release(slot, served, outlasted, spent)
+        content = answer["content"]
         if (tokens := prompt_tokens(answer)) is not None:
             self._observe.judge_prompt(judge, *tokens)
         spec = targets[0].spec

@@ -12,6 +12,7 @@ here; while judgments wait and some slots are held elsewhere, the queue looks ag
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Callable, Mapping
 from typing import Protocol
 
@@ -20,12 +21,15 @@ from llmgw.core.guard import JudgeLoad
 from llmgw.guard.admission import (
     ARRIVAL_HEADROOM,
     DeadlineQueue,
+    PromptEval,
     ServiceTimes,
     Slot,
     SlotBook,
     expected_wait,
     sheds,
 )
+
+logger = logging.getLogger(__name__)
 
 # How often judgments waiting here look for slots other processes gave back: short against a
 # judgment's second or so, and only while some wait.
@@ -133,7 +137,7 @@ class JudgeQueue:
             slot, occupancy = picked
             # A judge with nothing in flight is always tried: it costs no other judgment
             # anything, and its answer is how the shed rule learns it is fast again.
-            p90 = self.times.quantile(0.9, now, occupancy)
+            p90 = self.times.quantile(0.9, now, occupancy, self.book.new_chars(slot, prompt))
             if (self.book.busy or self.book.away) and sheds(deadline - now, 0.0, p90,
                                                              ARRIVAL_HEADROOM):
                 self._lease.give(slot.replica, slot.index)
@@ -141,18 +145,21 @@ class JudgeQueue:
             self.book.claim(slot, prompt, now)
             return slot
         # Behind others, it runs on a full replica, as do the judgments it waits for (a slot
-        # another process holds is expected to take a whole judgment). At the p90, not the
-        # median: a wait guessed short lets in a judgment that is shed only when its turn comes,
-        # late, or times out.
+        # another process holds is expected to take a whole judgment, as do the judgments ahead:
+        # judged by this one's size, as the traffic of the moment). At the p90, not the median:
+        # a wait guessed short lets in a judgment that is shed only when its turn comes, late,
+        # or times out.
         full = self.book.widest
-        p90 = self.times.quantile(0.9, now, full)
+        new_chars = self.book.uncached(prompt)
+        p90 = self.times.quantile(0.9, now, full, new_chars)
         ahead = self.waiting.ahead_of(deadline)
-        left = [self.times.left(ran, 0.9, now, full) for ran, _ in self.book.running(now)]
+        left = [self.times.left(ran, 0.9, now, full, chars)
+                for ran, chars in self.book.running(now)]
         left += [p90] * self.book.away
         wait = expected_wait(ahead, self.book.free, left, p90)
         if sheds(deadline - now, wait, p90, ARRIVAL_HEADROOM):
             raise self._shed(deadline - now, ahead, wait, p90)
-        waiter = self.waiting.push(deadline, prompt)
+        waiter = self.waiting.push(deadline, prompt, now, wait)
         future: asyncio.Future[Slot] = asyncio.get_running_loop().create_future()
         self._futures[waiter.seq] = future
         self.waited += 1
@@ -170,17 +177,20 @@ class JudgeQueue:
         finally:
             del self._futures[waiter.seq]
 
-    def release(self, slot: Slot, served_s: float | None, outlasted_s: float | None = None) -> None:
-        """Give `slot` back; `served_s` is how long the judge took when it answered,
-        `outlasted_s` how long it had when the judgment's budget ran out (it would have taken
-        longer: counted as a service time, so a judge slower than the budgets is shed)."""
+    def release(self, slot: Slot, served_s: float | None, outlasted_s: float | None = None,
+                prompt: PromptEval | None = None) -> None:
+        """Give `slot` back; `served_s` is how long the judge took when it answered (`prompt`:
+        what it spent on the prompt, when the engine said), `outlasted_s` how long it had when
+        the judgment's budget ran out (it would have taken longer: counted as a service time,
+        so a judge slower than the budgets is shed)."""
         now = self._monotonic()
         self.book.give_back(slot, now)
         self._lease.give(slot.replica, slot.index)
         if outlasted_s is not None:
             self.times.add(outlasted_s, now, slot.occupancy)
         if served_s is not None:
-            self.times.add(served_s, now, slot.occupancy)
+            self.times.add(served_s, now, slot.occupancy, prompt=prompt,
+                           prompt_chars=len(slot.prompt))
             self.served += 1
             self._observe(self.judge, served_s)
         self._dispatch()
@@ -201,9 +211,16 @@ class JudgeQueue:
             now = self._monotonic()
             slot, occupancy = picked
             left = waiter.deadline - now
-            p90 = self.times.quantile(0.9, now, occupancy)
+            p90 = self.times.quantile(0.9, now, occupancy,
+                                      self.book.new_chars(slot, waiter.prompt))
             if sheds(left, 0.0, p90):
                 self._lease.give(slot.replica, slot.index)
+                # Admitted on a guessed wait that proved short: worth a line, it is how an
+                # operator (and the estimate's author) sees the guess miss.
+                logger.info("judge %s: shed a judgment at its turn after waiting %.0f ms "
+                            "(expected %.0f ms); %.0f ms left, %.0f ms to judge (p90)",
+                            self.judge, (now - waiter.arrived) * 1000,
+                            waiter.expected_wait * 1000, left * 1000, p90 * 1000)
                 future.set_exception(self._shed(left, 0, 0.0, p90))
                 continue
             self.book.claim(slot, waiter.prompt, now)
