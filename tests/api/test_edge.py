@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -14,8 +14,10 @@ import orjson
 import pytest
 from aiohttp import web
 
+from llmgw.api.appkeys import GATEWAY
 from llmgw.api.context import response_headers
 from llmgw.api.edge import Connections, EdgeHandler, EdgeLimits, EdgeRunner
+from llmgw.api.hot_edge import hot_routes
 from llmgw.core.settings import load
 from llmgw.server.app import Server
 from llmgw.server.init import init
@@ -31,6 +33,19 @@ class Running:
     runner: EdgeRunner
 
 
+# Which edge serves the app: aiohttp's handlers alone, or llmgw's own connections answering the
+# data plane's hot routes and handing aiohttp the rest (as `server run` serves). Every test here
+# runs on both.
+EDGE = {"hot": False}
+
+
+@pytest.fixture(autouse=True, params=["aiohttp", "hot-routes"])
+def edge(request: pytest.FixtureRequest) -> Iterator[None]:
+    EDGE["hot"] = request.param == "hot-routes"
+    yield
+    EDGE["hot"] = False
+
+
 @asynccontextmanager
 async def serving(tmp_path: Path, limits: EdgeLimits, *routes: Route) -> AsyncIterator[Running]:
     """The real app behind the edge, listening on a free port."""
@@ -40,7 +55,8 @@ async def serving(tmp_path: Path, limits: EdgeLimits, *routes: Route) -> AsyncIt
                  ).build_app()
     for path, handler in routes:
         app.router.add_get(path, handler)
-    runner = EdgeRunner(app, limits)
+    hot = hot_routes(app[GATEWAY], app._client_max_size) if EDGE["hot"] else None
+    runner = EdgeRunner(app, limits, hot)
     await runner.setup()
     try:
         site = web.TCPSite(runner, "127.0.0.1", 0)

@@ -32,6 +32,12 @@ async def read_json(request: web.Request) -> tuple[bytes, dict[str, Any]]:
         raise PayloadTooLarge(f"request body is too large: {exc.text}") from exc
     except TimeoutError as exc:
         raise InvalidRequest(f"request body did not arrive within {BODY_TIMEOUT_S:.0f}s") from exc
+    return body, parse_json(body)
+
+
+def parse_json(body: bytes) -> dict[str, Any]:
+    """The request body's object; bad JSON, a non-object, a body past the bounds or one naming a
+    top-level key twice is a 400."""
     if not body:
         raise InvalidRequest("request body is empty; send a JSON object")
     try:
@@ -47,7 +53,7 @@ async def read_json(request: web.Request) -> tuple[bytes, dict[str, Any]]:
         # The parsed body keeps the last value, an upstream may read the first: what is checked
         # and what is forwarded must be the same request.
         raise InvalidRequest("request body repeats a top-level key; send each key once")
-    return body, payload
+    return payload
 
 
 def _may_repeat_a_key(body: bytes, payload: dict[str, Any]) -> bool:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -71,16 +72,16 @@ class Connections:
         return self._open.get(peer, 0)
 
 
-def _error_body(message: str, type_: str, code: str) -> bytes:
+def error_body_bytes(message: str, type_: str, code: str) -> bytes:
     return orjson.dumps({"error": {"message": message, "type": type_, "param": None, "code": code}})
 
 
-_BUSY_BODY = _error_body("Too many connections from this address; close some and retry",
+BUSY_BODY = error_body_bytes("Too many connections from this address; close some and retry",
                          "server_error", "too_many_connections")
 # Written before the request is parsed (there may never be one), so it is a fixed byte string.
-_BUSY = (b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n"
+BUSY = (b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n"
          b"Content-Length: %d\r\nRetry-After: 1\r\nConnection: close\r\nServer: %s\r\n\r\n%s"
-         % (len(_BUSY_BODY), SERVER.encode(), _BUSY_BODY))
+         % (len(BUSY_BODY), SERVER.encode(), BUSY_BODY))
 
 
 def refusal(exc: BaseException | None) -> tuple[int, str, str]:
@@ -92,7 +93,7 @@ def refusal(exc: BaseException | None) -> tuple[int, str, str]:
     return 400, "Malformed HTTP request", "invalid_request"
 
 
-def _peer_of(transport: asyncio.BaseTransport) -> str:
+def peer_of(transport: asyncio.BaseTransport) -> str:
     peer = transport.get_extra_info("peername")
     if isinstance(peer, tuple | list) and peer:
         return str(peer[0])
@@ -116,7 +117,7 @@ class EdgeHandler(web.RequestHandler):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         super().connection_made(transport)
-        peer = _peer_of(transport)
+        peer = peer_of(transport)
         if not peer:
             pass  # the private Unix socket: this server's own workers, each bounded itself
         elif self._connections.admit(peer):
@@ -136,7 +137,7 @@ class EdgeHandler(web.RequestHandler):
     def data_received(self, data: bytes) -> None:
         if self._busy:
             if data and self.transport is not None:
-                self.transport.write(_BUSY)
+                self.transport.write(BUSY)
                 self.force_close()
             return
         if self._deadline is None and data and self._awaiting_request():
@@ -166,7 +167,7 @@ class EdgeHandler(web.RequestHandler):
         # holds the connection without asking anything.
         if self._request_count == self._armed_at and self.transport is not None:
             logger.debug("closed a connection from %s: no request headers within %gs",
-                         _peer_of(self.transport), self._header_timeout_s)
+                         peer_of(self.transport), self._header_timeout_s)
             self.force_close()
 
     async def shutdown(self, timeout: float | None = 15.0) -> None:
@@ -211,40 +212,58 @@ class EdgeHandler(web.RequestHandler):
             type_ = "invalid_request_error"
             logger.info("refused a malformed request from %s: %s (%d)", request.remote,
                         type(exc).__name__ if exc is not None else "parser error", status)
-        resp = web.Response(body=_error_body(text, type_, code), status=status,
+        resp = web.Response(body=error_body_bytes(text, type_, code), status=status,
                             content_type="application/json", headers={"Server": SERVER})
         resp.force_close()
         return resp
 
 
 class _EdgeServer(web.Server):
-    """aiohttp's server (the connection factory) making EdgeHandlers."""
+    """aiohttp's server (the connection factory) making EdgeHandlers, or, for an app with a
+    data plane, llmgw's own connections that hand EdgeHandlers what is not theirs."""
 
-    def __init__(self, base: web.Server, connections: Connections, header_timeout_s: float) -> None:
+    def __init__(self, base: web.Server, connections: Connections, limits: EdgeLimits,
+                 hot: HotRoutes | None) -> None:
         # The handler settings aiohttp gathered for its own handlers (access log, keep-alive,
         # header sizes), reused as they are.
         self._handler_kwargs: dict[str, Any] = dict(base._kwargs)
         super().__init__(base.request_handler, request_factory=base.request_factory,
                          handler_cancellation=base.handler_cancellation)
         self._per_client = connections
-        self._header_timeout_s = header_timeout_s
+        self._limits = limits
+        self._hot = hot
+        # A handed-over request's connection is counted (and bounded) by its hot connection.
+        self._uncounted = Connections(0)
 
-    def __call__(self) -> web.RequestHandler:
-        return EdgeHandler(self, self._per_client, self._header_timeout_s,
+    def __call__(self) -> Any:
+        if self._hot is not None:
+            return self._hot(self, self._inner, self._per_client, self._limits)
+        return EdgeHandler(self, self._per_client, self._limits.header_timeout_s,
                            loop=asyncio.get_running_loop(), **self._handler_kwargs)
+
+    def _inner(self) -> web.RequestHandler:
+        return EdgeHandler(self, self._uncounted, self._limits.header_timeout_s,
+                           loop=asyncio.get_running_loop(), **self._handler_kwargs)
+
+
+# Makes a connection serving an app's hot routes itself: given the server, a maker of aiohttp
+# handlers for the rest, the per-client count and the edge's bounds (`api.hot_edge`).
+HotRoutes = Callable[[web.Server, Callable[[], web.RequestHandler], Connections, EdgeLimits], Any]
 
 
 class EdgeRunner(web.AppRunner):
     """An AppRunner whose connections are EdgeHandlers; requests in flight at shutdown get
     `drain_timeout_s`."""
 
-    def __init__(self, app: web.Application, limits: EdgeLimits, **kwargs: Any) -> None:
+    def __init__(self, app: web.Application, limits: EdgeLimits, hot: HotRoutes | None = None,
+                 **kwargs: Any) -> None:
         kwargs.setdefault("access_log", None)
         super().__init__(app, handle_signals=False, keepalive_timeout=limits.keepalive_timeout_s,
                          shutdown_timeout=limits.drain_timeout_s, **kwargs)
         self.limits = limits
         self.connections = Connections(limits.max_per_client)
+        self._hot = hot
 
     async def _make_server(self) -> web.Server:
         base = await super()._make_server()
-        return _EdgeServer(base, self.connections, self.limits.header_timeout_s)
+        return _EdgeServer(base, self.connections, self.limits, self._hot)

@@ -26,18 +26,22 @@ _HTTP_TYPES = {
 }
 
 
-def _anthropic(request: web.Request) -> bool:
+def speaks_anthropic(path: str, has_version_header: bool) -> bool:
     """Whether the caller speaks Anthropic's dialect: its path, or its version header on `/v1`."""
-    path = request.path
-    return path.startswith("/v1/messages") or (
-        "anthropic-version" in request.headers and path.startswith("/v1/"))
+    return path.startswith("/v1/messages") or (has_version_header and path.startswith("/v1/"))
+
+
+def error_body(error: LlmgwError, anthropic: bool) -> bytes:
+    """`error` in a dialect: Anthropic's `{"type": "error", "error": {...}}`, or OpenAI's
+    `{"error": {"message", "type", "param", "code"}}`."""
+    return anthropic_messages.error_body(error) if anthropic else openai_error_body(error)
 
 
 def error_response(request: web.Request, error: LlmgwError) -> web.Response:
-    """`error` in the caller's dialect: Anthropic's `{"type": "error", "error": {...}}` on its
-    paths, OpenAI's `{"error": {"message", "type", "param", "code"}}` everywhere else."""
-    body = anthropic_messages.error_body(error) if _anthropic(request) else openai_error_body(error)
-    resp = web.Response(body=body, status=error.status, content_type="application/json")
+    """`error` in the caller's dialect (Anthropic's on its paths, OpenAI's everywhere else)."""
+    anthropic = speaks_anthropic(request.path, "anthropic-version" in request.headers)
+    resp = web.Response(body=error_body(error, anthropic), status=error.status,
+                        content_type="application/json")
     if error.retry_after_s is not None:
         resp.headers["Retry-After"] = str(error.retry_after_s)
     return resp

@@ -22,10 +22,14 @@ _PREFIX = "req-" + secrets.token_hex(4) + "-"
 _NEXT = itertools.count(1)
 
 
+def new_id(given: str) -> str:
+    """The request's id: the client's `X-Request-Id` when sane, else a new one."""
+    return given if given and _SANE.match(given) else f"{_PREFIX}{next(_NEXT):x}"
+
+
 def begin(request: web.Request) -> str:
     """Give the request its id and start time (called first thing by the edge middleware)."""
-    given = request.headers.get("X-Request-Id", "")
-    rid = given if given and _SANE.match(given) else f"{_PREFIX}{next(_NEXT):x}"
+    rid = new_id(request.headers.get("X-Request-Id", ""))
     request[REQUEST_ID] = rid
     request[STARTED] = time.monotonic()
     CURRENT_ID.set(rid)

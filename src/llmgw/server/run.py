@@ -15,7 +15,9 @@ from pathlib import Path
 
 from aiohttp import web
 
+from llmgw.api.appkeys import GATEWAY
 from llmgw.api.edge import EdgeLimits, EdgeRunner
+from llmgw.api.hot_edge import hot_routes
 from llmgw.core.errors import ConfigError
 from llmgw.core.ids import secret_check
 from llmgw.core.settings import ServerSettings, load
@@ -168,7 +170,10 @@ def app_runner(app: web.Application, limits: EdgeLimits | None = None) -> EdgeRu
     """How `server run` serves its app. A client that goes away cancels its request's handler
     (aiohttp leaves it running by default): the upstream call stops at once and the key's
     in-flight slot is freed, rather than both waiting for the upstream to finish or time out."""
-    return EdgeRunner(app, limits or EdgeLimits(), handler_cancellation=True)
+    gateway = app.get(GATEWAY)
+    # The data plane's hot routes on llmgw's own connections; the rest on aiohttp's.
+    hot = hot_routes(gateway, app._client_max_size) if gateway is not None else None
+    return EdgeRunner(app, limits or EdgeLimits(), hot, handler_cancellation=True)
 
 
 def run(data_dir: Path, host: str | None, port: int | None, on_ready: Callable[[str], None],

@@ -1,0 +1,463 @@
+"""The data plane's hot routes on a connection protocol of llmgw's own.
+
+aiohttp's server costs about 230 µs of CPU and 0.2-0.3 ms of latency per request before any of
+llmgw's code runs. `HotConnection` owns every connection of the public port instead: it parses
+with httptools (llhttp, the parser aiohttp's C extension wraps too) and answers the generation
+routes itself (`POST` to `HOT`: auth, body checks, `Gateway.forward`, the reply written straight
+to the socket). Every other request on the connection (admin, console, `/metrics`, anything
+unusual on a hot path: `Expect`, a compressed or chunked body, tracing on) is handed, re-serialised
+from what was parsed, to an aiohttp connection handler made for it, which answers it as before.
+Once a connection has handed one request over it hands over all the rest too, so answers never
+overtake each other.
+
+It keeps the edge's promises (`api/edge.py`): the header deadline, the per-client connection
+bound, parser errors in OpenAI's shape and never quoting the request, drain at shutdown (it
+registers with aiohttp's server like aiohttp's handlers do), request ids, a client that leaves
+cancelling its request, and back-pressure on streams.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import deque
+from collections.abc import Callable
+from email.utils import formatdate
+from http import HTTPStatus
+
+import httptools
+from aiohttp import web
+
+from llmgw.api.body import BODY_TIMEOUT_S, parse_json
+from llmgw.api.context import SERVER
+from llmgw.api.edge import BUSY, Connections, EdgeLimits, HotRoutes, error_body_bytes, peer_of
+from llmgw.api.errors import error_body, speaks_anthropic
+from llmgw.api.request_ids import CURRENT_ID, new_id
+from llmgw.core.errors import LlmgwError, PayloadTooLarge
+from llmgw.gateway.call import Reply
+from llmgw.gateway.service import Gateway
+from llmgw.gateway.wire.dialect import Api
+
+logger = logging.getLogger(__name__)
+
+HOT: dict[bytes, Api] = {
+    b"/v1/chat/completions": Api.CHAT,
+    b"/v1/completions": Api.COMPLETIONS,
+    b"/v1/embeddings": Api.EMBEDDINGS,
+    b"/v1/messages": Api.MESSAGES,
+    b"/v1/responses": Api.RESPONSES,
+}
+# A hot request carrying one of these is aiohttp's to answer: rare, and aiohttp handles them.
+_HANDED_OVER = frozenset({b"expect", b"content-encoding", b"transfer-encoding", b"upgrade"})
+# aiohttp's own bounds on a request's head, kept: past them, 431.
+MAX_HEADERS = 128
+MAX_LINE = 8190
+# Requests a client may send ahead of their answers on one connection before it is read no
+# further.
+MAX_PIPELINED = 16
+MAX_HEAD_BYTES = 8190 * 4
+_SSE_HEAD = (b"Content-Type: text/event-stream\r\nCache-Control: no-cache\r\n"
+             b"X-Accel-Buffering: no\r\nTransfer-Encoding: chunked\r\n")
+
+
+class _Date:
+    """The `Date` header's value, made once a second rather than once a response."""
+
+    def __init__(self) -> None:
+        self._second = 0
+        self._value = b""
+
+    def __call__(self) -> bytes:
+        now = int(time.time())
+        if now != self._second:
+            self._second, self._value = now, formatdate(now, usegmt=True).encode()
+        return self._value
+
+
+_DATE = _Date()
+_REASONS = {s.value: s.phrase.encode() for s in HTTPStatus}
+
+
+def _head(status: int, rid: str, keep_alive: bool, extra: bytes) -> bytes:
+    """A response's status line and headers, `extra` (complete header lines) among them."""
+    return b"".join((
+        b"HTTP/1.1 %d %s\r\n" % (status, _REASONS.get(status, b"Unknown")),
+        b"Server: ", SERVER.encode(), b"\r\nDate: ", _DATE(), b"\r\nX-Request-Id: ",
+        rid.encode(), b"\r\n", extra, b"" if keep_alive else b"Connection: close\r\n", b"\r\n",
+    ))
+
+
+class _Request:
+    """One hot request, parsed whole."""
+
+    __slots__ = ("api", "path", "headers", "body", "keep_alive", "too_large")
+
+    def __init__(self, api: Api, path: bytes, headers: dict[bytes, bytes]) -> None:
+        self.api, self.path, self.headers = api, path, headers
+        self.body: list[bytes] = []
+        self.keep_alive = True
+        self.too_large = False
+
+
+class HotConnection(asyncio.Protocol):
+    """One client connection of the public port (see the module's docstring)."""
+
+    def __init__(self, manager: web.Server, gateway: Gateway,
+                 inner: Callable[[], web.RequestHandler], connections: Connections,
+                 limits: EdgeLimits, max_body: int) -> None:
+        self._manager = manager
+        self._gw = gateway
+        self._make_inner = inner
+        self._connections = connections
+        self._limits = limits
+        self._max_body = max_body
+        self._loop = asyncio.get_running_loop()
+        self._parser = httptools.HttpRequestParser(self)
+        self.transport: asyncio.Transport | None = None
+        self._peer: str | None = None
+        self._busy = False
+        self._timer: asyncio.TimerHandle | None = None
+        self._awaiting_head = True  # between requests: the next bytes start a head
+        self._in_head = False  # a head has begun and not ended (its deadline runs)
+        self._closing = False
+        self._keep_alive = True  # of the request being answered
+        self._paused = False  # reading, while a client has pipelined too many requests
+        self._writable = asyncio.Event()
+        self._writable.set()
+        # The request being parsed.
+        self._url = b""
+        self._headers: list[tuple[bytes, bytes]] = []
+        self._head_bytes = 0
+        self._current: _Request | None = None
+        self._received = 0
+        # Requests parsed whole, answered one at a time in order.
+        self._queue: deque[_Request] = deque()
+        self._task_handler: asyncio.Task[None] | None = None  # aiohttp's server reads this name
+        # Requests handed to aiohttp: its handler, and bytes for it held while a hot answer is
+        # still being written.
+        self._inner: web.RequestHandler | None = None
+        self._held: list[bytes] = []
+        self._rechunk = False
+
+    # --- the connection ------------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+        self._manager.connection_made(self, transport)  # type: ignore[arg-type]
+        peer = peer_of(transport)
+        if not peer:
+            pass  # the private Unix socket: this server's own workers
+        elif self._connections.admit(peer):
+            self._peer = peer
+        else:
+            self._busy = True  # answered on its first bytes, so the client reads a 503
+        self._arm(self._limits.header_timeout_s)
+
+    def connection_lost(self, exc: BaseException | None) -> None:
+        self._disarm()
+        if self._peer is not None:
+            self._connections.release(self._peer)
+            self._peer = None
+        self._writable.set()  # a writer waiting to drain wakes and finds the connection gone
+        if self._task_handler is not None:
+            self._task_handler.cancel()  # the client left: its request stops
+        if self._inner is not None:
+            self._inner.connection_lost(exc)
+        self._manager.connection_lost(self, exc)  # type: ignore[arg-type]
+        self.transport = None
+
+    def pause_writing(self) -> None:
+        self._writable.clear()
+        if self._inner is not None:
+            self._inner.pause_writing()
+
+    def resume_writing(self) -> None:
+        self._writable.set()
+        if self._inner is not None:
+            self._inner.resume_writing()
+
+    def data_received(self, data: bytes) -> None:
+        if self._busy:
+            if self.transport is not None:
+                self.transport.write(BUSY)
+                self.transport.close()
+            return
+        if self._awaiting_head:
+            self._arm(self._limits.header_timeout_s)  # a request's first bytes: its deadline
+            self._awaiting_head, self._in_head = False, True
+        try:
+            self._parser.feed_data(data)
+        except httptools.HttpParserUpgrade:
+            self._refuse(400, "Protocol upgrades are not served here", "invalid_request", "upgrade")
+        except httptools.HttpParserError as exc:
+            # A callback's own refusal (a head too large) is already answered.
+            self._refuse(400, "Malformed HTTP request", "invalid_request", type(exc).__name__)
+
+    def eof_received(self) -> bool | None:
+        return None  # close when the client half-closes: it asks nothing more
+
+    # --- parser callbacks ----------------------------------------------------------------
+
+    def on_message_begin(self) -> None:
+        self._url, self._headers, self._head_bytes = b"", [], 0
+        self._current, self._received, self._rechunk = None, 0, False
+
+    def on_url(self, url: bytes) -> None:
+        self._url += url
+        self._head_bytes += len(url)
+        if self._head_bytes > MAX_HEAD_BYTES:
+            self._too_big_head()
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self._headers.append((name, value))
+        self._head_bytes += len(name) + len(value)
+        if (self._head_bytes > MAX_HEAD_BYTES or len(self._headers) > MAX_HEADERS
+                or len(name) + len(value) > MAX_LINE):
+            self._too_big_head()
+
+    def on_headers_complete(self) -> None:
+        self._disarm()
+        self._in_head = False
+        path = self._url.partition(b"?")[0]
+        api = HOT.get(path) if self._inner is None else None
+        headers: dict[bytes, bytes] = {}
+        for name, value in self._headers:
+            headers.setdefault(name.lower(), value)  # the first of a repeated one, as aiohttp reads
+        if (api is None or self._parser.get_method() != b"POST" or self._gw.tracer.enabled
+                or not _HANDED_OVER.isdisjoint(headers)
+                or self._parser.get_http_version() != "1.1"):  # 1.0 has no chunked answers
+            self._hand_over_head(headers)
+            return
+        request = _Request(api, path, headers)
+        length = headers.get(b"content-length")
+        if length is not None and length.isdigit() and int(length) > self._max_body:
+            request.too_large = True
+        self._current = request
+        # A client that sends its body slower than this holds a connection, never a worker.
+        self._arm(BODY_TIMEOUT_S)
+
+    def on_body(self, body: bytes) -> None:
+        request = self._current
+        if request is None:
+            if self._rechunk:
+                body = b"%x\r\n%s\r\n" % (len(body), body)
+            self._to_inner(body)
+            return
+        self._received += len(body)
+        if self._received > self._max_body:
+            request.too_large = True
+            request.body.clear()  # what is past the bound is not kept
+        elif not request.too_large:
+            request.body.append(body)
+
+    def on_message_complete(self) -> None:
+        self._awaiting_head = True
+        request = self._current
+        if request is None:
+            if self._rechunk:
+                self._to_inner(b"0\r\n\r\n")
+            return
+        self._current = None
+        self._disarm()
+        request.keep_alive = self._parser.should_keep_alive()
+        self._queue.append(request)
+        if self._task_handler is None:
+            self._next()
+        elif len(self._queue) >= MAX_PIPELINED and self.transport is not None:
+            self.transport.pause_reading()  # until the client reads its answers
+            self._paused = True
+
+    # --- answering -----------------------------------------------------------------------
+
+    def _next(self) -> None:
+        """Answer the next parsed request, or wait for one."""
+        if self._queue:
+            # Reading goes on while a request is answered: that is how a client leaving is seen
+            # (and its request cancelled). What a client pipelines waits here, a few at most.
+            request = self._queue.popleft()
+            if self._paused and self.transport is not None:
+                self._paused = False
+                self.transport.resume_reading()
+            self._task_handler = self._loop.create_task(self._answer(request))
+            self._task_handler.add_done_callback(self._answered)
+            return
+        self._task_handler = None
+        if self._held:
+            held, self._held = self._held, []
+            for data in held:
+                self._to_inner(data)
+        elif self._closing and self.transport is not None:
+            self.transport.close()
+        elif self._inner is None and self._awaiting_head:
+            self._arm(self._limits.keepalive_timeout_s)
+
+    def _answered(self, task: asyncio.Task[None]) -> None:
+        if self.transport is None:
+            return
+        if task.cancelled() or task.exception() is not None or not self._keep_alive:
+            self.transport.close()
+            return
+        self._next()
+
+    async def _answer(self, request: _Request) -> None:
+        self._keep_alive = request.keep_alive
+        headers = request.headers
+        rid = new_id(headers.get(b"x-request-id", b"").decode("latin-1"))
+        CURRENT_ID.set(rid)
+        started = time.monotonic()
+        try:
+            if request.too_large:
+                raise PayloadTooLarge("request body is too large")
+            authorization = headers.get(b"authorization")
+            if authorization is None and (api_key := headers.get(b"x-api-key")) is not None:
+                authorization = b"Bearer " + api_key
+            key = self._gw.authenticate(
+                authorization.decode("latin-1") if authorization is not None else None)
+            body = b"".join(request.body)
+            reply = await self._gw.forward(key, request.api, body, parse_json(body), rid, started)
+        except LlmgwError as exc:
+            if exc.status >= 500:
+                logger.warning("POST %s -> %d: %s", request.path.decode(), exc.status, exc.message)
+            anthropic = speaks_anthropic(request.path.decode(), b"anthropic-version" in headers)
+            retry = b"" if exc.retry_after_s is None else b"Retry-After: %d\r\n" % exc.retry_after_s
+            self._write_whole(exc.status, error_body(exc, anthropic), b"application/json", rid,
+                              retry)
+            return
+        except Exception:
+            logger.exception("unhandled error on POST %s", request.path.decode())
+            self._write_whole(500, error_body_bytes("Internal server error", "server_error",
+                                                    "internal_error"), b"application/json", rid)
+            return
+        if reply.stream is None:
+            self._write_whole(reply.status, reply.body, reply.content_type.encode(), rid)
+        else:
+            await self._write_stream(reply, rid)
+
+    def _write_whole(self, status: int, body: bytes, content_type: bytes, rid: str,
+                     extra: bytes = b"") -> None:
+        if self.transport is None:
+            return
+        self.transport.write(_head(status, rid, self._keep_alive, b"Content-Type: %s\r\n"
+                                   b"Content-Length: %d\r\n%s" % (content_type, len(body), extra))
+                             + body)
+
+    async def _write_stream(self, reply: Reply, rid: str) -> None:
+        """The stream chunk by chunk (chunked transfer encoding), pausing while the client reads
+        slower than the upstream writes; closed however it ends."""
+        stream = reply.stream
+        assert stream is not None
+        completed = False
+        settled = stream.settled
+        try:
+            head = _head(reply.status, rid, self._keep_alive, _SSE_HEAD)
+            if settled is not None and settled():
+                # The upstream's whole answer is here: one write for all of it.
+                self._write(head + b"".join([_chunk(c) async for c in stream.chunks]) + b"0\r\n\r\n")
+            else:
+                self._write(head)
+                async for chunk in stream.chunks:
+                    if chunk:
+                        self._write(_chunk(chunk))
+                        if not self._writable.is_set():
+                            await self._writable.wait()
+                self._write(b"0\r\n\r\n")
+            completed = True
+        except ConnectionError:
+            pass  # the client went away; nobody to answer
+        finally:
+            await stream.close(completed)
+
+    def _write(self, data: bytes) -> None:
+        if self.transport is None or self.transport.is_closing():
+            raise ConnectionError("the client went away")
+        self.transport.write(data)
+
+    # --- handing over to aiohttp, refusing, timers, shutdown -----------------------------
+
+    def _hand_over_head(self, headers: dict[bytes, bytes]) -> None:
+        """Give this request (and every later one on the connection) to aiohttp."""
+        if self._inner is None:
+            assert self.transport is not None
+            self._inner = self._make_inner()
+            self._inner.connection_made(self.transport)
+        self._rechunk = b"chunked" in headers.get(b"transfer-encoding", b"").lower()
+        major, minor = self._parser.get_http_version().split(".")
+        lines = [b"%s %s HTTP/%s.%s\r\n" % (self._parser.get_method(), self._url,
+                                            major.encode(), minor.encode())]
+        lines += [b"%s: %s\r\n" % (name, value) for name, value in self._headers]
+        lines.append(b"\r\n")
+        self._to_inner(b"".join(lines))
+
+    def _to_inner(self, data: bytes) -> None:
+        if self._task_handler is not None:
+            self._held.append(data)  # a hot answer is still being written: after it
+        elif self._inner is not None:
+            self._inner.data_received(data)
+
+    def _too_big_head(self) -> None:
+        self._refuse(431, "Request header fields are too large or too many", "header_too_large",
+                     "head too large")
+        raise ValueError("head too large")  # stops the parser
+
+    def _refuse(self, status: int, message: str, code: str, why: str) -> None:
+        """Answer a request the parser refused, never quoting it (the log names the kind of
+        error, never the bytes, which may hold a key), and close."""
+        if self.transport is None or self.transport.is_closing():
+            return
+        logger.info("refused a malformed request from %s: %s (%d)", self._peer or "a worker",
+                    why, status)
+        body = error_body_bytes(message, "invalid_request_error", code)
+        self.transport.write(_head(status, new_id(""), False, b"Content-Type: application/json"
+                                   b"\r\nContent-Length: %d\r\n" % len(body)) + body)
+        self.transport.close()
+
+    def _arm(self, seconds: float) -> None:
+        self._disarm()
+        self._timer = self._loop.call_later(seconds, self._expire)
+
+    def _disarm(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+    def _expire(self) -> None:
+        self._timer = None
+        if self.transport is not None and (
+                self._in_head or (self._task_handler is None and self._inner is None)):
+            self.transport.close()  # no request, or not all of its head or body, in time
+
+    def close(self) -> None:
+        """Stop after the request in flight (aiohttp's server calls this first at shutdown)."""
+        self._closing = True
+        if self._inner is not None:
+            self._inner.close()
+        elif self._task_handler is None and self.transport is not None:
+            self.transport.close()
+
+    async def shutdown(self, timeout: float | None = None) -> None:
+        """At shutdown: the request in flight gets `timeout` to finish, then it is cancelled."""
+        self.close()
+        task = self._task_handler
+        if task is not None:
+            await asyncio.wait({task}, timeout=timeout)
+            if not task.done():
+                task.cancel()
+                await asyncio.wait({task})
+        if self._inner is None and self.transport is not None:
+            self.transport.close()  # (a handed-over connection is its aiohttp handler's to close)
+
+
+def _chunk(data: bytes) -> bytes:
+    return b"%x\r\n%s\r\n" % (len(data), data)
+
+
+def hot_routes(gateway: Gateway, max_body: int) -> HotRoutes:
+    """What `EdgeRunner` needs to serve an app's hot routes on `HotConnection`s."""
+
+    def make(manager: web.Server, inner: Callable[[], web.RequestHandler],
+             connections: Connections, limits: EdgeLimits) -> HotConnection:
+        return HotConnection(manager, gateway, inner, connections, limits, max_body)
+
+    return make

@@ -1,0 +1,150 @@
+"""The data plane's hot routes on llmgw's own connections, over raw sockets: answers in order on
+one connection whichever side serves them, pipelining, what is handed to aiohttp, body bounds in
+the caller's dialect, and the deadlines on a body."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import orjson
+import pytest
+
+from llmgw.api import hot_edge
+from llmgw.store.store import Store
+from tests.fakes.provider import FakeProvider, GatewayRig
+
+CHAT = orjson.dumps({"model": "m", "messages": [{"role": "user", "content": "hi"}]})
+
+
+@asynccontextmanager
+async def rig(tmp_path: Path) -> AsyncIterator[GatewayRig]:
+    """The data plane serving model `m` from a fake provider, as `server run` serves it."""
+    provider = await FakeProvider().start()
+    r = await GatewayRig(provider, Store.open(f"sqlite:///{tmp_path / 'llmgw.db'}")).start()
+    try:
+        yield r
+    finally:
+        await r.close()
+        await provider.close()
+
+
+def post(path: str, key: str, body: bytes, *extra: str) -> bytes:
+    head = [f"POST {path} HTTP/1.1", "Host: a", f"Authorization: Bearer {key}",
+            "Content-Type: application/json", f"Content-Length: {len(body)}", *extra]
+    return ("\r\n".join(head) + "\r\n\r\n").encode() + body
+
+
+def get(path: str, key: str) -> bytes:
+    return f"GET {path} HTTP/1.1\r\nHost: a\r\nAuthorization: Bearer {key}\r\n\r\n".encode()
+
+
+async def connect(r: GatewayRig) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    url = urlsplit(r.url)
+    assert url.hostname is not None and url.port is not None
+    return await asyncio.open_connection(url.hostname, url.port)
+
+
+async def response(reader: asyncio.StreamReader) -> tuple[int, dict[str, str], bytes]:
+    """One response (Content-Length or chunked) from a kept-alive connection."""
+    async with asyncio.timeout(5):
+        head = (await reader.readuntil(b"\r\n\r\n")).decode("latin-1").split("\r\n")
+        headers = {k.lower(): v for k, v in (line.split(": ", 1) for line in head[1:] if line)}
+        if "content-length" in headers:
+            return int(head[0].split()[1]), headers, await reader.readexactly(
+                int(headers["content-length"]))
+        body = b""
+        while size := int((await reader.readuntil(b"\r\n")).strip(), 16):
+            body += await reader.readexactly(size)
+            await reader.readexactly(2)
+        await reader.readexactly(2)
+        return int(head[0].split()[1]), headers, body
+
+
+async def test_hot_and_other_requests_share_a_connection_and_answer_in_order(tmp_path: Path) -> None:
+    async with rig(tmp_path) as r:
+        reader, writer = await connect(r)
+        try:
+            writer.write(post("/v1/chat/completions", r.plaintext, CHAT))
+            status, headers, body = await response(reader)
+            assert status == 200 and orjson.loads(body)["object"] == "chat.completion"
+            assert headers["server"] == "llmgw" and headers["x-request-id"].startswith("req-")
+            # Then a route aiohttp answers, then a hot one again, on the same connection.
+            writer.write(get("/v1/models", r.plaintext))
+            status, _, body = await response(reader)
+            assert status == 200 and orjson.loads(body)["data"][0]["id"] == "m"
+            writer.write(post("/v1/chat/completions", r.plaintext, CHAT))
+            status, _, body = await response(reader)
+            assert status == 200 and orjson.loads(body)["object"] == "chat.completion"
+        finally:
+            writer.close()
+
+
+async def test_pipelined_requests_are_answered_in_the_order_sent(tmp_path: Path) -> None:
+    async with rig(tmp_path) as r:
+        reader, writer = await connect(r)
+        try:
+            stream = orjson.dumps({**orjson.loads(CHAT), "stream": True})
+            writer.write(post("/v1/chat/completions", r.plaintext, CHAT, "X-Request-Id: one")
+                         + post("/v1/chat/completions", r.plaintext, stream, "X-Request-Id: two")
+                         + get("/health", r.plaintext))
+            first, second, third = [await response(reader) for _ in range(3)]
+            assert first[1]["x-request-id"] == "one" and first[1]["content-type"] == "application/json"
+            assert second[1]["x-request-id"] == "two" and second[2].endswith(b"data: [DONE]\n\n")
+            assert third[0] == 200 and orjson.loads(third[2]) == {"status": "ok"}
+        finally:
+            writer.close()
+
+
+@pytest.mark.parametrize(("path", "shape"), [
+    ("/v1/chat/completions", "openai"), ("/v1/messages", "anthropic"),
+])
+async def test_a_body_past_the_bound_is_a_413_in_the_callers_dialect(
+        tmp_path: Path, path: str, shape: str) -> None:
+    async with rig(tmp_path) as r:
+        big = b'{"model": "m", "pad": "' + b"x" * (1024 * 1024 + 10) + b'"}'
+        reader, writer = await connect(r)
+        try:
+            writer.write(post(path, r.plaintext, big))
+            status, _, body = await response(reader)
+        finally:
+            writer.close()
+    assert status == 413
+    error = orjson.loads(body)
+    assert (error["type"] == "error") if shape == "anthropic" else ("param" in error["error"])
+    assert b"xxxx" not in body
+
+
+async def test_a_chunked_or_expecting_request_is_answered_through_aiohttp(tmp_path: Path) -> None:
+    async with rig(tmp_path) as r:
+        reader, writer = await connect(r)
+        try:
+            head = (f"POST /v1/chat/completions HTTP/1.1\r\nHost: a\r\nAuthorization: Bearer "
+                    f"{r.plaintext}\r\nTransfer-Encoding: chunked\r\n\r\n").encode()
+            writer.write(head + b"%x\r\n%s\r\n" % (len(CHAT[:10]), CHAT[:10])
+                         + b"%x\r\n%s\r\n0\r\n\r\n" % (len(CHAT[10:]), CHAT[10:]))
+            status, _, body = await response(reader)
+            assert status == 200 and orjson.loads(body)["object"] == "chat.completion"
+            writer.write(post("/v1/chat/completions", r.plaintext, CHAT, "Expect: 100-continue"))
+            interim = await reader.readuntil(b"\r\n\r\n")
+            assert interim.startswith(b"HTTP/1.1 100")
+            status, _, body = await response(reader)
+            assert status == 200 and orjson.loads(body)["object"] == "chat.completion"
+        finally:
+            writer.close()
+
+
+async def test_a_body_that_stops_coming_closes_the_connection(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(hot_edge, "BODY_TIMEOUT_S", 0.3)
+    async with rig(tmp_path) as r:
+        reader, writer = await connect(r)
+        try:
+            writer.write(post("/v1/chat/completions", r.plaintext, CHAT)[:-5])
+            async with asyncio.timeout(5):
+                assert await reader.read() == b""
+        finally:
+            writer.close()
