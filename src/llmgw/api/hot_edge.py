@@ -25,6 +25,7 @@ from collections import deque
 from collections.abc import Callable
 from email.utils import formatdate
 from http import HTTPStatus
+from typing import cast
 
 import httptools
 from aiohttp import web
@@ -143,9 +144,9 @@ class HotConnection(asyncio.Protocol):
     # --- the connection ------------------------------------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
-        self._manager.connection_made(self, transport)  # type: ignore[arg-type]
+        # A stream transport (uvloop's are not asyncio.Transport's subclasses, but are its kind).
+        self.transport = cast(asyncio.Transport, transport)
+        self._manager.connection_made(self, self.transport)  # type: ignore[arg-type]
         peer = peer_of(transport)
         if not peer:
             pass  # the private Unix socket: this server's own workers
