@@ -5,6 +5,9 @@ could not parse (an `Authorization` header included) and logs them with a traceb
 no deadline for a request's headers and no bound on connections per client. `EdgeRunner` serves
 the app through `EdgeHandler`, its subclass that answers parser errors in OpenAI's shape, closes
 connections whose headers do not arrive in time, and refuses connections past a per-client bound.
+Given `HotRoutes` (an app with a data plane), its connections are llmgw's own instead
+(`api.hot_edge`), which answer the generation routes themselves, keep the same bounds, and hand
+every other request to an `EdgeHandler`.
 """
 
 from __future__ import annotations
@@ -77,11 +80,11 @@ def error_body_bytes(message: str, type_: str, code: str) -> bytes:
 
 
 BUSY_BODY = error_body_bytes("Too many connections from this address; close some and retry",
-                         "server_error", "too_many_connections")
+                             "server_error", "too_many_connections")
 # Written before the request is parsed (there may never be one), so it is a fixed byte string.
 BUSY = (b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n"
-         b"Content-Length: %d\r\nRetry-After: 1\r\nConnection: close\r\nServer: %s\r\n\r\n%s"
-         % (len(BUSY_BODY), SERVER.encode(), BUSY_BODY))
+        b"Content-Length: %d\r\nRetry-After: 1\r\nConnection: close\r\nServer: %s\r\n\r\n%s"
+        % (len(BUSY_BODY), SERVER.encode(), BUSY_BODY))
 
 
 def refusal(exc: BaseException | None) -> tuple[int, str, str]:
