@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import time
 from collections import deque
 from collections.abc import Callable
@@ -118,7 +119,12 @@ class HotConnection(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         self._peer: str | None = None
         self._busy = False
+        # One timer per connection: a request moves `_deadline`, and the timer is rescheduled
+        # only when the deadline comes sooner than it fires (a request's first bytes); when it
+        # fires early it waits on for the deadline. Three timers a request cost more than the
+        # parsing.
         self._timer: asyncio.TimerHandle | None = None
+        self._deadline = math.inf
         self._awaiting_head = True  # between requests: the next bytes start a head
         self._in_head = False  # a head has begun and not ended (its deadline runs)
         self._closing = False
@@ -158,6 +164,9 @@ class HotConnection(asyncio.Protocol):
 
     def connection_lost(self, exc: BaseException | None) -> None:
         self._disarm()
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
         if self._peer is not None:
             self._connections.release(self._peer)
             self._peer = None
@@ -281,8 +290,7 @@ class HotConnection(asyncio.Protocol):
             if self._paused and self.transport is not None:
                 self._paused = False
                 self.transport.resume_reading()
-            self._task_handler = self._loop.create_task(self._answer(request))
-            self._task_handler.add_done_callback(self._answered)
+            self._task_handler = self._loop.create_task(self._serve(request))
             return
         self._task_handler = None
         if self._held:
@@ -294,10 +302,18 @@ class HotConnection(asyncio.Protocol):
         elif self._inner is None and self._awaiting_head:
             self._arm(self._limits.keepalive_timeout_s)
 
-    def _answered(self, task: asyncio.Task[None]) -> None:
+    async def _serve(self, request: _Request) -> None:
+        """Answer `request`, then go on to the next (in this task's last step rather than in a
+        done callback: one turn of the loop less per request)."""
+        try:
+            await self._answer(request)
+        except BaseException:  # cancelled: the client left, or shutdown gave up waiting
+            if self.transport is not None:
+                self.transport.close()
+            raise
         if self.transport is None:
             return
-        if task.cancelled() or task.exception() is not None or not self._keep_alive:
+        if not self._keep_alive:
             self.transport.close()
             return
         self._next()
@@ -415,16 +431,26 @@ class HotConnection(asyncio.Protocol):
         self.transport.close()
 
     def _arm(self, seconds: float) -> None:
-        self._disarm()
-        self._timer = self._loop.call_later(seconds, self._expire)
+        self._deadline = deadline = self._loop.time() + seconds
+        timer = self._timer
+        if timer is None or timer.when() > deadline:
+            if timer is not None:
+                timer.cancel()
+            self._timer = self._loop.call_at(deadline, self._expire)
 
     def _disarm(self) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
+        self._deadline = math.inf  # a timer still pending fires and finds nothing due
 
     def _expire(self) -> None:
         self._timer = None
+        if self._deadline == math.inf:
+            return
+        # Moved on since the timer was set. (A timer may fire up to a millisecond early: the
+        # loops round their clocks to it.)
+        if self._loop.time() + 0.001 < self._deadline:
+            self._timer = self._loop.call_at(self._deadline, self._expire)
+            return
+        self._deadline = math.inf
         if self.transport is not None and (
                 self._in_head or (self._task_handler is None and self._inner is None)):
             self.transport.close()  # no request, or not all of its head or body, in time

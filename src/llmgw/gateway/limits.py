@@ -118,10 +118,11 @@ class Limiter:
         The request must fit the limits of `key` and of every key above it that minted it."""
         chain = self.keys().chain(key)
         now = self.now()
-        minute = int(now.timestamp()) // 60
+        seconds = int(now.timestamp())
+        minute = seconds // 60
         with self.flight.held():  # the checks and the counts, one step for all workers
             for member in chain:
-                self._check(key, member, reserve_tokens, now)
+                self._check(key, member, reserve_tokens, now, seconds)
             for member in chain:
                 local = self._local[(member.id, minute)]
                 local.requests += 1
@@ -129,10 +130,11 @@ class Limiter:
                 self.flight.add(member.id, 1, reserve_tokens)
         return Ticket(tuple(m.id for m in chain), minute, reserve_tokens, self)
 
-    def _check(self, key: ApiKey, member: ApiKey, reserve_tokens: int, now: datetime) -> None:
-        """RateLimited when one more request of `key` is over `member`'s limits."""
+    def _check(self, key: ApiKey, member: ApiKey, reserve_tokens: int, now: datetime,
+               seconds: int) -> None:
+        """RateLimited when one more request of `key` is over `member`'s limits (`now`, in
+        whole `seconds` since the epoch)."""
         lim = self.limits_for(member)
-        seconds = int(now.timestamp())
         minute, retry = seconds // 60, 60 - seconds % 60
         mid = member.id
         used = self._minute(mid, minute)

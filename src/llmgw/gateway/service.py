@@ -186,7 +186,10 @@ class Gateway:
             account(500)
             raise
         if reply.stream is None:
-            account(reply.status)
+            # Settled on the loop's next turn: the caller writes the answer in this one, so the
+            # usage, the limits' counts and the metrics are off the client's wait. Never lost:
+            # the loop runs it whether or not the client stays.
+            asyncio.get_running_loop().call_soon(account, reply.status)
         else:
             reply.stream.on_close(
                 lambda completed: account(200 if completed else CLIENT_CLOSED, blocked=exchange.blocked))

@@ -95,15 +95,14 @@ class UsageTap:
         # The end of the previous chunk, so a text marker cut by the network is still seen once.
         self._carry = b""
         self.events_with_text = 0
-        self._whole: _Reported | None = None
-        self._whole_estimate = 0  # completion tokens of a whole answer, when it must be estimated
+        self._whole: bytes | None = None  # a whole answer, read when its usage is settled
+        self._whole_read: tuple[_Reported, int] | None = None  # what it said, once read
         self.first_chunk_at: float | None = None  # monotonic time of a stream's first chunk
 
     def whole(self, body: bytes) -> None:
-        reported = _usage(body, self._fmt)
-        if reported is None or reported.completion is None:
-            self._whole_estimate = self._text_tokens(body)
-        self._whole = reported or _Reported(None, None)
+        # Kept by reference and read in `result`: the request is settled after its answer is
+        # written, so reading the usage is off the client's wait.
+        self._whole = body
 
     def chunk(self, data: bytes) -> None:
         if self.first_chunk_at is None:
@@ -133,7 +132,11 @@ class UsageTap:
         """The usage seen; what the upstream did not say (or said wrong) is estimated, with
         `prompt_estimate` prompt tokens."""
         if self._whole is not None:
-            reported, completion = self._whole, self._whole_estimate
+            if self._whole_read is None:
+                body = self._whole
+                said = _usage(body, self._fmt) or _Reported(None, None)
+                self._whole_read = (said, self._text_tokens(body) if said.completion is None else 0)
+            reported, completion = self._whole_read
         else:
             found = _usage(b"".join(self._last), self._fmt)
             if self._first is not None and (found is None or found.prompt in (None, 0)):
