@@ -8,6 +8,7 @@
 #
 # Env knobs: GUARD_BENCH_REQUESTS (chat requests per mode, default 40), GUARD_BENCH_ROUNDS (4),
 # GUARD_BENCH_WARMUP (2), GUARD_BENCH_SECONDS (s per judgments row, default 20),
+# GUARD_BENCH_JUDGE_ROUNDS (rounds the judgments rows of a kind of text take turns in, 4),
 # GUARD_BENCH_CONCS ("1 8 32"), GUARD_BENCH_TEXTS ("same distinct"), GUARD_BENCH_MAX_SECONDS (240),
 # GUARD_BENCH_SHED_BACKOFF_MS (200), GUARD_BENCH_AUTOSCALE (1), GUARD_BENCH_READY_TIMEOUT (180),
 # BENCH_KEEP_TMP=1 (keep the temp dir with the logs).
@@ -18,6 +19,7 @@ source "$(dirname "$0")/lib.sh"
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 REQUESTS=${GUARD_BENCH_REQUESTS:-40}
 ROUNDS=${GUARD_BENCH_ROUNDS:-4}
+JUDGE_ROUNDS=${GUARD_BENCH_JUDGE_ROUNDS:-4}
 WARMUP=${GUARD_BENCH_WARMUP:-2}
 SECONDS_PER_ROW=${GUARD_BENCH_SECONDS:-20}
 CONCS=${GUARD_BENCH_CONCS:-"1 8 32"}
@@ -151,7 +153,7 @@ autoscale=()
 [[ $AUTOSCALE == 1 ]] && autoscale=(--autoscale)
 "$PY" bench/guard_load.py --url "$URL" --key "$KEY" \
     --requests "$REQUESTS" --rounds "$ROUNDS" --warmup "$WARMUP" --max-seconds "$MAX_SECONDS" \
-    --seconds "$SECONDS_PER_ROW" --concs "$CONCS" --texts "$TEXTS" --budget-ms 5000 \
+    --seconds "$SECONDS_PER_ROW" --judge-rounds "$JUDGE_ROUNDS" --concs "$CONCS" --texts "$TEXTS" --budget-ms 5000 \
     --shed-backoff-ms "$SHED_BACKOFF_MS" "${autoscale[@]}" \
     --out bench/results/guard.md \
     --header "# llmgw guard bench, $(date -u '+%Y-%m-%d %H:%M UTC')" \

@@ -219,8 +219,11 @@ async def prompt_tokens(api: Api) -> tuple[int, int]:
 
 
 async def judgments(api: Api, conc: int, distinct: bool, seconds: float, budget_ms: int,
-                    backoff_s: float, label: str = "") -> JudgeCell:
-    cell = JudgeCell(label or f"{conc}, {'distinct texts' if distinct else 'same text'}", conc)
+                    backoff_s: float, label: str = "", cell: JudgeCell | None = None) -> JudgeCell:
+    """`conc` clients judging for `seconds` (then the judgments in flight end), counted into
+    `cell` (a new one by default: a row measured in rounds adds each round to its cell)."""
+    if cell is None:
+        cell = JudgeCell(label or f"{conc}, {'distinct texts' if distinct else 'same text'}", conc)
     counter = iter(range(1_000_000_000))
     deadline = time.monotonic() + seconds
 
@@ -254,9 +257,10 @@ async def judgments(api: Api, conc: int, distinct: bool, seconds: float, budget_
     cached0, evaluated0 = await prompt_tokens(api)
     start = time.monotonic()
     await asyncio.gather(*(worker() for _ in range(conc)))
-    cell.seconds = time.monotonic() - start
+    cell.seconds += time.monotonic() - start
     cached1, evaluated1 = await prompt_tokens(api)
-    cell.cached, cell.evaluated = cached1 - cached0, evaluated1 - evaluated0
+    cell.cached += cached1 - cached0
+    cell.evaluated += evaluated1 - evaluated0
     return cell
 
 
@@ -368,12 +372,19 @@ async def run(args: argparse.Namespace) -> str:
             chat_s = time.monotonic() - t0
         judge_cells = []
         backoff_s = args.shed_backoff_ms / 1000
+        # The rows of one kind of text take turns in rounds (1, 8, 32, 1, 8, 32, ...), as the
+        # chat modes do: the machine's pace drifts by a tenth within a minute, and the rows are
+        # compared with each other.
+        per_round = args.seconds / args.judge_rounds
         for texts in args.texts.split():
-            for conc in (int(c) for c in args.concs.split()):
-                print(f"[guard-bench] judgments: concurrency {conc}, {texts} text(s), {args.seconds:g} s",
-                      flush=True)
-                judge_cells.append(await judgments(api, conc, texts == "distinct", args.seconds,
-                                                   args.budget_ms, backoff_s))
+            row: dict[int, JudgeCell] = {}
+            for n in range(args.judge_rounds):
+                for conc in (int(c) for c in args.concs.split()):
+                    print(f"[guard-bench] judgments: concurrency {conc}, {texts} text(s), round "
+                          f"{n + 1} of {args.judge_rounds}, {per_round:g} s", flush=True)
+                    row[conc] = await judgments(api, conc, texts == "distinct", per_round,
+                                                args.budget_ms, backoff_s, cell=row.get(conc))
+            judge_cells += row.values()
         scaled: JudgeCell | None = None
         scaled_after = 0.0
         if args.autoscale:
@@ -462,7 +473,9 @@ def judge_report(judge_cells: list[JudgeCell], args: argparse.Namespace, scaled:
     out.append("")
     out += judge_table([*judge_cells, *([scaled] if scaled else [])], args.budget_ms)
     out.append("")
-    out.append(f"Each row runs for {args.seconds:g} s (then waits for the judgments in flight). "
+    out.append(f"Each row runs for {args.seconds:g} s, in {args.judge_rounds} rounds of "
+               f"{args.seconds / args.judge_rounds:g} s that take turns with the other rows of its "
+               "kind of text (each round then waits for the judgments in flight). "
                "verdicts/s counts verdicts (safe or unsafe) per second of the row; p50 and p99 are "
                "the verdicts' latency as the client saw it (queueing in the gateway included); "
                "within budget counts verdicts that came within the budget, of all judgments; shed "
@@ -520,6 +533,8 @@ def main() -> None:
     p.add_argument("--warmup", type=int, default=2, help="chat requests per mode before measuring")
     p.add_argument("--max-seconds", type=float, default=240, help="cap on the chat phase")
     p.add_argument("--seconds", type=float, default=20, help="duration of each judgments row")
+    p.add_argument("--judge-rounds", type=int, default=4,
+                   help="rounds the judgments rows of one kind of text take turns in")
     p.add_argument("--concs", default="1 8 32", help="judgment concurrencies")
     p.add_argument("--texts", default="same distinct", help="'same', 'distinct' or both")
     p.add_argument("--budget-ms", type=int, default=5000)

@@ -228,6 +228,35 @@ def test_a_judgment_goes_to_the_slot_whose_cache_holds_the_most_of_its_prompt() 
     assert again is a
 
 
+def busy_and_idle_replica(held_by_free_slot: str) -> SlotBook:
+    """r1 runs one judgment and has a free slot whose cache holds `held_by_free_slot`; r2 runs
+    nothing, and its slot's cache holds another distinct text."""
+    b = book(r1=2, r2=1)
+    (r1a, r1b), (r2a,) = b.replicas["r1"], b.replicas["r2"]
+    b.claim(r1a, prompt("Request 10: a"), now=0.0)
+    b.claim(r1b, prompt(held_by_free_slot), now=0.0)
+    b.claim(r2a, prompt("Request 20: c"), now=0.0)
+    b.give_back(r1b, now=1.0)
+    b.give_back(r2a, now=1.0)
+    return b
+
+
+def test_a_few_characters_more_in_a_busy_replicas_cache_lose_to_a_replica_with_none_in_flight(
+) -> None:
+    # "Request 11: " against "Request ": as good as each other. Beside a running judgment the new
+    # one would take twice as long.
+    b = busy_and_idle_replica("Request 11: b")
+    picked = b.pick(prompt("Request 11: d"))
+    assert picked is not None and picked[0].replica == "r2" and picked[1] == 1
+
+
+def test_a_cache_holding_much_more_of_the_prompt_wins_over_a_replica_with_none_in_flight() -> None:
+    conversation = "Request 11: " + "a long conversation, judged window by window. " * 3
+    b = busy_and_idle_replica(conversation)
+    picked = b.pick(prompt(conversation + "And its next window."))
+    assert picked is not None and picked[0].replica == "r1" and picked[1] == 2
+
+
 def test_the_least_recently_used_slot_goes_first_when_caches_hold_as_much() -> None:
     b = book(r1=2)
     s0, s1 = b.take(prompt("x")), b.take(prompt("y"))

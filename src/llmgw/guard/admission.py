@@ -214,6 +214,13 @@ class Slot:
     new_chars: int = 0  # of its judgment's prompt, what its cache did not hold
 
 
+# Two slots whose caches share about as much of a prompt (distinct texts behind the same judge
+# head differ in a few characters: "Request 12" against "Request 13") are as good as each other,
+# and the one on the less busy replica runs sooner and faster: a few characters more from the
+# cache are worth less than a judgment fewer beside it.
+NEAR_TIE_CHARS = 32
+
+
 @dataclass
 class SlotBook:
     """The slots of one judge's ready replicas, and which are busy."""
@@ -280,20 +287,20 @@ class SlotBook:
         return len(prompt) - max((shared_prefix(s.prompt, prompt) for s in self._all()), default=0)
 
     def pick(self, prompt: str) -> tuple[Slot, int] | None:
-        """The free slot for `prompt`, and the occupancy its replica would have with it: the
-        slot whose cache shares the longest prefix with it; on a tie, on the replica with
-        fewest in flight, least recently used. None when every slot is busy or away."""
-        best: tuple[Slot, int] | None = None
-        best_key: tuple[int, int, float] | None = None
-        for slots in self.replicas.values():
-            load = sum(1 for s in slots if s.busy or s.away)
-            for s in slots:
-                if s.busy or s.away:
-                    continue
-                key = (-shared_prefix(s.prompt, prompt), load, s.used_at)
-                if best_key is None or key < best_key:
-                    best, best_key = (s, load + 1), key
-        return best
+        """The free slot for `prompt`, and the occupancy its replica would have with it: of the
+        slots whose cache shares the longest prefix with it (within `NEAR_TIE_CHARS`), the one
+        on the replica with fewest in flight, then sharing most, then least recently used.
+        None when every slot is busy or away."""
+        free = [(s, shared_prefix(s.prompt, prompt), load)
+                for slots in self.replicas.values()
+                for load in (sum(1 for s in slots if s.busy or s.away),)
+                for s in slots if not (s.busy or s.away)]
+        if not free:
+            return None
+        longest = max(shared for _, shared, _ in free)
+        slot, _, load = min((f for f in free if f[1] >= longest - NEAR_TIE_CHARS),
+                            key=lambda f: (f[2], -f[1], f[0].used_at))
+        return slot, load + 1
 
     def claim(self, slot: Slot, prompt: str, now: float) -> None:
         """Mark `slot` busy with `prompt`; every judgment on its replica now runs at least at the
