@@ -132,6 +132,7 @@ async def test_a_burst_of_distinct_prompts_is_judged_or_shed_never_collapses(
                     "--budget-ms", str(BURST_BUDGET_MS), "--on-failure", on_failure)
     client = openai.AsyncOpenAI(base_url=demo_server.url + "/v1", api_key=demo_server.admin_key,
                                 max_retries=0, timeout=120)
+    come_back: list[str] = []  # the Retry-After of each refusal that has one
 
     async def ask(text: str) -> str:
         try:
@@ -142,6 +143,8 @@ async def test_a_burst_of_distinct_prompts_is_judged_or_shed_never_collapses(
             return "blocked"
         except openai.InternalServerError as exc:
             assert exc.status_code == 503 and "fails closed" in exc.message, exc.message
+            if (after := exc.response.headers.get("retry-after")) is not None:
+                come_back.append(after)
             return "refused"
         return "answered"
 
@@ -193,5 +196,8 @@ async def test_a_burst_of_distinct_prompts_is_judged_or_shed_never_collapses(
     assert all(v["let_through"] is (on_failure == "open") for v in shed)
     if on_failure == "closed":
         assert got.count("refused") == len(shed) + outcomes.count("failed_timeout")
+        # A shed refusal says when the judge will have room (a timeout knows nothing to say).
+        assert len(come_back) == len(shed), (come_back, outcomes)
+        assert all(after.isdigit() and 1 <= int(after) <= 60 for after in come_back)
     else:
         assert "refused" not in got

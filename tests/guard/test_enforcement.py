@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from llmgw.core.errors import GuardBlocked, GuardUnavailable, NoReadyReplica
+from llmgw.core.errors import GuardBlocked, GuardUnavailable, JudgeShed, NoReadyReplica
 from llmgw.core.guard import (
     Controversial,
     Direction,
@@ -198,7 +198,7 @@ async def test_a_garbage_verdict_is_unparseable(rig: Rig) -> None:
     rig.judges["j1"].garbage()
     with pytest.raises(GuardUnavailable) as caught:
         await rig.check(policy(on_failure=OnFailure.CLOSED))
-    assert caught.value.status == 503
+    assert caught.value.status == 503 and caught.value.retry_after_s is None  # no time to say
     [rec] = rig.records
     assert rec.outcome == Outcome.FAILED_UNPARSEABLE and not rec.let_through
 
@@ -208,6 +208,19 @@ async def test_a_garbage_verdict_fails_open_when_the_policy_says_so(rig: Rig) ->
     await rig.check(policy(on_failure=OnFailure.OPEN))
     [rec] = rig.records
     assert rec.let_through and rec.outcome == Outcome.FAILED_UNPARSEABLE
+
+
+async def test_a_shed_judgment_fails_closed_saying_when_to_come_back(
+        rig: Rig, monkeypatch: pytest.MonkeyPatch) -> None:
+    async def saturated(*_args: object, **_kwargs: object) -> None:
+        raise JudgeShed("judge j1 is saturated", come_back_s=2.3)
+
+    monkeypatch.setattr(rig.guard._client, "judge", saturated)
+    with pytest.raises(GuardUnavailable) as caught:
+        await rig.check(policy(on_failure=OnFailure.CLOSED))
+    assert caught.value.status == 503 and caught.value.retry_after_s == 3  # whole seconds, up
+    [rec] = rig.records
+    assert rec.outcome == Outcome.FAILED_SHED and not rec.let_through
 
 
 async def test_a_judge_error_is_failed_error(rig: Rig) -> None:

@@ -83,6 +83,27 @@ async def test_a_judgment_that_cannot_finish_is_shed_on_arrival(clock: FakeClock
     assert q.load().queued == 0
 
 
+async def test_a_shed_says_when_one_like_it_would_be_let_in(clock: FakeClock) -> None:
+    q = judge_queue(clock)
+    for _ in range(10):  # a CPU judge seen one judgment at a time: a second each
+        q.times.add(1.0, clock.monotonic(), occupancy=1)
+    running = await q.acquire("running", clock.monotonic() + BUDGET_S)
+    clock.advance(0.25)
+    # Beside it, about 2 s, more than a 2 s budget holds with its headroom: one fewer running,
+    # in about 0.75 s, is what it lacks.
+    with pytest.raises(JudgeShed) as beside:
+        await q.acquire("beside it", clock.monotonic() + 2.0)
+    assert beside.value.come_back_s == pytest.approx(0.75)
+    beside_it = await q.acquire("beside it", clock.monotonic() + BUDGET_S)
+    # Both slots busy (2 s each now): a 2.5 s budget would wait about 1.75 s and take 2 s, 1.875 s
+    # more than its 1.875 s to spare; one like it is let in once the wait has shrunk by that.
+    with pytest.raises(JudgeShed) as behind:
+        await q.acquire("behind them", clock.monotonic() + 2.5)
+    assert behind.value.come_back_s == pytest.approx(1.875)
+    q.release(running, 1.0)
+    q.release(beside_it, 2.0)
+
+
 async def test_a_tight_budget_is_shed_even_with_a_free_slot(clock: FakeClock) -> None:
     q = judge_queue(clock)
     learned(q, clock, 1.0)

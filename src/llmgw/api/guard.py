@@ -91,7 +91,8 @@ async def judgment(call: Call[JudgmentRequest, None]) -> VerdictOut:
         Turn("user", ""), Turn("assistant", req.text)]
     answer = await call.app[GUARD].ask(req.judge, req.direction, turns, req.budget_ms)
     return VerdictOut(judge=answer.judge, outcome=answer.outcome, verdict=answer.verdict,
-                      error=answer.error or None, latency_ms=round(answer.latency_ms, 1))
+                      error=answer.error or None, latency_ms=round(answer.latency_ms, 1),
+                      retry_after_ms=answer.retry_after_ms)
 
 
 GUARD_OVERVIEW = Endpoint("guard_overview", "GET", "/admin/v1/guard", "Guard switches and policies",

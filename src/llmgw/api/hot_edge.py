@@ -252,7 +252,7 @@ class HotConnection(asyncio.Protocol):
         request = self._current
         if request is None:
             if self._rechunk:
-                body = b"%x\r\n%s\r\n" % (len(body), body)
+                body = _chunk(body)
             self._to_inner(body)
             return
         self._received += len(body)

@@ -215,11 +215,16 @@ class JudgeUnparseable(UpstreamError):
 
 class JudgeShed(Retryable):
     """A judgment was not sent to its judge: it could not finish within its remaining budget
-    (the judge's slots are busy and the queue ahead of it is too long)."""
+    (the judge's slots are busy and the queue ahead of it is too long). `come_back_s`: how long
+    until one like it would likely be let in."""
 
     status = 503
     type = "server_error"
     code = "judge_shed"
+
+    def __init__(self, message: str, *, come_back_s: float = 0.0) -> None:
+        super().__init__(message)
+        self.come_back_s = come_back_s
 
 
 class GuardBlocked(Permanent):

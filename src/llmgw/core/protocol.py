@@ -350,6 +350,8 @@ class VerdictOut(BaseModel):
     verdict: Verdict | None
     error: str | None
     latency_ms: float
+    # When shed: how long until a judgment like it would likely be let in.
+    retry_after_ms: float | None = None
 
 
 class KeyOut(BaseModel):

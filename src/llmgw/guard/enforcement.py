@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import fnmatch
 import logging
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -105,6 +106,8 @@ class Answer:
     latency_ms: float
     verdict: Verdict | None = None
     error: str = ""
+    # Shed: how long until a judgment like it would likely be let in (ms).
+    retry_after_ms: float | None = None
 
 
 class Guard:
@@ -216,11 +219,14 @@ class Guard:
         if blocked is not None:
             return blocked
         if failed is not None and policy.on_failure == OnFailure.CLOSED:
-            return GuardUnavailable(
+            refused = GuardUnavailable(
                 f"guard policy '{policy.name}' could not judge the "
                 f"{'request' if direction == Direction.INPUT else 'response'} within "
                 f"{policy.budget_ms} ms (judge {failed.judge}: {failed.error}); it fails closed"
             )
+            if failed.retry_after_ms is not None:  # shed: the client is told when to come back
+                refused.retry_after_s = max(1, math.ceil(failed.retry_after_ms / 1000))
+            return refused
         return None
 
     async def ask(self, judge: str, direction: Direction, turns: list[Turn], budget_ms: int,
@@ -257,7 +263,8 @@ class Guard:
         except TimeoutError:
             return Answer(judge, Outcome.FAILED_TIMEOUT, took(), error="timed out")
         except JudgeShed as exc:
-            return Answer(judge, Outcome.FAILED_SHED, took(), error=exc.message)
+            return Answer(judge, Outcome.FAILED_SHED, took(), error=exc.message,
+                          retry_after_ms=round(exc.come_back_s * 1000, 1))
         except JudgeUnparseable as exc:
             return Answer(judge, Outcome.FAILED_UNPARSEABLE, took(), error=exc.message)
         except LlmgwError as exc:  # no ready replica, unknown judge

@@ -141,7 +141,10 @@ class JudgeQueue:
             if (self.book.busy or self.book.away) and sheds(deadline - now, 0.0, p90,
                                                              ARRIVAL_HEADROOM):
                 self._lease.give(slot.replica, slot.index)
-                raise self._shed(deadline - now, 0, 0.0, p90)
+                # Too slow beside the judgments running: one fewer of them is what it lacks.
+                ends = [self.times.left(ran, 0.9, now, occupancy - 1, chars)
+                        for ran, chars in self.book.running(now)]
+                raise self._shed(deadline - now, 0, 0.0, p90, min(ends, default=p90))
             self.book.claim(slot, prompt, now)
             return slot
         # Behind others, it runs on a full replica, as do the judgments it waits for (a slot
@@ -158,7 +161,9 @@ class JudgeQueue:
         left += [p90] * self.book.away
         wait = expected_wait(ahead, self.book.free, left, p90)
         if sheds(deadline - now, wait, p90, ARRIVAL_HEADROOM):
-            raise self._shed(deadline - now, ahead, wait, p90)
+            # One like it is let in once the wait has shrunk by what it overran.
+            over = wait + p90 - (deadline - now) * (1.0 - ARRIVAL_HEADROOM)
+            raise self._shed(deadline - now, ahead, wait, p90, over)
         waiter = self.waiting.push(deadline, prompt, now, wait)
         future: asyncio.Future[Slot] = asyncio.get_running_loop().create_future()
         self._futures[waiter.seq] = future
@@ -226,10 +231,13 @@ class JudgeQueue:
             self.book.claim(slot, waiter.prompt, now)
             future.set_result(slot)
 
-    def _shed(self, left_s: float, ahead: int, wait_s: float, p90_s: float) -> JudgeShed:
+    def _shed(self, left_s: float, ahead: int, wait_s: float, p90_s: float,
+              come_back_s: float = 0.0) -> JudgeShed:
+        """The shed, counted; `come_back_s`: how long until one like it would be let in."""
         self.shed += 1
         wait = f"{ahead} judgments ahead (about {wait_s * 1000:.0f} ms), " if ahead else ""
         return JudgeShed(
             f"judge {self.judge} is saturated: {wait}{p90_s * 1000:.0f} ms to judge (p90) and "
-            f"{max(left_s, 0.0) * 1000:.0f} ms of the budget left; not sent"
+            f"{max(left_s, 0.0) * 1000:.0f} ms of the budget left; not sent",
+            come_back_s=max(come_back_s, 0.0),
         )
