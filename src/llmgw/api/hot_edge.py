@@ -79,13 +79,14 @@ class _Date:
 
 _DATE = _Date()
 _REASONS = {s.value: s.phrase.encode() for s in HTTPStatus}
+_SERVER = SERVER.encode()
 
 
 def _head(status: int, rid: str, keep_alive: bool, extra: bytes) -> bytes:
     """A response's status line and headers, `extra` (complete header lines) among them."""
     return b"".join((
         b"HTTP/1.1 %d %s\r\n" % (status, _REASONS.get(status, b"Unknown")),
-        b"Server: ", SERVER.encode(), b"\r\nDate: ", _DATE(), b"\r\nX-Request-Id: ",
+        b"Server: ", _SERVER, b"\r\nDate: ", _DATE(), b"\r\nX-Request-Id: ",
         rid.encode(), b"\r\n", extra, b"" if keep_alive else b"Connection: close\r\n", b"\r\n",
     ))
 

@@ -291,10 +291,11 @@ class SlotBook:
         slots whose cache shares the longest prefix with it (within `NEAR_TIE_CHARS`), the one
         on the replica with fewest in flight, then sharing most, then least recently used.
         None when every slot is busy or away."""
-        free = [(s, shared_prefix(s.prompt, prompt), load)
-                for slots in self.replicas.values()
-                for load in (sum(1 for s in slots if s.busy or s.away),)
-                for s in slots if not (s.busy or s.away)]
+        free: list[tuple[Slot, int, int]] = []  # (slot, characters shared, its replica's load)
+        for slots in self.replicas.values():
+            load = sum(1 for s in slots if s.busy or s.away)
+            free += [(s, shared_prefix(s.prompt, prompt), load)
+                     for s in slots if not (s.busy or s.away)]
         if not free:
             return None
         longest = max(shared for _, shared, _ in free)

@@ -142,9 +142,8 @@ class JudgeQueue:
                                                              ARRIVAL_HEADROOM):
                 self._lease.give(slot.replica, slot.index)
                 # Too slow beside the judgments running: one fewer of them is what it lacks.
-                ends = [self.times.left(ran, 0.9, now, occupancy - 1, chars)
-                        for ran, chars in self.book.running(now)]
-                raise self._shed(deadline - now, 0, 0.0, p90, min(ends, default=p90))
+                raise self._shed(deadline - now, 0, 0.0, p90,
+                                 min(self._ends(now, occupancy - 1), default=p90))
             self.book.claim(slot, prompt, now)
             return slot
         # Behind others, it runs on a full replica, as do the judgments it waits for (a slot
@@ -156,9 +155,7 @@ class JudgeQueue:
         new_chars = self.book.uncached(prompt)
         p90 = self.times.quantile(0.9, now, full, new_chars)
         ahead = self.waiting.ahead_of(deadline)
-        left = [self.times.left(ran, 0.9, now, full, chars)
-                for ran, chars in self.book.running(now)]
-        left += [p90] * self.book.away
+        left = self._ends(now, full) + [p90] * self.book.away
         wait = expected_wait(ahead, self.book.free, left, p90)
         if sheds(deadline - now, wait, p90, ARRIVAL_HEADROOM):
             # One like it is let in once the wait has shrunk by what it overran.
@@ -230,6 +227,12 @@ class JudgeQueue:
                 continue
             self.book.claim(slot, waiter.prompt, now)
             future.set_result(slot)
+
+    def _ends(self, now: float, occupancy: int) -> list[float]:
+        """How much longer each judgment running here takes (p90), were its replica at
+        `occupancy`."""
+        return [self.times.left(ran, 0.9, now, occupancy, chars)
+                for ran, chars in self.book.running(now)]
 
     def _shed(self, left_s: float, ahead: int, wait_s: float, p90_s: float,
               come_back_s: float = 0.0) -> JudgeShed:
