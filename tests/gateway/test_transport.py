@@ -212,6 +212,18 @@ async def test_an_answer_that_inflates_beyond_the_bound_is_a_502_not_held_in_mem
     assert err.value.status_code == 502 and "MiB" in error_of(err.value)["message"]
 
 
+async def test_an_answer_beyond_the_bound_that_arrived_whole_is_a_502(
+    provider: FakeProvider, rig: GatewayRig, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Small enough to be all here when it is read (no reads past the first): the bound holds
+    # for an answer taken whole as for one read block by block.
+    monkeypatch.setattr(transport, "MAX_ANSWER_BYTES", 1_000)
+    provider.body = b'{"pad": "' + b"0" * 5_000 + b'"}'
+    with pytest.raises(openai.InternalServerError) as err:
+        await chat(rig)
+    assert err.value.status_code == 502 and "MiB" in error_of(err.value)["message"]
+
+
 @pytest.mark.parametrize("encoding", ["br", "zstd", "x-compress"])
 @pytest.mark.parametrize("stream", [False, True], ids=["whole", "stream"])
 async def test_an_encoding_llmgw_cannot_decode_is_a_502_not_bytes_labelled_json(

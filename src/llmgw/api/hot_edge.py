@@ -372,7 +372,12 @@ class HotConnection(asyncio.Protocol):
             head = _head(reply.status, rid, self._keep_alive, _SSE_HEAD)
             if settled is not None and settled():
                 # The upstream's whole answer is here: one write for all of it.
-                self._write(head + b"".join([_chunk(c) async for c in stream.chunks]) + b"0\r\n\r\n")
+                rest = stream.rest() if stream.rest is not None else None
+                if rest is None:
+                    body = b"".join([_chunk(c) async for c in stream.chunks])
+                else:
+                    body = _chunk(rest) if rest else b""
+                self._write(head + body + b"0\r\n\r\n")
             else:
                 self._write(head)
                 async for chunk in stream.chunks:

@@ -22,7 +22,9 @@ if TYPE_CHECKING:  # the plan's module imports this one
 logger = logging.getLogger(__name__)
 
 
-@dataclass(frozen=True)
+# Not frozen: made on every request, and a frozen dataclass sets each field through
+# `object.__setattr__` (five times the cost). Nothing changes one once made.
+@dataclass(slots=True)
 class UpstreamCall:
     """One client request on its way to an upstream of `route`."""
 
@@ -61,6 +63,9 @@ class Stream:
         # True once the rest of `chunks` comes without waiting on anything (the upstream's whole
         # answer has arrived): the writer may then send what is left at once. None: never known.
         self.settled: Callable[[], bool] | None = None
+        # Once settled, the rest of `chunks` as one block without iterating them (None when it
+        # cannot be had so): set where nothing stands between the upstream and the client.
+        self.rest: Callable[[], bytes | None] | None = None
         self._closers: list[Callable[[bool], None]] = []
         self._closed = False
 

@@ -52,6 +52,15 @@ class Target:
     # request has its own Authorization.
     basic_auth: str | None = None
 
+    def __hash__(self) -> int:
+        # Made once per base URL (`target` caches it) and hashed three times a request (the
+        # request head's cache, taking and giving back a pooled connection): not field by field.
+        cached: int | None = self.__dict__.get("_hash")
+        if cached is None:
+            cached = hash((self.tls, self.host, self.port, self.prefix, self.basic_auth))
+            object.__setattr__(self, "_hash", cached)
+        return cached
+
 
 @functools.lru_cache(maxsize=4096)
 def target(base_url: str) -> Target:
@@ -79,9 +88,13 @@ class Response:
     def __init__(self, proto: _Proto, loop: asyncio.AbstractEventLoop) -> None:
         self._proto = proto
         self._loop = loop
-        self._raw_headers: list[tuple[str, str]] = []
+        self._raw_headers: list[tuple[bytes, bytes]] = []
+        self._headers: CIMultiDictProxy[str] | None = None
         self.status = 0
-        self.headers: CIMultiDictProxy[str] = _NO_HEADERS
+        # The few headers the data plane reads on every answer, read as they are parsed; the
+        # rest are decoded only when asked for (`headers`).
+        self.content_type: str | None = None
+        self.content_encoding = ""
         self._head: asyncio.Future[None] = loop.create_future()
         self._chunks: deque[bytes] = deque()
         self._rest = b""
@@ -99,15 +112,33 @@ class Response:
 
     # --- fed by the protocol ---
 
+    @property
+    def headers(self) -> CIMultiDictProxy[str]:
+        """The answer's headers (decoded when first asked for: most answers never are)."""
+        if self._headers is None:
+            self._headers = CIMultiDictProxy(CIMultiDict(
+                (name.decode("latin-1"), value.decode("latin-1"))
+                for name, value in self._raw_headers))
+        return self._headers
+
     def _headers_done(self, status: int) -> None:
         self.status = status
-        headers: CIMultiDict[str] = CIMultiDict(self._raw_headers)
-        self.headers = CIMultiDictProxy(headers)
-        encoding = headers.get("Content-Encoding", "").strip().lower()
-        if encoding in ("gzip", "deflate"):
-            self._decoder = _Decoder(encoding)
-        self._until_close = "Content-Length" not in headers and \
-            "chunked" not in headers.get("Transfer-Encoding", "").lower()
+        length = chunked = False
+        for name, value in self._raw_headers:
+            known = _KNOWN.get(name.lower())
+            if known is None:
+                continue
+            if known == _TYPE and self.content_type is None:
+                self.content_type = value.decode("latin-1")
+            elif known == _ENCODING and not self.content_encoding:
+                self.content_encoding = value.decode("latin-1").strip().lower()
+            elif known == _LENGTH:
+                length = True
+            elif known == _TRANSFER:
+                chunked = chunked or b"chunked" in value.lower()
+        if self.content_encoding in ("gzip", "deflate"):
+            self._decoder = _Decoder(self.content_encoding)
+        self._until_close = not length and not chunked
         if not self._head.done():
             self._head.set_result(None)
 
@@ -186,6 +217,18 @@ class Response:
                 return await self.readany()
         return data
 
+    def ready_body(self) -> bytes | None:
+        """The whole body when all of it is here and needs no decoding, else None (then read it
+        with `readany`): a whole answer without a coroutine per read."""
+        if not self.complete or self._decoder is not None or self._exc is not None \
+                or self._rest or self._paused:
+            return None
+        chunks = self._chunks
+        data = chunks.popleft() if len(chunks) == 1 else b"".join(chunks)
+        chunks.clear()
+        self._size = 0
+        return data
+
     async def read(self, n: int) -> bytes:
         """Up to `n` bytes of the body; b"" at its end."""
         data = await self.readany()
@@ -213,7 +256,10 @@ class Response:
         self.release()
 
 
-_NO_HEADERS: CIMultiDictProxy[str] = CIMultiDictProxy(CIMultiDict())
+# The headers `_headers_done` reads, by their lowercase names.
+_TYPE, _ENCODING, _LENGTH, _TRANSFER = range(4)
+_KNOWN = {b"content-type": _TYPE, b"content-encoding": _ENCODING, b"content-length": _LENGTH,
+          b"transfer-encoding": _TRANSFER}
 
 
 class _Malformed(H1Error):
@@ -282,7 +328,7 @@ class _Proto(asyncio.Protocol):
     # httptools' callbacks
     def on_header(self, name: bytes, value: bytes) -> None:
         if self.resp is not None:
-            self.resp._raw_headers.append((name.decode("latin-1"), value.decode("latin-1")))
+            self.resp._raw_headers.append((name, value))
 
     def on_headers_complete(self) -> None:
         if self.resp is not None:
@@ -321,14 +367,16 @@ class Pool:
             reused = proto is not None
             if proto is None:
                 proto = await self._open(t, deadline - loop.time())
-            resp = Response(proto, loop)
-            proto.resp = resp
-            resp._timer = loop.call_at(deadline, resp._time_out)
             assert proto.transport is not None
+            # Sent before the answer's bookkeeping is made, so the upstream starts on it sooner:
+            # nothing can be read before this coroutine next yields.
             if len(body) < 65536:
                 proto.transport.write(head + body)
             else:
                 proto.transport.writelines((head, body))
+            resp = Response(proto, loop)
+            proto.resp = resp
+            resp._timer = loop.call_at(deadline, resp._time_out)
             try:
                 await resp._head
             except H1Error:
@@ -396,18 +444,18 @@ class Pool:
 
 def _head(t: Target, path: str, headers: Mapping[str, str], length: int) -> bytes:
     """The request line and headers. A header that would split the request is refused."""
-    lines = [_request_line(t, path), f"Content-Length: {length}"]
-    if t.basic_auth is not None and not any(n.lower() == "authorization" for n in headers):
-        lines.append(f"Authorization: {t.basic_auth}")
-    for name, value in headers.items():
-        if "\r" in value or "\n" in value or "\r" in name or "\n" in name or ":" in name:
-            raise H1Error(f"header {name!r} cannot be sent")
-        lines.append(f"{name}: {value}")
-    lines.append("\r\n")
-    return "\r\n".join(lines).encode()
+    return b"%sContent-Length: %d\r\n\r\n" % (_lines(t, path, tuple(headers.items())), length)
 
 
 @functools.lru_cache(maxsize=4096)
-def _request_line(t: Target, path: str) -> str:
-    """`POST <path> HTTP/1.1` and `Host`: the same few on every request, made once each."""
-    return f"POST {quote(t.prefix + path, safe=_PATH_SAFE)} HTTP/1.1\r\nHost: {t.host_header}"
+def _lines(t: Target, path: str, headers: tuple[tuple[str, str], ...]) -> bytes:
+    """All of the head but `Content-Length`: the same few on every request, made once each."""
+    lines = [f"POST {quote(t.prefix + path, safe=_PATH_SAFE)} HTTP/1.1", f"Host: {t.host_header}"]
+    if t.basic_auth is not None and not any(n.lower() == "authorization" for n, _ in headers):
+        lines.append(f"Authorization: {t.basic_auth}")
+    for name, value in headers:
+        if "\r" in value or "\n" in value or "\r" in name or "\n" in name or ":" in name:
+            raise H1Error(f"header {name!r} cannot be sent")
+        lines.append(f"{name}: {value}")
+    lines.append("")
+    return "\r\n".join(lines).encode()

@@ -12,7 +12,9 @@ from llmgw.gateway.wire.dialect import Wire
 from llmgw.gateway.wire.translate import Translation
 
 
-@dataclass(frozen=True)
+# Not frozen: made on every request, and a frozen dataclass sets each field through
+# `object.__setattr__` (five times the cost). Nothing changes one once made.
+@dataclass(slots=True)
 class Outbound:
     """What goes to the upstream for a call: where, which bytes, and how its answer comes back."""
 

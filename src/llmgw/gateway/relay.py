@@ -70,6 +70,8 @@ def relayed(conn: Connection, call: UpstreamCall, out: Outbound, exchange: Excha
                                              call.ask.model)))
     assert reply.stream is not None
     reply.stream.settled = conn.finished  # nothing between the upstream and the client waits
+    if out.translation is None:
+        reply.stream.rest = lambda: conn.rest(exchange.tap.chunk)
     return reply
 
 

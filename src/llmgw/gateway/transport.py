@@ -56,7 +56,7 @@ class Connection:
 
     @property
     def content_type(self) -> str:
-        return self._resp.headers.get("Content-Type", "application/json")
+        return self._resp.content_type or "application/json"
 
     @property
     def name(self) -> str:
@@ -84,17 +84,33 @@ class Connection:
 
     async def whole(self) -> bytes:
         """The whole answer, decoded; UpstreamError beyond MAX_ANSWER_BYTES."""
+        ready = self._resp.ready_body()
+        if ready is not None:  # all of it is here (most answers, by the time they are read)
+            if len(ready) > MAX_ANSWER_BYTES:
+                raise self._too_large()
+            return ready
         blocks, size, read = [], 0, self._resp.readany
         try:  # not `mapped()`: a context manager costs every whole answer
             while block := await read():
                 size += len(block)
                 if size > MAX_ANSWER_BYTES:
-                    raise UpstreamError(f"upstream {self.name} answered more than "
-                                        f"{MAX_ANSWER_BYTES // 2**20} MiB")
+                    raise self._too_large()
                 blocks.append(block)
         except (TimeoutError, H1Error) as exc:
             raise translated(self.name, exc) from exc
         return blocks[0] if len(blocks) == 1 else b"".join(blocks)
+
+    def _too_large(self) -> UpstreamError:
+        return UpstreamError(f"upstream {self.name} answered more than "
+                             f"{MAX_ANSWER_BYTES // 2**20} MiB")
+
+    def rest(self, on_chunk: Callable[[bytes], None]) -> bytes | None:
+        """What is left of a finished answer as one chunk (seen by `on_chunk` first), without
+        waiting; None when it must be read with `chunks`."""
+        ready = self._resp.ready_body()
+        if ready:
+            on_chunk(ready)
+        return ready
 
     async def failure(self) -> LlmgwError:
         """The client's error for this non-2xx answer (its body read up to MAX_ERROR_BODY)."""
@@ -220,8 +236,7 @@ class Transport:
             if resp.status >= 400:
                 span.fail(str(resp.status))
         conn = Connection(up, resp, span)
-        encoding = resp.headers.get("Content-Encoding", "").strip().lower() or "identity"
-        if encoding not in DECODED:
+        if (resp.content_encoding or "identity") not in DECODED:
             conn.release()
             raise UpstreamError(f"upstream {conn.name} answered in a content encoding "
                                 "llmgw does not decode")
