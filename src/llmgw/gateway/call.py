@@ -59,7 +59,8 @@ class Stream:
     """
 
     def __init__(self, chunks: AsyncGenerator[bytes, None]) -> None:
-        self.chunks = chunks
+        self._chunks = chunks
+        self._iterated = False  # whether anyone took `chunks`: if not, there is nothing to close
         # True once the rest of `chunks` comes without waiting on anything (the upstream's whole
         # answer has arrived): the writer may then send what is left at once. None: never known.
         self.settled: Callable[[], bool] | None = None
@@ -68,6 +69,12 @@ class Stream:
         self.rest: Callable[[], bytes | None] | None = None
         self._closers: list[Callable[[bool], None]] = []
         self._closed = False
+
+    @property
+    def chunks(self) -> AsyncGenerator[bytes, None]:
+        """The chunks, to iterate once."""
+        self._iterated = True
+        return self._chunks
 
     def on_close(self, closer: Callable[[bool], None]) -> None:
         """Run `closer(completed)` when the stream is closed (last added runs first)."""
@@ -79,7 +86,8 @@ class Stream:
             return
         self._closed = True
         try:
-            await self.chunks.aclose()
+            if self._iterated:  # (closing a generator never started costs a turn of its hooks)
+                await self._chunks.aclose()
         finally:
             for closer in reversed(self._closers):
                 # A closer's failure must not keep the next from releasing what it holds.

@@ -42,7 +42,9 @@ class Ask:
     stream: bool
 
 
-@dataclass(frozen=True)
+# Compared and hashed by identity (one per dialect): the usage tap looks up what it made of a
+# format on every request, and a field-by-field hash cost more than the lookup.
+@dataclass(frozen=True, eq=False)
 class UsageFormat:
     """Where a dialect's answers carry their token counts, as raw JSON bytes."""
 
