@@ -418,13 +418,17 @@ awk -v l="$load" -v n="$(nproc)" 'BEGIN { exit !(l > n / 2) }' \
     && log "warning: load average is $load before the runs; other work on this machine skews the numbers"
 log "measuring: $ROUNDS × $n_runs runs of ${DURATION}s (+ ${WARMUP}s warm-up per cell and mode)"
 # Rounds repeat the whole matrix, so a burst of other work on the machine lands in one round's
-# figures; the report takes each cell's median over the rounds.
+# figures; the report takes each cell's median over the rounds. Within a mode every cell runs at
+# one concurrency before any runs at the next: the rows a goal compares then follow each other,
+# and a row at concurrency 1 never comes straight after a saturating one.
 for ((round = 1; round <= ROUNDS; round++)); do
     for m in $MODES; do
-        for cell in $CELLS; do
-            a=${cell%%:*} t=${cell#*:}
-            ((round > 1)) || wrk_run "$a" "$t" "$m" "$max_conc" "$WARMUP" >/dev/null
-            for c in $CONCS; do
+        if ((round == 1)); then
+            for cell in $CELLS; do wrk_run "${cell%%:*}" "${cell#*:}" "$m" "$max_conc" "$WARMUP" >/dev/null; done
+        fi
+        for c in $CONCS; do
+            for cell in $CELLS; do
+                a=${cell%%:*} t=${cell#*:}
                 r=$(wrk_run "$a" "$t" "$m" "$c" "$DURATION")
                 log "$(printf 'round %s %-18s %-11s %-6s c%-3s -> rps p50 p99 errors cpu_us: %s' \
                     "$round" "$a" "$t" "$m" "$c" "$r")"

@@ -241,14 +241,14 @@ class Gateway:
     async def _send(self, call: UpstreamCall, out: Outbound, exchange: Exchange) -> Reply:
         guard = self.guard
         name = call.route.model.name
-        if guard is not None and call.ask.turns and not call.route.model.guard:
+        if guard is not None and not call.route.model.guard:
             key = call.key
             if call.plan is None:
                 inputs = guard.policies(name, key.name, Direction.INPUT)
                 outputs = guard.policies(name, key.name, Direction.OUTPUT)
             else:  # whichever target answers, what covers the route or any target applies
                 inputs, outputs = _route_policies(guard, call.plan, key.name)
-            if inputs or outputs:
+            if (inputs or outputs) and call.ask.turns:
                 info = RequestInfo(model=name, key_name=key.name, key_label=key.label,
                                    request_id=call.request_id)
                 return await forward_guarded(self._transport, call, out, exchange,

@@ -54,7 +54,7 @@ def read(payload: dict[str, Any]) -> Ask:
     for name in ("temperature", "top_p"):
         checks.optional_number(payload, name)
     checks.optional(payload, "top_k", int, "an integer")
-    return Ask(ask.model, ask.turns, max_tokens, checks.flag(payload, "stream"))
+    return dataclasses.replace(ask, max_tokens=max_tokens, stream=checks.flag(payload, "stream"))
 
 
 def count_tokens_check(payload: dict[str, Any]) -> Ask:

@@ -35,11 +35,21 @@ class Ask:
     """What guard, limits and usage need of one request, whatever its dialect."""
 
     model: str
-    # The conversation as judges see it (system, user and assistant turns; tool results as user).
-    turns: list[Turn]
+    # The conversation as judges see it, or how to read it (`turns`): most requests are never
+    # judged, so most never need it.
+    _turns: list[Turn] | Callable[[], list[Turn]]
     # The most the request lets the model generate; None when it does not say.
     max_tokens: int | None
     stream: bool
+
+    @property
+    def turns(self) -> list[Turn]:
+        """The conversation as judges see it (system, user and assistant turns; tool results as
+        user), read when first asked for."""
+        turns = self._turns
+        if callable(turns):
+            turns = self._turns = turns()
+        return turns
 
 
 # Compared and hashed by identity (one per dialect): the usage tap looks up what it made of a

@@ -46,10 +46,17 @@ def read_chat(payload: dict[str, Any]) -> Ask:
     """A chat completions request."""
     model = checks.required_str(payload, "model")
     checks.required(payload, "messages", list, "an array of messages")
-    if not payload["messages"]:
+    messages = payload["messages"]
+    if not messages:
         raise InvalidRequest("'messages' must contain at least one message", param="messages")
+    limits = [checks.token_count(payload, f) for f in ("max_tokens", "max_completion_tokens")]
+    return Ask(model, lambda: _chat_turns(messages), limits[1] or limits[0],
+               checks.flag(payload, "stream"))
+
+
+def _chat_turns(messages: list[Any]) -> list[Turn]:
     turns = []
-    for m in payload["messages"]:
+    for m in messages:
         if not isinstance(m, dict):
             continue
         # Tool results and other roles are read by the judge as the user's words; the calls a
@@ -59,8 +66,7 @@ def read_chat(payload: dict[str, Any]) -> Ask:
         role = m.get("role")
         turns.append(Turn(_ROLES.get(role, "user") if isinstance(role, str) else "user",
                           "\n".join(t for t in (text, calls) if t)))
-    limits = [checks.token_count(payload, f) for f in ("max_tokens", "max_completion_tokens")]
-    return Ask(model, turns, limits[1] or limits[0], checks.flag(payload, "stream"))
+    return turns
 
 
 def read_completion(payload: dict[str, Any]) -> Ask:
