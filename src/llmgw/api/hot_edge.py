@@ -305,9 +305,36 @@ class HotConnection(asyncio.Protocol):
 
     async def _serve(self, request: _Request) -> None:
         """Answer `request`, then go on to the next (in this task's last step rather than in a
-        done callback: one turn of the loop less per request)."""
+        done callback: one turn of the loop less per request). One coroutine for all of it:
+        each frame between the task and the upstream costs every request's way there and back."""
         try:
-            await self._answer(request)
+            self._keep_alive = request.keep_alive
+            headers = request.headers
+            rid = new_id(headers.get(b"x-request-id", b"").decode("latin-1"))
+            CURRENT_ID.set(rid)
+            started = time.monotonic()
+            try:
+                if request.too_large:
+                    raise PayloadTooLarge("request body is too large")
+                authorization = headers.get(b"authorization")
+                if authorization is None and (api_key := headers.get(b"x-api-key")) is not None:
+                    authorization = b"Bearer " + api_key
+                key = self._gw.authenticate(
+                    authorization.decode("latin-1") if authorization is not None else None)
+                body = b"".join(request.body)
+                reply = await self._gw.forward(key, request.api, body, parse_json(body), rid,
+                                               started)
+            except LlmgwError as exc:
+                self._refused(request, exc, rid)
+            except Exception:
+                logger.exception("unhandled error on POST %s", request.path.decode())
+                self._write_whole(500, error_body_bytes("Internal server error", "server_error",
+                                                        "internal_error"), b"application/json", rid)
+            else:
+                if reply.stream is None:
+                    self._write_whole(reply.status, reply.body, reply.content_type.encode(), rid)
+                else:
+                    await self._write_stream(reply, rid)
         except BaseException:  # cancelled: the client left, or shutdown gave up waiting
             if self.transport is not None:
                 self.transport.close()
@@ -319,39 +346,13 @@ class HotConnection(asyncio.Protocol):
             return
         self._next()
 
-    async def _answer(self, request: _Request) -> None:
-        self._keep_alive = request.keep_alive
-        headers = request.headers
-        rid = new_id(headers.get(b"x-request-id", b"").decode("latin-1"))
-        CURRENT_ID.set(rid)
-        started = time.monotonic()
-        try:
-            if request.too_large:
-                raise PayloadTooLarge("request body is too large")
-            authorization = headers.get(b"authorization")
-            if authorization is None and (api_key := headers.get(b"x-api-key")) is not None:
-                authorization = b"Bearer " + api_key
-            key = self._gw.authenticate(
-                authorization.decode("latin-1") if authorization is not None else None)
-            body = b"".join(request.body)
-            reply = await self._gw.forward(key, request.api, body, parse_json(body), rid, started)
-        except LlmgwError as exc:
-            if exc.status >= 500:
-                logger.warning("POST %s -> %d: %s", request.path.decode(), exc.status, exc.message)
-            anthropic = speaks_anthropic(request.path.decode(), b"anthropic-version" in headers)
-            retry = b"" if exc.retry_after_s is None else b"Retry-After: %d\r\n" % exc.retry_after_s
-            self._write_whole(exc.status, error_body(exc, anthropic), b"application/json", rid,
-                              retry)
-            return
-        except Exception:
-            logger.exception("unhandled error on POST %s", request.path.decode())
-            self._write_whole(500, error_body_bytes("Internal server error", "server_error",
-                                                    "internal_error"), b"application/json", rid)
-            return
-        if reply.stream is None:
-            self._write_whole(reply.status, reply.body, reply.content_type.encode(), rid)
-        else:
-            await self._write_stream(reply, rid)
+    def _refused(self, request: _Request, exc: LlmgwError, rid: str) -> None:
+        """Answer llmgw's error in the caller's dialect."""
+        if exc.status >= 500:
+            logger.warning("POST %s -> %d: %s", request.path.decode(), exc.status, exc.message)
+        anthropic = speaks_anthropic(request.path.decode(), b"anthropic-version" in request.headers)
+        retry = b"" if exc.retry_after_s is None else b"Retry-After: %d\r\n" % exc.retry_after_s
+        self._write_whole(exc.status, error_body(exc, anthropic), b"application/json", rid, retry)
 
     def _write_whole(self, status: int, body: bytes, content_type: bytes, rid: str,
                      extra: bytes = b"") -> None:
