@@ -15,7 +15,7 @@ import pytest
 
 from llmgw.api import hot_edge
 from llmgw.store.store import Store
-from tests.fakes.provider import FakeProvider, GatewayRig
+from tests.fakes.provider import USAGE, WORDS, FakeProvider, GatewayRig
 
 CHAT = orjson.dumps({"model": "m", "messages": [{"role": "user", "content": "hi"}]})
 
@@ -97,6 +97,39 @@ async def test_pipelined_requests_are_answered_in_the_order_sent(tmp_path: Path)
             assert third[0] == 200 and orjson.loads(third[2]) == {"status": "ok"}
         finally:
             writer.close()
+
+
+async def test_streams_on_one_connection_each_arrive_whole_and_each_is_counted(
+    tmp_path: Path,
+) -> None:
+    # Most of these arrive whole from the upstream before they are written (then in one piece,
+    # closed without a turn of the loop); whichever way each goes, the client gets every event
+    # and the usage every token.
+    store = Store.open(f"sqlite:///{tmp_path / 'llmgw.db'}")
+    provider = await FakeProvider().start()
+    r = await GatewayRig(provider, store).start()
+    try:
+        reader, writer = await connect(r)
+        try:
+            stream = orjson.dumps({**orjson.loads(CHAT), "stream": True})
+            for _ in range(5):
+                writer.write(post("/v1/chat/completions", r.plaintext, stream))
+                status, headers, body = await response(reader)
+                assert status == 200 and headers["content-type"] == "text/event-stream"
+                events = [orjson.loads(e[6:]) for e in body.split(b"\n\n")
+                          if e.startswith(b"data: {")]
+                text = "".join(e["choices"][0]["delta"].get("content") or "" for e in events)
+                assert text == "".join(WORDS) and body.endswith(b"data: [DONE]\n\n")
+        finally:
+            writer.close()
+        assert r.limiter is not None and r.meter is not None
+        await r.limiter.sync(r.meter.flush)
+    finally:
+        await r.close()
+        await provider.close()
+    [row] = store.usage.usage()
+    assert (row.requests, row.prompt_tokens, row.completion_tokens) == (
+        5, 5 * USAGE["prompt_tokens"], 5 * USAGE["completion_tokens"])
 
 
 @pytest.mark.parametrize(("path", "shape"), [

@@ -333,7 +333,7 @@ class HotConnection(asyncio.Protocol):
             else:
                 if reply.stream is None:
                     self._write_whole(reply.status, reply.body, reply.content_type.encode(), rid)
-                else:
+                elif not self._write_settled(reply, rid):
                     await self._write_stream(reply, rid)
         except BaseException:  # cancelled: the client left, or shutdown gave up waiting
             if self.transport is not None:
@@ -362,6 +362,31 @@ class HotConnection(asyncio.Protocol):
                                    b"Content-Length: %d\r\n%s" % (content_type, len(body), extra))
                              + body)
 
+    def _write_settled(self, reply: Reply, rid: str) -> bool:
+        """A stream whose upstream answer is all here and needs nothing done to it, written in
+        one go and closed without a turn of the loop; False when it is not such a stream."""
+        stream = reply.stream
+        assert stream is not None
+        if stream.rest is None or stream.taken or stream.settled is None or not stream.settled():
+            return False
+        try:
+            rest = stream.rest()
+        except BaseException:
+            stream.close_untaken(False)  # the upstream is released and what was used settled
+            raise
+        if rest is None:
+            return False
+        completed = False
+        try:
+            self._write(_head(reply.status, rid, self._keep_alive, _SSE_HEAD)
+                        + (_chunk(rest) if rest else b"") + b"0\r\n\r\n")
+            completed = True
+        except ConnectionError:
+            pass  # the client went away; nobody to answer
+        finally:
+            stream.close_untaken(completed)
+        return True
+
     async def _write_stream(self, reply: Reply, rid: str) -> None:
         """The stream chunk by chunk (chunked transfer encoding), pausing while the client reads
         slower than the upstream writes; closed however it ends."""
@@ -373,12 +398,8 @@ class HotConnection(asyncio.Protocol):
             head = _head(reply.status, rid, self._keep_alive, _SSE_HEAD)
             if settled is not None and settled():
                 # The upstream's whole answer is here: one write for all of it.
-                rest = stream.rest() if stream.rest is not None else None
-                if rest is None:
-                    body = b"".join([_chunk(c) async for c in stream.chunks])
-                else:
-                    body = _chunk(rest) if rest else b""
-                self._write(head + body + b"0\r\n\r\n")
+                self._write(head + b"".join([_chunk(c) async for c in stream.chunks])
+                            + b"0\r\n\r\n")
             else:
                 self._write(head)
                 async for chunk in stream.chunks:

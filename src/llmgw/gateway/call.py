@@ -60,7 +60,7 @@ class Stream:
 
     def __init__(self, chunks: AsyncGenerator[bytes, None]) -> None:
         self._chunks = chunks
-        self._iterated = False  # whether anyone took `chunks`: if not, there is nothing to close
+        self._taken = False  # whether anyone took `chunks`: if not, there is nothing to close
         # True once the rest of `chunks` comes without waiting on anything (the upstream's whole
         # answer has arrived): the writer may then send what is left at once. None: never known.
         self.settled: Callable[[], bool] | None = None
@@ -73,7 +73,7 @@ class Stream:
     @property
     def chunks(self) -> AsyncGenerator[bytes, None]:
         """The chunks, to iterate once."""
-        self._iterated = True
+        self._taken = True
         return self._chunks
 
     def on_close(self, closer: Callable[[bool], None]) -> None:
@@ -86,15 +86,31 @@ class Stream:
             return
         self._closed = True
         try:
-            if self._iterated:  # (closing a generator never started costs a turn of its hooks)
+            if self._taken:  # (closing a generator never started costs a turn of its hooks)
                 await self._chunks.aclose()
         finally:
-            for closer in reversed(self._closers):
-                # A closer's failure must not keep the next from releasing what it holds.
-                try:
-                    closer(completed)
-                except Exception:
-                    logger.exception("closing a stream failed")
+            self._run_closers(completed)
+
+    @property
+    def taken(self) -> bool:
+        """Whether anyone took `chunks`."""
+        return self._taken
+
+    def close_untaken(self, completed: bool) -> None:
+        """`close` without waiting, for a stream whose chunks nobody took (its `rest` was
+        written instead)."""
+        assert not self._taken, "a stream whose chunks were taken is closed with `close`"
+        if not self._closed:
+            self._closed = True
+            self._run_closers(completed)
+
+    def _run_closers(self, completed: bool) -> None:
+        for closer in reversed(self._closers):
+            # A closer's failure must not keep the next from releasing what it holds.
+            try:
+                closer(completed)
+            except Exception:
+                logger.exception("closing a stream failed")
 
 
 @dataclass

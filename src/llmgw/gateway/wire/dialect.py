@@ -29,7 +29,8 @@ class Api(StrEnum):
 
 
 # Not frozen: made on every request, and a frozen dataclass sets each field through
-# `object.__setattr__` (five times the cost). Nothing changes one once made.
+# `object.__setattr__` (five times the cost). Nothing changes one once made but `turns`, which
+# replaces how to read the conversation with what it read.
 @dataclass(slots=True)
 class Ask:
     """What guard, limits and usage need of one request, whatever its dialect."""
