@@ -367,7 +367,7 @@ class HotConnection(asyncio.Protocol):
         one go and closed without a turn of the loop; False when it is not such a stream."""
         stream = reply.stream
         assert stream is not None
-        if stream.rest is None or stream.taken or stream.settled is None or not stream.settled():
+        if stream.rest is None or stream.taken:
             return False
         try:
             rest = stream.rest()

@@ -64,8 +64,9 @@ class Stream:
         # True once the rest of `chunks` comes without waiting on anything (the upstream's whole
         # answer has arrived): the writer may then send what is left at once. None: never known.
         self.settled: Callable[[], bool] | None = None
-        # Once settled, the rest of `chunks` as one block without iterating them (None when it
-        # cannot be had so): set where nothing stands between the upstream and the client.
+        # The rest of `chunks` as one block without iterating them, once the upstream's whole
+        # answer is here (None before then, or when it cannot be had so): set where nothing
+        # stands between the upstream and the client.
         self.rest: Callable[[], bytes | None] | None = None
         self._closers: list[Callable[[bool], None]] = []
         self._closed = False

@@ -204,10 +204,7 @@ class Response:
                 await self._waiter
             finally:
                 self._waiter = None
-        chunks = self._chunks
-        data = chunks.popleft() if len(chunks) == 1 else b"".join(chunks)
-        chunks.clear()
-        self._size = 0
+        data = self._take_chunks()
         if self._paused and self._proto.transport is not None:
             self._paused = False
             self._proto.transport.resume_reading()
@@ -223,6 +220,10 @@ class Response:
         if not self.complete or self._decoder is not None or self._exc is not None \
                 or self._rest or self._paused:
             return None
+        return self._take_chunks()
+
+    def _take_chunks(self) -> bytes:
+        """Everything buffered, as one block (the buffer emptied)."""
         chunks = self._chunks
         data = chunks.popleft() if len(chunks) == 1 else b"".join(chunks)
         chunks.clear()
