@@ -8,14 +8,21 @@ import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
+from types import SimpleNamespace
+from typing import cast
 from urllib.parse import urlsplit
 
 import orjson
 import pytest
+from aiohttp import web
 
 from llmgw.api import hot_edge
+from llmgw.api.edge import Connections, EdgeLimits
+from llmgw.core.tracing import NOOP_TRACER
+from llmgw.gateway.service import Gateway
 from llmgw.store.store import Store
 from tests.fakes.provider import USAGE, WORDS, FakeProvider, GatewayRig
+from tests.fakes.timers import ManualTimers
 
 CHAT = orjson.dumps({"model": "m", "messages": [{"role": "user", "content": "hi"}]})
 
@@ -181,3 +188,70 @@ async def test_a_body_that_stops_coming_closes_the_connection(
                 assert await reader.read() == b""
         finally:
             writer.close()
+
+
+class _Client:
+    """The client side of a connection, as the edge's protocol sees it."""
+
+    closed = False
+
+    def __init__(self) -> None:
+        self.written = b""
+
+    def get_extra_info(self, name: str, default: object = None) -> object:
+        return ("10.0.0.7", 40000) if name == "peername" else default
+
+    def write(self, data: bytes) -> None:
+        self.written += data
+
+    def is_closing(self) -> bool:
+        return self.closed
+
+    def close(self) -> None:
+        self.closed = True
+
+
+class _Server:
+    def connection_made(self, *_: object) -> None:
+        pass
+
+    def connection_lost(self, *_: object) -> None:
+        pass
+
+
+def _connection(clock: ManualTimers) -> tuple[hot_edge.HotConnection, _Client]:
+    """A hot connection on a hand-moved clock (header deadline 10 s, keep-alive 75 s)."""
+    conn = hot_edge.HotConnection(
+        cast(web.Server, _Server()), cast(Gateway, SimpleNamespace(tracer=NOOP_TRACER)),
+        lambda: cast(web.RequestHandler, None), Connections(0), EdgeLimits(), 1 << 20)
+    conn._loop = cast(asyncio.AbstractEventLoop, clock)
+    client = _Client()
+    conn.connection_made(cast(asyncio.Transport, client))
+    return conn, client
+
+
+async def test_a_head_sent_a_little_at_a_time_keeps_the_deadline_of_its_first_bytes() -> None:
+    clock = ManualTimers()
+    conn, client = _connection(clock)
+    clock.advance(5.0)
+    conn.data_received(b"POST /v1/chat/completions HTTP/1.1\r\n")  # the deadline: 15 s
+    for at in (8.0, 11.0, 14.0):
+        clock.advance(at)
+        conn.data_received(b"X-Slow: a\r\n")  # each read would be its own deadline: never cut
+        assert not client.closed
+    clock.advance(15.0)
+    assert client.closed
+
+
+async def test_a_body_that_comes_after_its_head_has_the_body_deadline(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(hot_edge, "BODY_TIMEOUT_S", 30.0)
+    clock = ManualTimers()
+    conn, client = _connection(clock)
+    head = post("/v1/chat/completions", "sk-x", CHAT)[:-len(CHAT)]
+    conn.data_received(head)  # a whole head and no body: 30 s for the body from here
+    clock.advance(29.0)
+    conn.data_received(CHAT[:5])
+    assert not client.closed
+    clock.advance(30.0)
+    assert client.closed

@@ -9,14 +9,16 @@ import gzip
 import zlib
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
+from typing import cast
 
 import pytest
 
 from llmgw.core.errors import UpstreamError, UpstreamTimeout
 from llmgw.core.types import Model, RemoteSource
-from llmgw.gateway.h1 import ConnectError, H1Error, Pool, Response
+from llmgw.gateway.h1 import ConnectError, H1Error, Pool, Response, _Proto, target
 from llmgw.gateway.routing import Route, Upstream
 from llmgw.gateway.transport import Transport
+from tests.fakes.timers import ManualTimers
 from tests.gateway.test_transport import dead_port
 
 Answer = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
@@ -170,6 +172,70 @@ async def test_a_stalled_upstream_times_out_before_and_after_its_head(
     with pytest.raises(TimeoutError):
         await resp.readany()
     resp.release()
+
+
+_OK = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"
+
+
+class _Socket:
+    closed = False
+
+    def write(self, data: bytes) -> None:
+        pass
+
+    def close(self) -> None:
+        self.closed = True
+
+
+async def test_each_answer_on_a_kept_alive_connection_has_its_own_deadline() -> None:
+    clock, sock = ManualTimers(), _Socket()
+    proto = _Proto(Pool(connect_timeout_s=1), target("http://up/v1"))
+    proto.connection_made(sock)  # type: ignore[arg-type]
+    loop = cast(asyncio.AbstractEventLoop, clock)
+
+    def ask(deadline: float) -> Response:
+        resp = proto.resp = Response(proto, loop)
+        proto.watch(loop, deadline)
+        return resp
+
+    first = ask(10.0)
+    clock.advance(1.0)
+    proto.data_received(_OK)  # in time
+    assert await first.readany() == b"ok"
+    first.release()
+    clock.advance(5.0)
+    second = ask(15.0)  # the first answer's timer is still pending: no second one is made
+    assert clock.pending == 1
+    clock.advance(12.0)  # past the first deadline: the second answer still has 3 s
+    assert not sock.closed and second._exc is None
+    clock.advance(15.0)
+    assert sock.closed
+    with pytest.raises(TimeoutError):
+        await second.readany()
+
+
+async def test_a_sooner_deadline_moves_the_connections_timer_and_an_ended_answer_never_times_out(
+) -> None:
+    clock, sock = ManualTimers(), _Socket()
+    proto = _Proto(Pool(connect_timeout_s=1), target("http://up/v1"))
+    proto.connection_made(sock)  # type: ignore[arg-type]
+    loop = cast(asyncio.AbstractEventLoop, clock)
+    resp = proto.resp = Response(proto, loop)
+    proto.watch(loop, 30.0)
+    proto.watch(loop, 2.0)  # a shorter timeout for this answer
+    clock.advance(2.0)
+    assert sock.closed and isinstance(resp._exc, TimeoutError)
+
+    clock, sock = ManualTimers(), _Socket()
+    proto = _Proto(Pool(connect_timeout_s=1), target("http://up/v1"))
+    proto.connection_made(sock)  # type: ignore[arg-type]
+    loop = cast(asyncio.AbstractEventLoop, clock)
+    resp = proto.resp = Response(proto, loop)
+    proto.watch(loop, 2.0)
+    proto.data_received(_OK)
+    clock.advance(60.0)
+    assert not sock.closed and resp._exc is None and await resp.readany() == b"ok"
+    assert clock.pending == 0
 
 
 async def test_a_kept_alive_connection_the_upstream_closed_is_replaced(

@@ -128,6 +128,7 @@ class HotConnection(asyncio.Protocol):
         self._deadline = math.inf
         self._awaiting_head = True  # between requests: the next bytes start a head
         self._in_head = False  # a head has begun and not ended (its deadline runs)
+        self._body_began = False  # a hot request's head ended in the bytes being read
         self._closing = False
         self._keep_alive = True  # of the request being answered
         self._paused = False  # reading, while a client has pipelined too many requests
@@ -195,16 +196,29 @@ class HotConnection(asyncio.Protocol):
                 self.transport.write(BUSY)
                 self.transport.close()
             return
-        if self._awaiting_head:
-            self._arm(self._limits.header_timeout_s)  # a request's first bytes: its deadline
+        began = self._awaiting_head  # a request's first bytes: its head's deadline starts
+        if began:
             self._awaiting_head, self._in_head = False, True
         try:
             self._parser.feed_data(data)
         except httptools.HttpParserUpgrade:
             self._refuse(400, "Protocol upgrades are not served here", "invalid_request", "upgrade")
+            return
         except httptools.HttpParserError as exc:
             # A callback's own refusal (a head too large) is already answered.
             self._refuse(400, "Malformed HTTP request", "invalid_request", type(exc).__name__)
+            return
+        # A deadline is armed only for a head or a body these bytes left unfinished: most
+        # requests come whole in one read and need neither.
+        if self._in_head:
+            if began:
+                self._arm(self._limits.header_timeout_s)
+        elif self._body_began:
+            self._body_began = False
+            if self._current is not None:
+                # A client that sends its body slower than this holds a connection, never a
+                # worker.
+                self._arm(BODY_TIMEOUT_S)
 
     def eof_received(self) -> bool | None:
         return None  # close when the client half-closes: it asks nothing more
@@ -246,8 +260,7 @@ class HotConnection(asyncio.Protocol):
         if length is not None and length.isdigit() and int(length) > self._max_body:
             request.too_large = True
         self._current = request
-        # A client that sends its body slower than this holds a connection, never a worker.
-        self._arm(BODY_TIMEOUT_S)
+        self._body_began = True
 
     def on_body(self, body: bytes) -> None:
         request = self._current

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import functools
+import math
 import ssl
 import time
 import zlib
@@ -107,7 +108,6 @@ class Response:
         self.complete = False
         self.keep_alive = False
         self.got_bytes = False
-        self._timer: asyncio.TimerHandle | None = None
         self._released = False
 
     # --- fed by the protocol ---
@@ -153,7 +153,7 @@ class Response:
     def _done(self, keep_alive: bool) -> None:
         self.complete = True
         self.keep_alive = keep_alive
-        self._stop_timer()
+        self._proto.unwatch(self)
         self._wake()
 
     def _fail(self, exc: BaseException) -> None:
@@ -176,15 +176,9 @@ class Response:
             waiter.set_result(None)
 
     def _time_out(self) -> None:
-        self._timer = None
         self._fail(TimeoutError())
         if self._proto.transport is not None:
             self._proto.transport.close()
-
-    def _stop_timer(self) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
 
     # --- read by the transport ---
 
@@ -243,8 +237,8 @@ class Response:
         if self._released:
             return
         self._released = True
-        self._stop_timer()
         proto = self._proto
+        proto.unwatch(self)
         proto.resp = None
         if self.complete and self.keep_alive and self._exc is None:
             proto.pool._put(proto)
@@ -299,6 +293,12 @@ class _Proto(asyncio.Protocol):
         self.lost = False
         self.idle_since = 0.0
         self._parser = httptools.HttpResponseParser(self)
+        # One timer per connection for the answer in flight: a request moves `_deadline`, and
+        # the timer is rescheduled only when the deadline comes sooner than it fires (never, with
+        # one timeout for all requests); when it fires early it waits on for the deadline.
+        # Making and cancelling a timer per request cost more than the rest of its bookkeeping.
+        self._deadline = math.inf
+        self._timer: asyncio.TimerHandle | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = cast(asyncio.Transport, transport)  # uvloop's are not subclasses
@@ -318,6 +318,10 @@ class _Proto(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self.lost = True
         self.transport = None
+        self._deadline = math.inf
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
         self.pool._forget(self)
         if self.resp is not None:
             self.resp._fail(H1Error("the connection closed before the answer ended"))
@@ -325,6 +329,34 @@ class _Proto(asyncio.Protocol):
     def close(self) -> None:
         if self.transport is not None:
             self.transport.close()
+
+    def watch(self, loop: asyncio.AbstractEventLoop, deadline: float) -> None:
+        """Time the answer being read out at `deadline` (the loop's time)."""
+        self._deadline = deadline
+        timer = self._timer
+        if timer is None or timer.when() > deadline:
+            if timer is not None:
+                timer.cancel()
+            self._timer = loop.call_at(deadline, self._expire, loop)
+
+    def unwatch(self, resp: Response) -> None:
+        """`resp` needs no timing any more (it ended, or was given back)."""
+        if self.resp is resp:
+            self._deadline = math.inf  # a timer still pending fires and finds nothing due
+
+    def _expire(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._timer = None
+        deadline = self._deadline
+        if deadline == math.inf:
+            return
+        # Moved on since the timer was set. (A timer may fire up to a millisecond early: the
+        # loops round their clocks to it.)
+        if loop.time() + 0.001 < deadline:
+            self._timer = loop.call_at(deadline, self._expire, loop)
+            return
+        self._deadline = math.inf
+        if self.resp is not None:
+            self.resp._time_out()
 
     # httptools' callbacks
     def on_header(self, name: bytes, value: bytes) -> None:
@@ -377,7 +409,7 @@ class Pool:
                 proto.transport.writelines((head, body))
             resp = Response(proto, loop)
             proto.resp = resp
-            resp._timer = loop.call_at(deadline, resp._time_out)
+            proto.watch(loop, deadline)
             try:
                 await resp._head
             except H1Error:
