@@ -68,10 +68,21 @@ def relayed(conn: Connection, call: UpstreamCall, out: Outbound, exchange: Excha
     else:
         reply = streamed(conn, joined(events(conn, exchange.tap, call.wire, out.translation,
                                              call.ask.model)))
-    assert reply.stream is not None
-    reply.stream.settled = conn.finished  # nothing between the upstream and the client waits
+    stream = reply.stream
+    assert stream is not None
+    stream.settled = conn.finished  # nothing between the upstream and the client waits
     if out.translation is None:
-        reply.stream.rest = lambda: conn.rest(exchange.tap.chunk)
+        tap = exchange.tap
+
+        def rest() -> bytes | None:
+            data = conn.rest()
+            if data:
+                # Counted when the stream is closed, before it is settled (last added runs
+                # first): the scan over the whole answer is then off the client's wait.
+                stream.on_close(lambda _completed: tap.chunk(data))
+            return data
+
+        stream.rest = rest
     return reply
 
 

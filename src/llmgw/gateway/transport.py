@@ -104,13 +104,10 @@ class Connection:
         return UpstreamError(f"upstream {self.name} answered more than "
                              f"{MAX_ANSWER_BYTES // 2**20} MiB")
 
-    def rest(self, on_chunk: Callable[[bytes], None]) -> bytes | None:
-        """What is left of a finished answer as one chunk (seen by `on_chunk` first), without
-        waiting; None when it must be read with `chunks`."""
-        ready = self._resp.ready_body()
-        if ready:
-            on_chunk(ready)
-        return ready
+    def rest(self) -> bytes | None:
+        """What is left of a finished answer as one chunk, without waiting; None when it must be
+        read with `chunks`."""
+        return self._resp.ready_body()
 
     async def failure(self) -> LlmgwError:
         """The client's error for this non-2xx answer (its body read up to MAX_ERROR_BODY)."""
