@@ -5,6 +5,7 @@ the caller's dialect, and the deadlines on a body."""
 from __future__ import annotations
 
 import asyncio
+import gc
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -19,7 +20,11 @@ from aiohttp import web
 from llmgw.api import hot_edge
 from llmgw.api.edge import Connections, EdgeLimits
 from llmgw.core.tracing import NOOP_TRACER
+from llmgw.gateway.call import Exchange, Reply, Stream, UpstreamCall
+from llmgw.gateway.h1 import Response
 from llmgw.gateway.service import Gateway
+from llmgw.gateway.transport import Connection
+from llmgw.gateway.usage import UsageTap
 from llmgw.store.store import Store
 from tests.fakes.provider import USAGE, WORDS, FakeProvider, GatewayRig
 from tests.fakes.timers import ManualTimers
@@ -137,6 +142,30 @@ async def test_streams_on_one_connection_each_arrive_whole_and_each_is_counted(
     [row] = store.usage.usage()
     assert (row.requests, row.prompt_tokens, row.completion_tokens) == (
         5, 5 * USAGE["prompt_tokens"], 5 * USAGE["completion_tokens"])
+
+
+async def test_answers_leave_nothing_for_the_cyclic_collector(tmp_path: Path) -> None:
+    # The server collects cyclic garbage rarely (`server run` freezes the heap and raises the
+    # thresholds), and each pass stalls every request: a request's objects must be freed by
+    # reference counting alone.
+    gc.collect()
+    gc.set_debug(gc.DEBUG_SAVEALL)  # what the collector finds is kept in gc.garbage to look at
+    try:
+        async with rig(tmp_path) as r:
+            reader, writer = await connect(r)
+            try:
+                stream = orjson.dumps({**orjson.loads(CHAT), "stream": True})
+                for body in (CHAT, stream) * 5:
+                    writer.write(post("/v1/chat/completions", r.plaintext, body))
+                    assert (await response(reader))[0] == 200
+            finally:
+                writer.close()
+        gc.collect()
+        kinds = {type(o) for o in gc.garbage}
+    finally:
+        gc.set_debug(0)
+        gc.garbage.clear()
+    assert not kinds & {Stream, Reply, Exchange, UpstreamCall, Connection, Response, UsageTap}
 
 
 @pytest.mark.parametrize(("path", "shape"), [

@@ -25,10 +25,14 @@ def recorded_stream(log: list[str]) -> Stream:
 async def test_a_stream_written_from_its_rest_is_closed_without_waiting_and_only_once() -> None:
     log: list[str] = []
     stream = recorded_stream(log)
+    stream.rest = lambda: b"onetwo"
+    stream.on_rest = lambda rest: log.append(f"counted {rest!r}")
+    assert stream.take_rest() == b"onetwo"
     stream.close_untaken(True)
     await stream.close(True)  # the writer's usual close afterwards does nothing more
-    # Last added runs first, as with `close`; the generator never ran, so it has nothing to end.
-    assert log == ["upstream released", "usage settled, completed=True"]
+    # The rest is counted before usage is settled; then last added runs first, as with `close`;
+    # the generator never ran, so it has nothing to end.
+    assert log == ["counted b'onetwo'", "upstream released", "usage settled, completed=True"]
 
 
 async def test_a_client_gone_before_the_rest_was_written_settles_as_not_completed() -> None:

@@ -383,7 +383,7 @@ class HotConnection(asyncio.Protocol):
         if stream.rest is None or stream.taken:
             return False
         try:
-            rest = stream.rest()
+            rest = stream.take_rest()
         except BaseException:
             stream.close_untaken(False)  # the upstream is released and what was used settled
             raise

@@ -66,8 +66,12 @@ class Stream:
         self.settled: Callable[[], bool] | None = None
         # The rest of `chunks` as one block without iterating them, once the upstream's whole
         # answer is here (None before then, or when it cannot be had so): set where nothing
-        # stands between the upstream and the client.
+        # stands between the upstream and the client. Taken with `take_rest`.
         self.rest: Callable[[], bytes | None] | None = None
+        # What must see that block, once written and before the closers run (the usage tap:
+        # its scan over the whole answer is then off the client's wait).
+        self.on_rest: Callable[[bytes], None] | None = None
+        self._rest: bytes | None = None
         self._closers: list[Callable[[bool], None]] = []
         self._closed = False
 
@@ -97,12 +101,24 @@ class Stream:
         """Whether anyone took `chunks`."""
         return self._taken
 
+    def take_rest(self) -> bytes | None:
+        """The rest of the chunks as one block (see `rest`), or None when it cannot be had."""
+        assert self.rest is not None and not self._taken
+        self._rest = self.rest()
+        return self._rest
+
     def close_untaken(self, completed: bool) -> None:
-        """`close` without waiting, for a stream whose chunks nobody took (its `rest` was
-        written instead)."""
+        """`close` without waiting, for a stream whose chunks nobody took (its rest was
+        written instead, or nothing was)."""
         assert not self._taken, "a stream whose chunks were taken is closed with `close`"
         if not self._closed:
             self._closed = True
+            rest, seen = self._rest, self.on_rest
+            if rest and seen is not None:
+                try:
+                    seen(rest)
+                except Exception:
+                    logger.exception("reading a stream's rest failed")
             self._run_closers(completed)
 
     def _run_closers(self, completed: bool) -> None:

@@ -72,17 +72,9 @@ def relayed(conn: Connection, call: UpstreamCall, out: Outbound, exchange: Excha
     assert stream is not None
     stream.settled = conn.finished  # nothing between the upstream and the client waits
     if out.translation is None:
-        tap = exchange.tap
-
-        def rest() -> bytes | None:
-            data = conn.rest()
-            if data:
-                # Counted when the stream is closed, before it is settled (last added runs
-                # first): the scan over the whole answer is then off the client's wait.
-                stream.on_close(lambda _completed: tap.chunk(data))
-            return data
-
-        stream.rest = rest
+        # Bound methods, not closures over the stream: a cycle through the stream would leave
+        # every request's answer to the cyclic collector, whose passes stall requests.
+        stream.rest, stream.on_rest = conn.rest, exchange.tap.chunk
     return reply
 
 
