@@ -155,9 +155,12 @@ async def test_answers_leave_nothing_for_the_cyclic_collector(tmp_path: Path) ->
             reader, writer = await connect(r)
             try:
                 stream = orjson.dumps({**orjson.loads(CHAT), "stream": True})
-                for body in (CHAT, stream) * 5:
-                    writer.write(post("/v1/chat/completions", r.plaintext, body))
-                    assert (await response(reader))[0] == 200
+                unknown = orjson.dumps({**orjson.loads(CHAT), "model": "nope"})
+                for key, body, status in [(r.plaintext, CHAT, 200), (r.plaintext, stream, 200),
+                                          (r.plaintext, unknown, 404), ("sk-wrong", CHAT, 401)
+                                          ] * 5:
+                    writer.write(post("/v1/chat/completions", key, body))
+                    assert (await response(reader))[0] == status
             finally:
                 writer.close()
         gc.collect()
