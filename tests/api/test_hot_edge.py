@@ -20,12 +20,14 @@ from aiohttp import web
 from llmgw.api import hot_edge
 from llmgw.api.edge import Connections, EdgeLimits
 from llmgw.core.tracing import NOOP_TRACER
+from llmgw.core.types import Model, ProviderApi
 from llmgw.gateway.call import Exchange, Reply, Stream, UpstreamCall
 from llmgw.gateway.h1 import Response
 from llmgw.gateway.service import Gateway
 from llmgw.gateway.transport import Connection
 from llmgw.gateway.usage import UsageTap
 from llmgw.store.store import Store
+from tests.factories import remote_model
 from tests.fakes.provider import USAGE, WORDS, FakeProvider, GatewayRig
 from tests.fakes.timers import ManualTimers
 
@@ -33,10 +35,12 @@ CHAT = orjson.dumps({"model": "m", "messages": [{"role": "user", "content": "hi"
 
 
 @asynccontextmanager
-async def rig(tmp_path: Path) -> AsyncIterator[GatewayRig]:
-    """The data plane serving model `m` from a fake provider, as `server run` serves it."""
+async def rig(tmp_path: Path, model: Model | None = None) -> AsyncIterator[GatewayRig]:
+    """The data plane serving model `m` (a local model unless `model` is given) from a fake
+    provider, as `server run` serves it."""
     provider = await FakeProvider().start()
-    r = await GatewayRig(provider, Store.open(f"sqlite:///{tmp_path / 'llmgw.db'}")).start()
+    r = await GatewayRig(provider, Store.open(f"sqlite:///{tmp_path / 'llmgw.db'}"),
+                         model=model).start()
     try:
         yield r
     finally:
@@ -151,15 +155,24 @@ async def test_answers_leave_nothing_for_the_cyclic_collector(tmp_path: Path) ->
     gc.collect()
     gc.set_debug(gc.DEBUG_SAVEALL)  # what the collector finds is kept in gc.garbage to look at
     try:
-        async with rig(tmp_path) as r:
+        # A provider speaking chat completions only: Messages and Responses are translated.
+        async with rig(tmp_path, remote_model("m", api=ProviderApi.OPENAI)) as r:
             reader, writer = await connect(r)
             try:
-                stream = orjson.dumps({**orjson.loads(CHAT), "stream": True})
-                unknown = orjson.dumps({**orjson.loads(CHAT), "model": "nope"})
-                for key, body, status in [(r.plaintext, CHAT, 200), (r.plaintext, stream, 200),
-                                          (r.plaintext, unknown, 404), ("sk-wrong", CHAT, 401)
-                                          ] * 5:
-                    writer.write(post("/v1/chat/completions", key, body))
+                chat = orjson.loads(CHAT)
+                messages = {**chat, "max_tokens": 64}
+                responses = {"model": "m", "input": "hi"}
+                key = r.plaintext
+                asked = [
+                    (key, "/v1/chat/completions", chat, 200),
+                    (key, "/v1/chat/completions", {**chat, "model": "nope"}, 404),
+                    ("sk-wrong", "/v1/chat/completions", chat, 401),
+                    (key, "/v1/messages", messages, 200),  # translated to chat completions
+                    (key, "/v1/responses", responses, 200),  # likewise
+                ]
+                for key, path, body, status in [
+                        *asked, *((k, p, {**b, "stream": True}, s) for k, p, b, s in asked)] * 3:
+                    writer.write(post(path, key, orjson.dumps(body)))
                     assert (await response(reader))[0] == status
             finally:
                 writer.close()
