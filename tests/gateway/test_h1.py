@@ -187,55 +187,54 @@ class _Socket:
         self.closed = True
 
 
-async def test_each_answer_on_a_kept_alive_connection_has_its_own_deadline() -> None:
-    clock, sock = ManualTimers(), _Socket()
-    proto = _Proto(Pool(connect_timeout_s=1), target("http://up/v1"))
-    proto.connection_made(sock)  # type: ignore[arg-type]
-    loop = cast(asyncio.AbstractEventLoop, clock)
+class _Upstream:
+    """One upstream connection on a hand-moved clock, its answers asked for by hand."""
 
-    def ask(deadline: float) -> Response:
-        resp = proto.resp = Response(proto, loop)
-        proto.watch(loop, deadline)
+    def __init__(self) -> None:
+        self.clock, self.sock = ManualTimers(), _Socket()
+        self.proto = _Proto(Pool(connect_timeout_s=1), target("http://up/v1"))
+        self.proto.connection_made(self.sock)  # type: ignore[arg-type]
+        self.loop = cast(asyncio.AbstractEventLoop, self.clock)
+
+    def ask(self, deadline: float) -> Response:
+        """A request sent: its answer, due by `deadline`."""
+        resp = self.proto.resp = Response(self.proto, self.loop)
+        self.proto.watch(self.loop, deadline)
         return resp
 
-    first = ask(10.0)
-    clock.advance(1.0)
-    proto.data_received(_OK)  # in time
+
+async def test_each_answer_on_a_kept_alive_connection_has_its_own_deadline() -> None:
+    up = _Upstream()
+    first = up.ask(10.0)
+    up.clock.advance(1.0)
+    up.proto.data_received(_OK)  # in time
     assert await first.readany() == b"ok"
     first.release()
-    clock.advance(5.0)
-    second = ask(15.0)  # the first answer's timer is still pending: no second one is made
-    assert clock.pending == 1
-    clock.advance(12.0)  # past the first deadline: the second answer still has 3 s
-    assert not sock.closed and second._exc is None
-    clock.advance(15.0)
-    assert sock.closed
+    up.clock.advance(5.0)
+    second = up.ask(15.0)  # the first answer's timer is still pending: no second one is made
+    assert up.clock.pending == 1
+    up.clock.advance(12.0)  # past the first deadline: the second answer still has 3 s
+    assert not up.sock.closed and second._exc is None
+    up.clock.advance(15.0)
+    assert up.sock.closed
     with pytest.raises(TimeoutError):
         await second.readany()
 
 
 async def test_a_sooner_deadline_moves_the_connections_timer_and_an_ended_answer_never_times_out(
 ) -> None:
-    clock, sock = ManualTimers(), _Socket()
-    proto = _Proto(Pool(connect_timeout_s=1), target("http://up/v1"))
-    proto.connection_made(sock)  # type: ignore[arg-type]
-    loop = cast(asyncio.AbstractEventLoop, clock)
-    resp = proto.resp = Response(proto, loop)
-    proto.watch(loop, 30.0)
-    proto.watch(loop, 2.0)  # a shorter timeout for this answer
-    clock.advance(2.0)
-    assert sock.closed and isinstance(resp._exc, TimeoutError)
+    up = _Upstream()
+    resp = up.ask(30.0)
+    up.proto.watch(up.loop, 2.0)  # a shorter timeout for this answer
+    up.clock.advance(2.0)
+    assert up.sock.closed and isinstance(resp._exc, TimeoutError)
 
-    clock, sock = ManualTimers(), _Socket()
-    proto = _Proto(Pool(connect_timeout_s=1), target("http://up/v1"))
-    proto.connection_made(sock)  # type: ignore[arg-type]
-    loop = cast(asyncio.AbstractEventLoop, clock)
-    resp = proto.resp = Response(proto, loop)
-    proto.watch(loop, 2.0)
-    proto.data_received(_OK)
-    clock.advance(60.0)
-    assert not sock.closed and resp._exc is None and await resp.readany() == b"ok"
-    assert clock.pending == 0
+    up = _Upstream()
+    resp = up.ask(2.0)
+    up.proto.data_received(_OK)
+    up.clock.advance(60.0)
+    assert not up.sock.closed and resp._exc is None and await resp.readany() == b"ok"
+    assert up.clock.pending == 0
 
 
 async def test_a_kept_alive_connection_the_upstream_closed_is_replaced(
