@@ -4,9 +4,9 @@ Drives requests one at a time (concurrency 1) through the data plane as `server 
 them: the edge's connection code (`api/hot_edge.py`), the gateway (auth, the body checks, a key
 with every kind of limit, usage, metrics) and the upstream client (`gateway/h1.py`), on in-memory
 sockets: the client's next request and the upstream's canned answer (the bench's nginx bodies)
-each arrive on the loop's next turn, as from a socket. No system call is made per request, so
-what it prints is Python's and the event loop's share of `bench/run.sh`'s CPU column, and it moves
-much less with the machine's load than anything timed over sockets.
+each arrive on the loop's next turn, as from a socket. No socket is read or written, so what it
+prints is Python's and the event loop's share of `bench/run.sh`'s CPU column, and it moves less
+with the machine's load than anything timed over sockets.
 
     .venv/bin/python bench/request_path.py [--requests N] [--rounds R]
 
