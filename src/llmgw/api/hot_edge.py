@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import math
 import time
 from collections import deque
 from collections.abc import Callable
@@ -36,6 +35,7 @@ from llmgw.api.context import SERVER
 from llmgw.api.edge import BUSY, Connections, EdgeLimits, HotRoutes, error_body_bytes, peer_of
 from llmgw.api.errors import error_body, speaks_anthropic
 from llmgw.api.request_ids import CURRENT_ID, new_id
+from llmgw.core.deadline import Deadline
 from llmgw.core.errors import LlmgwError, PayloadTooLarge
 from llmgw.gateway.call import Reply
 from llmgw.gateway.service import Gateway
@@ -120,12 +120,9 @@ class HotConnection(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         self._peer: str | None = None
         self._busy = False
-        # One timer per connection: a request moves `_deadline`, and the timer is rescheduled
-        # only when the deadline comes sooner than it fires (a request's first bytes); when it
-        # fires early it waits on for the deadline. Three timers a request cost more than the
-        # parsing.
-        self._timer: asyncio.TimerHandle | None = None
-        self._deadline = math.inf
+        # One timer per connection for the head's, the body's and the idle deadline: a request
+        # moves it (three timers a request cost more than the parsing).
+        self._deadline = Deadline(self._expire)
         self._awaiting_head = True  # between requests: the next bytes start a head
         self._in_head = False  # a head has begun and not ended (its deadline runs)
         self._body_began = False  # a hot request's head ended in the bytes being read
@@ -165,10 +162,7 @@ class HotConnection(asyncio.Protocol):
         self._arm(self._limits.header_timeout_s)
 
     def connection_lost(self, exc: BaseException | None) -> None:
-        self._disarm()
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
+        self._deadline.cancel()
         if self._peer is not None:
             self._connections.release(self._peer)
             self._peer = None
@@ -472,26 +466,12 @@ class HotConnection(asyncio.Protocol):
         self.transport.close()
 
     def _arm(self, seconds: float) -> None:
-        self._deadline = deadline = self._loop.time() + seconds
-        timer = self._timer
-        if timer is None or timer.when() > deadline:
-            if timer is not None:
-                timer.cancel()
-            self._timer = self._loop.call_at(deadline, self._expire)
+        self._deadline.arm(self._loop, self._loop.time() + seconds)
 
     def _disarm(self) -> None:
-        self._deadline = math.inf  # a timer still pending fires and finds nothing due
+        self._deadline.disarm()
 
     def _expire(self) -> None:
-        self._timer = None
-        if self._deadline == math.inf:
-            return
-        # Moved on since the timer was set. (A timer may fire up to a millisecond early: the
-        # loops round their clocks to it.)
-        if self._loop.time() + 0.001 < self._deadline:
-            self._timer = self._loop.call_at(self._deadline, self._expire)
-            return
-        self._deadline = math.inf
         if self.transport is not None and (
                 self._in_head or (self._task_handler is None and self._inner is None)):
             self.transport.close()  # no request, or not all of its head or body, in time

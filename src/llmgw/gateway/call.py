@@ -114,11 +114,8 @@ class Stream:
         if not self._closed:
             self._closed = True
             rest, seen = self._rest, self.on_rest
-            if rest and seen is not None:
-                try:
-                    seen(rest)
-                except Exception:
-                    logger.exception("reading a stream's rest failed")
+            if rest and seen is not None:  # first of the closers: usage is settled after it
+                self._closers.append(lambda _completed: seen(rest))
             self._run_closers(completed)
 
     def _run_closers(self, completed: bool) -> None:

@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import functools
-import math
 import ssl
 import time
 import zlib
@@ -25,6 +24,8 @@ from urllib.parse import quote, unquote, urlsplit
 
 import httptools
 from multidict import CIMultiDict, CIMultiDictProxy
+
+from llmgw.core.deadline import Deadline
 
 # Past this many bytes buffered and unread, the socket is not read until the reader catches up.
 _HIGH_WATER = 1 << 20
@@ -293,12 +294,8 @@ class _Proto(asyncio.Protocol):
         self.lost = False
         self.idle_since = 0.0
         self._parser = httptools.HttpResponseParser(self)
-        # One timer per connection for the answer in flight: a request moves `_deadline`, and
-        # the timer is rescheduled only when the deadline comes sooner than it fires (never, with
-        # one timeout for all requests); when it fires early it waits on for the deadline.
-        # Making and cancelling a timer per request cost more than the rest of its bookkeeping.
-        self._deadline = math.inf
-        self._timer: asyncio.TimerHandle | None = None
+        # The answer in flight's deadline: one timer for all the answers the connection carries.
+        self._deadline = Deadline(self._expire)
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = cast(asyncio.Transport, transport)  # uvloop's are not subclasses
@@ -318,10 +315,7 @@ class _Proto(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self.lost = True
         self.transport = None
-        self._deadline = math.inf
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
+        self._deadline.cancel()
         self.pool._forget(self)
         if self.resp is not None:
             self.resp._fail(H1Error("the connection closed before the answer ended"))
@@ -332,29 +326,14 @@ class _Proto(asyncio.Protocol):
 
     def watch(self, loop: asyncio.AbstractEventLoop, deadline: float) -> None:
         """Time the answer being read out at `deadline` (the loop's time)."""
-        self._deadline = deadline
-        timer = self._timer
-        if timer is None or timer.when() > deadline:
-            if timer is not None:
-                timer.cancel()
-            self._timer = loop.call_at(deadline, self._expire, loop)
+        self._deadline.arm(loop, deadline)
 
     def unwatch(self, resp: Response) -> None:
         """`resp` needs no timing any more (it ended, or was given back)."""
         if self.resp is resp:
-            self._deadline = math.inf  # a timer still pending fires and finds nothing due
+            self._deadline.disarm()
 
-    def _expire(self, loop: asyncio.AbstractEventLoop) -> None:
-        self._timer = None
-        deadline = self._deadline
-        if deadline == math.inf:
-            return
-        # Moved on since the timer was set. (A timer may fire up to a millisecond early: the
-        # loops round their clocks to it.)
-        if loop.time() + 0.001 < deadline:
-            self._timer = loop.call_at(deadline, self._expire, loop)
-            return
-        self._deadline = math.inf
+    def _expire(self) -> None:
         if self.resp is not None:
             self.resp._time_out()
 
