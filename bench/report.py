@@ -13,13 +13,16 @@ from pathlib import Path
 from statistics import median
 from typing import NamedTuple
 
-TARGETS = ("direct", "llmgw", "passthrough", "llmgw-2w", "passthrough-2p", "passthrough-raw")
+TARGETS = ("direct", "llmgw", "passthrough", "llmgw-2w", "passthrough-2p", "passthrough-raw",
+           "proxy-nginx")
 # What each target is called in the table: llmgw-2w is `server run --workers 2`, passthrough-2p
 # the pass-through in 2 processes on one port (its floor), passthrough-raw the pass-through on a
-# bare asyncio + httptools server with llmgw's upstream client (what the HTTP server costs).
+# bare asyncio + httptools server with llmgw's upstream client (what the HTTP server costs),
+# proxy-nginx nginx itself as a reverse proxy (what a proxy's hop costs on the machine now).
 TARGET_LABELS = {"llmgw": "llmgw, 1 worker", "llmgw-2w": "llmgw, 2 workers",
                  "passthrough-2p": "passthrough, 2 processes",
-                 "passthrough-raw": "raw floor (httptools server)"}
+                 "passthrough-raw": "raw floor (httptools server)",
+                 "proxy-nginx": "nginx as a proxy"}
 MODES = ("json", "stream")
 # The client's API, and what it is called in the table. Chat completions is the yardstick the
 # other dialects are held to.
@@ -135,7 +138,7 @@ def verdicts(rows: Rows) -> list[str]:
         f"concurrency {low}: " + "; ".join(parts)
     )
     floors = []
-    for target in ("passthrough", "passthrough-raw"):
+    for target in ("passthrough", "passthrough-raw", "proxy-nginx"):
         for mode in MODES:
             r = rows.get(("chat", target, mode, low))
             added = None if r is None else added_p50(rows, r)

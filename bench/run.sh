@@ -15,7 +15,8 @@
 # BENCH_TELEMETRY_RATIO (with BENCH_TELEMETRY=1: the share of requests traced, default 1.0),
 # BENCH_KEEP_TMP=1 (keep the temp dir with the logs), BENCH_ROUTE (default 1: also chat
 # completions through a two-target priority route, and the failover measurement of
-# bench/failover.py; 0 leaves both out).
+# bench/failover.py; 0 leaves both out), BENCH_PIN_C1=1 (runs at concurrency 1 with wrk, the
+# fake upstream and the proxy under test all on one core; see bench/README.md).
 set -euo pipefail
 # shellcheck source=bench/lib.sh
 source "$(dirname "$0")/lib.sh"
@@ -26,6 +27,7 @@ WARMUP=${BENCH_WARMUP:-2}
 CONCS=${BENCH_CONCS:-"1 32"}
 APIS=${BENCH_APIS:-"chat messages messages_via_chat responses_via_chat"}
 ROUTE=${BENCH_ROUTE:-1}
+PIN_C1=${BENCH_PIN_C1:-0}
 export PATH="$PATH:/usr/sbin:/sbin"
 export no_proxy=127.0.0.1,localhost NO_PROXY=127.0.0.1,localhost
 
@@ -34,6 +36,7 @@ die() { log "error: $*"; exit 1; }
 for a in $APIS; do
     case $a in chat | messages | messages_via_chat | responses_via_chat) ;; *) die "unknown api in BENCH_APIS: $a" ;; esac
 done
+[[ $PIN_C1 != 1 ]] || command -v taskset >/dev/null || die "BENCH_PIN_C1=1 needs taskset (util-linux)"
 
 # --- 1. tools -------------------------------------------------------------------------------
 
@@ -90,9 +93,9 @@ wait_for() {
     die "$desc: not ready after $secs s"
 }
 
-read -r NGINX_PORT GW_PORT PT_PORT GW2_PORT PT2_PORT SINK_PORT PTR_PORT < <("$PY" -c '
+read -r NGINX_PORT GW_PORT PT_PORT GW2_PORT PT2_PORT SINK_PORT PTR_PORT NGXP_PORT < <("$PY" -c '
 import socket
-socks = [socket.socket() for _ in range(7)]
+socks = [socket.socket() for _ in range(8)]
 for s in socks:
     s.bind(("127.0.0.1", 0))
 print(*(s.getsockname()[1] for s in socks))
@@ -289,6 +292,46 @@ PIDS+=($!)
 PTR_PID=$!
 wait_for "raw passthrough" 15 "$PTR_PID" curl -fsS -X POST -d '{}' "http://127.0.0.1:$PTR_PORT/json/v1/chat/completions"
 log "raw passthrough (pid $PTR_PID) on :$PTR_PORT"
+# What any proxy's hop costs on this machine: nginx itself as a reverse proxy (one worker, its own
+# process, connections to the upstream kept alive, answers relayed as they come). What the extra
+# hop's wake-ups and loopback writes take moves with the machine's load; this row shows it beside
+# llmgw's in every run.
+mkdir -p "$TMP/nginx-proxy"
+cat >"$TMP/nginx-proxy/nginx.conf" <<EOF
+worker_processes 1;
+daemon off;
+pid $TMP/nginx-proxy/nginx.pid;
+error_log $TMP/nginx-proxy.log warn;
+events { worker_connections 4096; }
+http {
+    access_log off;
+    keepalive_requests 1000000;
+    keepalive_timeout 60s;
+    client_body_temp_path $TMP/nginx-proxy/body;
+    proxy_temp_path $TMP/nginx-proxy/proxy;
+    fastcgi_temp_path $TMP/nginx-proxy/fastcgi;
+    uwsgi_temp_path $TMP/nginx-proxy/uwsgi;
+    scgi_temp_path $TMP/nginx-proxy/scgi;
+    upstream fake { server 127.0.0.1:$NGINX_PORT; keepalive 64; keepalive_requests 1000000; }
+    server {
+        listen 127.0.0.1:$NGXP_PORT;
+        location / {
+            proxy_pass http://fake;
+            proxy_http_version 1.1;
+            proxy_set_header Connection "";
+            proxy_buffering off;
+        }
+    }
+}
+EOF
+nginx -t -q -p "$TMP/nginx-proxy" -e "$TMP/nginx-proxy.log" -c "$TMP/nginx-proxy/nginx.conf" \
+    || die "bad nginx proxy config"
+nginx -p "$TMP/nginx-proxy" -e "$TMP/nginx-proxy.log" -c "$TMP/nginx-proxy/nginx.conf" \
+    >"$TMP/nginx-proxy-stdout.log" 2>&1 &
+PIDS+=($!)
+NGXP_PID=$!
+wait_for "nginx proxy" 10 "$NGXP_PID" curl -fsS -X POST -d '{}' "http://127.0.0.1:$NGXP_PORT/json/v1/chat/completions"
+log "nginx proxy (pid $NGXP_PID) on :$NGXP_PORT"
 
 # --- 3. load ---------------------------------------------------------------------------------
 
@@ -309,6 +352,7 @@ url_for() { # API TARGET MODE
         passthrough) echo "http://127.0.0.1:$PT_PORT/$prefix/v1/$path" ;;
         passthrough-2p) echo "http://127.0.0.1:$PT2_PORT/$prefix/v1/$path" ;;
         passthrough-raw) echo "http://127.0.0.1:$PTR_PORT/$prefix/v1/$path" ;;
+        proxy-nginx) echo "http://127.0.0.1:$NGXP_PORT/$prefix/v1/$path" ;;
         llmgw | llmgw-2w)
             case $(client_api "$1") in
                 chat) echo "http://127.0.0.1:$gw/v1/chat/completions" ;;
@@ -368,7 +412,7 @@ CELLS+=" chat:llmgw"
 for a in $APIS; do [[ $a == chat ]] || CELLS+=" $a:llmgw"; done
 CELLS+=" chat:passthrough"
 [[ " $APIS " == *" messages "* ]] && CELLS+=" messages:passthrough"
-CELLS+=" chat:llmgw-2w chat:passthrough-2p chat:passthrough-raw"
+CELLS+=" chat:llmgw-2w chat:passthrough-2p chat:passthrough-raw chat:proxy-nginx"
 MODES=${BENCH_MODES:-"json stream"}
 ROUNDS=${BENCH_ROUNDS:-1}
 for cell in $CELLS; do for m in $MODES; do smoke "${cell%%:*}" "${cell#*:}" "$m"; done; done
@@ -386,6 +430,16 @@ cpu_ticks() {
 }
 TICK_US=$((1000000 / $(getconf CLK_TCK)))
 
+# pin_to CPUS PID...: every thread of each process and of its children on CPUS.
+pin_to() {
+    local cpus=$1 pid
+    shift
+    for pid in "$@" $(for p in "$@"; do pgrep -P "$p" || true; done); do
+        taskset -a -p -c "$cpus" "$pid" >/dev/null 2>&1 || true
+    done
+}
+ALL_CPUS=0-$(($(nproc) - 1))
+
 # wrk_run API TARGET MODE CONC SECONDS -> "rps p50_ms p99_ms errors cpu_us"
 # cpu_us: CPU the proxy under test (llmgw or the passthrough) used per request during the run,
 # in microseconds; "-" for direct. Unlike rps it hardly depends on what else the machine runs.
@@ -395,11 +449,20 @@ wrk_run() {
     case $2 in
         llmgw) pid=$GW_PID ;; llmgw-2w) pid=$GW2_PID ;;
         passthrough) pid=$PT_PID ;; passthrough-2p) pid=$PT2_PID ;; passthrough-raw) pid=$PTR_PID ;;
+        proxy-nginx) pid=$NGXP_PID ;;
     esac
     [[ -n $pid ]] && before=$(cpu_ticks "$pid")
+    local pin=()
+    if [[ $PIN_C1 == 1 ]] && (($4 == 1)); then
+        # One request at a time wakes each process of the chain in turn: on one core every
+        # wake-up is local, so what is measured is the code, not where the scheduler put it.
+        pin_to 0 "$NGINX_PID" ${pid:+"$pid"}
+        pin=(taskset -c 0)
+    fi
     out=$(BENCH_API=$(client_api "$1") BENCH_MODEL=$(model_for "$1" "$3") BENCH_STREAM=$(stream_for "$3") \
-        BENCH_KEY=$KEY wrk -t"$threads" -c"$4" -d"$5"s -s bench/chat.lua "$(url_for "$1" "$2" "$3")" 2>&1) \
+        BENCH_KEY=$KEY "${pin[@]}" wrk -t"$threads" -c"$4" -d"$5"s -s bench/chat.lua "$(url_for "$1" "$2" "$3")" 2>&1) \
         || die "wrk failed for $1 $2 $3 c$4: $out"
+    ((${#pin[@]} == 0)) || pin_to "$ALL_CPUS" "$NGINX_PID" ${pid:+"$pid"}
     line=$(grep '^RESULT ' <<<"$out") || die "no RESULT line from wrk: $out"
     [[ $line =~ rps=([^ ]+)\ p50_ms=([^ ]+)\ p99_ms=([^ ]+)\ requests=([0-9]+)\ errors=([0-9]+) ]] \
         || die "cannot parse: $line"
@@ -449,7 +512,7 @@ echo
 "$PY" bench/report.py "$RESULTS" --out bench/results/latest.md \
     --header "# llmgw bench, $(date -u '+%Y-%m-%d %H:%M UTC')" \
     --header "" \
-    --header "commit $commit; telemetry $([[ $TELEMETRY == 1 ]] && echo "on (sample_ratio $RATIO; $(cat "$TMP/spans" | tr -d '\n') spans exported to a local OTLP sink)" || echo off); ${DURATION}s per run, median of $ROUNDS round(s); $(nproc) cores${cpu:+ ($cpu)}; load average $load before, $(cut -d' ' -f1 /proc/loadavg) after; wrk -t1 -c1 and -t2 -cN; fake upstream: nginx $(nginx -v 2>&1 | sed 's|.*/||')"
+    --header "commit $commit; telemetry $([[ $TELEMETRY == 1 ]] && echo "on (sample_ratio $RATIO; $(cat "$TMP/spans" | tr -d '\n') spans exported to a local OTLP sink)" || echo off); ${DURATION}s per run, median of $ROUNDS round(s)$([[ $PIN_C1 == 1 ]] && echo "; concurrency 1 pinned to one core (BENCH_PIN_C1=1)"); $(nproc) cores${cpu:+ ($cpu)}; load average $load before, $(cut -d' ' -f1 /proc/loadavg) after; wrk -t1 -c1 and -t2 -cN; fake upstream: nginx $(nginx -v 2>&1 | sed 's|.*/||')"
 
 if [[ $ROUTE == 1 ]]; then
     log "failover: a priority route's first target goes down (bench/failover.py)"
