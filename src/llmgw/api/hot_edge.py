@@ -237,7 +237,7 @@ class HotConnection(asyncio.Protocol):
             self._too_big_head()
 
     def on_headers_complete(self) -> None:
-        self._disarm()
+        self._deadline.disarm()
         self._in_head = False
         path = self._url.partition(b"?")[0]
         api = HOT.get(path) if self._inner is None else None
@@ -278,7 +278,7 @@ class HotConnection(asyncio.Protocol):
                 self._to_inner(b"0\r\n\r\n")
             return
         self._current = None
-        self._disarm()
+        self._deadline.disarm()
         request.keep_alive = self._parser.should_keep_alive()
         self._queue.append(request)
         if self._task_handler is None:
@@ -467,9 +467,6 @@ class HotConnection(asyncio.Protocol):
 
     def _arm(self, seconds: float) -> None:
         self._deadline.arm(self._loop, self._loop.time() + seconds)
-
-    def _disarm(self) -> None:
-        self._deadline.disarm()
 
     def _expire(self) -> None:
         if self.transport is not None and (
