@@ -344,6 +344,25 @@ async def test_a_message_to_a_messages_only_provider_passes_through_with_its_own
     assert provider.credentials == ["x-api-key"] and rig.plaintext != claude.API_KEY
 
 
+async def test_a_message_from_an_engine_that_names_it_as_a_chat_completion_has_anthropics_id(
+    store: Store,
+) -> None:
+    # A local model: its engine (llama-server) answers Messages itself, with `chatcmpl-…` ids.
+    engine = await FakeAnthropicProvider(id_prefix="chatcmpl-").start()
+    rig = await GatewayRig(engine, store, upstream_headers=dict(CLAUDE_HEADERS)).start()
+    try:
+        async with rig.anthropic() as client:
+            whole = await client.messages.create(model="m", max_tokens=64, messages=ASK)
+            async with client.messages.stream(model="m", max_tokens=64, messages=ASK) as stream:
+                started = [e.message.id async for e in stream if e.type == "message_start"]
+                final = await stream.get_final_message()
+    finally:
+        await rig.close()
+        await engine.close()
+    assert (whole.id, started, final.id) == ("msg_0", ["msg_1"], "msg_1")
+    assert text_of(whole) == text_of(final) == claude.ANSWER
+
+
 async def test_a_response_through_a_messages_only_provider_takes_two_translations(store: Store) -> None:
     async with messages_only(store) as (rig, provider), rig.openai() as client:
         response = await client.responses.create(model="m", input=QUESTION, instructions="Be brief.")

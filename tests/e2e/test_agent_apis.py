@@ -103,6 +103,7 @@ def test_message_answers_with_text_stop_reason_and_usage(claude: anthropic.Anthr
     assert msg.usage.input_tokens > 0 and msg.usage.output_tokens > 0
     assert msg.stop_reason == ("max_tokens" if msg.usage.output_tokens >= 16 else "end_turn")
     assert msg.model == DEMO  # the catalog name, not the engine's file path
+    assert msg.id.startswith("msg_")  # Anthropic's, not llama-server's `chatcmpl-…`
 
 
 def raw_event_types(stream: Any) -> list[str]:
@@ -128,7 +129,7 @@ def test_message_stream_arrives_in_several_deltas(claude: anthropic.Anthropic) -
     assert len(pieces) >= 3
     assert text_of(final) == "".join(pieces)
     assert final.usage.input_tokens > 0 and final.usage.output_tokens > 0
-    assert final.model == DEMO
+    assert final.model == DEMO and final.id.startswith("msg_")
 
 
 def test_message_stream_events_come_in_anthropics_order(claude: anthropic.Anthropic) -> None:

@@ -207,6 +207,9 @@ class FakeAnthropicProvider:
     preamble: str | None = None  # text before a tool_use block, as Claude often writes
     status: int = 200  # any other status answers Anthropic's error for it
     stall: bool = False  # a stream stops after its ping and never ends; a whole answer never comes
+    # How answers' ids begin: Anthropic's `msg_`, or llama-server's `chatcmpl-` (it names its
+    # Messages answers as chat completions).
+    id_prefix: str = "msg_fake_"
     # Every body accepted at /v1/messages, in order of arrival, and the usage each was answered with.
     requests: list[dict[str, Any]] = field(default_factory=list)
     usages: list[dict[str, int]] = field(default_factory=list)
@@ -292,7 +295,7 @@ class FakeAnthropicProvider:
         reply = self.reply(body, n)
         usage = {"input_tokens": INPUT_TOKENS, "output_tokens": reply.output_tokens}
         self.usages.append(usage)
-        head = {"id": f"msg_fake_{n}", "type": "message", "role": "assistant", "model": body["model"]}
+        head = {"id": f"{self.id_prefix}{n}", "type": "message", "role": "assistant", "model": body["model"]}
         headers = {"request-id": f"req_fake_{n}"}
         if body.get("stream") is not True:
             if self.stall:

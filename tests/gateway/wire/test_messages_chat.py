@@ -21,13 +21,17 @@ from llmgw.gateway.wire.messages_chat import (
     DEFAULT_MAX_TOKENS,
     UNPARSED_ARGUMENTS,
     ChatStreamAsMessages,
+    MessageIdStream,
     MessagesStreamAsChat,
     chat_answer_as_message,
     chat_to_messages,
     message_answer_as_chat,
     messages_to_chat,
+    renamed_message,
 )
 from llmgw.gateway.wire.sse import SseSplitter
+from tests.gateway.wire.test_anthropic_messages import STREAM as LLAMA_STREAM
+from tests.gateway.wire.test_anthropic_messages import WHOLE as LLAMA_WHOLE
 
 try:  # the SDKs' HTTP client: httpx2 where they are built on it, httpx elsewhere
     import httpx2 as httpx
@@ -358,7 +362,8 @@ def anthropic_event(data: dict[str, Any]) -> bytes:
     return b"event: " + data["type"].encode() + b"\ndata: " + orjson.dumps(data) + b"\n\n"
 
 
-def translate(translator: ChatStreamAsMessages | MessagesStreamAsChat, upstream: bytes, piece: int) -> bytes:
+def translate(translator: ChatStreamAsMessages | MessagesStreamAsChat | MessageIdStream, upstream: bytes,
+              piece: int) -> bytes:
     """Feeds `upstream` in pieces of `piece` bytes, as the network would cut it."""
     splitter, out = SseSplitter(), []
     for i in range(0, len(upstream), piece):
@@ -682,3 +687,25 @@ def test_the_openai_sdk_raises_on_a_translated_stream_that_broke() -> None:
     with pytest.raises(openai.APIError):
         list(client.chat.completions.create(model="m", stream=True,
                                             messages=[{"role": "user", "content": "Hi"}]))
+
+
+# --- llama-server's own Messages answers, named as chat completions --------------------------------
+
+
+def test_an_engines_whole_message_named_as_a_chat_completion_gets_anthropics_id() -> None:
+    native = orjson.loads(LLAMA_WHOLE)
+    renamed = renamed_message(native, "catalog-name")
+    assert renamed["id"] == "msg_OXIG8"
+    assert {**renamed, "id": native["id"]} == native  # nothing else changed
+    assert Message.model_validate(renamed).id == "msg_OXIG8"
+    assert renamed_message({**native, "id": "msg_already"}, "m")["id"] == "msg_already"
+
+
+@pytest.mark.parametrize("piece", [1, 7, 4096])
+def test_an_engines_message_stream_named_as_a_chat_completion_starts_with_anthropics_id(piece: int) -> None:
+    out = translate(MessageIdStream("catalog-name"), LLAMA_STREAM, piece)
+    types, message = read_anthropic(out)
+    assert message.id == "msg_cj6Z7" and types[0] == "message_start"
+    assert message.content[0].text == "Say hi<|"
+    # Only message_start was read and written again: the rest passed byte for byte.
+    assert out.split(b"\n\n", 1)[1] == LLAMA_STREAM.split(b"\n\n", 1)[1]

@@ -26,15 +26,18 @@ from llmgw.core.errors import InvalidRequest
 from llmgw.gateway.wire.messages_chat_answer import (
     UNPARSED_ARGUMENTS,
     ChatStreamAsMessages,
+    MessageIdStream,
     MessagesStreamAsChat,
     call_of,
     chat_answer_as_message,
     message_answer_as_chat,
+    renamed_message,
     tool_input,
 )
 
-__all__ = ["UNPARSED_ARGUMENTS", "ChatStreamAsMessages", "MessagesStreamAsChat", "chat_answer_as_message",
-           "chat_to_messages", "message_answer_as_chat", "messages_to_chat"]
+__all__ = ["UNPARSED_ARGUMENTS", "ChatStreamAsMessages", "MessageIdStream", "MessagesStreamAsChat",
+           "chat_answer_as_message", "chat_to_messages", "message_answer_as_chat", "messages_to_chat",
+           "renamed_message"]
 
 # Anthropic requires max_tokens; a chat request may leave it out.
 DEFAULT_MAX_TOKENS = 4096

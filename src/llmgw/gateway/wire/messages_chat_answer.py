@@ -92,7 +92,10 @@ def _usage_to_chat(usage: dict[str, Any]) -> dict[str, int]:
     return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
 
 
-def _message_id(upstream: Any) -> str:
+def message_id(upstream: Any) -> str:
+    """An answer's id as Anthropic names them (`msg_…`), keeping the upstream's own part of it."""
+    if isinstance(upstream, str) and upstream.startswith("msg_"):
+        return upstream
     tail = upstream.removeprefix("chatcmpl-") if isinstance(upstream, str) and upstream else uuid.uuid4().hex
     return f"msg_{tail}"
 
@@ -122,9 +125,15 @@ def chat_answer_as_message(answer: dict[str, Any], model: str) -> dict[str, Any]
         # clients commonly read content[0]; an empty text block keeps that working
         content.append({"type": "text", "text": ""})
     stop = _stop_reason(choices[0].get("finish_reason"), bool(calls))
-    return {"id": _message_id(answer.get("id")), "type": "message", "role": "assistant", "model": model,
+    return {"id": message_id(answer.get("id")), "type": "message", "role": "assistant", "model": model,
             "content": content, "stop_reason": stop, "stop_sequence": None,
             "usage": _usage_to_messages(answer.get("usage"))}
+
+
+def renamed_message(answer: dict[str, Any], _model: str) -> dict[str, Any]:
+    """A whole Messages answer from an engine that names it as a chat completion, with Anthropic's
+    `msg_…` id; the rest as it came."""
+    return {**answer, "id": message_id(answer.get("id"))}
 
 
 def message_answer_as_chat(answer: dict[str, Any], model: str) -> dict[str, Any]:
@@ -203,7 +212,7 @@ class ChatStreamAsMessages:
             return []
         self._started = True
         # chat says the prompt's size only at the end: message_delta carries it then
-        message: dict[str, Any] = {"id": _message_id(upstream_id), "type": "message", "role": "assistant",
+        message: dict[str, Any] = {"id": message_id(upstream_id), "type": "message", "role": "assistant",
                                    "model": self._model, "content": [], "stop_reason": None,
                                    "stop_sequence": None, "usage": {"input_tokens": 0, "output_tokens": 0}}
         # A ping follows, as Anthropic's own streams send one early: clients expect the event.
@@ -261,6 +270,31 @@ class ChatStreamAsMessages:
                           "usage": delta_usage}, "message_delta"))
         out.append(event({"type": "message_stop"}, "message_stop"))
         return out
+
+
+class MessageIdStream:
+    """A Messages stream from an engine that names its answers as chat completions (llama-server's
+    `chatcmpl-…`): message_start with Anthropic's `msg_…` id, every other event as it came."""
+
+    def __init__(self, _model: str) -> None:
+        self._started = False
+
+    def feed(self, sse: bytes) -> list[bytes]:
+        """The event, its id renamed when it is the stream's message_start."""
+        if not self._started:
+            obj = json_of(sse)
+            if obj is not None:
+                # message_start opens every stream: once an event with data went by, none is parsed
+                self._started = True
+                message = obj.get("message")
+                if obj.get("type") == "message_start" and isinstance(message, dict):
+                    message["id"] = message_id(message.get("id"))
+                    return [event(obj, "message_start")]
+        return [sse + b"\n\n"]
+
+    def end(self) -> list[bytes]:
+        """Nothing: the engine's own stream ends itself."""
+        return []
 
 
 class MessagesStreamAsChat:

@@ -97,6 +97,19 @@ _RESPONSES_OVER_CHAT = Translation(Api.CHAT, openai_chat.CHAT, responses_chat.re
                                    responses_chat.chat_answer_as_response,
                                    responses_chat.ChatStreamAsResponses)
 
+
+def _as_asked(payload: dict[str, Any], model: str) -> dict[str, Any]:
+    return {**payload, "model": model}
+
+
+# llama-server answers Messages itself but names each answer as a chat completion (`chatcmpl-…`),
+# where Anthropic's are `msg_…` (clients and their logs read the id): only the id is changed.
+_MESSAGES_RENAMED = Translation(Api.MESSAGES, anthropic_messages.WIRE, _as_asked,
+                                messages_chat.renamed_message, messages_chat.MessageIdStream)
+
+# Native answers that are touched on their way back all the same: (client API, provider) → how.
+RENAMED: dict[tuple[Api, ProviderApi | None], Translation] = {(Api.MESSAGES, None): _MESSAGES_RENAMED}
+
 # (client API, upstream's provider API; None for llama-server) → translation.
 TRANSLATIONS: dict[tuple[Api, ProviderApi | None], Translation] = {
     (Api.MESSAGES, ProviderApi.OPENAI): _MESSAGES_OVER_CHAT,
@@ -113,10 +126,11 @@ def speaks(model: Model) -> ProviderApi | None:
 
 
 def plan(api: Api, model: Model) -> tuple[str, Translation | None]:
-    """The upstream path for `api` on `model`, and the translation it needs (None: native)."""
+    """The upstream path for `api` on `model`, and the translation it needs (None: the answer
+    passes as it came)."""
     provider = speaks(model)
     if api in SPEAKS[provider]:
-        return PATHS[api], None
+        return PATHS[api], RENAMED.get((api, provider))
     translation = TRANSLATIONS.get((api, provider))
     if translation is None:
         spoken = provider.value if provider is not None else "its engine's"
