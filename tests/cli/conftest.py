@@ -1,11 +1,16 @@
-"""A server without models, engines or guard for ctl's tests (started once per module)."""
+"""A server without models, engines or guard for ctl's tests (started once per module), and ctl
+with no server at all."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import pytest
+from typer.testing import CliRunner
 
+from llmgw.cli import ctl
+from llmgw.cli.client import AdminClient
 from tests.e2e.server_process import LlmgwServer
 
 # Nothing listens here: a request to a model behind it fails at once.
@@ -28,3 +33,19 @@ def bare_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LlmgwServe
         s.stop()
 
 
+
+
+OfflineCtl = Callable[..., str]
+
+
+@pytest.fixture
+def offline_ctl(monkeypatch: pytest.MonkeyPatch) -> OfflineCtl:
+    """`llmgw ctl ARGS` with no server: each admin call is answered from `answers` (path → JSON).
+    Returns what it printed at `columns` wide."""
+    def run(answers: dict[str, Any], *args: str, columns: int = 80) -> str:
+        monkeypatch.setattr(AdminClient, "call", lambda _self, _method, path, _body=None: answers[path])
+        result = CliRunner().invoke(ctl.app, ["--url", "http://127.0.0.1:9", "--key", "sk-llmgw-x", *args],
+                                    env={"COLUMNS": str(columns)})
+        assert result.exit_code == 0, result.output
+        return result.stdout
+    return run

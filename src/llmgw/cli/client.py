@@ -13,6 +13,11 @@ from pathlib import Path
 from typing import Any
 
 DEFAULT_URL = "http://127.0.0.1:8080"
+# Where ctl finds the URL and the admin key when no flag gives them, as its help names them.
+URL_ENV = "LLMGW_URL"
+KEY_ENV = "LLMGW_ADMIN_KEY"
+CONFIG_ENV = "LLMGW_CTL_CONFIG"
+CONFIG_FILE = "~/.config/llmgw/ctl.toml"
 
 
 class CtlError(Exception):
@@ -21,8 +26,8 @@ class CtlError(Exception):
 
 def config_path() -> Path:
     """`$LLMGW_CTL_CONFIG`, else `~/.config/llmgw/ctl.toml`."""
-    env = os.environ.get("LLMGW_CTL_CONFIG")
-    return Path(env) if env else Path.home() / ".config" / "llmgw" / "ctl.toml"
+    env = os.environ.get(CONFIG_ENV)
+    return Path(env) if env else Path(CONFIG_FILE).expanduser()
 
 
 def write_config(url: str, key: str, path: Path | None = None) -> Path:
@@ -51,17 +56,15 @@ class AdminClient:
                 file = tomllib.loads(path.read_text(encoding="utf-8"))
             except (OSError, tomllib.TOMLDecodeError) as exc:
                 raise CtlError(f"cannot read {path}: {exc}") from exc
-        url = url or os.environ.get("LLMGW_URL") or file.get("url") or DEFAULT_URL
-        key = key or os.environ.get("LLMGW_ADMIN_KEY") or file.get("key")
+        url = url or os.environ.get(URL_ENV) or file.get("url") or DEFAULT_URL
+        key = key or os.environ.get(KEY_ENV) or file.get("key")
         if not key:
-            raise CtlError(
-                "no admin key: pass --key, set LLMGW_ADMIN_KEY, or write it to " + str(path)
-            )
+            raise CtlError(f"no admin key: pass --key, set {KEY_ENV}, or write it to {path}")
         key = key.strip()
         if not key.isprintable():
             # http.client would refuse the header with a traceback that quotes the key.
             raise CtlError("the admin key holds a control character (a stray newline?): check "
-                           "--key, LLMGW_ADMIN_KEY or " + str(path))
+                           f"--key, {KEY_ENV} or {path}")
         return cls(url.rstrip("/"), key)
 
     def call(self, method: str, path: str, body: Any = None) -> Any:

@@ -19,16 +19,27 @@ from llmgw.cli import (
     ctl_routes,
     ctl_teams,
 )
+from llmgw.cli.client import CONFIG_ENV, CONFIG_FILE, DEFAULT_URL, KEY_ENV, URL_ENV
 from llmgw.cli.context import CtlContext
 
-app = typer.Typer(help="Operate a running llmgw through its admin API.", no_args_is_help=True)
+# No square brackets in help texts: typer reads them as rich markup and drops them, text and all.
+app = typer.Typer(
+    help="Operate a running llmgw through its admin API.\n\n"
+         "The server URL and admin key come from, first to last: --url and --key; the environment "
+         f"variables {URL_ENV} and {KEY_ENV}; the config file {CONFIG_FILE} (its `url` and `key`; "
+         f"{CONFIG_ENV} names another file), which `llmgw server init --save-ctl-config` writes. "
+         f"The URL is {DEFAULT_URL} when none of them gives one.",
+    no_args_is_help=True,
+)
 
 
 @app.callback()
 def _global(
     ctx: typer.Context,
-    url: Annotated[str | None, typer.Option(help="Server URL [env LLMGW_URL].")] = None,
-    key: Annotated[str | None, typer.Option(help="Admin key [env LLMGW_ADMIN_KEY].")] = None,
+    url: Annotated[str | None, typer.Option(
+        help=f"Server URL; else {URL_ENV}, else `url` in the config file, else {DEFAULT_URL}.")] = None,
+    key: Annotated[str | None, typer.Option(
+        help=f"Admin key; else {KEY_ENV}, else `key` in the config file.")] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print JSON for scripts.")] = False,
 ) -> None:
     ctx.obj = CtlContext(url=url, key=key, json=json_out)

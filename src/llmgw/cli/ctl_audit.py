@@ -63,6 +63,7 @@ def audit(
         ctl.call("GET", "/admin/v1/audit" + query(filters)),
         lambda d: render.table(
             "audit log", ["at", "by", "kind", "action", "target", "change"],
-            [[render.when(e.at), e.by, e.kind, e.action, e.target, change(e)] for e in d.data],
+            [[render.when(e.at, seconds=True), e.by, e.kind, e.action, e.target, change(e)]
+             for e in d.data],
         ),
     )

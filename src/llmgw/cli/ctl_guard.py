@@ -259,8 +259,9 @@ def verdicts(
         lambda d: render.table(
             "verdicts",
             ["at", "policy", "judge", "dir", "outcome", "categories", "let through", "ms", "model", "key"],
-            [[render.when(v.at), v.policy, v.judge, v.direction, v.outcome, ",".join(v.categories),
-              "yes" if v.let_through else "", v.latency_ms, v.model, v.key] for v in d.data],
+            [[render.when(v.at, seconds=True), v.policy, v.judge, v.direction, v.outcome,
+              ",".join(v.categories), "yes" if v.let_through else "", v.latency_ms, v.model, v.key]
+             for v in d.data],
         ),
     )
 

@@ -10,6 +10,7 @@ import typer
 from llmgw.cli import render
 from llmgw.cli.client import quote
 from llmgw.cli.context import CtlContext, body, options_for, query
+from llmgw.cli.render import Col
 from llmgw.core.protocol import DataList, KeyCreated, KeyOut, KeyRequest, KeyRevoked, UsageQuery, UsageRowOut
 from llmgw.core.types import KeyScope, Limits
 
@@ -35,8 +36,10 @@ def limits_text(limits: Limits) -> str:
 def _keys_table(keys: Sequence[KeyOut]) -> None:
     render.table(
         "keys",
-        ["id", "name", "key", "scope", "team", "models", "limits", "expires", "revoked", "by", "note"],
-        [[k.id, k.name, k.label, k.scope, _team_text(k), ",".join(k.models) or "all",
+        [Col("id", whole=True, optional=True), Col("name", whole=True), Col("key", whole=True), "scope",
+         "team", "models", "limits", "expires", "revoked", Col("by", optional=True),
+         Col("note", optional=True)],
+        [[k.id, k.name, k.label, k.scope, _team_text(k), ", ".join(k.models) or "all",
           limits_text(k.limits),
           render.when(k.expires_at, "never"), "yes" if k.revoked else "", k.by, k.note] for k in keys],
     )

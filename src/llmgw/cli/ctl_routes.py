@@ -101,21 +101,21 @@ def route_add(
                                             "(weighted).")] = None,
     fallback_on: Annotated[str | None, Opt(help="Failures that move a request to the next target, "
                                                 "comma-separated: connect, 5xx, timeout, 429, "
-                                                "context-length [default: connect,5xx,timeout,429]."
+                                                "context-length (default: connect,5xx,timeout,429)."
                                            )] = None,
-    attempts: Annotated[int | None, Opt(help="Targets one request may try [default: all].")] = None,
+    attempts: Annotated[int | None, Opt(help="Targets one request may try (default: all).")] = None,
     cooldown_failures: Annotated[int | None, Opt(help="Failures within the window that start a "
-                                                      "target's cooldown [default: 3].")] = None,
-    cooldown_window: Annotated[float | None, Opt(help="The window, in seconds [default: 60].")
+                                                      "target's cooldown (default: 3).")] = None,
+    cooldown_window: Annotated[float | None, Opt(help="The window, in seconds (default: 60).")
                                ] = None,
-    cooldown: Annotated[float | None, Opt(help="Seconds a target is skipped [default: 30].")] = None,
+    cooldown: Annotated[float | None, Opt(help="Seconds a target is skipped (default: 30).")] = None,
     retries: Annotated[int | None, Opt(help="Retries on the same target for connect errors and a "
-                                            "remote provider's 429/503 [default: 0].")] = None,
-    backoff_ms: Annotated[int | None, Opt(help="First retry's wait, doubling [default: 200].")
+                                            "remote provider's 429/503 (default: 0).")] = None,
+    backoff_ms: Annotated[int | None, Opt(help="First retry's wait, doubling (default: 200).")
                           ] = None,
     max_backoff_ms: Annotated[int | None, Opt(help="Longest wait between retries, unless the "
                                                    "provider's Retry-After says longer "
-                                                   "[default: 5000].")] = None,
+                                                   "(default: 5000).")] = None,
     replace: Annotated[bool, Opt(help="Change the route of this name instead of adding one.")
                        ] = False,
 ) -> None:

@@ -35,7 +35,7 @@ def team_create(
     ctx: typer.Context,
     name: Name,
     models: Annotated[str | None, Opt(help="Models its keys may call, comma-separated (patterns) "
-                                           "[default: any their keys may].")] = None,
+                                           "(default: any their keys may).")] = None,
     rpm: Annotated[int | None, Opt(help="Requests per minute, all its keys together.")] = None,
     tpm: Annotated[int | None, Opt(help="Tokens per minute, all its keys together.")] = None,
     concurrent: Annotated[int | None, Opt(help="Requests in flight, all its keys together.")] = None,

@@ -3,33 +3,144 @@
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import datetime
+from pathlib import PurePath
 from typing import Any
 
+from rich.cells import cell_len
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 console = Console()
 err_console = Console(stderr=True)
+
+# A pipe has no width, and rich gives it 80 columns, where wide tables lose columns: rows that
+# grep or a pager reads are best whole. COLUMNS, when set, still wins.
+PIPE_WIDTH = 200
+# A column that wraps is not made narrower than this (or its longest word, if longer), so its
+# cells break between words into a few lines rather than into towers of fragments.
+WRAP_MIN = 10
+# An optional column is shown only with this much room (or its widest cell's, if less): one
+# squeezed into a tower of words is worth less than the room it takes from the others.
+OPTIONAL_MIN = 20
+# A column that cuts its cells (`clip`) keeps this much of them, an ellipsis included.
+CLIP_MIN = 12
+
+
+@dataclass(frozen=True)
+class Col:
+    """A table column: its header, and how its cells give way when the table is too wide."""
+
+    header: str
+    # A name or id, to read and copy whole: never broken nor cut; other columns give way first.
+    whole: bool = False
+    # Left out before other columns when the table would not fit (`--json` and `show` have it).
+    optional: bool = False
+    # Cut with an ellipsis rather than folded where a word is wider than the column (paths).
+    clip: bool = False
 
 
 def emit_json(data: Any) -> None:
     console.print_json(json.dumps(data, default=str))
 
 
-def table(title: str, columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
+def table(title: str, columns: Sequence[str | Col], rows: Sequence[Sequence[Any]]) -> None:
+    """Rows as a table that fits the output: names whole, other cells wrapped between words, and
+    columns left out (empty, optional, then from the right) with a note when even that would not
+    fit. A plain header makes a column that wraps, but the first: it names the row, kept whole."""
+    cols = [c if isinstance(c, Col) else Col(c, whole=i == 0) for i, c in enumerate(columns)]
+    cells = [[Text("" if v is None else str(v)) for v in row] for row in rows]
+    out = _output()
+    room = out.width
+    widest = [max([_width(Text(c.header)), *(_width(r[i]) for r in cells)]) for i, c in enumerate(cols)]
+    least = [_least(c, widest[i], [Text(c.header), *(r[i] for r in cells)]) for i, c in enumerate(cols)]
+    shown = list(range(len(cols)))
+    empty = [i for i in shown if not any(r[i].plain.strip() for r in cells)]
+    optional = [i for i in shown if cols[i].optional and i not in empty]
+    rest = [i for i in shown if not cols[i].whole and i not in empty and i not in optional]
+    left_out: list[int] = []
+    for i in [*reversed(empty), *reversed(optional), *reversed(rest)]:
+        if _fits([least[j] for j in shown], room):
+            break
+        shown.remove(i)
+        left_out.append(i)
+    widths = _narrowed([widest[i] for i in shown], [least[i] for i in shown],
+                       [cols[i].clip for i in shown], room - _frame(len(shown)))
     t = Table(title=title, title_justify="left", show_lines=False)
-    for c in columns:
-        t.add_column(c, overflow="fold")
-    for row in rows:
-        t.add_row(*("" if v is None else str(v) for v in row))
-    console.print(t)
+    for i, width in zip(shown, widths, strict=True):
+        c = cols[i]
+        fixed = width if width < widest[i] else None  # a column at its natural width is rich's to size
+        if c.whole:
+            t.add_column(c.header, no_wrap=True, min_width=widest[i])
+        else:
+            t.add_column(c.header, width=fixed, overflow="ellipsis" if c.clip else "fold")
+    for row in cells:
+        t.add_row(*(row[i] for i in shown))
+    out.print(t)
+    if left_out:
+        names = [cols[i].header + (" (empty)" if i in empty else "") for i in sorted(left_out)]
+        out.print(f"not shown at {room} columns: {', '.join(names)}; --json shows every field",
+                  style="dim", highlight=False, markup=False)
 
 
-def when(at: datetime | None, none: str = "") -> str:
-    """A time to the second, as tables show it (`none` when there is none)."""
-    return at.isoformat()[:19] if at else none
+def _output() -> Console:
+    """Where tables go: `console`, or for a pipe when COLUMNS is unset, one PIPE_WIDTH wide."""
+    if console.is_terminal or os.environ.get("COLUMNS", "").isdigit():
+        return console
+    return Console(width=PIPE_WIDTH, file=console.file)
+
+
+def _width(text: Text) -> int:
+    return max((cell_len(line) for line in text.plain.splitlines()), default=0)
+
+
+def _least(col: Col, widest: int, texts: list[Text]) -> int:
+    """How narrow a column may become."""
+    if col.whole:
+        return widest
+    if col.clip:
+        return min(widest, CLIP_MIN)
+    longest_word = max((cell_len(w) for t in texts for w in t.plain.split()), default=0)
+    return min(widest, max(longest_word, OPTIONAL_MIN if col.optional else WRAP_MIN))
+
+
+def _frame(columns: int) -> int:
+    """What a table's borders and cell padding take of a line: a rule each side, one space either
+    side of every cell and a rule between cells."""
+    return 3 * columns + 1
+
+
+def _fits(widths: list[int], room: int) -> bool:
+    return sum(widths) + _frame(len(widths)) <= room
+
+
+def _narrowed(widest: list[int], least: list[int], clip: list[bool], room: int) -> list[int]:
+    """Column widths that fit `room`: the widest column gives way a character at a time, none
+    below its least (so what does not fit stays over: rich then cuts it). Columns that wrap give
+    way before those that cut, as a line more loses nothing."""
+    widths = list(widest)
+    for cutting in (False, True):
+        while sum(widths) > room:
+            can = [i for i, w in enumerate(widths) if w > least[i] and clip[i] == cutting]
+            if not can:
+                break
+            widths[max(can, key=lambda i: widths[i])] -= 1
+    return widths
+
+
+def when(at: datetime | None, none: str = "", seconds: bool = False) -> str:
+    """A time as tables show it, to the minute (`seconds`: to the second; `none` when there is
+    none): short, and with a space where ISO has a T, so a narrow column breaks it there."""
+    return at.isoformat(" ")[:19 if seconds else 16] if at else none
+
+
+def file_name(path: str) -> str:
+    """A path as tables show it: its file name (`--json` and `show` have the whole path)."""
+    return PurePath(path).name or path
 
 
 def error(message: str) -> None:

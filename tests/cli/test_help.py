@@ -1,0 +1,26 @@
+"""Every command's and option's help text reaches the user whole."""
+
+from __future__ import annotations
+
+import click
+import typer
+
+from llmgw.cli.main import app
+
+
+def every_command(cmd: click.Command, path: str = "llmgw") -> list[tuple[str, click.Command]]:
+    found = [(path, cmd)]
+    if isinstance(cmd, click.Group):
+        for name, sub in cmd.commands.items():
+            found += every_command(sub, f"{path} {name}")
+    return found
+
+
+def test_no_help_text_has_square_brackets_which_the_help_renderer_would_swallow() -> None:
+    # The help is rendered with rich markup: "[default: 3]" is read as a style and vanishes,
+    # leaving "Seconds a target is skipped ." on the screen.
+    swallowed = []
+    for path, cmd in every_command(typer.main.get_command(app)):
+        texts = [("", cmd.help or "")] + [(p.name or "", getattr(p, "help", None) or "") for p in cmd.params]
+        swallowed += [f"{path} {name}".strip() for name, text in texts if "[" in text]
+    assert not swallowed, swallowed
