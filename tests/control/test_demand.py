@@ -208,6 +208,31 @@ def test_state_of_a_pending_failed_or_remote_model() -> None:
     assert state(remote_model(), [], NO_DEMAND, NOW) == "remote"
 
 
+SIGILL = ("llama-server stopped with an illegal instruction (SIGILL): this build uses CPU "
+          "instructions this machine cannot run\nengine log: /d/logs/r1.log")
+
+
+def test_a_crash_loop_is_failing_with_what_the_engine_died_of_not_loading() -> None:
+    # Between two starts the replica is failed; during a restart it is starting but says so.
+    failed = replica_placed("r1", state=ReplicaState.FAILED, last_error=SIGILL)
+    restarting = replica_placed("r1", state=ReplicaState.STARTING,
+                                last_error=f"restarting after 2 failed start(s) in a row: {SIGILL}")
+    want = "failing: llama-server stopped with an illegal instruction (SIGILL)"
+    assert state(gemma_model(), [failed], NO_DEMAND, NOW) == want
+    assert state(gemma_model(), [restarting], NO_DEMAND, NOW) == want
+    # A first start is loading, whatever a sibling died of.
+    fresh = replica_placed("r2", state=ReplicaState.STARTING)
+    assert state(gemma_model(), [failed, fresh], NO_DEMAND, NOW).startswith("loading on")
+
+
+def test_a_crash_loop_given_up_on_is_failed_with_the_reason() -> None:
+    gave_up = replica_placed("r1", state=ReplicaState.FAILED, last_error=(
+        f"gave up after 5 failed starts in a row (it starts again when its model or profile "
+        f"changes, or llmgw restarts): {SIGILL}"))
+    assert state(gemma_model(), [gave_up], NO_DEMAND, NOW) == (
+        "failed: llama-server stopped with an illegal instruction (SIGILL)")
+
+
 def test_durations_read_like_a_table() -> None:
     assert [ago(s) for s in (45, 180, 7200, 3 * 86400)] == ["45s", "3m", "2h", "3d"]
 

@@ -9,6 +9,10 @@ Modes:
                 (--crash-at before) or right after its first healthy answer (--crash-at after)
   hang-on-term  healthy at once, and ignores SIGTERM
 
+--crash-signal NAME makes a crash a death by that signal (ILL, SEGV, BUS, KILL…) instead of exit 3;
+--crash-unless ARG crashes only when ARG is not among its arguments (an engine that runs once
+started with a remedy, such as --no-repack).
+
 --worker starts a child process of its own (like an engine's helper), to check it is stopped too.
 Unknown arguments are ignored, so any engine-style argv can be passed.
 
@@ -42,7 +46,11 @@ def main() -> None:
     parser.add_argument("--crash-at", choices=["before", "after"], default="before")
     parser.add_argument("--worker", action="store_true")
     parser.add_argument("--alias", default="fake")
-    args, _ignored = parser.parse_known_args()
+    parser.add_argument("--crash-signal", default=None)
+    parser.add_argument("--crash-unless", default=None)
+    args, ignored = parser.parse_known_args()
+    if args.mode == "crash" and args.crash_unless and args.crash_unless in ignored:
+        args.mode = "ok"
 
     if args.mode == "hang-on-term":
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
@@ -56,7 +64,7 @@ def main() -> None:
         sys.stdout.flush()
 
     if args.mode == "crash" and args.crash_at == "before":
-        crash()
+        crash(args.crash_signal)
 
     started = time.monotonic()
     answered_healthy = threading.Event()
@@ -114,13 +122,18 @@ def main() -> None:
 
     if args.mode == "crash":  # --crash-at after
         answered_healthy.wait()
-        crash()
+        crash(args.crash_signal)
     threading.Event().wait()
 
 
-def crash() -> None:
+def crash(by_signal: str | None = None) -> None:
     sys.stderr.write(f"{CRASH_LINE}\n")
     sys.stderr.flush()
+    if by_signal:
+        sig = getattr(signal, "SIG" + by_signal)
+        if sig not in (signal.SIGKILL, signal.SIGSTOP):  # those two take no handler
+            signal.signal(sig, signal.SIG_DFL)  # a handler Python installed must not catch it
+        os.kill(os.getpid(), sig)
     os._exit(CRASH_CODE)
 
 

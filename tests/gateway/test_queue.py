@@ -12,7 +12,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 from llmgw.core import tracing
 from llmgw.core.demand import Queued
-from llmgw.core.errors import ModelNotFound, NoReadyReplica, QueueFull, QueueTimeout
+from llmgw.core.errors import EngineFailing, ModelNotFound, NoReadyReplica, QueueFull, QueueTimeout
 from llmgw.core.settings import ControlSettings, TelemetrySettings
 from llmgw.core.tracing import Kind
 from llmgw.core.types import ReplicaState
@@ -295,3 +295,23 @@ async def test_a_traced_wait_is_a_span_under_the_request_with_its_place_and_time
     assert wait.parent is not None and wait.parent.span_id == request.context.span_id
     assert dict(wait.attributes or {}) == {"gen_ai.request.model": MODEL.name,
                                            "llmgw.queue.position": 1, "llmgw.queue.waited_s": 2.5}
+
+
+async def test_a_model_whose_every_replica_failed_is_refused_at_once_and_so_are_its_waiters() -> None:
+    rig = Rig()
+    failing = Route(MODEL, (), unavailable="failed: llama-server stopped …",
+                    failing="llama-server stopped with an illegal instruction (SIGILL): rebuild it")
+    with pytest.raises(EngineFailing, match="its engine keeps failing: llama-server stopped with an "
+                                            "illegal instruction") as caught:
+        await rig.queue.wait(failing, rig.current)
+    assert caught.value.status == 503 and caught.value.code == "engine_failing"
+
+    # A request already waiting for the first start is refused as soon as the start fails, not
+    # after the queue's timeout (the fake clock never moves here).
+    rig.publish(LOADING)
+    waiting = rig.waiter()
+    await settled()
+    rig.publish(failing)
+    with pytest.raises(EngineFailing):
+        await waiting
+    assert rig.queue.depths() == {}

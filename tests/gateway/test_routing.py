@@ -6,7 +6,7 @@ import pytest
 
 from llmgw.core.errors import ModelNotFound, NoReadyReplica
 from llmgw.core.types import ReplicaState
-from llmgw.gateway.routing import Route, RoutingTable, Upstream, pick, unavailable_reason
+from llmgw.gateway.routing import Route, RoutingTable, Upstream, failing_reason, pick, unavailable_reason
 from tests.factories import gemma_model, replica_failed, replica_pending, replica_placed
 
 
@@ -173,3 +173,28 @@ def test_an_upstream_never_shows_its_credentials_in_a_repr() -> None:
     up = Upstream("remote:openai", "https://api.example/v1",
                   headers={"Authorization": "Bearer sk-provider-s3cret"})
     assert "s3cret" not in repr(up)
+
+
+# --- failing -----------------------------------------------------------------------------------
+
+SIGILL_ERROR = ("llama-server stopped with an illegal instruction (SIGILL): rebuild it\n"
+                "engine log: /data/logs/rep-1.log\nlast output:\nload_tensors: CPU model buffer")
+
+
+def test_a_model_whose_every_replica_failed_is_failing_with_the_first_line_of_each_reason() -> None:
+    replicas = [replica_failed("r1", error=SIGILL_ERROR), replica_failed("r2", error=SIGILL_ERROR)]
+    assert failing_reason(replicas) == ("llama-server stopped with an illegal instruction (SIGILL): "
+                                        "rebuild it")
+
+
+@pytest.mark.parametrize("other", [
+    replica_placed("r2", state=ReplicaState.STARTING),
+    replica_placed("r2", state=ReplicaState.READY),
+    replica_pending("r2"),
+])
+def test_a_model_with_a_replica_that_may_still_serve_is_not_failing(other: object) -> None:
+    assert failing_reason([replica_failed("r1", error=SIGILL_ERROR), other]) == ""  # type: ignore[list-item]
+
+
+def test_a_model_with_no_replica_is_not_failing() -> None:
+    assert failing_reason([]) == ""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -15,6 +16,7 @@ import psutil
 import pytest
 
 from llmgw.core.types import ReplicaState
+from llmgw.engines.crashes import Exit
 from llmgw.node.supervisor import Launch, Status, Supervisor, backoff_delay
 from tests.fakes.fake_engine import CRASH_CODE, CRASH_LINE
 from tests.fakes.processes import FAKE_ENGINE, eventually, fake_engine_argv, gone, kill_quietly
@@ -314,3 +316,91 @@ def test_backoff_is_capped() -> None:
 
 def test_backoff_scales_with_its_base() -> None:
     assert backoff_delay(3, base_s=0.05, cap_s=30.0) == pytest.approx(0.2)
+
+
+# --- crash loops: named, backed off, given up on -----------------------------------------------
+
+
+async def test_an_engine_killed_by_sigill_is_named_in_words_with_its_log(
+    engines: FakeEngines, reporter: RecordingReporter
+) -> None:
+    launch = engines.launch("crash", "--crash-signal", "ILL", engine="llama-server")
+    async with supervising(launch, reporter):
+        failed = await reporter.first(ReplicaState.FAILED)
+
+    assert failed.last_error is not None
+    first, log_line = failed.last_error.splitlines()[:2]
+    assert first.startswith("llama-server stopped with an illegal instruction (SIGILL): this build "
+                            "uses CPU instructions this machine cannot run")
+    assert "llmgw doctor" in first
+    assert log_line == f"engine log: {engines.log_path}"
+    assert CRASH_LINE in failed.last_error  # and the engine's own last words
+
+
+@pytest.mark.parametrize(("signal_name", "words"), [
+    ("SEGV", "segmentation fault (SIGSEGV)"),
+    ("BUS", "bus error (SIGBUS)"),
+    ("KILL", "out-of-memory killer"),
+])
+async def test_other_deadly_signals_are_named_too(
+    engines: FakeEngines, reporter: RecordingReporter, signal_name: str, words: str
+) -> None:
+    async with supervising(engines.launch("crash", "--crash-signal", signal_name), reporter):
+        failed = await reporter.first(ReplicaState.FAILED)
+
+    assert failed.last_error is not None
+    assert words in failed.last_error.splitlines()[0]
+
+
+async def test_a_crash_loop_backs_off_then_gives_up_and_stays_failed(
+    engines: FakeEngines, reporter: RecordingReporter
+) -> None:
+    launch = engines.launch("crash", "--crash-signal", "ILL", backoff_base_s=0.2, max_failures=3)
+    starts: list[float] = []
+    recorded = reporter.__call__
+
+    async def timed(replica_id: str, status: Status) -> None:
+        if status.state == ReplicaState.STARTING:
+            starts.append(time.monotonic())
+        await recorded(replica_id, status)
+
+    task = asyncio.create_task(Supervisor(launch, timed, time.monotonic).run())
+    sup_done = await asyncio.wait_for(task, 30)  # returns by itself: nobody cancels it
+
+    assert sup_done is None
+    final = reporter.statuses[-1]
+    assert final.state == ReplicaState.FAILED and final.restarts == 3
+    assert final.last_error is not None and final.last_error.startswith("gave up after 3 failed starts")
+    assert "illegal instruction" in final.last_error.splitlines()[0]
+    assert len(starts) == 3
+    # Backoff between starts: 0.2 s, then 0.4 s (a start itself takes a little more).
+    assert starts[1] - starts[0] >= 0.2 and starts[2] - starts[1] >= 0.4
+    # Each restart says what the last start died of, so it never looks like a first start.
+    restarting = [s for s in reporter.statuses if s.state == ReplicaState.STARTING][1:]
+    assert all(s.last_error and s.last_error.startswith("restarting after") and "SIGILL" in s.last_error
+               for s in restarting)
+    assert not tagged(engines.tag)
+
+
+async def test_a_remedy_for_a_crash_at_start_is_tried_at_once_without_counting_a_failure(
+    engines: FakeEngines, reporter: RecordingReporter
+) -> None:
+    remedy: list[str] = []
+
+    def adapt(ended: Exit, argv: list[str]) -> str | None:
+        if ended.illegal_instruction and "--no-repack" not in argv:
+            remedy.append("--no-repack")
+            return "starting it again with --no-repack"
+        return None
+
+    launch = engines.launch("crash", "--crash-signal", "ILL", "--crash-unless=--no-repack",
+                            backoff_base_s=30.0, adapt=adapt)
+    base = launch.command
+    launch = dataclasses.replace(launch, command=lambda port: [*base(port), *remedy])
+    async with supervising(launch, reporter):
+        ready = await reporter.first(ReplicaState.READY, timeout_s=20)
+
+    # No failure reported and no backoff waited (30 s here): the second start came at once.
+    assert ReplicaState.FAILED not in reporter.states()
+    assert ready.restarts == 0
+    assert len(engines.ports) == 2

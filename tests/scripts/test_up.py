@@ -10,6 +10,8 @@ import tomllib
 from importlib.metadata import packages_distributions
 from pathlib import Path
 
+from llmgw.engines.crashes import GAVE_UP
+
 ROOT = Path(__file__).resolve().parents[2]
 UP = ROOT / "scripts" / "up.sh"
 
@@ -70,3 +72,26 @@ def test_every_module_the_printed_example_imports_is_installed_by_up() -> None:
 def test_up_never_puts_the_admin_key_on_a_command_line() -> None:
     # Every user of the machine can read a process's argv; ctl takes the key from LLMGW_ADMIN_KEY.
     assert "--key" not in UP.read_text()
+
+
+def test_the_printed_examples_paste_as_they_are_and_cap_the_answer() -> None:
+    text = UP.read_text()
+    block = text[text.index("cat <<TXT\n\nllmgw is running"):]
+    # Flush left: an indented heredoc terminator is no terminator once pasted into bash, and an
+    # indented program is an IndentationError.
+    assert "\nPY\n" in block and "\n  PY\n" not in block
+    assert "\nfrom openai import OpenAI\n" in block
+    # The demo model would fill its whole context (a minute of repeated text) without a cap.
+    assert '"max_tokens": 64' in block and "max_tokens=64" in block
+    ast.parse(printed_python())
+
+
+def test_ctrl_c_stops_the_script_not_only_the_server() -> None:
+    [trap] = re.findall(r"^trap '(.*)' INT TERM$", UP.read_text(), re.MULTILINE)
+    assert "kill -TERM $server" in trap and trap.rstrip(";").endswith("exit 130")
+
+
+def test_up_stops_early_on_a_replica_llmgw_gave_up_on() -> None:
+    # The wait recognises a given-up replica by the words the supervisor starts its reason with.
+    assert f'startswith("{GAVE_UP}")' in UP.read_text()
+    assert "llmgw doctor" in UP.read_text()

@@ -11,6 +11,7 @@ import typer
 from llmgw.cli import render
 from llmgw.cli.client import quote
 from llmgw.cli.context import CtlContext, body, options_for, query
+from llmgw.cli.render import Col
 from llmgw.core.protocol import (
     ClusterOut,
     DataList,
@@ -44,12 +45,13 @@ MODEL_OPTIONS = {"Model.name": "NAME", "path": "--path", "base_url": "--base-url
                  "Scaling.min": "--min", "Scaling.max": "--max"}
 
 
-def _source(m: Model) -> str:
+def _source(m: Model, short: bool = False) -> str:
+    """Where a model comes from; `short`, for lists: a local file by its name only."""
     s = m.source
     if isinstance(s, HubSource):
         return f"hf:{s.repo}/{s.file}@{s.revision}"
     if isinstance(s, LocalSource):
-        return s.path
+        return render.file_name(s.path) if short else s.path
     return f"{s.base_url} ({s.api})"
 
 
@@ -62,8 +64,9 @@ def model_list(ctx: typer.Context) -> None:
         ctl.call("GET", "/admin/v1/models"),
         lambda d: render.table(
             "models",
-            ["name", "source", "profiles", "min", "max", "idle", "state", "by", "updated"],
-            [[m.name, _source(m), ", ".join(p.name for p in m.profiles) or "-", m.scaling.min,
+            [Col("name", whole=True), Col("source", clip=True), "profiles", "min", "max", "idle",
+             "state", Col("by", optional=True), Col("updated", optional=True)],
+            [[m.name, _source(m, short=True), ", ".join(p.name for p in m.profiles) or "-", m.scaling.min,
               m.scaling.max, idle_text(m.scaling.idle_s), m.state, m.by, render.when(m.updated_at)]
              for m in d.data],
         ),
@@ -221,7 +224,8 @@ def _resources_table(d: ResourcesOut) -> None:
         render.table(
             "swaps (replicas stopped to make room)",
             ["at", "replica", "of", "on", "for", "why"],
-            [[render.when(e.at), e.replica, e.model, e.node, e.room_for, e.reason] for e in d.evictions],
+            [[render.when(e.at, seconds=True), e.replica, e.model, e.node, e.room_for, e.reason]
+             for e in d.evictions],
         )
 
 
@@ -239,12 +243,15 @@ def _replicas_table(replicas: Sequence[Replica]) -> None:
         "replicas",
         ["id", "model", "node", "profile", "state", "endpoint", "restarts", "last error"],
         [[r.id, r.model, r.node_id or "-", r.profile or "-", r.state, r.endpoint or "", r.restarts,
-          _first_line(r.last_error)] for r in replicas],
+          _reason(r.last_error)] for r in replicas],
     )
 
 
-def _first_line(text: str | None) -> str:
-    return text.splitlines()[0] if text else ""
+def _reason(text: str | None) -> str:
+    """A last error's first line (what happened and what to do) and where the engine's log is;
+    the engine's own last lines stay in `--json` and the log."""
+    lines = (text or "").splitlines()
+    return "\n".join(lines[:1] + [ln for ln in lines[1:2] if ln.startswith("engine log: ")])
 
 
 @model_app.command("resources")

@@ -25,7 +25,7 @@ app.add_typer(ctl.app, name="ctl")
 
 DataDir = Annotated[
     Path | None,
-    typer.Option(help="Data directory [env LLMGW_DATA_DIR; default ~/.local/share/llmgw]."),
+    typer.Option(help="Data directory (env LLMGW_DATA_DIR; default ~/.local/share/llmgw)."),
 ]
 
 
@@ -95,8 +95,8 @@ def server_run(
     log_format: Annotated[str, typer.Option(help="json (one object per line) or text.")] = "json",
     workers: Annotated[int | None, typer.Option(
         min=0, max=64,
-        help="Processes serving the port; 0: one per core, at most 8 [default: [server] "
-             "workers, 0].")] = None,
+        help="Processes serving the port; 0: one per core, at most 8 (default: "
+             "the config's `workers`, 0).")] = None,
 ) -> None:
     """Serve the API, run the replica keeper and the embedded node agent."""
     from llmgw.server import logs
@@ -209,6 +209,33 @@ def node_run(
     except LlmgwError as exc:
         render.error(exc.message)
         raise typer.Exit(1) from None
+
+
+@app.command()
+def doctor(
+    data_dir: DataDir = None,
+    model: Annotated[Path | None, typer.Option(
+        help="GGUF file the engine probe runs; default: the smallest model file of the "
+             "catalog present here.")] = None,
+    probe: Annotated[bool, typer.Option(
+        help="Start llama-server on the model and generate a few tokens (about 10 s).")] = True,
+) -> None:
+    """Check that this machine can run llmgw: data dir, config, port, database, engine binary,
+    model files, and a probe of the engine on a real model.
+
+    When the probe dies of an illegal instruction (SIGILL) it tries again with --no-repack and,
+    if that answers, every later start on this host uses it. Exits 1 when a check fails."""
+    from llmgw.server.doctor import Doctor, Verdict
+
+    marks = {Verdict.OK: "[green]ok  [/]", Verdict.WARN: "[yellow]warn[/]", Verdict.FAIL: "[red]FAIL[/]"}
+    checks = Doctor(data_dir or default_data_dir(), model, probe).run()
+    for c in checks:
+        render.console.print(f"{marks[c.verdict]} {c.name}: ", end="", highlight=False)
+        render.console.print(c.detail, highlight=False, markup=False)
+    failed = sum(c.verdict == Verdict.FAIL for c in checks)
+    if failed:
+        render.console.print(f"\n{failed} check(s) failed", highlight=False)
+        raise typer.Exit(1)
 
 
 def main() -> None:

@@ -20,6 +20,7 @@ from datetime import datetime
 from llmgw.core.demand import Activity, loading_on
 from llmgw.core.settings import ControlSettings
 from llmgw.core.types import Model, Replica, ReplicaState
+from llmgw.engines import crashes
 
 
 @dataclass(frozen=True)
@@ -169,7 +170,8 @@ def ago(seconds: float) -> str:
 
 def state(model: Model, replicas: list[Replica], activity: Activity, now: datetime) -> str:
     """A model's on-demand state for `ctl model list`: cold, pending, loading on NODE, ready,
-    idle 3m (ready, nothing served for that long), or failed."""
+    idle 3m (ready, nothing served for that long), failing: WHY (every replica's engine keeps
+    dying, restarts going on), failed: WHY (given up on), or failed."""
     if model.is_remote:
         return "remote"
     live = [r for r in replicas if r.model == model.name and r.state != ReplicaState.STOPPING]
@@ -182,6 +184,13 @@ def state(model: Model, replicas: list[Replica], activity: Activity, now: dateti
             return "ready"
         quiet = (now - max(used)).total_seconds()
         return f"idle {ago(quiet)}" if quiet >= 60 else "ready"
+    crashing = [r for r in live if r.state == ReplicaState.FAILED or (
+        r.state == ReplicaState.STARTING and (r.last_error or "").startswith(crashes.RESTARTING))]
+    if live and len(crashing) == len(live) and any(r.last_error for r in crashing):
+        # A crash loop is said as one, with what the engine died of: not as a slow start.
+        given_up = all((r.last_error or "").startswith(crashes.GAVE_UP) for r in crashing)
+        why = crashes.headline(next(r.last_error for r in crashing if r.last_error))
+        return f"{'failed' if given_up else 'failing'}: {why}"
     loading = loading_on(live)
     if loading:
         return f"loading on {', '.join(loading)}"

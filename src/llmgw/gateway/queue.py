@@ -18,7 +18,7 @@ from datetime import datetime, timedelta
 
 from llmgw.core import tracing
 from llmgw.core.demand import Queued
-from llmgw.core.errors import NoReadyReplica, QueueFull, QueueTimeout
+from llmgw.core.errors import EngineFailing, NoReadyReplica, QueueFull, QueueTimeout
 from llmgw.core.settings import ControlSettings
 from llmgw.gateway.inflight import InFlight, LocalInFlight, entry
 from llmgw.gateway.routing import Route, RoutingTable
@@ -65,11 +65,11 @@ class ColdQueue:
 
         QueueFull (429) when `queue_max` requests already wait for the model, QueueTimeout (503)
         after `queue_timeout_s`, NoReadyReplica at once (or as soon as a table says so) when the
-        model fits on no node. A cancelled waiter leaves its place."""
+        model fits on no node, EngineFailing likewise when every replica of it failed. A
+        cancelled waiter leaves its place."""
         if route.upstreams:
             return route
-        if route.nowhere:
-            raise _fits_nowhere(route)
+        _refuse_settled(route)
         name = route.model.name
         if self._max == 0:
             # No queue on this server: the request is refused, but the model is still started.
@@ -112,8 +112,7 @@ class ColdQueue:
                     route = current()
                     if route.upstreams:
                         return route
-                    if route.nowhere:
-                        raise _fits_nowhere(route)
+                    _refuse_settled(route)
                     if self._monotonic() - waiter.arrived >= self._timeout_s:
                         raise TimeoutError
         except TimeoutError:
@@ -125,7 +124,7 @@ class ColdQueue:
         now = self._monotonic()
         for name, line in self._lines.items():
             route = table.routes.get(name)
-            settled = route is None or bool(route.upstreams) or bool(route.nowhere)
+            settled = route is None or bool(route.upstreams or route.nowhere or route.failing)
             for waiter in line:
                 if settled or now - waiter.arrived >= self._timeout_s:
                     waiter.woken.set()
@@ -138,5 +137,11 @@ class ColdQueue:
         return QueueTimeout(f"{name} is waiting for a replica ({route.unavailable}): waited {waited} s")
 
 
-def _fits_nowhere(route: Route) -> NoReadyReplica:
-    return NoReadyReplica(f"{route.model.name} fits on no node: {route.nowhere}")
+def _refuse_settled(route: Route) -> None:
+    """Refuse a request for a model that no replica is coming for: it fits on no node, or every
+    replica of it failed."""
+    if route.nowhere:
+        raise NoReadyReplica(f"{route.model.name} fits on no node: {route.nowhere}")
+    if route.failing:
+        raise EngineFailing(f"{route.model.name} cannot serve: its engine keeps failing: "
+                            f"{route.failing}")

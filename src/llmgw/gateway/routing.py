@@ -47,6 +47,9 @@ class Route:
     # The scheduler's reason when every replica of the model waits for a node none has room on:
     # a request then fails at once instead of queueing for a replica that is not coming.
     nowhere: str = ""
+    # Why every replica of the model failed (their engines crash or cannot start): a request is
+    # refused at once, not queued for the queue's whole timeout.
+    failing: str = ""
 
 
 def pick(
@@ -130,6 +133,15 @@ def nowhere_reason(replicas: list[Replica]) -> str:
                            or r.last_error.startswith(WAITING_FOR_ROOM) for r in replicas):
         return ""
     return "; ".join(sorted({_gist(r.last_error) for r in replicas}))
+
+
+def failing_reason(replicas: list[Replica]) -> str:
+    """What the engines died of when every replica of a model is failed, else "": one that is
+    starting, ready or still to be placed may yet serve."""
+    if not replicas or any(r.state != ReplicaState.FAILED for r in replicas):
+        return ""
+    return "; ".join(sorted({(r.last_error or "engine stopped").split("\n", 1)[0][:400]
+                             for r in replicas}))
 
 
 def _gist(error: str | None) -> str:

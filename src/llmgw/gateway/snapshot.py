@@ -19,6 +19,7 @@ from llmgw.gateway.routing import (
     Route,
     RoutingTable,
     Upstream,
+    failing_reason,
     loading_on,
     nowhere_reason,
     unavailable_reason,
@@ -81,7 +82,7 @@ def build_routes(
         if any(r.state == ReplicaState.READY and r.endpoint for r in mine):
             why = "a replica reported ready off its node's address, where nothing is sent"
         routes[m.name] = Route(m, ready, unavailable=why, loading_on=loading_on(mine),
-                               nowhere=nowhere_reason(mine))
+                               nowhere=nowhere_reason(mine), failing=failing_reason(mine))
     return routes
 
 

@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -16,8 +17,10 @@ from llmgw.core.errors import LlmgwError, ServerUnreachable
 from llmgw.core.loops import every
 from llmgw.core.types import Engine, HubSource, LocalSource, Model, Replica, ReplicaState
 from llmgw.engines import llamacpp
+from llmgw.engines.crashes import NO_REPACK, Exit
+from llmgw.node.engine_compat import EngineCompat
 from llmgw.node.files import ModelFiles
-from llmgw.node.supervisor import Launch, Reporter, Status, Supervisor
+from llmgw.node.supervisor import MAX_FAILURES, Launch, Reporter, Status, Supervisor
 
 logger = logging.getLogger(__name__)
 
@@ -64,6 +67,19 @@ class AgentConfig:
     files: ModelFiles | None = None
     # The engine key the servers send; engines refuse requests without it. None: no key.
     engine_key: Callable[[], str | None] = lambda: None
+    # What this host needs to run the engine (`--no-repack` after a SIGILL); None: learn nothing.
+    compat: EngineCompat | None = None
+    max_failures: int = MAX_FAILURES
+
+
+def fingerprint(a: Assignment) -> str:
+    """What a replica runs: its model's source and its profile. A replica given up on starts
+    again once this changes."""
+    if a.model is None:
+        return ""
+    profile = next((p for p in a.model.profiles if p.name == a.replica.profile), None)
+    text = a.model.source.model_dump_json() + (profile.model_dump_json() if profile else "")
+    return hashlib.sha256(text.encode()).hexdigest()
 
 
 class NodeAgent:
@@ -82,12 +98,17 @@ class NodeAgent:
         self._report = report
         self._forget = forget
         self._clock = clock
-        self._tasks: dict[str, asyncio.Task[None]] = {}
+        self._tasks: dict[str, asyncio.Task[bool]] = {}
+        # Replicas whose supervisor gave up on a crash loop, with what they ran: they stay
+        # failed (no process, not restarted) until that changes.
+        self._gave_up: dict[str, str] = {}
+        self._running_as: dict[str, str] = {}
         self.wake = asyncio.Event()
 
     @property
     def running(self) -> set[str]:
-        return set(self._tasks)
+        """Replicas whose supervisor runs (one that ended is reaped at the next reconcile)."""
+        return {rid for rid, task in self._tasks.items() if not task.done()}
 
     async def run(self, interval_s: float) -> None:
         """Reconcile every `interval_s`, or at once when woken."""
@@ -99,15 +120,22 @@ class NodeAgent:
     async def reconcile(self) -> None:
         """Read assignments once and apply the plan."""
         for rid, task in list(self._tasks.items()):
-            if task.done():  # a supervisor only ends on an error it could not handle
+            if task.done():  # it gave up on a crash loop, or died of an error it could not handle
                 del self._tasks[rid]
+                ran = self._running_as.pop(rid, "")
                 if not task.cancelled() and task.exception() is not None:
                     logger.error("supervisor of %s died: %r", rid, task.exception())
+                elif not task.cancelled() and task.result():
+                    self._gave_up[rid] = ran
         try:
             assigned = await self._assignments()
         except ServerUnreachable:
             return  # said once by the link; the replicas keep running as they are
-        actions = plan(assigned, self.running)
+        now = {a.replica.id: fingerprint(a) for a in assigned}
+        for rid, ran in list(self._gave_up.items()):
+            if now.get(rid) != ran:
+                del self._gave_up[rid]  # changed or gone: tried again, or forgotten
+        actions = plan(assigned, self.running | set(self._gave_up))
         for rid in actions.stop:
             await self._stop(rid)
         for rid in actions.forget:
@@ -123,10 +151,18 @@ class NodeAgent:
         sup = Supervisor(launch, self._report, self._clock.monotonic, restarts=a.replica.restarts)
         assert a.model is not None
         src = a.model.source
-        run = self._fetch_then(a.replica.id, src, sup) if isinstance(src, HubSource) else sup.run()
+        run = (self._fetch_then(a.replica.id, src, sup) if isinstance(src, HubSource)
+               else self._supervise(sup))
         self._tasks[a.replica.id] = asyncio.create_task(run, name=f"replica-{a.replica.id}")
+        self._running_as[a.replica.id] = fingerprint(a)
 
-    async def _fetch_then(self, rid: str, src: HubSource, sup: Supervisor) -> None:
+    @staticmethod
+    async def _supervise(sup: Supervisor) -> bool:
+        """Run the supervisor; True when it gave up on a crash loop."""
+        await sup.run()
+        return sup.gave_up
+
+    async def _fetch_then(self, rid: str, src: HubSource, sup: Supervisor) -> bool:
         """Fetch the model file onto this node (joining any download under way), then run."""
         files = self._cfg.files
         assert files is not None
@@ -138,8 +174,8 @@ class NodeAgent:
             except LlmgwError as exc:
                 await self._report(rid, Status(ReplicaState.FAILED, restarts=sup.restarts,
                                                last_error=exc.message))
-                return  # the next reconcile tries again
-        await sup.run()
+                return False  # the next reconcile tries again
+        return await self._supervise(sup)
 
     def _launch(self, a: Assignment) -> Launch | str:
         """How to run the replica, or why it cannot run here."""
@@ -161,18 +197,46 @@ class NodeAgent:
             return exc.message
         host, alias = self._cfg.host, a.model.name
         key = self._cfg.engine_key()
+        compat = self._cfg.compat
+
+        def command(port: int) -> list[str]:
+            extra = compat.extra_args(binary) if compat is not None else []
+            return llamacpp.argv(binary, path, profile, host, port, alias, extra)
+
         return Launch(
             replica_id=a.replica.id,
-            command=lambda port: llamacpp.argv(binary, path, profile, host, port, alias),
+            command=command,
             host=host,
             log_path=self._cfg.log_dir / f"{a.replica.id}.log",
             health_path=llamacpp.HEALTH_PATH,
             start_timeout_s=self._cfg.start_timeout_s,
             backoff_base_s=self._cfg.backoff_base_s,
+            max_failures=self._cfg.max_failures,
+            engine="llama-server",
+            adapt=self._adapt(binary) if compat is not None else None,
             env={llamacpp.API_KEY_ENV: key} if key else {},
         )
 
+    def _adapt(self, binary: str) -> Callable[[Exit, list[str]], str | None]:
+        """The remedy for a start that died of SIGILL: `--no-repack`, learned for this binary on
+        this host (see `node.engine_compat`)."""
+        compat = self._cfg.compat
+        assert compat is not None
+
+        def adapt(ended: Exit, argv: list[str]) -> str | None:
+            if not ended.illegal_instruction or NO_REPACK in argv:
+                return None
+            if compat.learn(binary, [NO_REPACK], "a start died with SIGILL (illegal instruction)",
+                            self._clock.now()):
+                logger.warning("llama-server %s died of an illegal instruction on this CPU; it "
+                               "runs with %s on this host from now on", binary, NO_REPACK)
+            return f"starting it again at once with {NO_REPACK}"
+
+        return adapt
+
     async def _stop(self, rid: str) -> None:
+        self._gave_up.pop(rid, None)
+        self._running_as.pop(rid, None)
         task = self._tasks.pop(rid, None)
         if task is None:
             return

@@ -1,4 +1,5 @@
-"""Supervising one replica's engine process: start, wait until healthy, restart with backoff."""
+"""Supervising one replica's engine process: start, wait until healthy, restart with backoff,
+and give up on a crash loop with the reason in words."""
 
 from __future__ import annotations
 
@@ -11,6 +12,8 @@ from pathlib import Path
 import aiohttp
 
 from llmgw.core.types import ReplicaState
+from llmgw.engines import crashes
+from llmgw.engines.crashes import GAVE_UP, RESTARTING, Exit
 from llmgw.node.hardware import free_port
 from llmgw.node.process import spawn, tail, terminate
 
@@ -18,6 +21,14 @@ logger = logging.getLogger(__name__)
 
 # A replica that stayed ready this long has recovered: its next crash starts backoff over.
 STABLE_AFTER_S = 60.0
+# Failed starts in a row after which a replica stays failed until its model or profile changes:
+# with backoff 1, 2, 4, 8 s that is about 15 s of retries plus the starts themselves, enough
+# to ride out a port race or a slow disk, short enough that a crash loop is named, not hidden.
+MAX_FAILURES = 5
+
+# Given how an engine's start ended and the argv it ran with, a change that makes the next start
+# differ (said in words), or None: a remedy tried at once instead of a failure counted.
+Adapt = Callable[[Exit, list[str]], str | None]
 
 
 @dataclass(frozen=True)
@@ -34,6 +45,10 @@ class Launch:
     stop_grace_s: float = 10.0
     backoff_base_s: float = 1.0
     backoff_cap_s: float = 30.0
+    max_failures: int = MAX_FAILURES
+    # The engine's name in what a crash is said as ("llama-server stopped with …").
+    engine: str = "engine"
+    adapt: Adapt | None = None
     # Holds the engine key: never in a repr, so never in a log.
     env: dict[str, str] = field(default_factory=dict, repr=False)
 
@@ -67,32 +82,51 @@ class Supervisor:
     report: Reporter
     monotonic: Callable[[], float]
     restarts: int = 0
+    # Set when `run` returned because the engine kept failing to start.
+    gave_up: bool = False
     _proc: asyncio.subprocess.Process | None = field(default=None, repr=False)
 
     async def run(self) -> None:
-        """Start, watch and restart the engine; returns only when cancelled."""
+        """Start, watch and restart the engine; returns once it gave up on a crash loop (the
+        replica reported failed, with why), else only when cancelled."""
+        launch, rid = self.launch, self.launch.replica_id
         failures = 0
+        error: str | None = None
         try:
             while True:
-                await asyncio.sleep(
-                    backoff_delay(failures, self.launch.backoff_base_s, self.launch.backoff_cap_s)
-                )
-                ready_at, error = await self._run_once()
+                await asyncio.sleep(backoff_delay(failures, launch.backoff_base_s, launch.backoff_cap_s))
+                ready_at, ended, argv, error = await self._run_once(_restarting(failures, error))
                 if ready_at is not None and self.monotonic() - ready_at >= STABLE_AFTER_S:
                     failures = 0
+                change = (launch.adapt(ended, argv) if launch.adapt is not None and ended is not None
+                          and ready_at is None else None)
+                if change is not None:
+                    logger.warning("replica %s: %s; %s", rid, _first_line(error), change)
+                    continue
                 failures += 1
                 self.restarts += 1
-                logger.warning("replica %s failed: %s", self.launch.replica_id, error)
-                await self.report(
-                    self.launch.replica_id,
-                    Status(ReplicaState.FAILED, restarts=self.restarts, last_error=error),
-                )
+                if failures >= launch.max_failures:
+                    error = (f"{GAVE_UP} {failures} failed starts in a row (it starts again when "
+                             f"its model or profile changes, or llmgw restarts): {error}")
+                    logger.error("replica %s failed: %s", rid, error)
+                    await self.report(rid, Status(ReplicaState.FAILED, restarts=self.restarts,
+                                                  last_error=error))
+                    self.gave_up = True
+                    return
+                delay = backoff_delay(failures, launch.backoff_base_s, launch.backoff_cap_s)
+                logger.warning("replica %s failed (%d of %d failed starts in a row; next start in "
+                               "%gs): %s", rid, failures, launch.max_failures, delay, error)
+                await self.report(rid, Status(ReplicaState.FAILED, restarts=self.restarts,
+                                              last_error=error))
         finally:
             if self._proc is not None:
                 await asyncio.shield(terminate(self._proc, self.launch.stop_grace_s))
 
-    async def _run_once(self) -> tuple[float | None, str]:
-        """One engine process from start to exit: (when it became ready, why it ended)."""
+    async def _run_once(
+        self, restarting: str | None
+    ) -> tuple[float | None, Exit | None, list[str], str]:
+        """One engine process from start to exit: when it became ready, how it ended (None when
+        it never ran or llmgw stopped it), its argv, and why it ended in words."""
         launch = self.launch
         port = free_port(launch.host)
         argv = launch.command(port)
@@ -100,17 +134,26 @@ class Supervisor:
         try:
             proc = await spawn(argv, launch.log_path, launch.env)
         except OSError as exc:
-            return None, f"cannot start engine {argv[0]}: {exc}"
+            return None, None, argv, f"cannot start engine {argv[0]}: {exc}"
         self._proc = proc
-        await self.report(
-            launch.replica_id, Status(ReplicaState.STARTING, pid=proc.pid, restarts=self.restarts)
-        )
+        # A restart keeps saying what the last start died of: a crash loop must not look like a
+        # slow first start in the console.
+        await self.report(launch.replica_id, Status(ReplicaState.STARTING, pid=proc.pid,
+                                                    restarts=self.restarts, last_error=restarting))
         base = f"http://{launch.host}:{port}"
-        error = await self._wait_healthy(proc, base + launch.health_path)
-        if error is not None:
+        try:
+            code = await wait_healthy(proc, base + launch.health_path, launch.start_timeout_s,
+                                      self.monotonic)
+        except TimeoutError:
             await terminate(proc, launch.stop_grace_s)
             self._proc = None
-            return None, error
+            return None, None, argv, (f"{launch.engine} did not become healthy within "
+                                      f"{launch.start_timeout_s:g}s\nengine log: {launch.log_path}")
+        if code is not None:
+            self._proc = None
+            await terminate(proc, 0)  # reap anything left in its process group
+            ended = Exit(code)
+            return None, ended, argv, self._said(ended)
         ready_at = self.monotonic()
         await self.report(
             launch.replica_id,
@@ -124,34 +167,47 @@ class Supervisor:
         code = await proc.wait()
         self._proc = None
         await terminate(proc, 0)  # reap anything left in its process group
-        return ready_at, _exit_message(code, launch.log_path)
+        ended = Exit(code, was_ready=True)
+        return ready_at, ended, argv, self._said(ended)
 
-    async def _wait_healthy(self, proc: asyncio.subprocess.Process, url: str) -> str | None:
-        """None once `url` answers 200; else why not (exited, or too slow)."""
-        deadline = self.monotonic() + self.launch.start_timeout_s
-        timeout = aiohttp.ClientTimeout(total=2)
-        # One waiter for the whole start, so polling wakes at once if the process dies.
-        exited = asyncio.ensure_future(proc.wait())
-        try:
-            async with aiohttp.ClientSession(timeout=timeout) as session:
-                while not exited.done():
-                    try:
-                        async with session.get(url) as resp:
-                            if resp.status == 200:
-                                return None
-                    except (aiohttp.ClientError, TimeoutError):
-                        pass  # not listening yet
-                    if self.monotonic() >= deadline:
-                        limit = self.launch.start_timeout_s
-                        return f"engine did not become healthy within {limit:g}s"
-                    await asyncio.wait({exited}, timeout=0.2)
-            return _exit_message(exited.result(), self.launch.log_path)
-        finally:
-            if not exited.done():
-                exited.cancel()
+    def _said(self, ended: Exit) -> str:
+        log = self.launch.log_path
+        return crashes.message(self.launch.engine, ended, str(log), tail(log))
 
 
-def _exit_message(code: int, log_path: Path) -> str:
-    detail = tail(log_path)
-    how = f"killed by signal {-code}" if code < 0 else f"exited with code {code}"
-    return f"engine {how}" + (f"; last output:\n{detail}" if detail else "")
+async def wait_healthy(
+    proc: asyncio.subprocess.Process, url: str, timeout_s: float, monotonic: Callable[[], float]
+) -> int | None:
+    """None once `url` answers 200; the exit code if the process ends first; TimeoutError
+    after `timeout_s`."""
+    deadline = monotonic() + timeout_s
+    timeout = aiohttp.ClientTimeout(total=2)
+    # One waiter for the whole start, so polling wakes at once if the process dies.
+    exited = asyncio.ensure_future(proc.wait())
+    try:
+        async with aiohttp.ClientSession(timeout=timeout) as session:
+            while not exited.done():
+                try:
+                    async with session.get(url) as resp:
+                        if resp.status == 200:
+                            return None
+                except (aiohttp.ClientError, TimeoutError):
+                    pass  # not listening yet
+                if monotonic() >= deadline:
+                    raise TimeoutError
+                await asyncio.wait({exited}, timeout=0.2)
+        return exited.result()
+    finally:
+        if not exited.done():
+            exited.cancel()
+
+
+def _restarting(failures: int, error: str | None) -> str | None:
+    """What a restart says while it starts: how many starts failed, and the last one's reason."""
+    if not failures or not error:
+        return None
+    return f"{RESTARTING} {failures} failed start(s) in a row: {error}"
+
+
+def _first_line(text: str) -> str:
+    return text.split("\n", 1)[0]

@@ -56,6 +56,8 @@ from llmgw.gateway.team_admin import TeamAdmin
 from llmgw.guard.admin import GuardAdmin
 from llmgw.node import hardware
 from llmgw.node.agent import AgentConfig, NodeAgent
+from llmgw.node.engine_compat import FILE_NAME as COMPAT_FILE
+from llmgw.node.engine_compat import EngineCompat
 from llmgw.node.files import ModelFiles
 from llmgw.server import judges, wiring
 from llmgw.server.cluster import Leadership, server_views
@@ -125,7 +127,8 @@ class Server:
             AgentConfig(node_id=s.node_id, host="127.0.0.1", log_dir=self.data_dir / "logs",
                         start_timeout_s=s.engine_start_timeout_s,
                         backoff_base_s=self.loops.backoff_base_s, files=files,
-                        engine_key=lambda: engine_key),
+                        engine_key=lambda: engine_key,
+                        compat=EngineCompat(self.data_dir / COMPAT_FILE)),
             assignments=wiring.agent_assignments(store, s.node_id),
             report=wiring.agent_reporter(store, clock, notifier.changed),
             forget=wiring.agent_forgetter(store),

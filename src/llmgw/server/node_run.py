@@ -19,6 +19,8 @@ from llmgw.core.errors import ConfigError
 from llmgw.core.types import Node
 from llmgw.node import hardware
 from llmgw.node.agent import AgentConfig, NodeAgent
+from llmgw.node.engine_compat import FILE_NAME as COMPAT_FILE
+from llmgw.node.engine_compat import EngineCompat
 from llmgw.node.files import ModelFiles
 from llmgw.node.remote import ServerLink
 from llmgw.node.supervisor import Status
@@ -132,6 +134,7 @@ async def run_node(opts: NodeOptions) -> None:
             start_timeout_s=opts.start_timeout_s,
             files=ModelFiles(opts.data_dir / "models"),
             engine_key=lambda: link.engine_key,
+            compat=EngineCompat(opts.data_dir / COMPAT_FILE),
         ),
         assignments=link.assignments,
         report=report,
