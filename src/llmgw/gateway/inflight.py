@@ -26,6 +26,7 @@ logger = logging.getLogger(__name__)
 
 SLOTS = 16384  # keys with requests in flight at once (slots of keys now idle are reused)
 _HEADER = 64
+_STAMP = struct.Struct("<q")  # at the header's start: what the table's counts are of (a minute)
 _ID = 8  # bytes of a key id's digest; all zero marks a free slot
 
 
@@ -190,6 +191,16 @@ class SharedInFlight:
             at += _ID + 16 * self._index
             r, t = self._pair.unpack_from(self._map, at)
             self._pair.pack_into(self._map, at, r + requests, t + tokens)
+
+    def stamp(self) -> int:
+        """What the counts are of, as the last `restamp` said (0 for a new table)."""
+        return int(_STAMP.unpack_from(self._map, 0)[0])
+
+    def restamp(self, value: int) -> None:
+        """Clear every count of every worker and say the table now counts `value`."""
+        with self.held():
+            self._map[_HEADER:] = bytes(len(self._map) - _HEADER)
+            _STAMP.pack_into(self._map, 0, value)
 
     def forget(self, index: int) -> None:
         """Clear worker `index`'s column: it died, and its requests with it."""

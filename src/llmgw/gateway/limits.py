@@ -6,12 +6,16 @@ against the key and every minter above it (`KeyCache.chain`), so a family of key
 tpm, concurrency limit and budget, those of the key an admin made, whatever its keys mint
 (each key's own limits hold as well, and can only be tighter).
 
-Admission reads memory only. Every `sync_interval_s` the limiter writes this server's counts to
-the store (additive, so any number of servers can) and reads back every server's totals; a
-server admits against (totals at the last sync + its own counts since). Across N servers a key
-can therefore overshoot by what the other servers admit within one sync interval: the measured
-tolerance is in the README. Minute windows are clock minutes (a burst across a minute boundary
-can see up to twice the rate); `Retry-After` says when the current window ends.
+Admission reads memory only. A server's minute windows are counted for all its workers in one
+place (`gateway.windows`), so on one server `rpm` and `tpm` hold exactly, whatever the number of
+workers. Every `sync_interval_s` each worker writes what it counted since its last sync to the
+store (additive, so any number of servers can) and reads back every server's totals; the
+server's workers sync one at a time, and each notes what of the totals this server wrote, so a
+server admits against (the other servers' totals at its last sync + its own count now). Across
+N servers a key can therefore overshoot by what the other servers admit within one sync
+interval: the measured tolerance is in the README. Minute windows are clock minutes (a burst
+across a minute boundary can see up to twice the rate); `Retry-After` says when the current
+window ends.
 
 Budgets reserve like the minute limits: a request reserves its estimate (`reserve_estimate`)
 against the day's and month's budget when admitted and settles to its actual use when it ends.
@@ -39,7 +43,8 @@ from datetime import datetime, timedelta
 from llmgw.core.errors import LlmgwError, RateLimited
 from llmgw.core.types import ApiKey, Limits
 from llmgw.gateway.auth import KeyCache, is_team
-from llmgw.gateway.inflight import InFlight, LocalInFlight
+from llmgw.gateway.inflight import InFlight, LocalInFlight, entry
+from llmgw.gateway.windows import LocalWindows, Windows
 from llmgw.store.store import Store
 
 logger = logging.getLogger(__name__)
@@ -83,22 +88,28 @@ class Limiter:
     default: Callable[[], Limits] = Limits
     # The cached keys, for each key's chain of minters and each family's members.
     keys: Callable[[], KeyCache] = lambda: _NO_KEYS
-    # Totals of every server at the last sync, per (key id, minute).
+    # The other servers' counts at the last sync, per (key id, minute): every server's totals
+    # less what this server had written of them.
     _shared: dict[tuple[str, int], _Counts] = field(default_factory=dict)
-    # This server's counts since the last sync.
+    # This process's counts since its last sync: what it writes to the store next.
     _local: dict[tuple[str, int], _Counts] = field(default_factory=lambda: defaultdict(_Counts))
     # Requests in flight and the tokens they reserved, per key (and per minter above it): this
     # server's, across its workers (`gateway.inflight`).
     flight: InFlight = field(default_factory=LocalInFlight)
-    # Tokens used per key today / this month at the last sync, plus local since.
+    # This server's minute windows, across its workers (`gateway.windows`).
+    windows: Windows = field(default_factory=LocalWindows)
+    # Tokens used per key with a budget today / this month, as the usage table said at the
+    # last sync (every server's, as far as each had flushed its usage).
     _day: dict[str, int] = field(default_factory=dict)
     _month: dict[str, int] = field(default_factory=dict)
+    # Tokens this process settled since its last sync, per key with a budget: its usage meter
+    # writes them at the next sync. The server's count of them (all workers) is the in-flight
+    # table's `unflushed` entry; once written they move to its `flushed` entry.
     _local_tokens: dict[str, int] = field(default_factory=lambda: defaultdict(int))
+    # The server's `flushed` count per key when `_day` was read: what the server flushed since
+    # is not in `_day` yet.
+    _flushed_read: dict[str, int] = field(default_factory=dict)
     _budget_keys: set[str] = field(default_factory=set)
-    # Counts being written by a sync in progress: still this server's until the totals read
-    # back include them, so admission keeps counting them meanwhile.
-    _pending: dict[tuple[str, int], _Counts] = field(default_factory=dict)
-    _pending_tokens: dict[str, int] = field(default_factory=dict)
     _merged: dict[str, tuple[Limits, Limits, Limits]] = field(default_factory=dict)
 
     def limits_for(self, key: ApiKey) -> Limits:
@@ -127,6 +138,7 @@ class Limiter:
                 local = self._local[(member.id, minute)]
                 local.requests += 1
                 local.tokens += reserve_tokens
+                self.windows.add(member.id, minute, 1, reserve_tokens)
                 self.flight.add(member.id, 1, reserve_tokens)
         return Ticket(tuple(m.id for m in chain), minute, reserve_tokens, self)
 
@@ -153,7 +165,7 @@ class Limiter:
         if lim.tokens_per_day is None and lim.tokens_per_month is None:
             return
         self._budget_keys.add(mid)
-        spent = self._local_tokens[mid] + self._pending_tokens.get(mid, 0)
+        spent = self._unflushed(mid)
         held = reserved + reserve_tokens
         if lim.tokens_per_day is not None:
             total = self._day.get(mid, 0) + spent
@@ -167,34 +179,60 @@ class Limiter:
                              _to_next_month(now))
 
     def _minute(self, key_id: str, minute: int) -> _Counts:
-        total = _Counts()
-        for counts in (self._shared, self._local, self._pending):
-            part = counts.get((key_id, minute))
-            if part is not None:
-                total.requests += part.requests
-                total.tokens += part.tokens
-        return total
+        """The key's requests and tokens in `minute`: this server's now, the others' at the last
+        sync."""
+        requests, tokens = self.windows.get(key_id, minute)
+        others = self._shared.get((key_id, minute))
+        if others is not None:
+            requests += others.requests
+            tokens += others.tokens
+        return _Counts(requests, tokens)
+
+    def _unflushed(self, key_id: str) -> int:
+        """Tokens the server's workers settled for the key that `_day` and `_month` lack: not
+        yet written to the usage table, or written since they were read."""
+        waiting = self.flight.get(entry("unflushed", key_id))[1]
+        flushed = self.flight.get(entry("flushed", key_id))[1] - self._flushed_read.get(key_id, 0)
+        # A worker that died took its part of `flushed` along: never count below nothing.
+        return waiting + max(flushed, 0)
 
     def _settle(self, ticket: Ticket, tokens: int) -> None:
+        budgets = self._budget_keys
         with self.flight.held():
             for key_id in ticket.key_ids:
                 self.flight.add(key_id, -1, -ticket.reserved)
+                self.windows.add(key_id, ticket.minute, 0, tokens - ticket.reserved)
+                if key_id in budgets:
+                    self.flight.add(entry("unflushed", key_id), 0, tokens)
+                    self._local_tokens[key_id] += tokens
         for key_id in ticket.key_ids:
             self._local[(key_id, ticket.minute)].tokens += tokens - ticket.reserved
-            self._local_tokens[key_id] += tokens
 
     async def sync(self, flush_usage: Callable[[], Awaitable[None]] | None = None) -> None:
-        """Write this server's counts, read everyone's.
+        """Write this process's counts, read everyone's.
 
-        Budget tokens are read from the usage table: local spend is reset first, then the usage
-        meter flushed, so a token settled meanwhile is counted in memory or in the table, once.
+        The server's processes sync one at a time (`Windows.sync_lock`): what this server has
+        written of each window (counted in the windows under a name of its own) then cannot move
+        between the totals' read and the note of it, so (totals - what this server wrote) is the
+        other servers' part, to which admission adds the server's own count now.
+
+        Budget tokens are read from the usage table. A token a worker settled is in the server's
+        `unflushed` count until its usage meter has written it, then in `flushed`; a sync notes
+        `flushed` beside what it read (no other worker flushes meanwhile), so admission counts
+        each token the server settled in the table or in memory, never in neither.
         """
         if self.store is None:
             return
-        store = self.store
+        lock = self.windows.sync_lock()
+        await asyncio.to_thread(lock.__enter__)
+        try:
+            await self._sync(self.store, flush_usage)
+        finally:
+            lock.__exit__(None, None, None)
+
+    async def _sync(self, store: Store, flush_usage: Callable[[], Awaitable[None]] | None) -> None:
         local, self._local = self._local, defaultdict(_Counts)
         spent, self._local_tokens = self._local_tokens, defaultdict(int)
-        self._pending, self._pending_tokens = dict(local), dict(spent)
         now = self.now()
         minute = int(now.timestamp()) // 60
         deltas = {k: (c.requests, c.tokens) for k, c in local.items() if c.requests or c.tokens}
@@ -203,9 +241,7 @@ class Limiter:
         members = {k: families.family(k) for k in self._budget_keys}
         budget_keys = sorted({m for ids in members.values() for m in ids})
 
-        def io() -> tuple[dict[tuple[str, int], tuple[int, int]], dict[str, int], dict[str, int]]:
-            if deltas:
-                store.usage.add_rates(deltas)
+        def read() -> tuple[dict[tuple[str, int], tuple[int, int]], dict[str, int], dict[str, int]]:
             rates = store.usage.rates([minute - 1, minute])
             if minute % 10 == 0:
                 store.usage.prune_rates(minute - 5)
@@ -214,23 +250,44 @@ class Limiter:
             return rates, day, month
 
         try:
+            if deltas:
+                await asyncio.to_thread(store.usage.add_rates, deltas)
+        except Exception:
+            self._keep(local, spent)
+            raise
+        with self.flight.held():  # what this server has written, beside what it counted
+            for (key_id, m), (r, t) in deltas.items():
+                self.windows.add(entry("written", key_id), m, r, t)
+        try:
             if flush_usage is not None:
                 await flush_usage()
-            rates, day, month = await asyncio.to_thread(io)
         except Exception:
-            # Keep the counts for the next try; admission goes on from memory meanwhile.
-            for k, c in local.items():
-                self._local[k].requests += c.requests
-                self._local[k].tokens += c.tokens
-            for key_id, t in spent.items():
-                self._local_tokens[key_id] += t
-            self._pending, self._pending_tokens = {}, {}
+            self._keep({}, spent)
             raise
-        # One synchronous step: the totals now include what was pending.
-        self._shared = {k: _Counts(r, t) for k, (r, t) in rates.items()}
+        with self.flight.held():  # written: from the server's unflushed tokens to its flushed
+            for key_id, t in spent.items():
+                self.flight.add(entry("unflushed", key_id), 0, -t)
+                self.flight.add(entry("flushed", key_id), 0, t)
+        rates, day, month = await asyncio.to_thread(read)
+        # One synchronous step: the totals, and what of them this server wrote.
+        shared = {}
+        with self.flight.held():
+            for (key_id, m), (r, t) in rates.items():
+                mine_r, mine_t = self.windows.get(entry("written", key_id), m)
+                shared[(key_id, m)] = _Counts(max(r - mine_r, 0), max(t - mine_t, 0))
+            self._flushed_read = {k: self.flight.get(entry("flushed", k))[1] for k in members}
+        self._shared = shared
         self._day = {k: sum(day.get(m, 0) for m in ids) for k, ids in members.items()}
         self._month = {k: sum(month.get(m, 0) for m in ids) for k, ids in members.items()}
-        self._pending, self._pending_tokens = {}, {}
+
+    def _keep(self, local: dict[tuple[str, int], _Counts], spent: dict[str, int]) -> None:
+        """Keep what a failed sync did not write for the next try; admission goes on from
+        memory meanwhile."""
+        for k, c in local.items():
+            self._local[k].requests += c.requests
+            self._local[k].tokens += c.tokens
+        for key_id, t in spent.items():
+            self._local_tokens[key_id] += t
 
     async def run(self, interval_s: float, flush_usage: Callable[[], Awaitable[None]]) -> None:
         while True:

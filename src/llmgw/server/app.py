@@ -53,6 +53,7 @@ from llmgw.gateway.inflight import InFlight
 from llmgw.gateway.keys_admin import KeyAdmin
 from llmgw.gateway.route_admin import RouteAdmin
 from llmgw.gateway.team_admin import TeamAdmin
+from llmgw.gateway.windows import Windows
 from llmgw.guard.admin import GuardAdmin
 from llmgw.node import hardware
 from llmgw.node.agent import AgentConfig, NodeAgent
@@ -99,6 +100,8 @@ class Server:
     peers: Peers | None = None
     # Requests in flight per key, shared with those workers.
     flight: InFlight | None = None
+    # Minute windows, shared with those workers.
+    windows: Windows | None = None
     plane: DataPlane | None = None
     tracer: Tracer = NOOP_TRACER  # set by build_app from `[telemetry]`
 
@@ -113,7 +116,7 @@ class Server:
         # The request path: a snapshot of the store, rebuilt when its revision moves.
         engine_key = store.install.engine_key()
         plane = build_plane(store, s, clock, leadership.server_id, notifier.changed, self.flight,
-                            tracer)
+                            tracer, self.windows)
         self.plane = plane
         refresher, metrics = plane.refresher, plane.metrics
         notifier.watch(refresher.wake)

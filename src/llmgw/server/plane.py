@@ -24,6 +24,7 @@ from llmgw.gateway.service import Gateway
 from llmgw.gateway.snapshot import Refresher
 from llmgw.gateway.transport import Transport
 from llmgw.gateway.usage import UsageMeter
+from llmgw.gateway.windows import LocalWindows, Windows
 from llmgw.guard.enforcement import Guard
 from llmgw.guard.judge_client import JudgeClient
 from llmgw.guard.judge_queue import UNSHARED
@@ -90,11 +91,11 @@ class DataPlane:
 
 def build(store: Store, settings: ServerSettings, clock: Clock, activity_id: str,
           on_change: Callable[[], None] = lambda: None, flight: InFlight | None = None,
-          tracer: Tracer = NOOP_TRACER) -> DataPlane:
+          tracer: Tracer = NOOP_TRACER, windows: Windows | None = None) -> DataPlane:
     """The data plane over `store`. `activity_id` is the server row its demand is written to;
     `on_change` is told when the snapshot or the demand changed (the main process wakes its
-    control loops with it); `flight` counts requests in flight (shared by a server's workers);
-    `tracer` records the requests' spans."""
+    control loops with it); `flight` counts requests in flight and `windows` the minute windows
+    (both shared by a server's workers); `tracer` records the requests' spans."""
     s = settings
     engine_key = store.install.engine_key()
     # Requests for a model with no ready replica wait here; the first one of a cold spell is
@@ -122,7 +123,8 @@ def build(store: Store, settings: ServerSettings, clock: Clock, activity_id: str
                   clock.now, clock.monotonic, refresher.judge_ready)
     meter = UsageMeter(store, clock.now)
     limiter = Limiter(store, clock.now, lambda: refresher.current.default_limits,
-                      lambda: refresher.current.keys, flight=flight)
+                      lambda: refresher.current.keys, flight=flight,
+                      windows=windows or LocalWindows())
     # Routes' cooldowns live in this process: each worker skips a failing target on its own.
     router = Router(clock)
     metrics.add_collector(RouteMetrics(router, lambda: refresher.current.route_specs, clock))

@@ -22,6 +22,7 @@ from llmgw.core.errors import ConfigError
 from llmgw.core.ids import secret_check
 from llmgw.core.settings import ServerSettings, load
 from llmgw.gateway.inflight import SharedInFlight
+from llmgw.gateway.windows import SharedWindows
 from llmgw.server.app import Server
 from llmgw.server.workers import IN_FLIGHT, MAIN_SOCKET, Peers, WorkerPool, worker_socket
 from llmgw.store.db import redact
@@ -80,11 +81,12 @@ async def serve(
         raise ConfigError(f"{data_dir / 'config.toml'} does not belong to the install in "
                           f"database {redact(url)}: {JOIN_HINT}")
     run_dir = Path(tempfile.mkdtemp(prefix="llmgw-")) if count > 1 else None  # mode 0700
-    peers, flight = None, None
+    peers, flight, windows = None, None, None
     if run_dir is not None:
         peers = Peers([worker_socket(run_dir, i) for i in range(1, count)])
         flight = SharedInFlight(run_dir / IN_FLIGHT, count, 0, create=True)
-    server = Server(data_dir, settings, store, peers=peers, flight=flight)
+        windows = SharedWindows(run_dir, count, 0, create=True)
+    server = Server(data_dir, settings, store, peers=peers, flight=flight, windows=windows)
     logger.info("open files limit: %d (one per connection, engine and database connection)",
                 raise_open_files_limit())
     runner = app_runner(server.build_app(), edge_limits(settings))
@@ -129,6 +131,8 @@ async def serve(
             await peers.close()
         if flight is not None:
             flight.close()
+        if windows is not None:
+            windows.close()
         if run_dir is not None:
             shutil.rmtree(run_dir, ignore_errors=True)
 

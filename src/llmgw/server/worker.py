@@ -30,6 +30,7 @@ from llmgw.api.forward import main_session, to_main
 from llmgw.core.clock import SystemClock
 from llmgw.core.settings import ServerSettings, load
 from llmgw.gateway.inflight import SharedInFlight
+from llmgw.gateway.windows import SharedWindows
 from llmgw.server import logs
 from llmgw.server.plane import DataPlane, make_tracer
 from llmgw.server.plane import build as build_plane
@@ -96,8 +97,10 @@ async def serve(data_dir: Path, host: str, port: int, index: int, run_dir: Path,
     clock = SystemClock()
     row = worker_row(server_id, index)
     flight = SharedInFlight(run_dir / IN_FLIGHT, workers, index)
+    windows = SharedWindows(run_dir, workers, index)
     tracer = make_tracer(settings.telemetry)  # each process exports its own spans
-    plane = build_plane(store, settings, clock, row, flight=flight, tracer=tracer)
+    plane = build_plane(store, settings, clock, row, flight=flight, tracer=tracer,
+                        windows=windows)
     tasks: list[asyncio.Task[None]] = []
 
     def spawn(coro: Coroutine[Any, Any, None], name: str) -> None:
@@ -146,6 +149,7 @@ async def serve(data_dir: Path, host: str, port: int, index: int, run_dir: Path,
             logger.warning("worker %d could not remove its row: %s", index, type(exc).__name__)
         await private.cleanup()
         flight.close()
+        windows.close()
         store.close()
         await asyncio.to_thread(tracer.close)  # exports the spans still buffered
 
