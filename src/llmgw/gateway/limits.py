@@ -33,6 +33,7 @@ was left at its last sync, so at most N - 1 times that, plus one request per ser
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import math
 from collections import defaultdict
@@ -149,11 +150,11 @@ class Limiter:
         lim = self.limits_for(member)
         minute, retry = seconds // 60, 60 - seconds % 60
         mid = member.id
-        used = self._minute(mid, minute)
-        if lim.rpm is not None and used.requests + 1 > lim.rpm:
+        used_requests, used_tokens = self._minute(mid, minute)
+        if lim.rpm is not None and used_requests + 1 > lim.rpm:
             raise RateLimited(f"key {key.label} is over {_whose(key, member)} limit of {lim.rpm} "
                               "requests per minute", retry, code="rate_limit_rpm")
-        if lim.tpm is not None and used.tokens + reserve_tokens > lim.tpm and used.tokens > 0:
+        if lim.tpm is not None and used_tokens + reserve_tokens > lim.tpm and used_tokens > 0:
             raise RateLimited(f"key {key.label} is over {_whose(key, member)} limit of {lim.tpm} "
                               "tokens per minute", retry, code="rate_limit_tpm")
         in_flight, reserved = self.flight.get(mid)
@@ -178,21 +179,21 @@ class Limiter:
                 raise _spent(key, member, lim.tokens_per_month, "this month", total,
                              _to_next_month(now))
 
-    def _minute(self, key_id: str, minute: int) -> _Counts:
+    def _minute(self, key_id: str, minute: int) -> tuple[int, int]:
         """The key's requests and tokens in `minute`: this server's now, the others' at the last
         sync."""
         requests, tokens = self.windows.get(key_id, minute)
         others = self._shared.get((key_id, minute))
-        if others is not None:
-            requests += others.requests
-            tokens += others.tokens
-        return _Counts(requests, tokens)
+        if others is None:
+            return requests, tokens
+        return requests + others.requests, tokens + others.tokens
 
     def _unflushed(self, key_id: str) -> int:
         """Tokens the server's workers settled for the key that `_day` and `_month` lack: not
         yet written to the usage table, or written since they were read."""
-        waiting = self.flight.get(entry("unflushed", key_id))[1]
-        flushed = self.flight.get(entry("flushed", key_id))[1] - self._flushed_read.get(key_id, 0)
+        unflushed, flushed_name = _budget_names(key_id)
+        waiting = self.flight.get(unflushed)[1]
+        flushed = self.flight.get(flushed_name)[1] - self._flushed_read.get(key_id, 0)
         # A worker that died took its part of `flushed` along: never count below nothing.
         return waiting + max(flushed, 0)
 
@@ -203,7 +204,7 @@ class Limiter:
                 self.flight.add(key_id, -1, -ticket.reserved)
                 self.windows.add(key_id, ticket.minute, 0, tokens - ticket.reserved)
                 if key_id in budgets:
-                    self.flight.add(entry("unflushed", key_id), 0, tokens)
+                    self.flight.add(_budget_names(key_id)[0], 0, tokens)
                     self._local_tokens[key_id] += tokens
         for key_id in ticket.key_ids:
             self._local[(key_id, ticket.minute)].tokens += tokens - ticket.reserved
@@ -266,8 +267,9 @@ class Limiter:
             raise
         with self.flight.held():  # written: from the server's unflushed tokens to its flushed
             for key_id, t in spent.items():
-                self.flight.add(entry("unflushed", key_id), 0, -t)
-                self.flight.add(entry("flushed", key_id), 0, t)
+                unflushed, flushed_name = _budget_names(key_id)
+                self.flight.add(unflushed, 0, -t)
+                self.flight.add(flushed_name, 0, t)
         rates, day, month = await asyncio.to_thread(read)
         # One synchronous step: the totals, and what of them this server wrote.
         shared = {}
@@ -275,7 +277,7 @@ class Limiter:
             for (key_id, m), (r, t) in rates.items():
                 mine_r, mine_t = self.windows.get(entry("written", key_id), m)
                 shared[(key_id, m)] = _Counts(max(r - mine_r, 0), max(t - mine_t, 0))
-            self._flushed_read = {k: self.flight.get(entry("flushed", k))[1] for k in members}
+            self._flushed_read = {k: self.flight.get(_budget_names(k)[1])[1] for k in members}
         self._shared = shared
         self._day = {k: sum(day.get(m, 0) for m in ids) for k, ids in members.items()}
         self._month = {k: sum(month.get(m, 0) for m in ids) for k, ids in members.items()}
@@ -299,6 +301,13 @@ class Limiter:
                                "works", exc.message)
             except Exception:
                 logger.exception("limit sync failed; each server admits from memory until it works")
+
+
+@functools.lru_cache(maxsize=4096)
+def _budget_names(key_id: str) -> tuple[str, str]:
+    """The in-flight table's names for a key's settled tokens not yet in the usage table, and
+    for those written since (made once per key: this runs on every request with a budget)."""
+    return entry("unflushed", key_id), entry("flushed", key_id)
 
 
 def _whose(key: ApiKey, member: ApiKey) -> str:

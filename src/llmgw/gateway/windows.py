@@ -49,20 +49,26 @@ class LocalWindows:
     """One process's windows; minutes before the last two are dropped as time moves on."""
 
     def __init__(self) -> None:
-        self._counts: dict[tuple[str, int], tuple[int, int]] = {}
+        self._counts: dict[tuple[str, int], list[int]] = {}
         self._latest = 0
 
     def get(self, name: str, minute: int) -> tuple[int, int]:
-        return self._counts.get((name, minute), (0, 0))
+        counts = self._counts.get((name, minute))
+        return (counts[0], counts[1]) if counts is not None else (0, 0)
 
     def add(self, name: str, minute: int, requests: int, tokens: int) -> None:
-        if minute > self._latest:
-            self._latest = minute
-            self._counts = {k: v for k, v in self._counts.items() if k[1] >= minute - 1}
-        elif minute < self._latest - 1:
-            return  # a minute nobody asks about any more
-        r, t = self._counts.get((name, minute), (0, 0))
-        self._counts[(name, minute)] = (r + requests, t + tokens)
+        if minute != self._latest:
+            if minute < self._latest - 1:
+                return  # a minute nobody asks about any more
+            if minute > self._latest:
+                self._latest = minute
+                self._counts = {k: v for k, v in self._counts.items() if k[1] >= minute - 1}
+        counts = self._counts.get((name, minute))
+        if counts is None:
+            self._counts[(name, minute)] = [requests, tokens]
+        else:
+            counts[0] += requests
+            counts[1] += tokens
 
     def sync_lock(self) -> contextlib.AbstractContextManager[None]:
         return contextlib.nullcontext()  # one process, one sync task
