@@ -89,3 +89,17 @@ ensure_chromium() {
   fi
   export LLMGW_CHROMIUM=$browser LLMGW_CHROMEDRIVER=$driver
 }
+
+# The shared limits' tests run a real redis-server (tests/redis_server.py starts one per test):
+# install Debian's redis-server as root when it is missing.
+ensure_redis() {
+  if ! command -v redis-server >/dev/null && [ -z "${LLMGW_REDIS_SERVER:-}" ]; then
+    if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+      echo "installing redis-server (for the shared limits' tests)"
+      apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server >/dev/null
+    else
+      echo "redis-server was not found and cannot be installed here (needs root and apt-get):" \
+        "install redis-server or set LLMGW_REDIS_SERVER; the shared limits' tests will fail" >&2
+    fi
+  fi
+}

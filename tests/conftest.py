@@ -15,8 +15,11 @@ from llmgw.core.judges import DEMO_JUDGE
 from llmgw.store.store import Store
 from tests.e2e.server_process import LlmgwServer
 from tests.pg import fresh_database, postgres_url
+from tests.redis_server import redis_server
 
-__all__ = ["postgres_url"]  # a real PostgreSQL for the store and cluster tests (tests/pg.py)
+# A real PostgreSQL for the store and cluster tests (tests/pg.py), and a real Redis for the
+# shared limits (tests/redis_server.py).
+__all__ = ["postgres_url", "redis_server"]
 
 
 @pytest.hookimpl(hookwrapper=True)

@@ -116,8 +116,14 @@ async def metrics(request: web.Request) -> web.Response:
                         headers={"Content-Type": "text/plain; version=0.0.4; charset=utf-8"})
 
 
-async def health(_request: web.Request) -> web.Response:
-    """Liveness for load balancers and scripts; says nothing about models."""
+async def health(request: web.Request) -> web.Response:
+    """Liveness for load balancers and scripts; says nothing about models, and says when the
+    install's shared limit store does not answer (this process is up, its limits degraded)."""
+    limiter = request.app[GATEWAY].limiter
+    if limiter is not None and limiter.shared is not None and limiter.shared.degraded:
+        how = "refused" if limiter.shared.closed else "admitted by this server's own counts"
+        return web.json_response({"status": "ok", "limits": f"degraded: the shared limit store "
+                                  f"does not answer; requests are {how}"})
     return web.Response(body=b'{"status":"ok"}', content_type="application/json")
 
 

@@ -108,6 +108,16 @@ class QueueTimeout(NoReadyReplica):
     code = "queue_timeout"
 
 
+class LimitsUnavailable(Retryable):
+    """The shared limit store (Redis) did not answer in time and `on_redis_error` is "closed":
+    no request is admitted that its limits cannot be checked for."""
+
+    status = 503
+    type = "server_error"
+    code = "limits_unavailable"
+    retry_after_s = 1
+
+
 class EngineFailing(NoReadyReplica):
     """Every replica of the model has failed to start and none is ready: a request is refused
     at once, with the reason, rather than queued for a replica that keeps crashing."""

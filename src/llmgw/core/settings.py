@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import tomllib
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
@@ -95,6 +95,39 @@ class TelemetrySettings(BaseModel):
         return base if base.endswith("/v1/traces") else base + "/v1/traces"
 
 
+class LimitsSettings(BaseModel):
+    """Where limits are counted (`[limits]` in config.toml). Without `redis_url` each server
+    counts in memory (exact within the server, across servers within one sync interval); with
+    it, every admission is one step in the shared Redis, exact across the install."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    # redis://host:6379/0 or rediss:// (TLS). The password goes in a file or an env var, never
+    # in the URL: the URL is logged.
+    redis_url: str = ""
+    redis_password_file: str = ""
+    redis_password_env: str = ""
+    # Each call to Redis gets this long: a stalled Redis never stalls requests longer.
+    redis_timeout_ms: int = Field(default=50, ge=1, le=10_000)
+    # Redis down or slow: "local" admits from this server's own counts (the sync tolerance
+    # across servers) and says so in /health and a metric; "closed" refuses with 503.
+    on_redis_error: Literal["local", "closed"] = "local"
+    # How long a request's hold (its concurrency slot and reservation) lives in Redis when its
+    # process dies before settling it: a crashed process's holds expire instead of leaking. A
+    # request that runs longer loses its hold early.
+    lease_s: float = Field(default=660.0, gt=0)
+
+    @field_validator("redis_url")
+    @classmethod
+    def _redis_scheme(cls, v: str) -> str:
+        if v and not v.startswith(("redis://", "rediss://", "unix://")):
+            raise ValueError("redis_url must start with redis://, rediss:// or unix://")
+        if "@" in v.split("//", 1)[-1].split("/", 1)[0]:
+            raise ValueError("redis_url must not hold a password: use redis_password_file or "
+                             "redis_password_env")
+        return v
+
+
 # Keys of ControlSettings that earlier versions read from `[server]`: still accepted there.
 _MOVED_TO_CONTROL = ("keeper_interval_s", "node_timeout_s", "judge_grace_s")
 
@@ -132,6 +165,7 @@ class ServerSettings(BaseModel):
 
     control: ControlSettings = Field(default_factory=ControlSettings)
     telemetry: TelemetrySettings = Field(default_factory=TelemetrySettings)
+    limits: LimitsSettings = Field(default_factory=LimitsSettings)
 
     @model_validator(mode="before")
     @classmethod
@@ -203,7 +237,7 @@ def load(data_dir: Path) -> ServerSettings:
         raise ConfigError(f"cannot read {path}: {exc}") from exc
     try:
         section = dict(raw.get("server", {}))
-        for table in ("control", "telemetry"):
+        for table in ("control", "telemetry", "limits"):
             if table in raw:
                 section[table] = raw[table]
         return ServerSettings.model_validate(section)
@@ -221,9 +255,10 @@ def dump(settings: ServerSettings) -> str:
     """TOML text for a settings object (scalars and lists of strings, so no TOML writer is
     needed)."""
     lines = ["# llmgw install configuration, written by `llmgw server init`."]
-    server = settings.model_dump(exclude={"control", "telemetry"})
+    server = settings.model_dump(exclude={"control", "telemetry", "limits"})
     for section, values in (("server", server), ("control", settings.control.model_dump()),
-                            ("telemetry", settings.telemetry.model_dump())):
+                            ("telemetry", settings.telemetry.model_dump()),
+                            ("limits", settings.limits.model_dump())):
         lines.append(f"[{section}]")
         lines += [f"{name} = {_toml(value)}" for name, value in values.items()]
     return "\n".join(lines) + "\n"

@@ -41,10 +41,11 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from llmgw.core.errors import LlmgwError, RateLimited
+from llmgw.core.errors import LimitsUnavailable, LlmgwError, RateLimited
 from llmgw.core.types import ApiKey, Limits
 from llmgw.gateway.auth import KeyCache, is_team
 from llmgw.gateway.inflight import InFlight, LocalInFlight, entry
+from llmgw.gateway.shared_limits import Hold, Member, Refused, SharedDown, SharedLimits
 from llmgw.gateway.windows import LocalWindows, Windows
 from llmgw.store.store import Store
 
@@ -64,6 +65,8 @@ class Ticket:
     reserved: int
     limiter: Limiter
     done: bool = False
+    # Its lease in the shared limit store, when it was admitted there.
+    hold: Hold | None = None
 
     def settle(self, tokens: int) -> None:
         """Replace the reservation with the tokens actually used; frees the in-flight slot."""
@@ -99,6 +102,9 @@ class Limiter:
     flight: InFlight = field(default_factory=LocalInFlight)
     # This server's minute windows, across its workers (`gateway.windows`).
     windows: Windows = field(default_factory=LocalWindows)
+    # The install's shared limit store (`[limits] redis_url`), when it has one: admission goes
+    # there (`admit_shared`) and these counts are kept beside it for a fallback.
+    shared: SharedLimits | None = None
     # Tokens used per key with a budget today / this month, as the usage table said at the
     # last sync (every server's, as far as each had flushed its usage).
     _day: dict[str, int] = field(default_factory=dict)
@@ -135,34 +141,71 @@ class Limiter:
         with self.flight.held():  # the checks and the counts, one step for all workers
             for member in chain:
                 self._check(key, member, reserve_tokens, now, seconds)
-            for member in chain:
-                local = self._local[(member.id, minute)]
-                local.requests += 1
-                local.tokens += reserve_tokens
-                self.windows.add(member.id, minute, 1, reserve_tokens)
-                self.flight.add(member.id, 1, reserve_tokens)
+            self._count(chain, minute, reserve_tokens)
         return Ticket(tuple(m.id for m in chain), minute, reserve_tokens, self)
+
+    def _count(self, chain: tuple[ApiKey, ...], minute: int, reserve_tokens: int) -> None:
+        for member in chain:
+            local = self._local[(member.id, minute)]
+            local.requests += 1
+            local.tokens += reserve_tokens
+            self.windows.add(member.id, minute, 1, reserve_tokens)
+            self.flight.add(member.id, 1, reserve_tokens)
+
+    async def admit_shared(self, key: ApiKey, reserve_tokens: int) -> Ticket:
+        """`admit` in the shared limit store: one atomic step, exact across every server and
+        worker. When the store does not answer, as `admit` (`on_redis_error = "local"`) or
+        LimitsUnavailable (503, "closed"). The request is counted here too, so this server's
+        counts (and the store's rate rows) stay whole for a fallback."""
+        shared = self.shared
+        assert shared is not None
+        if not shared.usable():
+            return self._unshared(shared, key, reserve_tokens)
+        chain = self.keys().chain(key)
+        now = self.now()
+        minute = int(now.timestamp()) // 60
+        members = []
+        for m in chain:
+            lim = self.limits_for(m)
+            day: int | None = None
+            month: int | None = None
+            if lim.tokens_per_day is not None or lim.tokens_per_month is not None:
+                self._budget_keys.add(m.id)  # the next sync reads its spend
+                spent = self._unflushed(m.id)  # with the table's: a floor of the truth
+                day, month = self._day.get(m.id, 0) + spent, self._month.get(m.id, 0) + spent
+            members.append(Member(m.id, lim, self._minute(m.id, minute), day, month))
+        try:
+            outcome = await shared.admit(members, minute, now.strftime("%Y-%m-%d"),
+                                         now.strftime("%Y-%m"), reserve_tokens)
+        except SharedDown:
+            return self._unshared(shared, key, reserve_tokens)
+        if isinstance(outcome, Refused):
+            member = chain[outcome.index]
+            raise _refusal(key, member, self.limits_for(member), outcome.limit, outcome.used, now)
+        with self.flight.held():
+            self._count(chain, minute, reserve_tokens)
+        return Ticket(tuple(m.id for m in chain), minute, reserve_tokens, self, hold=outcome)
+
+    def _unshared(self, shared: SharedLimits, key: ApiKey, reserve_tokens: int) -> Ticket:
+        if shared.closed:
+            raise LimitsUnavailable("the shared limit store is not answering, and this install "
+                                    "refuses requests until it does (on_redis_error = closed)")
+        return self.admit(key, reserve_tokens)
 
     def _check(self, key: ApiKey, member: ApiKey, reserve_tokens: int, now: datetime,
                seconds: int) -> None:
         """RateLimited when one more request of `key` is over `member`'s limits (`now`, in
         whole `seconds` since the epoch)."""
         lim = self.limits_for(member)
-        minute, retry = seconds // 60, 60 - seconds % 60
         mid = member.id
-        used_requests, used_tokens = self._minute(mid, minute)
+        used_requests, used_tokens = self._minute(mid, seconds // 60)
         if lim.rpm is not None and used_requests + 1 > lim.rpm:
-            raise RateLimited(f"key {key.label} is over {_whose(key, member)} limit of {lim.rpm} "
-                              "requests per minute", retry, code="rate_limit_rpm")
+            raise _refusal(key, member, lim, "rpm", used_requests, now)
         if lim.tpm is not None and used_tokens + reserve_tokens > lim.tpm and used_tokens > 0:
-            raise RateLimited(f"key {key.label} is over {_whose(key, member)} limit of {lim.tpm} "
-                              "tokens per minute", retry, code="rate_limit_tpm")
+            raise _refusal(key, member, lim, "tpm", used_tokens, now)
         in_flight, reserved = self.flight.get(mid)
         if lim.concurrent is not None and in_flight + 1 > lim.concurrent:
-            family = "" if mid == key.id else f" of team {member.name}" if is_team(member) \
-                else f" of {member.label}'s family"
-            raise RateLimited(f"key {key.label} has {lim.concurrent} requests{family} in flight "
-                              "already", 1, code="rate_limit_concurrent")
+            raise _refusal(key, member, lim, "concurrent", in_flight, now)
         if lim.tokens_per_day is None and lim.tokens_per_month is None:
             return
         self._budget_keys.add(mid)
@@ -171,13 +214,11 @@ class Limiter:
         if lim.tokens_per_day is not None:
             total = self._day.get(mid, 0) + spent
             if _over(total, held, in_flight, lim.tokens_per_day):
-                raise _spent(key, member, lim.tokens_per_day, "today", total,
-                             _to_next_day(now))
+                raise _refusal(key, member, lim, "day", total, now)
         if lim.tokens_per_month is not None:
             total = self._month.get(mid, 0) + spent
             if _over(total, held, in_flight, lim.tokens_per_month):
-                raise _spent(key, member, lim.tokens_per_month, "this month", total,
-                             _to_next_month(now))
+                raise _refusal(key, member, lim, "month", total, now)
 
     def _minute(self, key_id: str, minute: int) -> tuple[int, int]:
         """The key's requests and tokens in `minute`: this server's now, the others' at the last
@@ -198,6 +239,8 @@ class Limiter:
         return waiting + max(flushed, 0)
 
     def _settle(self, ticket: Ticket, tokens: int) -> None:
+        if ticket.hold is not None and self.shared is not None:
+            self.shared.settle(ticket.hold, tokens)
         budgets = self._budget_keys
         with self.flight.held():
             for key_id in ticket.key_ids:
@@ -314,6 +357,27 @@ def _whose(key: ApiKey, member: ApiKey) -> str:
     if is_team(member):
         return f"its team {member.name}'s"
     return "its" if member.id == key.id else f"{member.label}'s (shared by the keys it minted)"
+
+
+def _refusal(key: ApiKey, member: ApiKey, lim: Limits, limit: str, used: int,
+             now: datetime) -> RateLimited:
+    """The 429 for `key` over `member`'s `limit` (rpm, tpm, concurrent, day or month), of which
+    `member` had used `used`; counted here or in the shared store, said the same way."""
+    retry = 60 - now.second
+    if limit == "rpm":
+        return RateLimited(f"key {key.label} is over {_whose(key, member)} limit of {lim.rpm} "
+                           "requests per minute", retry, code="rate_limit_rpm")
+    if limit == "tpm":
+        return RateLimited(f"key {key.label} is over {_whose(key, member)} limit of {lim.tpm} "
+                           "tokens per minute", retry, code="rate_limit_tpm")
+    if limit == "concurrent":
+        family = "" if member.id == key.id else f" of team {member.name}" if is_team(member) \
+            else f" of {member.label}'s family"
+        return RateLimited(f"key {key.label} has {lim.concurrent} requests{family} in flight "
+                           "already", 1, code="rate_limit_concurrent")
+    if limit == "day":
+        return _spent(key, member, lim.tokens_per_day or 0, "today", used, _to_next_day(now))
+    return _spent(key, member, lim.tokens_per_month or 0, "this month", used, _to_next_month(now))
 
 
 def _over(spent: int, reserved: int, in_flight: int, budget: int) -> bool:

@@ -155,8 +155,13 @@ class Gateway:
         estimated = free and Api.COUNT_TOKENS not in translate.SPEAKS[translate.speaks(route.model)]
         out = None if estimated else outbound(call)
         limiter = self.limiter
-        ticket = limiter.admit(key, 0 if free else reserve_estimate(ask.max_tokens, len(body))) \
-            if limiter else None
+        if limiter is None:
+            ticket = None
+        elif limiter.shared is None:
+            ticket = limiter.admit(key, 0 if free else reserve_estimate(ask.max_tokens, len(body)))
+        else:  # one round trip to the install's shared limit store
+            ticket = await limiter.admit_shared(
+                key, 0 if free else reserve_estimate(ask.max_tokens, len(body)))
         tap = TracedTap if span.recording else UsageTap
         exchange = Exchange(tap(out.wire.usage, out.wire.answer_text) if out else tap())
 

@@ -24,6 +24,7 @@ from llmgw.gateway.service import Gateway
 from llmgw.gateway.snapshot import Refresher
 from llmgw.gateway.transport import Transport
 from llmgw.gateway.usage import UsageMeter
+from llmgw.gateway import shared_limits
 from llmgw.gateway.windows import LocalWindows, Windows
 from llmgw.guard.enforcement import Guard
 from llmgw.guard.judge_client import JudgeClient
@@ -87,6 +88,8 @@ class DataPlane:
         await self.meter.flush()
         await self.client.close()
         await self.judge_client.close()
+        if self.limiter.shared is not None:
+            await self.limiter.shared.close()
 
 
 def build(store: Store, settings: ServerSettings, clock: Clock, activity_id: str,
@@ -124,7 +127,9 @@ def build(store: Store, settings: ServerSettings, clock: Clock, activity_id: str
     meter = UsageMeter(store, clock.now)
     limiter = Limiter(store, clock.now, lambda: refresher.current.default_limits,
                       lambda: refresher.current.keys, flight=flight,
-                      windows=windows or LocalWindows())
+                      windows=windows or LocalWindows(), shared=shared_limits.connect(s.limits))
+    if limiter.shared is not None:
+        metrics.add_collector(shared_limits.DegradedMetric(limiter.shared))
     # Routes' cooldowns live in this process: each worker skips a failing target on its own.
     router = Router(clock)
     metrics.add_collector(RouteMetrics(router, lambda: refresher.current.route_specs, clock))

@@ -1,0 +1,188 @@
+"""Limits in the shared store, on a real redis-server: exact across servers in bursts, for a
+key, a family and a team's budget; leases of a crashed process expire; a stopped or paused
+Redis falls back to local counts (or refuses, closed) within its deadline, and the counts are
+right after it comes back."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+from datetime import timedelta
+
+import pytest
+
+from llmgw.core.clock import FakeClock
+from llmgw.core.errors import LimitsUnavailable, RateLimited
+from llmgw.core.settings import LimitsSettings
+from llmgw.core.types import ApiKey, Limits
+from llmgw.gateway.auth import KeyCache
+from llmgw.gateway.limits import Limiter, Ticket
+from llmgw.gateway.shared_limits import SharedLimits, connect
+from tests.factories import NOW, user_key
+from tests.redis_server import RedisServer
+
+
+def key_with(**limits: int) -> ApiKey:
+    _, record = user_key()
+    return record.model_copy(update={"limits": Limits(**limits)})
+
+
+def minted(minter: ApiKey, **limits: int) -> ApiKey:
+    _, record = user_key()
+    return record.model_copy(update={"limits": Limits(**limits), "minted_by": minter.id})
+
+
+def shared(redis_server: RedisServer, **over: object) -> SharedLimits:
+    made = connect(LimitsSettings(redis_url=redis_server.url, **over))  # type: ignore[arg-type]
+    assert made is not None
+    return made
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock(NOW + timedelta(seconds=15))
+
+
+@pytest.fixture
+async def servers(redis_server: RedisServer, clock: FakeClock) -> AsyncIterator[list[Limiter]]:
+    """Four limiters as four processes (two servers of two workers) of one install, each with
+    counts of its own and the one Redis (a deadline a loaded test machine always meets: these
+    tests are about exactness; the deadline has its own)."""
+    made = [Limiter(None, clock.now, shared=shared(redis_server, redis_timeout_ms=2000))
+            for _ in range(4)]
+    yield made
+    for limiter in made:
+        assert limiter.shared is not None
+        await limiter.shared.close()
+
+
+async def burst(limiters: list[Limiter], key: ApiKey, n: int, reserve: int = 0,
+                keys: KeyCache | None = None) -> list[Ticket]:
+    """`n` concurrent admissions spread over `limiters`; the tickets of those admitted."""
+    async def one(i: int) -> Ticket | None:
+        try:
+            return await limiters[i % len(limiters)].admit_shared(key, reserve)
+        except RateLimited:
+            return None
+    return [t for t in await asyncio.gather(*(one(i) for i in range(n))) if t is not None]
+
+
+async def test_a_concurrent_burst_over_four_processes_admits_exactly_the_rpm(
+        servers: list[Limiter]) -> None:
+    key = key_with(rpm=20)
+    assert len(await burst(servers, key, 60)) == 20
+
+
+async def test_concurrency_never_passes_its_limit_and_a_settled_slot_is_free_everywhere(
+        servers: list[Limiter]) -> None:
+    key = key_with(concurrent=3)
+    held = await burst(servers, key, 10)
+    assert len(held) == 3
+    with pytest.raises(RateLimited) as caught:
+        await servers[3].admit_shared(key, 0)
+    assert caught.value.code == "rate_limit_concurrent"
+    held[0].settle(5)
+    for _ in range(100):  # settling runs in the background: one round trip
+        if await burst(servers[3:], key, 1):
+            break
+        await asyncio.sleep(0.01)
+    else:
+        raise AssertionError("the settled slot was never free")
+
+
+async def test_a_family_shares_its_minters_rpm_across_processes(
+        servers: list[Limiter], clock: FakeClock) -> None:
+    minter = key_with(rpm=6)
+    children = [minted(minter) for _ in range(3)]
+    cache = KeyCache(b"", [minter, *children])
+    for limiter in servers:
+        limiter.keys = lambda: cache
+    tickets = await asyncio.gather(*(burst(servers, child, 6) for child in children))
+    assert sum(len(t) for t in tickets) == 6  # not 12, nor 18
+
+
+async def test_a_day_budget_is_overrun_by_at_most_one_reservation(servers: list[Limiter]) -> None:
+    key = key_with(tokens_per_day=1000)
+    spent = 0
+    for _ in range(5):  # rounds of concurrent requests, each using what it reserved
+        tickets = await burst(servers, key, 8, reserve=100)
+        for t in tickets:
+            t.settle(100)
+            spent += 100
+        await asyncio.sleep(0.05)  # the settlements land
+    assert 1000 <= spent <= 1000 + 100
+    with pytest.raises(RateLimited) as caught:
+        await servers[0].admit_shared(key, 100)
+    assert caught.value.code == "budget_exceeded"
+
+
+async def test_a_crashed_processs_holds_expire_with_their_lease(
+        redis_server: RedisServer, clock: FakeClock) -> None:
+    crashed = Limiter(None, clock.now, shared=shared(redis_server, lease_s=0.3))
+    other = Limiter(None, clock.now, shared=shared(redis_server, lease_s=0.3))
+    key = key_with(concurrent=1)
+    try:
+        await crashed.admit_shared(key, 0)  # never settled: its process died
+        with pytest.raises(RateLimited):
+            await other.admit_shared(key, 0)
+        await asyncio.sleep(0.4)
+        (await other.admit_shared(key, 0)).settle(0)
+    finally:
+        for limiter in (crashed, other):
+            assert limiter.shared is not None
+            await limiter.shared.close()
+
+
+async def test_a_paused_redis_falls_back_to_local_counts_within_the_deadline(
+        redis_server: RedisServer, clock: FakeClock) -> None:
+    limiter = Limiter(None, clock.now, shared=shared(redis_server, redis_timeout_ms=50))
+    assert limiter.shared is not None
+    key = key_with(rpm=5)
+    try:
+        for _ in range(3):
+            await limiter.admit_shared(key, 0)
+        redis_server.pause()
+        started = time.monotonic()
+        await limiter.admit_shared(key, 0)  # admitted from this process's counts
+        assert time.monotonic() - started < 0.5
+        assert limiter.shared.degraded
+        await limiter.admit_shared(key, 0)  # the fifth, counted locally without waiting
+        with pytest.raises(RateLimited):  # local counts hold the limit meanwhile
+            await limiter.admit_shared(key, 0)
+    finally:
+        redis_server.resume()
+        await limiter.shared.close()
+
+
+async def test_closed_mode_refuses_with_503_while_redis_is_down(
+        redis_server: RedisServer, clock: FakeClock) -> None:
+    limiter = Limiter(None, clock.now, shared=shared(redis_server, on_redis_error="closed"))
+    assert limiter.shared is not None
+    try:
+        redis_server.kill()
+        with pytest.raises(LimitsUnavailable) as caught:
+            await limiter.admit_shared(key_with(rpm=5), 0)
+        assert caught.value.status == 503 and caught.value.code == "limits_unavailable"
+    finally:
+        await limiter.shared.close()
+
+
+async def test_after_redis_restarts_empty_the_counts_are_seeded_from_what_the_server_knows(
+        redis_server: RedisServer, clock: FakeClock) -> None:
+    limiter = Limiter(None, clock.now, shared=shared(redis_server, redis_timeout_ms=2000))
+    assert limiter.shared is not None
+    key = key_with(rpm=20)
+    try:
+        assert len(await burst([limiter], key, 15)) == 15
+        redis_server.kill()
+        redis_server.start()  # empty: no persistence
+        # The first request finds the old connection gone (and is admitted from this
+        # process's counts), then Redis is left alone for a second.
+        first = len(await burst([limiter], key, 1))
+        await asyncio.sleep(1.1)
+        # Redis' lost count is raised to what this process knows: 20 in all, not 15 + 20.
+        assert first + len(await burst([limiter], key, 20)) == 5
+        assert not limiter.shared.degraded
+    finally:
+        await limiter.shared.close()
