@@ -1,0 +1,167 @@
+"""The issue's own test of shared limits: two servers on PostgreSQL, two workers each, one real
+Redis; requests spread over all four processes. `--rpm 20` admits exactly 20, a family shares
+its minter's limit across processes, and a paused Redis degrades to local admission with no
+5xx, said in /health, and back."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+
+from tests.e2e.cluster import Cluster
+from tests.fakes.provider import FakeProvider
+from tests.pg import fresh_database
+from tests.redis_server import RedisServer
+
+pytestmark = pytest.mark.e2e
+
+
+@dataclass
+class Answer:
+    status: int
+    process: str  # the request id's per-process prefix
+
+
+@dataclass
+class Install:
+    cluster: Cluster
+    urls: list[str]
+
+    async def admin(self, method: str, path: str, body: Any = None) -> Any:
+        server = self.cluster.servers[0]
+        async with aiohttp.ClientSession() as s, s.request(
+                method, server.url + path, json=body,
+                headers={"Authorization": f"Bearer {server.admin_key}"}) as resp:
+            assert resp.status < 300, await resp.text()
+            return await resp.json()
+
+    async def key(self, **made: Any) -> str:
+        answer = await self.admin("POST", "/admin/v1/keys", {"name": f"k{time.monotonic_ns()}", **made})
+        await self.known(str(answer["key"]))
+        return str(answer["key"])
+
+    async def known(self, key: str) -> None:
+        """Once every process knows `key` (each refreshes its keys from the store on its own):
+        `/v1/models`, which no limit counts, answers it on new connections to both servers."""
+        deadline, good = time.monotonic() + 15, 0
+        while good < 12:
+            assert time.monotonic() < deadline, "a new key never reached every process"
+            async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(force_close=True)) as s, \
+                    s.get(self.urls[good % 2] + "/v1/models",
+                          headers={"Authorization": f"Bearer {key}"}) as resp:
+                good = good + 1 if resp.status == 200 else 0
+
+    async def burst(self, key: str, n: int) -> list[Answer]:
+        """`n` requests at once, each on a new connection, spread over both servers."""
+        async def one(i: int) -> Answer:
+            async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(force_close=True)) as s, \
+                    s.post(self.urls[i % 2] + "/v1/chat/completions",
+                           headers={"Authorization": f"Bearer {key}"},
+                           json={"model": "m", "max_tokens": 4,
+                                 "messages": [{"role": "user", "content": "hi"}]}) as resp:
+                await resp.read()
+                return Answer(resp.status, resp.headers.get("X-Request-Id", "").rsplit("-", 1)[0])
+        return list(await asyncio.gather(*(one(i) for i in range(n))))
+
+
+@pytest.fixture
+def redis_for_install(tmp_path: Path) -> Iterator[RedisServer]:
+    (tmp_path / "redis").mkdir()
+    server = RedisServer(tmp_path / "redis")
+    server.start()
+    try:
+        yield server
+    finally:
+        server.resume()
+        server.kill()
+
+
+@pytest.fixture
+async def install(tmp_path: Path, postgres_url: str,
+                  redis_for_install: RedisServer) -> AsyncIterator[Install]:
+    provider = await FakeProvider().start()
+    settings = {"workers": 2, "limits": {"redis_url": redis_for_install.url,
+                                         "redis_timeout_ms": 500}}
+    (tmp_path / "ha").mkdir()
+    try:
+        with Cluster.up(tmp_path / "ha", fresh_database(postgres_url), servers=2,
+                        settings=settings) as cluster:
+            await asyncio.to_thread(cluster.servers[0].ctl, "model", "add", "m", "--base-url",
+                                    provider.url)
+            made = Install(cluster, [s.url for s in cluster.servers])
+            free = await made.key()
+            # Every process has the model and answers: the burst can reach all four.
+            deadline = time.monotonic() + 30
+            seen: set[str] = set()
+            while len(seen) < 4:
+                assert time.monotonic() < deadline, f"only {seen} answered"
+                seen |= {a.process for a in await made.burst(free, 16) if a.status == 200}
+            yield made
+    finally:
+        await provider.close()
+
+
+async def _minute_start() -> None:
+    second = time.time() % 60
+    if second > 45:
+        await asyncio.sleep(61 - second)
+
+
+async def test_rpm_holds_exactly_over_two_servers_of_two_workers(install: Install) -> None:
+    await _minute_start()
+    key = await install.key(limits={"rpm": 20})
+    answers = await install.burst(key, 60)
+    assert {a.status for a in answers} <= {200, 429}
+    assert sum(a.status == 200 for a in answers) == 20  # not 40, nor 80
+    assert len({a.process for a in answers}) >= 3  # the burst reached most of the processes
+
+
+async def test_minted_keys_share_their_minters_rpm_across_processes(install: Install) -> None:
+    await _minute_start()
+    minter = await install.key(limits={"rpm": 6})
+    children = []
+    for i in range(3):
+        async with aiohttp.ClientSession() as s, s.post(
+                install.urls[0] + "/admin/v1/keys", json={"name": f"child-{i}"},
+                headers={"Authorization": f"Bearer {minter}"}) as resp:
+            assert resp.status < 300, await resp.text()
+            children.append(str((await resp.json())["key"]))
+    for child in children:
+        await install.known(child)
+    bursts = await asyncio.gather(*(install.burst(child, 6) for child in children))
+    assert sum(a.status == 200 for b in bursts for a in b) == 6  # not 12
+
+
+async def test_a_paused_redis_degrades_to_local_admission_with_no_5xx_and_back(
+        install: Install, redis_for_install: RedisServer) -> None:
+    key = await install.key()
+    redis_for_install.pause()
+    try:
+        answers = await install.burst(key, 16)
+        assert {a.status for a in answers} == {200}  # local admission: nothing refused
+
+        async def degraded(url: str) -> bool:
+            async with aiohttp.ClientSession() as s, s.get(url + "/health") as resp:
+                return "degraded" in (await resp.json()).get("limits", "")
+        assert any([await degraded(u) for u in install.urls for _ in range(4)])
+    finally:
+        redis_for_install.resume()
+    deadline = time.monotonic() + 10
+    while True:  # the processes try Redis again a second after a failure
+        answers = await install.burst(key, 8)
+        assert {a.status for a in answers} == {200}
+        healths = []
+        for url in install.urls:
+            async with aiohttp.ClientSession() as s, s.get(url + "/health") as resp:
+                healths.append(await resp.json())
+        if all(h == {"status": "ok"} for h in healths):
+            break
+        assert time.monotonic() < deadline, healths
+        await asyncio.sleep(0.5)
