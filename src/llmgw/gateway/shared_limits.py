@@ -22,17 +22,17 @@ import logging
 import os
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import redis.asyncio as aioredis
 import redis.exceptions
-from redis.asyncio.retry import Retry
-from redis.backoff import NoBackoff
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
+from redis.asyncio.retry import Retry
+from redis.backoff import NoBackoff
 
 from llmgw.core.errors import ConfigError
 from llmgw.core.settings import LimitsSettings
@@ -182,6 +182,7 @@ class SharedLimits:
         # When the first failure of the current outage was, for /health and the metric.
         self.degraded_since: float | None = None
         self._tasks: set[asyncio.Task[None]] = set()
+        self._settling: list[tuple[Hold, int]] = []
 
     @property
     def degraded(self) -> bool:
@@ -202,28 +203,40 @@ class SharedLimits:
             args += [_limit(lim.rpm), _limit(lim.tpm), _limit(lim.concurrent),
                      _limit(lim.tokens_per_day), _limit(lim.tokens_per_month),
                      m.minute_seed[0], m.minute_seed[1], _limit(m.day_seed), _limit(m.month_seed)]
-        answer = await self._call(self._admit, keys, args)
+        answer = await self._call(lambda: self._admit(keys=keys, args=args))
         if int(answer[0]) == 0:
             return Hold(lease, tuple(keys), reserve)
         limit = answer[1].decode() if isinstance(answer[1], bytes) else str(answer[1])
         return Refused(int(answer[0]) - 1, limit, int(answer[2]))
 
     def settle(self, hold: Hold, tokens: int) -> None:
-        """Release the hold and count what was used, in the background (owned until done)."""
-        task = asyncio.get_running_loop().create_task(self._settle_now(hold, tokens))
+        """Release the hold and count what was used, in the background: the settlements of one
+        loop turn go to Redis in one pipeline (one round trip, however many requests ended),
+        sent at the end of the turn without waiting for the previous turn's."""
+        self._settling.append((hold, tokens))
+        if len(self._settling) == 1:
+            asyncio.get_running_loop().call_soon(self._send_settlements)
+
+    def _send_settlements(self) -> None:
+        batch, self._settling = self._settling, []
+        task = asyncio.get_running_loop().create_task(self._settle_batch(batch))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    async def _settle_now(self, hold: Hold, tokens: int) -> None:
+    async def _settle_batch(self, batch: list[tuple[Hold, int]]) -> None:
+        pipe = self._client.pipeline(transaction=False)
+        for hold, tokens in batch:
+            await self._settle(keys=list(hold.keys), args=[tokens, hold.reserved, hold.lease],
+                               client=pipe)
         try:
-            await self._call(self._settle, list(hold.keys), [tokens, hold.reserved, hold.lease])
+            await self._call(pipe.execute)
         except SharedDown:
-            pass  # the lease expires on its own; the spend is in the usage rows and reseeds
+            pass  # the leases expire on their own; the spend is in the usage rows
 
-    async def _call(self, script: Any, keys: list[str], args: list[Any]) -> Any:
+    async def _call(self, run: Callable[[], Awaitable[Any]]) -> Any:
         try:
             async with asyncio.timeout(self._timeout_s):
-                answer = await script(keys=keys, args=args)
+                answer = await run()
         except (TimeoutError, redis.exceptions.RedisError, OSError) as exc:
             self._retry_at = self._monotonic() + RETRY_AFTER_FAILURE_S
             if self.degraded_since is None:

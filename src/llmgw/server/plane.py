@@ -12,6 +12,7 @@ from typing import Any
 from llmgw.core.clock import Clock
 from llmgw.core.settings import ServerSettings, TelemetrySettings
 from llmgw.core.tracing import NOOP_TRACER, Tracer
+from llmgw.gateway import shared_limits
 from llmgw.gateway.activity import ActivityTracker
 from llmgw.gateway.inflight import InFlight, JudgeSlots, LocalInFlight, SharedInFlight
 from llmgw.gateway.limits import Limiter
@@ -24,7 +25,6 @@ from llmgw.gateway.service import Gateway
 from llmgw.gateway.snapshot import Refresher
 from llmgw.gateway.transport import Transport
 from llmgw.gateway.usage import UsageMeter
-from llmgw.gateway import shared_limits
 from llmgw.gateway.windows import LocalWindows, Windows
 from llmgw.guard.enforcement import Guard
 from llmgw.guard.judge_client import JudgeClient
