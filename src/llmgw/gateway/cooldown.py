@@ -1,9 +1,11 @@
 """Per-target cooldowns: a target that failed N times within a window is skipped for a while.
 
 The rule is a pure function of a target's recent failures and the time (`after_failure`); the
-`Cooldowns` holder keeps each (route, target)'s state for this server, in memory. Each server
-judges its targets by the failures it saw itself: a cooldown is not shared through the store
-(it would put a database write on the failing request's path and a read on every request's).
+`Cooldowns` holder keeps each (route, target)'s state for this process, in memory. Without a
+shared Redis each process judges its targets by the failures it saw itself: a cooldown is not
+shared through the store (it would put a database write on the failing request's path and a
+read on every request's). With one, cooldowns started anywhere arrive here too (`cool`, from
+`gateway.shared_cooldowns`).
 """
 
 from __future__ import annotations
@@ -70,6 +72,17 @@ class Cooldowns:
         after = after_failure(before, rule, now)
         self._health[(route, target)] = after
         return after.until != before.until
+
+    def cool(self, route: str, target: str, until: float) -> bool:
+        """A cooldown another process started, until `until` on this process's clock; True when
+        it changed anything (a later end than this process knew)."""
+        before = self._health.get((route, target))
+        if before is not None and before.until >= until:
+            return False
+        if before is None:
+            self._held[route] = self._held.get(route, 0) + 1
+        self._health[(route, target)] = TargetHealth((), until)
+        return True
 
     def succeeded(self, route: str, target: str, now: float) -> None:
         """A target answered: its count starts afresh (and its state goes once nothing is left)."""

@@ -19,6 +19,7 @@ from llmgw.core.errors import ModelNotFound, NoReadyReplica
 from llmgw.core.routes import FailOn, RouteSpec, Strategy
 from llmgw.gateway.cooldown import Cooldowns
 from llmgw.gateway.routing import Route, RoutingTable
+from llmgw.gateway.shared_cooldowns import CooldownBus
 from llmgw.gateway.strategies import TargetState, order
 
 
@@ -40,6 +41,8 @@ class Router:
     # How a retry waits for its backoff (tests wait on nothing).
     sleep: Callable[[float], Awaitable[None]] = asyncio.sleep
     cooldowns: Cooldowns = field(default_factory=Cooldowns)
+    # Shares the cooldowns this process starts with every process of the install (Redis).
+    bus: CooldownBus | None = None
     # Counters read by /metrics: (route, from target, to target, reason), (route, target,
     # reason) and (route, target).
     fallbacks: dict[tuple[str, str, str, str], int] = field(default_factory=lambda: defaultdict(int))
@@ -117,6 +120,13 @@ class Router:
         rule = spec.fallback.cooldown
         if self.cooldowns.failed(spec.name, target, rule, self.clock.monotonic()):
             self.cooldowns_started[(spec.name, target)] += 1
+            if self.bus is not None:
+                self.bus.publish(spec.name, target, rule.cooldown_s)
+
+    def cooled_elsewhere(self, route: str, target: str, left_s: float) -> None:
+        """A cooldown another process started: skipped here too from the next request on."""
+        if self.cooldowns.cool(route, target, self.clock.monotonic() + left_s):
+            self._steady.pop(route, None)
 
     def succeeded(self, spec: RouteSpec, target: str) -> None:
         if not self.cooldowns.quiet(spec.name):

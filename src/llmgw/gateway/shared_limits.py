@@ -171,6 +171,7 @@ class SharedLimits:
 
     def __init__(self, client: aioredis.Redis, timeout_s: float, lease_s: float, closed: bool,
                  monotonic: Callable[[], float] = time.monotonic) -> None:
+        self.client = client  # the install's Redis, for what else it shares (cooldowns)
         self._client = client
         self._admit = client.register_script(ADMIT)
         self._settle = client.register_script(SETTLE)
@@ -183,6 +184,10 @@ class SharedLimits:
         self.degraded_since: float | None = None
         self._tasks: set[asyncio.Task[None]] = set()
         self._settling: list[tuple[Hold, int]] = []
+
+    @property
+    def timeout_s(self) -> float:
+        return self._timeout_s
 
     @property
     def degraded(self) -> bool:

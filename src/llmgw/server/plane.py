@@ -22,6 +22,7 @@ from llmgw.gateway.route_metrics import RouteMetrics
 from llmgw.gateway.routes import Router
 from llmgw.gateway.routing import RoutingTable
 from llmgw.gateway.service import Gateway
+from llmgw.gateway.shared_cooldowns import CooldownBus
 from llmgw.gateway.snapshot import Refresher
 from llmgw.gateway.transport import Transport
 from llmgw.gateway.usage import UsageMeter
@@ -81,6 +82,8 @@ class DataPlane:
         spawn(self.verdict_log.run(VERDICT_FLUSH_S), "verdict-log")
         spawn(self.limiter.run(ACCOUNTING_S, self.meter.flush), "limits-and-usage")
         spawn(self.demand.run(ACCOUNTING_S, self.tracker.snapshot), "demand")
+        if self.router.bus is not None:
+            spawn(self.router.bus.run(self.router.cooled_elsewhere), "cooldown-bus")
 
     async def stop(self) -> None:
         """After the loops are cancelled: write the usage left (a clean stop loses none), close
@@ -88,6 +91,8 @@ class DataPlane:
         await self.meter.flush()
         await self.client.close()
         await self.judge_client.close()
+        if self.router.bus is not None:
+            await self.router.bus.close()
         if self.limiter.shared is not None:
             await self.limiter.shared.close()
 
@@ -131,7 +136,9 @@ def build(store: Store, settings: ServerSettings, clock: Clock, activity_id: str
     if limiter.shared is not None:
         metrics.add_collector(shared_limits.DegradedMetric(limiter.shared))
     # Routes' cooldowns live in this process: each worker skips a failing target on its own.
-    router = Router(clock)
+    # With a shared Redis the cooldowns a process starts reach every process of the install.
+    bus = CooldownBus(limiter.shared.client, limiter.shared.timeout_s) if limiter.shared else None
+    router = Router(clock, bus=bus)
     metrics.add_collector(RouteMetrics(router, lambda: refresher.current.route_specs, clock))
     gateway = Gateway(refresher, client, clock, guard, limiter, meter, metrics, queue=queue,
                       router=router, tracer=tracer)
