@@ -41,3 +41,13 @@ def test_key_list_shows_every_column_when_there_is_room(offline_ctl: OfflineCtl)
     assert cells[1:4] == ["demo-judge-eval", "sk-llmgw-Qr5t…9aZ1", "user"]
     assert cells[5:8] == ["gemma3-270m, demo-judge", "rpm 30, tpm 10000", "2026-12-03 07:18"]
     assert cells[-1] == "the guard's evaluation set" and "not shown" not in out
+
+
+def test_key_show_says_what_the_key_uses_now_and_where_that_was_counted(offline_ctl: OfflineCtl) -> None:
+    shown = dict(KEYS["data"][1], live={"source": "redis", "requests_this_minute": 12,
+                                        "tokens_this_minute": 3400, "in_flight": 2,
+                                        "tokens_today": 51000, "tokens_this_month": 900000})
+    out = offline_ctl({"/admin/v1/keys/key-77aa0c1b2d": shown}, "key", "show", "key-77aa0c1b2d",
+                      columns=200)
+    assert ("now (redis): 12 requests and 3,400 tokens this minute, 2 in flight; 51,000 tokens "
+            "today, 900,000 this month") in out

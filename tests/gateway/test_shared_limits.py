@@ -186,3 +186,27 @@ async def test_after_redis_restarts_empty_the_counts_are_seeded_from_what_the_se
         assert not limiter.shared.degraded
     finally:
         await limiter.shared.close()
+
+
+async def test_live_counts_come_from_redis_for_the_whole_install(servers: list[Limiter]) -> None:
+    key = key_with(rpm=100, tokens_per_day=10_000)
+    held = [await servers[i].admit_shared(key, 10) for i in range(3)]
+    held[0].settle(4)
+    for _ in range(100):  # the settlement lands
+        live = await servers[3].live(key.id)  # a process that admitted none of them
+        if live.in_flight == 2:
+            break
+        await asyncio.sleep(0.01)
+    assert (live.source, live.requests_this_minute, live.in_flight) == ("redis", 3, 2)
+    assert live.tokens_this_minute == 24 and live.tokens_today == 4
+
+
+async def test_live_counts_without_redis_are_this_servers(clock: FakeClock) -> None:
+    limiter = Limiter(None, clock.now)
+    key = key_with(rpm=100, tokens_per_day=10_000)
+    first = limiter.admit(key, 10)
+    limiter.admit(key, 10)
+    first.settle(4)
+    live = await limiter.live(key.id)
+    assert (live.source, live.requests_this_minute, live.tokens_this_minute, live.in_flight,
+            live.tokens_today) == ("this server", 2, 14, 1, 4)

@@ -9,10 +9,19 @@ from dataclasses import asdict
 from datetime import date, datetime
 from typing import Any
 
-from llmgw.api.appkeys import KEYS
+from llmgw.api.appkeys import GATEWAY, KEYS
 from llmgw.api.endpoints import Access, Call, Endpoint
 from llmgw.core.errors import InvalidRequest
-from llmgw.core.protocol import DataList, KeyCreated, KeyOut, KeyRequest, KeyRevoked, UsageQuery, UsageRowOut
+from llmgw.core.protocol import (
+    DataList,
+    KeyCreated,
+    KeyOut,
+    KeyRequest,
+    KeyRevoked,
+    LiveCounts,
+    UsageQuery,
+    UsageRowOut,
+)
 from llmgw.core.types import Limits, as_utc
 
 TAG = "keys"
@@ -29,7 +38,16 @@ async def list_keys(call: Call[None, None]) -> DataList[KeyOut]:
 
 
 async def get_key(call: Call[None, None]) -> KeyOut:
-    return KeyOut.of(await call.app[KEYS].find(call.params["id"], call.key))
+    key = KeyOut.of(await call.app[KEYS].find(call.params["id"], call.key))
+    return key.model_copy(update={"live": await live_counts(call, key.id)})
+
+
+async def live_counts(call: Call[Any, Any], limiter_id: str) -> LiveCounts | None:
+    """What `limiter_id` (a key, or a team's) uses of its limits now, as admission counts it."""
+    limiter = call.app[GATEWAY].limiter
+    if limiter is None:
+        return None
+    return LiveCounts(**asdict(await limiter.live(limiter_id)))
 
 
 async def revoke_key(call: Call[None, None]) -> KeyRevoked:

@@ -8,6 +8,7 @@ from typing import Any
 from llmgw.api.admin import by
 from llmgw.api.appkeys import TEAMS
 from llmgw.api.endpoints import Call, Endpoint
+from llmgw.api.keys import live_counts
 from llmgw.core.protocol import DataList, Removed, TeamOut, TeamRequest
 
 TAG = "teams"
@@ -35,7 +36,8 @@ async def replace_team(call: Call[TeamRequest, None]) -> TeamOut:
 
 
 async def get_team(call: Call[None, None]) -> TeamOut:
-    return await call.app[TEAMS].get(call.params["name"])
+    team = await call.app[TEAMS].get(call.params["name"])
+    return team.model_copy(update={"live": await live_counts(call, team.limiter_id)})
 
 
 async def remove_team(call: Call[None, None]) -> Removed:

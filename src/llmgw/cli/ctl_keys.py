@@ -97,7 +97,11 @@ def key_list(ctx: typer.Context) -> None:
 def key_show(ctx: typer.Context, key: KeyRef) -> None:
     """One key."""
     ctl = CtlContext.of(ctx)
-    ctl.show_as(KeyOut, ctl.call("GET", f"/admin/v1/keys/{quote(key)}"), lambda k: _keys_table([k]))
+    def shown(k: KeyOut) -> None:
+        _keys_table([k])
+        render.live(k.live)
+
+    ctl.show_as(KeyOut, ctl.call("GET", f"/admin/v1/keys/{quote(key)}"), shown)
 
 
 @key_app.command("revoke")

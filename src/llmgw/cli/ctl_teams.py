@@ -70,8 +70,11 @@ def team_list(ctx: typer.Context) -> None:
 def team_show(ctx: typer.Context, name: Name) -> None:
     """One team."""
     ctl = CtlContext.of(ctx)
-    ctl.show_as(TeamOut, ctl.call("GET", f"/admin/v1/teams/{quote(name)}"),
-                lambda t: _teams_table([t]))
+    def shown(t: TeamOut) -> None:
+        _teams_table([t])
+        render.live(t.live)
+
+    ctl.show_as(TeamOut, ctl.call("GET", f"/admin/v1/teams/{quote(name)}"), shown)
 
 
 @team_app.command("remove")

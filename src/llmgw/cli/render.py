@@ -15,6 +15,8 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from llmgw.core.protocol import LiveCounts
+
 console = Console()
 err_console = Console(stderr=True)
 
@@ -145,3 +147,13 @@ def file_name(path: str) -> str:
 
 def error(message: str) -> None:
     err_console.print(f"[bold red]error:[/] {message}", highlight=False)
+
+
+def live(counts: LiveCounts | None) -> None:
+    """One line of what a key or team uses of its limits now, and where that was counted."""
+    if counts is None:
+        return
+    console.print(f"now ({counts.source}): {counts.requests_this_minute} requests and "
+                  f"{counts.tokens_this_minute:,} tokens this minute, {counts.in_flight} in flight; "
+                  f"{counts.tokens_today:,} tokens today, {counts.tokens_this_month:,} this month",
+                  highlight=False, markup=False)

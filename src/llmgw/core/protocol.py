@@ -355,6 +355,18 @@ class VerdictOut(BaseModel):
     retry_after_ms: float | None = None
 
 
+class LiveCounts(BaseModel):
+    """What a key (or team) has used of its limits right now, as admission counts it."""
+
+    source: str = Field(description="redis (exact for the install) or this server (its own "
+                                    "counts now, the other servers' at the last sync)")
+    requests_this_minute: int = 0
+    tokens_this_minute: int = 0
+    in_flight: int = 0
+    tokens_today: int = 0
+    tokens_this_month: int = 0
+
+
 class KeyOut(BaseModel):
     """A key as lists show it: never its hash; `label` is how logs name it."""
 
@@ -375,6 +387,8 @@ class KeyOut(BaseModel):
     team: str | None = None
     team_admin: bool = False
     label: str
+    # Filled in by `show` only (a list would cost a look-up per key).
+    live: LiveCounts | None = None
 
     @classmethod
     def of(cls, key: ApiKey) -> Self:
@@ -447,6 +461,8 @@ class TeamOut(Team):
     keys: int = 0
     tokens_today: int = 0
     tokens_this_month: int = 0
+    # Filled in by `show` only.
+    live: LiveCounts | None = None
 
 
 class ReplicaQuery(BaseModel):

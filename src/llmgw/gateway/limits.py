@@ -76,6 +76,18 @@ class Ticket:
         self.limiter._settle(self, tokens)
 
 
+@dataclass(frozen=True)
+class Live:
+    """A key's use of its limits now (see `Limiter.live`)."""
+
+    source: str
+    requests_this_minute: int
+    tokens_this_minute: int
+    in_flight: int
+    tokens_today: int
+    tokens_this_month: int
+
+
 @dataclass
 class _Counts:
     requests: int = 0
@@ -185,6 +197,23 @@ class Limiter:
         with self.flight.held():
             self._count(chain, minute, reserve_tokens)
         return Ticket(tuple(m.id for m in chain), minute, reserve_tokens, self, hold=outcome)
+
+    async def live(self, key_id: str) -> Live:
+        """What `key_id` (a key, or a team's limiter id) has used now: from the shared store
+        when the install has one and it answers, else as this server counts."""
+        now = self.now()
+        minute = int(now.timestamp()) // 60
+        if self.shared is not None and self.shared.usable():
+            try:
+                got = await self.shared.live(key_id, minute, now.strftime("%Y-%m-%d"),
+                                             now.strftime("%Y-%m"))
+                return Live("redis", *got)
+            except SharedDown:
+                pass
+        requests, tokens = self._minute(key_id, minute)
+        spent = self._unflushed(key_id)
+        return Live("this server", requests, tokens, self.flight.get(key_id)[0],
+                    self._day.get(key_id, 0) + spent, self._month.get(key_id, 0) + spent)
 
     def _unshared(self, shared: SharedLimits, key: ApiKey, reserve_tokens: int) -> Ticket:
         if shared.closed:

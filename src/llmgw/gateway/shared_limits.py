@@ -214,6 +214,24 @@ class SharedLimits:
         limit = answer[1].decode() if isinstance(answer[1], bytes) else str(answer[1])
         return Refused(int(answer[0]) - 1, limit, int(answer[2]))
 
+    async def live(self, member_id: str, minute: int, day: str,
+                   month: str) -> tuple[int, int, int, int, int]:
+        """A member's counts in Redis: requests and tokens this minute, requests in flight
+        (unexpired leases), tokens today and this month."""
+        mk, fz, _, dk, mok = _keys(member_id, minute, day, month)
+
+        async def read() -> Any:
+            seconds, micros = await self._client.time()
+            pipe = self._client.pipeline(transaction=False)
+            pipe.hmget(mk, "r", "t")
+            pipe.zcount(fz, seconds * 1000 + micros // 1000, "+inf")
+            pipe.get(dk)
+            pipe.get(mok)
+            return await pipe.execute()
+
+        (r, t), in_flight, d, mo = await self._call(read)
+        return int(r or 0), int(t or 0), int(in_flight), int(d or 0), int(mo or 0)
+
     def settle(self, hold: Hold, tokens: int) -> None:
         """Release the hold and count what was used, in the background: the settlements of one
         loop turn go to Redis in one pipeline (one round trip, however many requests ended),
