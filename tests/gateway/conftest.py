@@ -3,11 +3,29 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
 
+from llmgw.core.clock import FakeClock
 from llmgw.gateway.inflight import SharedInFlight
+from llmgw.store.store import Store
+from tests.factories import NOW
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Iterator[Store]:
+    """A migrated SQLite store of the test's own."""
+    s = Store.open(f"sqlite:///{tmp_path / 'llmgw.db'}")
+    yield s
+    s.close()
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    """15 s into a minute (and into the day): 45 s are left of the current window."""
+    return FakeClock(NOW + timedelta(seconds=15))
 
 
 @pytest.fixture

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -26,13 +25,6 @@ from llmgw.gateway.auth import KeyCache
 from llmgw.gateway.keys_admin import KeyAdmin, visible
 from llmgw.store.store import Store
 from tests.factories import KEY_SECRET, NOW, admin_key, user_key
-
-
-@pytest.fixture
-def store(tmp_path: Path) -> Iterator[Store]:
-    s = Store.open(f"sqlite:///{tmp_path / 'llmgw.db'}")
-    yield s
-    s.close()
 
 
 @pytest.fixture

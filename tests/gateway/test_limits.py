@@ -3,9 +3,7 @@ default limits, and two servers sharing their counts through one store."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from datetime import UTC, datetime, timedelta
-from pathlib import Path
+from datetime import UTC, datetime
 
 import pytest
 
@@ -16,22 +14,9 @@ from llmgw.gateway.auth import KeyCache
 from llmgw.gateway.limits import Limiter, Ticket, reserve_estimate
 from llmgw.gateway.usage import Tokens, UsageMeter
 from llmgw.store.store import Store
-from tests.factories import NOW, user_key
+from tests.factories import user_key
 
 MODEL = "gemma3-270m"
-
-
-@pytest.fixture
-def store(tmp_path: Path) -> Iterator[Store]:
-    s = Store.open(f"sqlite:///{tmp_path / 'llmgw.db'}")
-    yield s
-    s.close()
-
-
-@pytest.fixture
-def clock() -> FakeClock:
-    # 15 s into a minute (and into the day): 45 s are left of the current window.
-    return FakeClock(NOW + timedelta(seconds=15))
 
 
 def key_with(**limits: int) -> ApiKey:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterator
-from datetime import timedelta
+from contextlib import asynccontextmanager
 
 import pytest
 
@@ -19,7 +19,7 @@ from llmgw.core.types import ApiKey, Limits
 from llmgw.gateway.auth import KeyCache
 from llmgw.gateway.limits import Limiter, Ticket
 from llmgw.gateway.shared_limits import SharedLimits, connect
-from tests.factories import NOW, user_key
+from tests.factories import user_key
 from tests.redis_server import RedisServer
 
 
@@ -37,11 +37,6 @@ def shared(redis_server: RedisServer, **over: object) -> SharedLimits:
     made = connect(LimitsSettings(redis_url=redis_server.url, **over))  # type: ignore[arg-type]
     assert made is not None
     return made
-
-
-@pytest.fixture
-def clock() -> FakeClock:
-    return FakeClock(NOW + timedelta(seconds=15))
 
 
 @pytest.fixture
@@ -117,63 +112,61 @@ async def test_a_day_budget_is_overrun_by_at_most_one_reservation(servers: list[
     assert caught.value.code == "budget_exceeded"
 
 
+@asynccontextmanager
+async def limiter_on(redis_server: RedisServer, clock: FakeClock,
+                     **over: object) -> AsyncIterator[tuple[Limiter, SharedLimits]]:
+    """One process's limiter on the test's Redis, with `[limits]` settings `over`."""
+    made = shared(redis_server, **over)
+    try:
+        yield Limiter(None, clock.now, shared=made), made
+    finally:
+        await made.close()
+
+
 async def test_a_crashed_processs_holds_expire_with_their_lease(
         redis_server: RedisServer, clock: FakeClock) -> None:
-    crashed = Limiter(None, clock.now, shared=shared(redis_server, lease_s=0.3))
-    other = Limiter(None, clock.now, shared=shared(redis_server, lease_s=0.3))
     key = key_with(concurrent=1)
-    try:
+    async with limiter_on(redis_server, clock, lease_s=0.3) as (crashed, _), \
+            limiter_on(redis_server, clock, lease_s=0.3) as (other, _):
         await crashed.admit_shared(key, 0)  # never settled: its process died
         with pytest.raises(RateLimited):
             await other.admit_shared(key, 0)
-        await asyncio.sleep(0.4)
+        await asyncio.sleep(0.4)  # Redis' own clock runs the lease out: nothing to await here
         (await other.admit_shared(key, 0)).settle(0)
-    finally:
-        for limiter in (crashed, other):
-            assert limiter.shared is not None
-            await limiter.shared.close()
 
 
 async def test_a_paused_redis_falls_back_to_local_counts_within_the_deadline(
         redis_server: RedisServer, clock: FakeClock) -> None:
-    limiter = Limiter(None, clock.now, shared=shared(redis_server, redis_timeout_ms=50))
-    assert limiter.shared is not None
     key = key_with(rpm=5)
-    try:
+    async with limiter_on(redis_server, clock, redis_timeout_ms=50) as (limiter, store):
         for _ in range(3):
             await limiter.admit_shared(key, 0)
         redis_server.pause()
-        started = time.monotonic()
-        await limiter.admit_shared(key, 0)  # admitted from this process's counts
-        assert time.monotonic() - started < 0.5
-        assert limiter.shared.degraded
-        await limiter.admit_shared(key, 0)  # the fifth, counted locally without waiting
-        with pytest.raises(RateLimited):  # local counts hold the limit meanwhile
-            await limiter.admit_shared(key, 0)
-    finally:
-        redis_server.resume()
-        await limiter.shared.close()
+        try:
+            started = time.monotonic()
+            await limiter.admit_shared(key, 0)  # admitted from this process's counts
+            assert time.monotonic() - started < 0.5
+            assert store.degraded
+            await limiter.admit_shared(key, 0)  # the fifth, counted locally without waiting
+            with pytest.raises(RateLimited):  # local counts hold the limit meanwhile
+                await limiter.admit_shared(key, 0)
+        finally:
+            redis_server.resume()
 
 
 async def test_closed_mode_refuses_with_503_while_redis_is_down(
         redis_server: RedisServer, clock: FakeClock) -> None:
-    limiter = Limiter(None, clock.now, shared=shared(redis_server, on_redis_error="closed"))
-    assert limiter.shared is not None
-    try:
+    async with limiter_on(redis_server, clock, on_redis_error="closed") as (limiter, _):
         redis_server.kill()
         with pytest.raises(LimitsUnavailable) as caught:
             await limiter.admit_shared(key_with(rpm=5), 0)
         assert caught.value.status == 503 and caught.value.code == "limits_unavailable"
-    finally:
-        await limiter.shared.close()
 
 
 async def test_after_redis_restarts_empty_the_counts_are_seeded_from_what_the_server_knows(
         redis_server: RedisServer, clock: FakeClock) -> None:
-    limiter = Limiter(None, clock.now, shared=shared(redis_server, redis_timeout_ms=2000))
-    assert limiter.shared is not None
     key = key_with(rpm=20)
-    try:
+    async with limiter_on(redis_server, clock, redis_timeout_ms=2000) as (limiter, store):
         assert len(await burst([limiter], key, 15)) == 15
         redis_server.kill()
         redis_server.start()  # empty: no persistence
@@ -183,9 +176,7 @@ async def test_after_redis_restarts_empty_the_counts_are_seeded_from_what_the_se
         await asyncio.sleep(1.1)
         # Redis' lost count is raised to what this process knows: 20 in all, not 15 + 20.
         assert first + len(await burst([limiter], key, 20)) == 5
-        assert not limiter.shared.degraded
-    finally:
-        await limiter.shared.close()
+        assert not store.degraded
 
 
 async def test_live_counts_come_from_redis_for_the_whole_install(servers: list[Limiter]) -> None:

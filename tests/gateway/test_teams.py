@@ -4,7 +4,6 @@ servers sharing one PostgreSQL store."""
 from __future__ import annotations
 
 from collections.abc import Iterator
-from datetime import timedelta
 
 import pytest
 
@@ -26,11 +25,6 @@ def pg_store(postgres_url: str) -> Iterator[Store]:
     s = Store.open(fresh_database(postgres_url))
     yield s
     s.close()
-
-
-@pytest.fixture
-def clock() -> FakeClock:
-    return FakeClock(NOW + timedelta(seconds=15))
 
 
 def member(team: str | None, **limits: int) -> ApiKey:

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -21,13 +19,6 @@ from tests.fakes.provider import ANSWER, USAGE, FakeProvider, GatewayRig
 QUESTION = {"role": "user", "content": "how wide is the sea?"}
 
 MODEL = "gemma3-270m"
-
-
-@pytest.fixture
-def store(tmp_path: Path) -> Iterator[Store]:
-    s = Store.open(f"sqlite:///{tmp_path / 'llmgw.db'}")
-    yield s
-    s.close()
 
 
 # --- what llama-server sends -------------------------------------------------------------------

@@ -4,7 +4,6 @@ before and after syncs with the store, and other servers' counts still arrive th
 from __future__ import annotations
 
 from collections.abc import Iterator
-from datetime import timedelta
 from pathlib import Path
 
 import pytest
@@ -17,19 +16,7 @@ from llmgw.gateway.limits import Limiter
 from llmgw.gateway.usage import Tokens, UsageMeter
 from llmgw.gateway.windows import LocalWindows, SharedWindows
 from llmgw.store.store import Store
-from tests.factories import NOW, user_key
-
-
-@pytest.fixture
-def store(tmp_path: Path) -> Iterator[Store]:
-    s = Store.open(f"sqlite:///{tmp_path / 'llmgw.db'}")
-    yield s
-    s.close()
-
-
-@pytest.fixture
-def clock() -> FakeClock:
-    return FakeClock(NOW + timedelta(seconds=15))
+from tests.factories import user_key
 
 
 class ServerRig:
