@@ -17,7 +17,7 @@ def test_the_mirrors_name_the_same_fields_as_what_they_mirror() -> None:
     assert set(get_args(NodeStatus)) == {s.value for s in NodeState}
     assert list(FitOut.model_fields) == [f.name for f in fields(Fit)]
     assert list(UsageRowOut.model_fields) == [f.name for f in fields(UsageRow)]
-    assert set(KeyOut.model_fields) == set(ApiKey.model_fields) - {"hash"} | {"label"}
+    assert set(KeyOut.model_fields) == set(ApiKey.model_fields) - {"hash"} | {"label", "live"}
 
 
 def test_a_key_on_the_wire_never_carries_its_hash() -> None:

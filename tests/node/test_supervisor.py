@@ -404,3 +404,14 @@ async def test_a_remedy_for_a_crash_at_start_is_tried_at_once_without_counting_a
     assert ReplicaState.FAILED not in reporter.states()
     assert ready.restarts == 0
     assert len(engines.ports) == 2
+
+
+async def test_an_engine_that_serves_between_crashes_is_restarted_and_never_given_up_on(
+    engines: FakeEngines, reporter: RecordingReporter
+) -> None:
+    # Each start becomes ready, then dies: a crash while serving, not a start that fails.
+    launch = engines.launch("crash", "--crash-at", "after", max_failures=2)
+    async with supervising(launch, reporter) as task:
+        await reporter.wait_for(is_failed_with(3), "a third crash")
+        assert not task.done()
+    assert not any((s.last_error or "").startswith("gave up") for s in reporter.statuses)

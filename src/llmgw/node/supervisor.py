@@ -90,7 +90,9 @@ class Supervisor:
         """Start, watch and restart the engine; returns once it gave up on a crash loop (the
         replica reported failed, with why), else only when cancelled."""
         launch, rid = self.launch, self.launch.replica_id
-        failures = 0
+        failures = 0  # in a row, for the backoff
+        failed_starts = 0  # in a row that never became ready, for the cap: a replica that
+        # serves a while between crashes is restarted with backoff, never given up on
         error: str | None = None
         try:
             while True:
@@ -104,9 +106,10 @@ class Supervisor:
                     logger.warning("replica %s: %s; %s", rid, _first_line(error), change)
                     continue
                 failures += 1
+                failed_starts = 0 if ready_at is not None else failed_starts + 1
                 self.restarts += 1
-                if failures >= launch.max_failures:
-                    error = (f"{GAVE_UP} {failures} failed starts in a row (it starts again when "
+                if failed_starts >= launch.max_failures:
+                    error = (f"{GAVE_UP} {failed_starts} failed starts in a row (it starts again when "
                              f"its model or profile changes, or llmgw restarts): {error}")
                     logger.error("replica %s failed: %s", rid, error)
                     await self.report(rid, Status(ReplicaState.FAILED, restarts=self.restarts,
@@ -115,7 +118,7 @@ class Supervisor:
                     return
                 delay = backoff_delay(failures, launch.backoff_base_s, launch.backoff_cap_s)
                 logger.warning("replica %s failed (%d of %d failed starts in a row; next start in "
-                               "%gs): %s", rid, failures, launch.max_failures, delay, error)
+                               "%gs): %s", rid, failed_starts, launch.max_failures, delay, error)
                 await self.report(rid, Status(ReplicaState.FAILED, restarts=self.restarts,
                                               last_error=error))
         finally:
