@@ -108,3 +108,13 @@ async def test_an_admin_sees_its_limits_beside_the_installs_defaults(install: In
     limits = page.split('id="limits"', 1)[1]
     assert "the install's default, 77" in limits.split('data-limit="rpm"', 1)[1].split("</tr>", 1)[0]
     assert "none" in limits.split('data-limit="tpm"', 1)[1].split("</tr>", 1)[0]
+
+
+async def test_the_keys_page_shows_what_each_key_uses_now(install: Install) -> None:
+    await install.browser.signin(install.admin)
+    page = await (await install.browser.get("/ui/keys")).text()
+    # Every live key has its line, as this server counts (the install has no Redis).
+    row = re.search(r'<tr data-key-name="admin".*?</tr>', page, re.DOTALL)
+    assert row is not None
+    assert re.search(r'title="counted by this server">\d+ req, [\d,]+ tok this min · \d+ in flight · '
+                     r'[\d,]+ tok today', row.group(0)), row.group(0)

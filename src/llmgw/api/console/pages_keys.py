@@ -7,12 +7,14 @@ from typing import Any
 
 from aiohttp import web
 
+from llmgw.api.appkeys import GATEWAY
 from llmgw.api.console import data, forms, render
 from llmgw.api.console.access import root, visitor
 from llmgw.api.endpoints import Endpoint
 from llmgw.api.keys import CREATE_KEY, LIST_KEYS, REVOKE_KEY, ROTATE_KEY
 from llmgw.core.errors import NotFound
 from llmgw.core.types import KeyScope
+from llmgw.gateway.limits import Live
 
 HERE = "/ui/keys"
 # The create form's choices, the default first (a user key may mint user keys only).
@@ -23,12 +25,22 @@ async def _call(request: web.Request, ep: Endpoint[Any, Any], **kw: Any) -> Any:
     return await data.call(root(request), visitor(request).key, ep, **kw)
 
 
+# Live counts are looked up for at most this many keys of the page (one look-up each).
+LIVE_MAX = 200
+
+
 async def keys(request: web.Request, created: dict[str, Any] | None = None, action: str = "") -> web.Response:
-    """The list and the create form; `created` is a key just made or rotated, shown this once."""
+    """The list and the create form; `created` is a key just made or rotated, shown this once;
+    each live key's use of its limits now, as admission counts it."""
     listed = (await _call(request, LIST_KEYS))["data"]
     names = {k["id"]: k["name"] for k in listed}
+    limiter = root(request)[GATEWAY].limiter
+    live: dict[str, Live] = {}
+    if limiter is not None:
+        for k in [k for k in listed if not k["revoked"]][:LIVE_MAX]:
+            live[k["id"]] = await limiter.live(k["id"])
     return render.page(request, "keys.html", keys=listed, names=names, created=created, action=action,
-                       scopes=SCOPES if visitor(request).admin else (KeyScope.USER,))
+                       scopes=SCOPES if visitor(request).admin else (KeyScope.USER,), live=live)
 
 
 async def create(request: web.Request) -> web.Response:
