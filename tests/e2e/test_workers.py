@@ -52,9 +52,18 @@ class Served:
             return await resp.json()
 
     async def key(self, **limits: int) -> tuple[str, str]:
-        """A new user key's secret and id."""
+        """A new user key's secret and id, once every worker knows it (each refreshes its keys
+        from the store on its own): `/v1/models`, which no limit counts, answers it twenty
+        times in a row on new connections, which land on either worker."""
         made = await self.admin("POST", "/admin/v1/keys", {"name": f"k{time.monotonic_ns()}",
                                                            "limits": limits})
+        deadline, good = time.monotonic() + 15, 0
+        while good < 20:
+            assert time.monotonic() < deadline, "a new key never reached every worker"
+            async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(force_close=True)) as s, \
+                    s.get(self.url + "/v1/models",
+                          headers={"Authorization": f"Bearer {made['key']}"}) as resp:
+                good = good + 1 if resp.status == 200 else 0
         return made["key"], made["id"]
 
 
