@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 
 import pytest
@@ -33,8 +33,10 @@ def minted(minter: ApiKey, **limits: int) -> ApiKey:
     return record.model_copy(update={"limits": Limits(**limits), "minted_by": minter.id})
 
 
-def shared(redis_server: RedisServer, **over: object) -> SharedLimits:
-    made = connect(LimitsSettings(redis_url=redis_server.url, **over))  # type: ignore[arg-type]
+def shared(redis_server: RedisServer, monotonic: Callable[[], float] = time.monotonic,
+           **over: object) -> SharedLimits:
+    made = connect(LimitsSettings(redis_url=redis_server.url, **over),  # type: ignore[arg-type]
+                   monotonic)
     assert made is not None
     return made
 
@@ -115,8 +117,9 @@ async def test_a_day_budget_is_overrun_by_at_most_one_reservation(servers: list[
 @asynccontextmanager
 async def limiter_on(redis_server: RedisServer, clock: FakeClock,
                      **over: object) -> AsyncIterator[tuple[Limiter, SharedLimits]]:
-    """One process's limiter on the test's Redis, with `[limits]` settings `over`."""
-    made = shared(redis_server, **over)
+    """One process's limiter on the test's Redis, with `[limits]` settings `over`; the pause
+    after a failure runs on `clock`."""
+    made = shared(redis_server, clock.monotonic, **over)
     try:
         yield Limiter(None, clock.now, shared=made), made
     finally:
@@ -173,7 +176,7 @@ async def test_after_redis_restarts_empty_the_counts_are_seeded_from_what_the_se
         # The first request finds the old connection gone (and is admitted from this
         # process's counts), then Redis is left alone for a second.
         first = len(await burst([limiter], key, 1))
-        await asyncio.sleep(1.1)
+        clock.advance(1.1)
         # Redis' lost count is raised to what this process knows: 20 in all, not 15 + 20.
         assert first + len(await burst([limiter], key, 20)) == 5
         assert not store.degraded

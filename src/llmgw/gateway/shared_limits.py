@@ -293,8 +293,10 @@ class DegradedMetric(Collector):
         return [gauge]
 
 
-def connect(settings: LimitsSettings) -> SharedLimits | None:
-    """The shared limits `[limits]` configures, or None without a `redis_url`."""
+def connect(settings: LimitsSettings,
+            monotonic: Callable[[], float] = time.monotonic) -> SharedLimits | None:
+    """The shared limits `[limits]` configures, or None without a `redis_url`; `monotonic`
+    times the pause after a failure."""
     if not settings.redis_url:
         return None
     password = None
@@ -316,4 +318,5 @@ def connect(settings: LimitsSettings) -> SharedLimits | None:
                                      socket_timeout=timeout, socket_connect_timeout=timeout,
                                      health_check_interval=30, retry=Retry(NoBackoff(), 1),
                                      retry_on_error=[redis.exceptions.ConnectionError])
-    return SharedLimits(client, timeout, settings.lease_s, settings.on_redis_error == "closed")
+    return SharedLimits(client, timeout, settings.lease_s, settings.on_redis_error == "closed",
+                        monotonic)
