@@ -13,7 +13,8 @@
 # "json stream"), BENCH_ROUNDS (default 1; each cell's median over the rounds is reported),
 # BENCH_TELEMETRY=1 (llmgw exports a trace of every request over OTLP/HTTP to a local sink),
 # BENCH_TELEMETRY_RATIO (with BENCH_TELEMETRY=1: the share of requests traced, default 1.0),
-# BENCH_KEEP_TMP=1 (keep the temp dir with the logs), BENCH_ROUTE (default 1: also chat
+# BENCH_REDIS=1 (llmgw's limits in a Redis of the run's own), BENCH_KEEP_TMP=1 (keep the temp dir with
+# the logs), BENCH_ROUTE (default 1: also chat
 # completions through a two-target priority route, and the failover measurement of
 # bench/failover.py; 0 leaves both out), BENCH_PIN_C1=1 (runs at concurrency 1 with wrk, the
 # fake upstream and the proxy under test all on one core; see bench/README.md).
@@ -207,6 +208,20 @@ if [[ $TELEMETRY == 1 ]]; then
     sed -i "s|^sample_ratio = .*|sample_ratio = $RATIO|" "$LLMGW_DATA_DIR/config.toml"
     grep -q "^sample_ratio = $RATIO\$" "$LLMGW_DATA_DIR/config.toml" || die "could not set sample_ratio"
     log "telemetry on: traces of $RATIO of the requests to the OTLP sink on :$SINK_PORT"
+fi
+# BENCH_REDIS=1: llmgw counts its limits in a Redis of the run's own (`[limits] redis_url`), so
+# every request's admission is a round trip to it: what shared admission costs the request path.
+REDIS_NOTE=""
+if [[ ${BENCH_REDIS:-0} == 1 ]]; then
+    command -v redis-server >/dev/null || die "BENCH_REDIS=1 needs redis-server (apt-get install redis-server)"
+    REDIS_PORT=$("$PY" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+    redis-server --port "$REDIS_PORT" --bind 127.0.0.1 --save "" --appendonly no --dir "$TMP" >"$TMP/redis.log" 2>&1 &
+    PIDS+=($!)
+    wait_for "redis-server" 10 "$!" bash -c "exec 3<>/dev/tcp/127.0.0.1/$REDIS_PORT"
+    sed -i "s|^redis_url = .*|redis_url = \"redis://127.0.0.1:$REDIS_PORT/0\"|" "$LLMGW_DATA_DIR/config.toml"
+    grep -q "^redis_url = \"redis://" "$LLMGW_DATA_DIR/config.toml" || die "could not set redis_url"
+    REDIS_NOTE="; limits in Redis (BENCH_REDIS=1)"
+    log "limits in Redis on :$REDIS_PORT"
 fi
 "$LLMGW" server run --port "$GW_PORT" --workers 1 --log-level warning --log-format text >"$TMP/llmgw.log" 2>&1 &
 PIDS+=($!)
@@ -512,7 +527,7 @@ echo
 "$PY" bench/report.py "$RESULTS" --out bench/results/latest.md \
     --header "# llmgw bench, $(date -u '+%Y-%m-%d %H:%M UTC')" \
     --header "" \
-    --header "commit $commit; telemetry $([[ $TELEMETRY == 1 ]] && echo "on (sample_ratio $RATIO; $(cat "$TMP/spans" | tr -d '\n') spans exported to a local OTLP sink)" || echo off); ${DURATION}s per run, median of $ROUNDS round(s)$([[ $PIN_C1 == 1 ]] && echo "; concurrency 1 pinned to one core (BENCH_PIN_C1=1)"); $(nproc) cores${cpu:+ ($cpu)}; load average $load before, $(cut -d' ' -f1 /proc/loadavg) after; wrk -t1 -c1 and -t2 -cN; fake upstream: nginx $(nginx -v 2>&1 | sed 's|.*/||')"
+    --header "commit $commit; telemetry $([[ $TELEMETRY == 1 ]] && echo "on (sample_ratio $RATIO; $(cat "$TMP/spans" | tr -d '\n') spans exported to a local OTLP sink)" || echo off); ${DURATION}s per run, median of $ROUNDS round(s)$([[ $PIN_C1 == 1 ]] && echo "; concurrency 1 pinned to one core (BENCH_PIN_C1=1)")$REDIS_NOTE; $(nproc) cores${cpu:+ ($cpu)}; load average $load before, $(cut -d' ' -f1 /proc/loadavg) after; wrk -t1 -c1 and -t2 -cN; fake upstream: nginx $(nginx -v 2>&1 | sed 's|.*/||')"
 
 if [[ $ROUTE == 1 ]]; then
     log "failover: a priority route's first target goes down (bench/failover.py)"
