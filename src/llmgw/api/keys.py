@@ -47,7 +47,7 @@ async def live_counts(call: Call[Any, Any], limiter_id: str) -> LiveCounts | Non
     limiter = call.app[GATEWAY].limiter
     if limiter is None:
         return None
-    return LiveCounts(**asdict(await limiter.live(limiter_id)))
+    return await limiter.live(limiter_id)
 
 
 async def revoke_key(call: Call[None, None]) -> KeyRevoked:

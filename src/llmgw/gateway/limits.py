@@ -42,6 +42,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from llmgw.core.errors import LimitsUnavailable, LlmgwError, RateLimited
+from llmgw.core.protocol import LiveCounts
 from llmgw.core.types import ApiKey, Limits
 from llmgw.gateway.auth import KeyCache, is_team
 from llmgw.gateway.inflight import InFlight, LocalInFlight, entry
@@ -74,18 +75,6 @@ class Ticket:
             return
         self.done = True
         self.limiter._settle(self, tokens)
-
-
-@dataclass(frozen=True)
-class Live:
-    """A key's use of its limits now (see `Limiter.live`)."""
-
-    source: str
-    requests_this_minute: int
-    tokens_this_minute: int
-    in_flight: int
-    tokens_today: int
-    tokens_this_month: int
 
 
 @dataclass
@@ -198,22 +187,25 @@ class Limiter:
             self._count(chain, minute, reserve_tokens)
         return Ticket(tuple(m.id for m in chain), minute, reserve_tokens, self, hold=outcome)
 
-    async def live(self, key_id: str) -> Live:
+    async def live(self, key_id: str) -> LiveCounts:
         """What `key_id` (a key, or a team's limiter id) has used now: from the shared store
         when the install has one and it answers, else as this server counts."""
         now = self.now()
         minute = int(now.timestamp()) // 60
         if self.shared is not None and self.shared.usable():
             try:
-                got = await self.shared.live(key_id, minute, now.strftime("%Y-%m-%d"),
-                                             now.strftime("%Y-%m"))
-                return Live("redis", *got)
+                r, t, in_flight, day, month = await self.shared.live(
+                    key_id, minute, now.strftime("%Y-%m-%d"), now.strftime("%Y-%m"))
+                return LiveCounts(source="redis", requests_this_minute=r, tokens_this_minute=t,
+                                  in_flight=in_flight, tokens_today=day, tokens_this_month=month)
             except SharedDown:
                 pass
         requests, tokens = self._minute(key_id, minute)
         spent = self._unflushed(key_id)
-        return Live("this server", requests, tokens, self.flight.get(key_id)[0],
-                    self._day.get(key_id, 0) + spent, self._month.get(key_id, 0) + spent)
+        return LiveCounts(source="this server", requests_this_minute=requests,
+                          tokens_this_minute=tokens, in_flight=self.flight.get(key_id)[0],
+                          tokens_today=self._day.get(key_id, 0) + spent,
+                          tokens_this_month=self._month.get(key_id, 0) + spent)
 
     def _unshared(self, shared: SharedLimits, key: ApiKey, reserve_tokens: int) -> Ticket:
         if shared.closed:

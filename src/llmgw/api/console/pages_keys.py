@@ -13,8 +13,8 @@ from llmgw.api.console.access import root, visitor
 from llmgw.api.endpoints import Endpoint
 from llmgw.api.keys import CREATE_KEY, LIST_KEYS, REVOKE_KEY, ROTATE_KEY
 from llmgw.core.errors import NotFound
+from llmgw.core.protocol import LiveCounts
 from llmgw.core.types import KeyScope
-from llmgw.gateway.limits import Live
 
 HERE = "/ui/keys"
 # The create form's choices, the default first (a user key may mint user keys only).
@@ -35,7 +35,7 @@ async def keys(request: web.Request, created: dict[str, Any] | None = None, acti
     listed = (await _call(request, LIST_KEYS))["data"]
     names = {k["id"]: k["name"] for k in listed}
     limiter = root(request)[GATEWAY].limiter
-    live: dict[str, Live] = {}
+    live: dict[str, LiveCounts] = {}
     if limiter is not None:
         for k in [k for k in listed if not k["revoked"]][:LIVE_MAX]:
             live[k["id"]] = await limiter.live(k["id"])
