@@ -13,13 +13,15 @@ from pathlib import Path
 from statistics import median
 from typing import NamedTuple
 
-TARGETS = ("direct", "llmgw", "passthrough", "llmgw-2w", "passthrough-2p", "passthrough-raw",
-           "proxy-nginx")
+TARGETS = ("direct", "llmgw", "llmgw-redis", "passthrough", "llmgw-2w", "llmgw-2w-redis",
+           "passthrough-2p", "passthrough-raw", "proxy-nginx")
 # What each target is called in the table: llmgw-2w is `server run --workers 2`, passthrough-2p
 # the pass-through in 2 processes on one port (its floor), passthrough-raw the pass-through on a
 # bare asyncio + httptools server with llmgw's upstream client (what the HTTP server costs),
 # proxy-nginx nginx itself as a reverse proxy (what a proxy's hop costs on the machine now).
 TARGET_LABELS = {"llmgw": "llmgw, 1 worker", "llmgw-2w": "llmgw, 2 workers",
+                 "llmgw-redis": "llmgw, 1 worker, limits in Redis",
+                 "llmgw-2w-redis": "llmgw, 2 workers, limits in Redis",
                  "passthrough-2p": "passthrough, 2 processes",
                  "passthrough-raw": "raw floor (httptools server)",
                  "proxy-nginx": "nginx as a proxy"}
@@ -38,6 +40,9 @@ RPS_SHARE_GOAL = 0.80
 DIALECT_P50_SLACK_MS = 0.1
 DIALECT_RPS_SHARE = 0.90
 ROUTE_P50_SLACK_MS = 0.05
+# What counting limits in Redis may cost beside the in-memory path (BENCH_REDIS=1).
+REDIS_P50_SLACK_MS = 0.15
+REDIS_RPS_SHARE = 0.85
 
 
 class Row(NamedTuple):
@@ -109,6 +114,7 @@ def render(rows: Rows, header: list[str]) -> str:
     out.append("")
     out += verdicts(rows)
     out += route_verdict(rows)
+    out += redis_verdicts(rows)
     dialects = dialect_table(rows)
     if dialects:
         out += ["", *dialects]
@@ -185,6 +191,34 @@ def route_verdict(rows: Rows) -> list[str]:
     return [f"- {'PASS' if ok else 'FAIL'}: a two-target priority route adds at most "
             f"{ROUTE_P50_SLACK_MS:g} ms at p50 to a plain model's chat completions, concurrency "
             f"{low}: " + "; ".join(parts)]
+
+
+def redis_verdicts(rows: Rows) -> list[str]:
+    """The installs with their limits in Redis against the same in memory, same run: p50 at the
+    lowest concurrency at most REDIS_P50_SLACK_MS above, requests/s at the highest at least
+    REDIS_RPS_SHARE of theirs."""
+    low, high = min(k[3] for k in rows), max(k[3] for k in rows)
+    lines = []
+    for shared, local, what in (("llmgw-redis", "llmgw", "1 worker"),
+                                ("llmgw-2w-redis", "llmgw-2w", "2 workers")):
+        p50s, shares, ok = [], [], True
+        for mode in MODES:
+            lo, lo_mem = rows.get(("chat", shared, mode, low)), rows.get(("chat", local, mode, low))
+            hi, hi_mem = rows.get(("chat", shared, mode, high)), rows.get(("chat", local, mode, high))
+            if lo is not None and lo_mem is not None:
+                diff = lo.p50 - lo_mem.p50
+                ok &= round(diff, 3) <= REDIS_P50_SLACK_MS
+                p50s.append(f"{mode} {diff:+.3f} ms ({lo.p50:.3f} vs {lo_mem.p50:.3f})")
+            if hi is not None and hi_mem is not None and hi_mem.rps > 0:
+                share = hi.rps / hi_mem.rps
+                ok &= round(share, 2) >= REDIS_RPS_SHARE
+                shares.append(f"{mode} {share:.0%} ({hi.rps:,.0f} vs {hi_mem.rps:,.0f} rps)")
+        if p50s or shares:
+            lines.append(
+                f"- {'PASS' if ok else 'FAIL'}: limits in Redis, {what}: add at most "
+                f"{REDIS_P50_SLACK_MS:g} ms at p50 (c{low}) and keep >= {REDIS_RPS_SHARE:.0%} of "
+                f"the in-memory requests/s (c{high}): " + "; ".join(p50s + shares))
+    return lines
 
 
 def dialect_table(rows: Rows) -> list[str]:

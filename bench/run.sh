@@ -13,7 +13,8 @@
 # "json stream"), BENCH_ROUNDS (default 1; each cell's median over the rounds is reported),
 # BENCH_TELEMETRY=1 (llmgw exports a trace of every request over OTLP/HTTP to a local sink),
 # BENCH_TELEMETRY_RATIO (with BENCH_TELEMETRY=1: the share of requests traced, default 1.0),
-# BENCH_REDIS=1 (llmgw's limits in a Redis of the run's own), BENCH_KEEP_TMP=1 (keep the temp dir with
+# BENCH_REDIS=1 (also llmgw, 1 and 2 workers, with its limits in a Redis of the run's own, side
+# by side with the in-memory rows), BENCH_KEEP_TMP=1 (keep the temp dir with
 # the logs), BENCH_ROUTE (default 1: also chat
 # completions through a two-target priority route, and the failover measurement of
 # bench/failover.py; 0 leaves both out), BENCH_PIN_C1=1 (runs at concurrency 1 with wrk, the
@@ -94,9 +95,9 @@ wait_for() {
     die "$desc: not ready after $secs s"
 }
 
-read -r NGINX_PORT GW_PORT PT_PORT GW2_PORT PT2_PORT SINK_PORT PTR_PORT NGXP_PORT < <("$PY" -c '
+read -r NGINX_PORT GW_PORT PT_PORT GW2_PORT PT2_PORT SINK_PORT PTR_PORT NGXP_PORT GWR_PORT GW2R_PORT < <("$PY" -c '
 import socket
-socks = [socket.socket() for _ in range(8)]
+socks = [socket.socket() for _ in range(10)]
 for s in socks:
     s.bind(("127.0.0.1", 0))
 print(*(s.getsockname()[1] for s in socks))
@@ -209,20 +210,6 @@ if [[ $TELEMETRY == 1 ]]; then
     grep -q "^sample_ratio = $RATIO\$" "$LLMGW_DATA_DIR/config.toml" || die "could not set sample_ratio"
     log "telemetry on: traces of $RATIO of the requests to the OTLP sink on :$SINK_PORT"
 fi
-# BENCH_REDIS=1: llmgw counts its limits in a Redis of the run's own (`[limits] redis_url`), so
-# every request's admission is a round trip to it: what shared admission costs the request path.
-REDIS_NOTE=""
-if [[ ${BENCH_REDIS:-0} == 1 ]]; then
-    command -v redis-server >/dev/null || die "BENCH_REDIS=1 needs redis-server (apt-get install redis-server)"
-    REDIS_PORT=$("$PY" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
-    redis-server --port "$REDIS_PORT" --bind 127.0.0.1 --save "" --appendonly no --dir "$TMP" >"$TMP/redis.log" 2>&1 &
-    PIDS+=($!)
-    wait_for "redis-server" 10 "$!" bash -c "exec 3<>/dev/tcp/127.0.0.1/$REDIS_PORT"
-    sed -i "s|^redis_url = .*|redis_url = \"redis://127.0.0.1:$REDIS_PORT/0\"|" "$LLMGW_DATA_DIR/config.toml"
-    grep -q "^redis_url = \"redis://" "$LLMGW_DATA_DIR/config.toml" || die "could not set redis_url"
-    REDIS_NOTE="; limits in Redis (BENCH_REDIS=1)"
-    log "limits in Redis on :$REDIS_PORT"
-fi
 "$LLMGW" server run --port "$GW_PORT" --workers 1 --log-level warning --log-format text >"$TMP/llmgw.log" 2>&1 &
 PIDS+=($!)
 GW_PID=$!
@@ -268,6 +255,8 @@ wait_for "llmgw routing the fake models" 15 "$GW_PID" models_listed
 # measurement and share nothing. Each waits idle while the others are measured.
 kill -TERM "$GW_PID" && wait "$GW_PID" || true
 cp -a "$TMP/llmgw" "$TMP/llmgw2"
+REDIS=${BENCH_REDIS:-0}
+[[ $REDIS != 1 ]] || for d in llmgw-r llmgw2-r; do cp -a "$TMP/llmgw" "$TMP/$d"; done
 "$LLMGW" server run --port "$GW_PORT" --workers 1 --log-level warning --log-format text >>"$TMP/llmgw.log" 2>&1 &
 PIDS+=($!)
 GW_PID=$!
@@ -288,6 +277,32 @@ two_workers_answer() { # both processes answer: two request-id prefixes over new
 }
 wait_for "llmgw's second worker" 30 "$GW2_PID" two_workers_answer
 log "llmgw (pid $GW2_PID, 2 workers) on :$GW2_PORT"
+
+# BENCH_REDIS=1: the same two installs again (1 and 2 workers), counting their limits in a Redis
+# of the run's own (`[limits] redis_url`): every request's admission is a round trip to it. Their
+# rows run right after the in-memory ones, so what shared admission costs is read side by side.
+if [[ $REDIS == 1 ]]; then
+    command -v redis-server >/dev/null || die "BENCH_REDIS=1 needs redis-server (apt-get install redis-server)"
+    REDIS_PORT=$("$PY" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+    redis-server --port "$REDIS_PORT" --bind 127.0.0.1 --save "" --appendonly no --dir "$TMP" >"$TMP/redis.log" 2>&1 &
+    PIDS+=($!)
+    wait_for "redis-server" 10 "$!" bash -c "exec 3<>/dev/tcp/127.0.0.1/$REDIS_PORT"
+    for d in llmgw-r llmgw2-r; do
+        sed -i "s|^redis_url = .*|redis_url = \"redis://127.0.0.1:$REDIS_PORT/0\"|" "$TMP/$d/config.toml"
+        grep -q "^redis_url = \"redis://" "$TMP/$d/config.toml" || die "could not set redis_url"
+    done
+    LLMGW_DATA_DIR=$TMP/llmgw-r "$LLMGW" server run --port "$GWR_PORT" --workers 1 --log-level warning \
+        --log-format text >"$TMP/llmgw-r.log" 2>&1 &
+    PIDS+=($!)
+    GWR_PID=$!
+    LLMGW_DATA_DIR=$TMP/llmgw2-r "$LLMGW" server run --port "$GW2R_PORT" --workers 2 --log-level warning \
+        --log-format text >"$TMP/llmgw2-r.log" 2>&1 &
+    PIDS+=($!)
+    GW2R_PID=$!
+    GW_PORT=$GWR_PORT wait_for "llmgw with Redis" 30 "$GWR_PID" models_listed
+    GW2_PORT=$GW2R_PORT wait_for "llmgw with Redis (2 workers)" 30 "$GW2R_PID" two_workers_answer
+    log "llmgw with its limits in Redis on :$REDIS_PORT: pid $GWR_PID (1 worker) on :$GWR_PORT, pid $GW2R_PID (2 workers) on :$GW2R_PORT"
+fi
 
 # The floor.
 "$PY" bench/passthrough.py --port "$PT_PORT" --upstream "http://127.0.0.1:$NGINX_PORT" >"$TMP/passthrough.log" 2>&1 &
@@ -361,14 +376,14 @@ url_for() { # API TARGET MODE
     [[ $3 == stream ]] && prefix=sse
     case $(upstream_api "$1") in chat) path=chat/completions ;; messages) path=messages ;; esac
     local gw=$GW_PORT
-    [[ $2 == llmgw-2w ]] && gw=$GW2_PORT
+    case $2 in llmgw-2w) gw=$GW2_PORT ;; llmgw-redis) gw=$GWR_PORT ;; llmgw-2w-redis) gw=$GW2R_PORT ;; esac
     case $2 in
         direct) echo "http://127.0.0.1:$NGINX_PORT/$prefix/v1/$path" ;;
         passthrough) echo "http://127.0.0.1:$PT_PORT/$prefix/v1/$path" ;;
         passthrough-2p) echo "http://127.0.0.1:$PT2_PORT/$prefix/v1/$path" ;;
         passthrough-raw) echo "http://127.0.0.1:$PTR_PORT/$prefix/v1/$path" ;;
         proxy-nginx) echo "http://127.0.0.1:$NGXP_PORT/$prefix/v1/$path" ;;
-        llmgw | llmgw-2w)
+        llmgw*)
             case $(client_api "$1") in
                 chat) echo "http://127.0.0.1:$gw/v1/chat/completions" ;;
                 messages) echo "http://127.0.0.1:$gw/v1/messages" ;;
@@ -423,11 +438,14 @@ smoke() { # API TARGET MODE
 CELLS="chat:direct"
 [[ " $APIS " == *" messages "* ]] && CELLS+=" messages:direct"
 CELLS+=" chat:llmgw"
+[[ $REDIS == 1 ]] && CELLS+=" chat:llmgw-redis"
 [[ $ROUTE == 1 ]] && CELLS+=" route:llmgw"
 for a in $APIS; do [[ $a == chat ]] || CELLS+=" $a:llmgw"; done
 CELLS+=" chat:passthrough"
 [[ " $APIS " == *" messages "* ]] && CELLS+=" messages:passthrough"
-CELLS+=" chat:llmgw-2w chat:passthrough-2p chat:passthrough-raw chat:proxy-nginx"
+CELLS+=" chat:llmgw-2w"
+[[ $REDIS == 1 ]] && CELLS+=" chat:llmgw-2w-redis"
+CELLS+=" chat:passthrough-2p chat:passthrough-raw chat:proxy-nginx"
 MODES=${BENCH_MODES:-"json stream"}
 ROUNDS=${BENCH_ROUNDS:-1}
 for cell in $CELLS; do for m in $MODES; do smoke "${cell%%:*}" "${cell#*:}" "$m"; done; done
@@ -462,7 +480,7 @@ wrk_run() {
     local threads=2 out line pid="" before=0 cpu=-
     (($4 < 2)) && threads=1
     case $2 in
-        llmgw) pid=$GW_PID ;; llmgw-2w) pid=$GW2_PID ;;
+        llmgw) pid=$GW_PID ;; llmgw-2w) pid=$GW2_PID ;; llmgw-redis) pid=$GWR_PID ;; llmgw-2w-redis) pid=$GW2R_PID ;;
         passthrough) pid=$PT_PID ;; passthrough-2p) pid=$PT2_PID ;; passthrough-raw) pid=$PTR_PID ;;
         proxy-nginx) pid=$NGXP_PID ;;
     esac
@@ -520,6 +538,9 @@ done
 
 kill -0 "$GW_PID" 2>/dev/null || die "llmgw died during the run"
 kill -0 "$GW2_PID" 2>/dev/null || die "llmgw (2 workers) died during the run"
+if [[ $REDIS == 1 ]]; then
+    kill -0 "$GWR_PID" 2>/dev/null && kill -0 "$GW2R_PID" 2>/dev/null || die "llmgw with Redis died during the run"
+fi
 commit=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
 git diff --quiet HEAD -- src 2>/dev/null || commit="$commit (src/ modified)"
 cpu=$(grep -m1 'model name' /proc/cpuinfo 2>/dev/null | cut -d: -f2 | sed 's/^ *//' || true)
@@ -527,7 +548,7 @@ echo
 "$PY" bench/report.py "$RESULTS" --out bench/results/latest.md \
     --header "# llmgw bench, $(date -u '+%Y-%m-%d %H:%M UTC')" \
     --header "" \
-    --header "commit $commit; telemetry $([[ $TELEMETRY == 1 ]] && echo "on (sample_ratio $RATIO; $(cat "$TMP/spans" | tr -d '\n') spans exported to a local OTLP sink)" || echo off); ${DURATION}s per run, median of $ROUNDS round(s)$([[ $PIN_C1 == 1 ]] && echo "; concurrency 1 pinned to one core (BENCH_PIN_C1=1)")$REDIS_NOTE; $(nproc) cores${cpu:+ ($cpu)}; load average $load before, $(cut -d' ' -f1 /proc/loadavg) after; wrk -t1 -c1 and -t2 -cN; fake upstream: nginx $(nginx -v 2>&1 | sed 's|.*/||')"
+    --header "commit $commit; telemetry $([[ $TELEMETRY == 1 ]] && echo "on (sample_ratio $RATIO; $(cat "$TMP/spans" | tr -d '\n') spans exported to a local OTLP sink)" || echo off); ${DURATION}s per run, median of $ROUNDS round(s)$([[ $PIN_C1 == 1 ]] && echo "; concurrency 1 pinned to one core (BENCH_PIN_C1=1)")$([[ $REDIS == 1 ]] && echo "; Redis rows: the same installs with [limits] redis_url, a redis-server of the run's own"); $(nproc) cores${cpu:+ ($cpu)}; load average $load before, $(cut -d' ' -f1 /proc/loadavg) after; wrk -t1 -c1 and -t2 -cN; fake upstream: nginx $(nginx -v 2>&1 | sed 's|.*/||')"
 
 if [[ $ROUTE == 1 ]]; then
     log "failover: a priority route's first target goes down (bench/failover.py)"

@@ -40,6 +40,7 @@ class RedisServer:
     dir: Path
     port: int = field(default_factory=_free_port)
     proc: subprocess.Popen[bytes] | None = None
+    args: tuple[str, ...] = ()  # more redis-server options (`--requirepass`, say)
 
     @property
     def url(self) -> str:
@@ -48,14 +49,15 @@ class RedisServer:
     def start(self) -> None:
         self.proc = subprocess.Popen(
             [binary(), "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
-             "--appendonly", "no", "--dir", str(self.dir)],
+             "--appendonly", "no", "--dir", str(self.dir), *self.args],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline:
             try:
                 with socket.create_connection(("127.0.0.1", self.port), timeout=0.2) as s:
                     s.sendall(b"PING\r\n")
-                    if s.recv(16).startswith(b"+PONG"):
+                    # NOAUTH: up, and asking for the password it was started with.
+                    if s.recv(16).startswith((b"+PONG", b"-NOAUTH")):
                         return
             except OSError:
                 time.sleep(0.02)

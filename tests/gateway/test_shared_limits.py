@@ -138,6 +138,32 @@ async def test_a_crashed_processs_holds_expire_with_their_lease(
         (await other.admit_shared(key, 0)).settle(0)
 
 
+async def test_an_admission_whose_client_left_while_redis_answered_holds_no_slot(
+        redis_server: RedisServer, clock: FakeClock) -> None:
+    key = key_with(concurrent=1)
+    async with limiter_on(redis_server, clock) as (limiter, _):
+        asking = asyncio.ensure_future(limiter.admit_shared(key, 0))
+        await asyncio.sleep(0)  # sent to Redis, which admits it
+        asking.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await asking
+        # Its slot was given back as soon as Redis' answer came: the next one gets it.
+        (await limiter.admit_shared(key, 0)).settle(0)
+
+
+async def test_a_burst_admitted_in_one_call_is_judged_request_by_request(
+        redis_server: RedisServer, clock: FakeClock) -> None:
+    async with limiter_on(redis_server, clock) as (limiter, _):
+        first = await limiter.admit_shared(key_with(), 0)  # connected; the next ones batch up
+        key = key_with(concurrent=2)
+        answers = await asyncio.gather(*(limiter.admit_shared(key, 0) for _ in range(5)),
+                                       return_exceptions=True)
+        assert sum(isinstance(a, Ticket) for a in answers) == 2
+        refused = [a for a in answers if isinstance(a, RateLimited)]
+        assert len(refused) == 3 and "2 requests in flight" in str(refused[0])
+        first.settle(0)
+
+
 async def test_a_paused_redis_falls_back_to_local_counts_within_the_deadline(
         redis_server: RedisServer, clock: FakeClock) -> None:
     key = key_with(rpm=5)

@@ -118,6 +118,16 @@ class LimitsUnavailable(Retryable):
     retry_after_s = 1
 
 
+class SharedStoreDown(Retryable):
+    """The install's Redis did not answer within its deadline, or refused: what relies on it
+    (limits, judge slots) falls back to this server's own counts, or refuses (`LimitsUnavailable`)."""
+
+    status = 503
+    type = "server_error"
+    code = "shared_store_down"
+    retry_after_s = 1
+
+
 class EngineFailing(NoReadyReplica):
     """Every replica of the model has failed to start and none is ready: a request is refused
     at once, with the reason, rather than queued for a replica that keeps crashing."""

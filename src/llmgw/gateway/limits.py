@@ -41,12 +41,12 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from llmgw.core.errors import LimitsUnavailable, LlmgwError, RateLimited
+from llmgw.core.errors import LimitsUnavailable, LlmgwError, RateLimited, SharedStoreDown
 from llmgw.core.protocol import LiveCounts
 from llmgw.core.types import ApiKey, Limits
 from llmgw.gateway.auth import KeyCache, is_team
 from llmgw.gateway.inflight import InFlight, LocalInFlight, entry
-from llmgw.gateway.shared_limits import Hold, Member, Refused, SharedDown, SharedLimits
+from llmgw.gateway.shared_limits import Hold, Member, Refused, SharedLimits
 from llmgw.gateway.windows import LocalWindows, Windows
 from llmgw.store.store import Store
 
@@ -176,9 +176,8 @@ class Limiter:
                 day, month = self._day.get(m.id, 0) + spent, self._month.get(m.id, 0) + spent
             members.append(Member(m.id, lim, self._minute(m.id, minute), day, month))
         try:
-            outcome = await shared.admit(members, minute, now.strftime("%Y-%m-%d"),
-                                         now.strftime("%Y-%m"), reserve_tokens)
-        except SharedDown:
+            outcome = await shared.admit(members, minute, reserve_tokens)
+        except SharedStoreDown:
             return self._unshared(shared, key, reserve_tokens)
         if isinstance(outcome, Refused):
             member = chain[outcome.index]
@@ -194,11 +193,10 @@ class Limiter:
         minute = int(now.timestamp()) // 60
         if self.shared is not None and self.shared.usable():
             try:
-                r, t, in_flight, day, month = await self.shared.live(
-                    key_id, minute, now.strftime("%Y-%m-%d"), now.strftime("%Y-%m"))
+                r, t, in_flight, day, month = await self.shared.live(key_id, minute)
                 return LiveCounts(source="redis", requests_this_minute=r, tokens_this_minute=t,
                                   in_flight=in_flight, tokens_today=day, tokens_this_month=month)
-            except SharedDown:
+            except SharedStoreDown:
                 pass
         requests, tokens = self._minute(key_id, minute)
         spent = self._unflushed(key_id)

@@ -18,15 +18,19 @@ restart costs at most the other servers' counts of the last sync interval. Every
 from __future__ import annotations
 
 import asyncio
+import functools
+import itertools
 import logging
 import os
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import hiredis
 import redis.asyncio as aioredis
 import redis.exceptions
 from prometheus_client.core import GaugeMetricFamily, Metric
@@ -34,9 +38,10 @@ from prometheus_client.registry import Collector
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 
-from llmgw.core.errors import ConfigError
+from llmgw.core.errors import ConfigError, SharedStoreDown
 from llmgw.core.settings import LimitsSettings
 from llmgw.core.types import Limits
+from llmgw.store.redis_pipe import Endpoint, RedisPipe, Reply, Script
 
 logger = logging.getLogger(__name__)
 
@@ -46,85 +51,112 @@ PREFIX = "llmgw:lim:"
 RETRY_AFTER_FAILURE_S = 1.0
 _NONE = -1  # no such limit, or no seed
 
-# KEYS: five per member (minute window hash, lease expiries zset, lease reservations hash, day
-# spend, month spend). ARGV: reserve, lease id, lease ms, then nine per member: rpm, tpm,
-# concurrent, tokens per day, tokens per month, and the floors of the minute window (requests,
-# tokens), the day's spend and the month's. Returns {0} when admitted, else {member (1-based), limit, used}.
+# One call admits a batch of requests, each all or nothing, in order. KEYS: five per member of
+# each request: its minute window (a hash: requests 'r', tokens 't'), its leases (a sorted set
+# of "lease id:tokens reserved" by expiry), the sum of what those leases reserve, its day's spend
+# and its month's. ARGV: lease ms, then per request: its number of members, tokens to reserve,
+# lease id, and nine per member: rpm, tpm, concurrent, tokens per day, tokens per month, and the
+# floors of the minute window (requests, tokens), the day's spend and the month's (-1: none).
+# Returns three values per request: 0, '', 0 when admitted, else the member (1-based) whose limit
+# it did not fit, the limit and what that member had used.
+# Every Redis call costs about a microsecond here, on every request: the script makes few.
 ADMIT = """
-local reserve, lease, ttl = tonumber(ARGV[1]), ARGV[2], tonumber(ARGV[3])
+local ttl = tonumber(ARGV[1])
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local n = #KEYS / 5
-for i = 1, n do
-  local k, a = (i - 1) * 5, 3 + (i - 1) * 9
-  local mk, fz, fr, dk, mok = KEYS[k + 1], KEYS[k + 2], KEYS[k + 3], KEYS[k + 4], KEYS[k + 5]
-  local rpm, tpm, conc = tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3])
-  local tpd, tpmo = tonumber(ARGV[a + 4]), tonumber(ARGV[a + 5])
-  local gone = redis.call('ZRANGEBYSCORE', fz, '-inf', now)
-  if #gone > 0 then
-    redis.call('ZREMRANGEBYSCORE', fz, '-inf', now)
-    redis.call('HDEL', fr, unpack(gone))
-  end
-  -- What the calling server knows is a floor of the truth: a count Redis lost (restarted
-  -- empty) or missed (requests admitted while it did not answer) is raised to it.
-  local r = tonumber(redis.call('HGET', mk, 'r') or '0')
-  local used = tonumber(redis.call('HGET', mk, 't') or '0')
-  local seed_r, seed_t = tonumber(ARGV[a + 6]), tonumber(ARGV[a + 7])
-  if seed_r > r then r = seed_r; redis.call('HSET', mk, 'r', r) end
-  if seed_t > used then used = seed_t; redis.call('HSET', mk, 't', used) end
-  if rpm >= 0 and r + 1 > rpm then return {i, 'rpm', r} end
-  if tpm >= 0 and used + reserve > tpm and used > 0 then return {i, 'tpm', used} end
-  local inflight = redis.call('ZCARD', fz)
-  if conc >= 0 and inflight + 1 > conc then return {i, 'concurrent', inflight} end
-  if tpd >= 0 or tpmo >= 0 then
-    local held = reserve
-    for _, v in ipairs(redis.call('HVALS', fr)) do held = held + tonumber(v) end
-    local budgets = {{tpd, dk, ARGV[a + 8], 172800, 'day'}, {tpmo, mok, ARGV[a + 9], 3456000, 'month'}}
-    for _, b in ipairs(budgets) do
-      if b[1] >= 0 then
-        local spent = tonumber(redis.call('GET', b[2]) or '-1')
-        if tonumber(b[3]) > spent then
-          spent = tonumber(b[3])
-          redis.call('SET', b[2], spent, 'EX', b[4])
+local out, k, a = {}, 0, 1
+while a < #ARGV do
+  local n, reserve, lease = tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2]), ARGV[a + 3]
+  a = a + 3
+  local refused, counts = nil, {}
+  for i = 1, n do
+    local kk, aa = k + (i - 1) * 5, a + (i - 1) * 9
+    local mk, fz, fs = KEYS[kk + 1], KEYS[kk + 2], KEYS[kk + 3]
+    -- Leases past their expiry are of processes that died holding them: let go.
+    local gone = redis.call('ZRANGEBYSCORE', fz, '-inf', now)
+    if #gone > 0 then
+      redis.call('ZREMRANGEBYSCORE', fz, '-inf', now)
+      local freed = 0
+      for _, m in ipairs(gone) do freed = freed + tonumber(string.match(m, ':(%d+)$')) end
+      redis.call('DECRBY', fs, freed)
+    end
+    -- What the calling server knows is a floor of the truth: a count Redis lost (restarted
+    -- empty) or missed (requests admitted while it did not answer) is raised to it.
+    local got = redis.call('HMGET', mk, 'r', 't')
+    local r = math.max(tonumber(got[1] or '0'), tonumber(ARGV[aa + 6]))
+    local used = math.max(tonumber(got[2] or '0'), tonumber(ARGV[aa + 7]))
+    counts[i] = {r, used, got[1] == false}
+    local rpm, tpm, conc = tonumber(ARGV[aa + 1]), tonumber(ARGV[aa + 2]), tonumber(ARGV[aa + 3])
+    local inflight = redis.call('ZCARD', fz)
+    if rpm >= 0 and r + 1 > rpm then refused = {i, 'rpm', r}
+    elseif tpm >= 0 and used + reserve > tpm and used > 0 then refused = {i, 'tpm', used}
+    elseif conc >= 0 and inflight + 1 > conc then refused = {i, 'concurrent', inflight}
+    else
+      local held = nil
+      for b = 0, 1 do
+        local limit, seed = tonumber(ARGV[aa + 4 + b]), tonumber(ARGV[aa + 8 + b])
+        if limit >= 0 and not refused then
+          local bk = KEYS[kk + 4 + b]
+          local spent = tonumber(redis.call('GET', bk) or '-1')
+          if seed > spent then
+            spent = seed
+            redis.call('SET', bk, spent, 'EX', b == 0 and 172800 or 3456000)
+          end
+          held = held or reserve + tonumber(redis.call('GET', fs) or '0')
+          if spent >= limit or (spent + held > limit and inflight > 0) then
+            refused = {i, b == 0 and 'day' or 'month', spent}
+          end
         end
-        if spent >= b[1] or (spent + held > b[1] and inflight > 0) then return {i, b[5], spent} end
+      end
+    end
+    if refused then break end
+  end
+  if refused then
+    out[#out + 1], out[#out + 2], out[#out + 3] = refused[1], refused[2], refused[3]
+  else
+    for i = 1, n do
+      local kk = k + (i - 1) * 5
+      redis.call('HSET', KEYS[kk + 1], 'r', counts[i][1] + 1, 't', counts[i][2] + reserve)
+      if counts[i][3] then redis.call('EXPIRE', KEYS[kk + 1], 120) end
+      redis.call('ZADD', KEYS[kk + 2], now + ttl, lease .. ':' .. reserve)
+      redis.call('PEXPIRE', KEYS[kk + 2], ttl)
+      if reserve > 0 then redis.call('INCRBY', KEYS[kk + 3], reserve) end
+    end
+    out[#out + 1], out[#out + 2], out[#out + 3] = 0, '', 0
+  end
+  k, a = k + n * 5, a + n * 9
+end
+return out
+"""
+
+# One call settles a batch of requests. KEYS as for ADMIT. ARGV: per request, its number of
+# members, tokens used, tokens reserved and lease id. A lease that expired meanwhile is gone
+# with its reservation: only what is still held is given back.
+SETTLE = """
+local k, a = 0, 0
+while a < #ARGV do
+  local n, tokens = tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2])
+  local reserved, lease = tonumber(ARGV[a + 3]), ARGV[a + 4] .. ':' .. ARGV[a + 3]
+  for i = 1, n do
+    local kk = k + (i - 1) * 5
+    if redis.call('ZREM', KEYS[kk + 2], lease) == 1 and reserved > 0 then
+      redis.call('DECRBY', KEYS[kk + 3], reserved)
+    end
+    if tokens ~= reserved and redis.call('EXISTS', KEYS[kk + 1]) == 1 then
+      redis.call('HINCRBY', KEYS[kk + 1], 't', tokens - reserved)
+    end
+    if tokens > 0 then
+      for b = 4, 5 do
+        if redis.call('EXISTS', KEYS[kk + b]) == 1 then redis.call('INCRBY', KEYS[kk + b], tokens) end
       end
     end
   end
-end
-for i = 1, n do
-  local k = (i - 1) * 5
-  redis.call('HINCRBY', KEYS[k + 1], 'r', 1)
-  redis.call('HINCRBY', KEYS[k + 1], 't', reserve)
-  redis.call('EXPIRE', KEYS[k + 1], 120)
-  redis.call('ZADD', KEYS[k + 2], now + ttl, lease)
-  redis.call('HSET', KEYS[k + 3], lease, reserve)
-  redis.call('PEXPIRE', KEYS[k + 2], ttl)
-  redis.call('PEXPIRE', KEYS[k + 3], ttl)
-end
-return {0}
-"""
-
-# KEYS as for ADMIT. ARGV: tokens used, tokens reserved, lease id.
-SETTLE = """
-local tokens, reserved, lease = tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3]
-for i = 1, #KEYS / 5 do
-  local k = (i - 1) * 5
-  redis.call('ZREM', KEYS[k + 2], lease)
-  redis.call('HDEL', KEYS[k + 3], lease)
-  if redis.call('EXISTS', KEYS[k + 1]) == 1 then
-    redis.call('HINCRBY', KEYS[k + 1], 't', tokens - reserved)
-  end
-  for _, key in ipairs({KEYS[k + 4], KEYS[k + 5]}) do
-    if redis.call('EXISTS', key) == 1 then redis.call('INCRBY', key, tokens) end
-  end
+  k, a = k + n * 5, a + 4
 end
 return 1
 """
 
-
-class SharedDown(Exception):
-    """Redis did not answer within its deadline, or refused: limits fall back or refuse."""
+ADMIT_SCRIPT, SETTLE_SCRIPT = Script(ADMIT), Script(SETTLE)
 
 
 @dataclass(frozen=True)
@@ -156,9 +188,18 @@ class Refused:
     used: int
 
 
+@dataclass(frozen=True)
+class _Asked:
+    """An admission waiting for its call's answer: None (admitted) or why it was refused."""
+
+    hold: Hold
+    args: list[str | int]
+    future: asyncio.Future[Refused | None]
+
+
 def _keys(member_id: str, minute: int, day: str, month: str) -> list[str]:
     base = PREFIX + member_id
-    return [f"{base}:m:{minute}", f"{base}:lease", f"{base}:held", f"{base}:d:{day}",
+    return [f"{base}:m:{minute}", f"{base}:leases", f"{base}:held", f"{base}:d:{day}",
             f"{base}:mo:{month}"]
 
 
@@ -169,25 +210,27 @@ def _limit(value: int | None) -> int:
 class SharedLimits:
     """Admission and settlement in the install's Redis."""
 
-    def __init__(self, client: aioredis.Redis, timeout_s: float, lease_s: float, closed: bool,
+    def __init__(self, pipe: RedisPipe, client: aioredis.Redis, lease_s: float, closed: bool,
                  monotonic: Callable[[], float] = time.monotonic) -> None:
-        self.client = client  # the install's Redis, for what else it shares (cooldowns)
-        self._client = client
-        self._admit = client.register_script(ADMIT)
-        self._settle = client.register_script(SETTLE)
-        self._timeout_s = timeout_s
+        self._pipe = pipe
+        self.client = client  # the redis client, for what else the install shares (cooldowns)
         self._lease_ms = int(lease_s * 1000)
         self.closed = closed
         self._monotonic = monotonic
         self._retry_at = 0.0
         # When the first failure of the current outage was, for /health and the metric.
         self.degraded_since: float | None = None
-        self._tasks: set[asyncio.Task[None]] = set()
-        self._settling: list[tuple[Hold, int]] = []
+        self._dated: tuple[int, str, str] = (-1, "", "")  # the last minute's day and month
+        self._asking: list[_Asked] = []  # admissions for the next call
+        self._admitting = False  # an admission call is under way
+        self._settling: list[tuple[Hold, int]] = []  # settlements for the end of the loop turn
+        # Lease ids: unique to this process (a random prefix), then counted.
+        self._lease_prefix = uuid.uuid4().hex[:12] + ":"
+        self._leases = itertools.count()
 
     @property
     def timeout_s(self) -> float:
-        return self._timeout_s
+        return self._pipe.timeout_s
 
     @property
     def degraded(self) -> bool:
@@ -197,87 +240,135 @@ class SharedLimits:
         """Whether to try Redis now (not within a second of a failure)."""
         return self._monotonic() >= self._retry_at
 
-    async def admit(self, members: Sequence[Member], minute: int, day: str, month: str,
-                    reserve: int) -> Hold | Refused:
-        """Check and count one request against every member, all or nothing."""
+    def _dates(self, minute: int) -> tuple[str, str]:
+        """The UTC day and month of `minute` (since the epoch), as the budget keys name them."""
+        if self._dated[0] != minute:
+            when = datetime.fromtimestamp(minute * 60, UTC)
+            self._dated = (minute, when.strftime("%Y-%m-%d"), when.strftime("%Y-%m"))
+        return self._dated[1], self._dated[2]
+
+    async def admit(self, members: Sequence[Member], minute: int, reserve: int) -> Hold | Refused:
+        """Check and count one request against every member, all or nothing; `SharedStoreDown`
+        when Redis does not answer.
+
+        Requests that come while an admission call is under way go together in the next one,
+        sent when it returns: one call (and one script run) for a burst, not one each."""
         keys: list[str] = []
-        args: list[Any] = [reserve, lease := uuid.uuid4().hex, self._lease_ms]
+        day, month = self._dates(minute)
+        lease = f"{self._lease_prefix}{next(self._leases)}"
+        args: list[str | int] = [len(members), reserve, lease]
         for m in members:
             keys += _keys(m.id, minute, day, month)
             lim = m.limits
             args += [_limit(lim.rpm), _limit(lim.tpm), _limit(lim.concurrent),
                      _limit(lim.tokens_per_day), _limit(lim.tokens_per_month),
                      m.minute_seed[0], m.minute_seed[1], _limit(m.day_seed), _limit(m.month_seed)]
-        answer = await self._call(lambda: self._admit(keys=keys, args=args))
-        if int(answer[0]) == 0:
-            return Hold(lease, tuple(keys), reserve)
-        limit = answer[1].decode() if isinstance(answer[1], bytes) else str(answer[1])
-        return Refused(int(answer[0]) - 1, limit, int(answer[2]))
+        asked = _Asked(Hold(lease, tuple(keys), reserve), args,
+                       asyncio.get_running_loop().create_future())
+        self._asking.append(asked)
+        if not self._admitting:
+            self._send_admissions()
+        # Cancelled here (the client left), the future is cancelled too: an admission Redis
+        # made meanwhile is settled at once (`_admitted`), not left to hold its lease.
+        outcome = await asked.future
+        if outcome is None:
+            return asked.hold
+        return outcome
 
-    async def live(self, member_id: str, minute: int, day: str,
-                   month: str) -> tuple[int, int, int, int, int]:
+    def _send_admissions(self) -> None:
+        if self._settling:  # requests that ended go first: a slot they free is free for these
+            self._send_settlements()
+        batch, self._asking = self._asking, []
+        keys: list[str] = []
+        args: list[str | int] = [self._lease_ms]
+        for asked in batch:
+            keys += asked.hold.keys
+            args += asked.args
+        self._admitting = True
+        self._pipe.request(functools.partial(self._admitted, batch),
+                           "EVALSHA", ADMIT_SCRIPT.sha, len(keys), *keys, *args)
+
+    def _admitted(self, batch: list[_Asked], answer: Reply) -> None:
+        self._admitting = False
+        if isinstance(answer, hiredis.ReplyError):
+            answer = SharedStoreDown(f"the shared store refused the admission script: {answer}")
+        if isinstance(answer, SharedStoreDown):
+            error = answer
+            self._failed(error)
+            # Those that came meanwhile would meet the same Redis: they fall back at once.
+            batch, self._asking = batch + self._asking, []
+            for asked in batch:
+                if not asked.future.done():
+                    asked.future.set_exception(error)
+            return
+        self._answered()
+        for i, asked in enumerate(batch):
+            member, limit, used = answer[3 * i], answer[3 * i + 1], answer[3 * i + 2]
+            refused = None if int(member) == 0 else Refused(
+                int(member) - 1, limit.decode() if isinstance(limit, bytes) else str(limit),
+                int(used))
+            if not asked.future.done():
+                asked.future.set_result(refused)
+            elif refused is None:
+                self.settle(asked.hold, 0)
+        if self._asking:
+            self._send_admissions()
+
+    async def live(self, member_id: str, minute: int) -> tuple[int, int, int, int, int]:
         """A member's counts in Redis: requests and tokens this minute, requests in flight
         (unexpired leases), tokens today and this month."""
-        mk, fz, _, dk, mok = _keys(member_id, minute, day, month)
+        mk, fz, _, dk, mok = _keys(member_id, minute, *self._dates(minute))
 
-        async def read() -> Any:
-            seconds, micros = await self._client.time()
-            pipe = self._client.pipeline(transaction=False)
-            pipe.hmget(mk, "r", "t")
-            pipe.zcount(fz, seconds * 1000 + micros // 1000, "+inf")
-            pipe.get(dk)
-            pipe.get(mok)
-            return await pipe.execute()
+        async def read() -> list[Any]:
+            seconds, micros = await self._pipe.call("TIME")
+            now_ms = int(seconds) * 1000 + int(micros) // 1000
+            return list(await asyncio.gather(
+                self._pipe.call("HMGET", mk, "r", "t"), self._pipe.call("ZCOUNT", fz, now_ms, "+inf"),
+                self._pipe.call("GET", dk), self._pipe.call("GET", mok)))
 
-        (r, t), in_flight, d, mo = await self._call(read)
+        try:
+            (r, t), in_flight, d, mo = await read()
+        except SharedStoreDown as exc:
+            self._failed(exc)
+            raise
+        self._answered()
         return int(r or 0), int(t or 0), int(in_flight), int(d or 0), int(mo or 0)
 
     def settle(self, hold: Hold, tokens: int) -> None:
-        """Release the hold and count what was used, in the background: the settlements of one
-        loop turn go to Redis in one pipeline (one round trip, however many requests ended),
-        sent at the end of the turn without waiting for the previous turn's."""
+        """Release the hold and count what was used, without waiting for Redis' word: the
+        request is over. The settlements of one loop turn go in one call. Not sent while Redis
+        is unreachable: the lease then expires on its own and the spend is in the usage rows."""
         self._settling.append((hold, tokens))
         if len(self._settling) == 1:
             asyncio.get_running_loop().call_soon(self._send_settlements)
 
     def _send_settlements(self) -> None:
         batch, self._settling = self._settling, []
-        task = asyncio.get_running_loop().create_task(self._settle_batch(batch))
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
-
-    async def _settle_batch(self, batch: list[tuple[Hold, int]]) -> None:
-        pipe = self._client.pipeline(transaction=False)
+        if not batch:  # sent already, ahead of admissions
+            return
+        keys: list[str] = []
+        args: list[str | int] = []
         for hold, tokens in batch:
-            await self._settle(keys=list(hold.keys), args=[tokens, hold.reserved, hold.lease],
-                               client=pipe)
-        try:
-            await self._call(pipe.execute)
-        except SharedDown:
-            pass  # the leases expire on their own; the spend is in the usage rows
+            keys += hold.keys
+            args += [len(hold.keys) // 5, tokens, hold.reserved, hold.lease]
+        self._pipe.send("EVALSHA", SETTLE_SCRIPT.sha, len(keys), *keys, *args)
 
-    async def _call(self, run: Callable[[], Awaitable[Any]]) -> Any:
-        try:
-            async with asyncio.timeout(self._timeout_s):
-                answer = await run()
-        except (TimeoutError, redis.exceptions.RedisError, OSError) as exc:
-            self._retry_at = self._monotonic() + RETRY_AFTER_FAILURE_S
-            if self.degraded_since is None:
-                self.degraded_since = time.time()
-                how = "refusing requests" if self.closed else "admitting from this server's own counts"
-                logger.warning("the shared limit store did not answer (%s); %s until it does",
-                               type(exc).__name__, how)
-            raise SharedDown from exc
+    def _failed(self, error: SharedStoreDown) -> None:
+        self._retry_at = self._monotonic() + RETRY_AFTER_FAILURE_S
+        if self.degraded_since is None:
+            self.degraded_since = time.time()
+            how = "refusing requests" if self.closed else "admitting from this server's own counts"
+            logger.warning("%s; %s until it does", error, how)
+
+    def _answered(self) -> None:
         if self.degraded_since is not None:
             self.degraded_since = None
             logger.info("the shared limit store answers again; limits are exact across servers")
-        return answer
 
     async def close(self) -> None:
-        """Wait for the settlements under way (briefly), then close the connections."""
-        if self._tasks:
-            await asyncio.wait(set(self._tasks), timeout=2 * self._timeout_s + 1)
-        await self._client.aclose()
+        """Close the connections (settlements already written have reached Redis' socket)."""
+        self._pipe.close()
+        await self.client.aclose()
 
 
 class DegradedMetric(Collector):
@@ -312,11 +403,13 @@ def connect(settings: LimitsSettings,
             raise ConfigError(f"redis_password_env names {settings.redis_password_env}, "
                               "which is not set")
     timeout = settings.redis_timeout_ms / 1000
+    pipe = RedisPipe(Endpoint.from_url(settings.redis_url, password), timeout,
+                     (ADMIT_SCRIPT, SETTLE_SCRIPT))
     # A pooled connection to a Redis that restarted fails once: it is retried at once on a new
     # one (within the same deadline), not taken for an outage.
     client = aioredis.Redis.from_url(settings.redis_url, password=password,
                                      socket_timeout=timeout, socket_connect_timeout=timeout,
                                      health_check_interval=30, retry=Retry(NoBackoff(), 1),
                                      retry_on_error=[redis.exceptions.ConnectionError])
-    return SharedLimits(client, timeout, settings.lease_s, settings.on_redis_error == "closed",
+    return SharedLimits(pipe, client, settings.lease_s, settings.on_redis_error == "closed",
                         monotonic)
