@@ -268,3 +268,68 @@ async def test_two_workers_never_hold_more_slots_of_a_replica_than_it_has(clock:
     assert table.most == 2
     for q in (main, worker):
         q.close()
+
+
+class TwoServersSlots:
+    """The install's shared slots, as Redis keeps them, for queues of several servers."""
+
+    def __init__(self) -> None:
+        self.held: dict[tuple[str, int], str] = {}
+        self.asked = asyncio.Event()
+        self.answer: asyncio.Event | None = None  # when set, `take` waits for it
+        self._n = 0
+
+    def token(self) -> str:
+        self._n += 1
+        return f"t{self._n}"
+
+    async def take(self, replica: str, index: int, token: str, hold_s: float) -> bool:
+        self.asked.set()
+        if self.answer is not None:
+            await self.answer.wait()
+        if (replica, index) in self.held:
+            return False
+        self.held[(replica, index)] = token
+        return True
+
+    def give(self, replica: str, index: int, token: str) -> None:
+        if self.held.get((replica, index)) == token:
+            del self.held[(replica, index)]
+
+
+async def test_a_slot_another_server_holds_is_not_sent_to_and_is_taken_once_given_back(
+        clock: FakeClock) -> None:
+    cluster = TwoServersSlots()
+    a, b = (JudgeQueue("j1", clock.monotonic, cluster=cluster) for _ in range(2))
+    for q in (a, b):
+        q.sync({"r1": 2})
+    now = clock.monotonic()
+    held = [await a.acquire(f"a{i}", now + BUDGET_S) for i in range(2)]
+    assert len(cluster.held) == 2
+    other = asyncio.create_task(b.acquire("b", now + BUDGET_S))
+    await asyncio.sleep(0)
+    assert not other.done() and b.load().queued == 1  # both slots are away: it waits
+    a.release(held[0], 0.5)
+    clock.advance(0.05)  # past the time a refused slot is left alone
+    got = await other  # found on the queue's next look
+    assert got.index == held[0].index and cluster.held[("r1", got.index)] == got.token
+    b.release(got, 0.5)
+    a.release(held[1], 0.5)
+    assert cluster.held == {}
+
+
+async def test_a_judgment_cancelled_while_taking_its_slot_gives_it_back_everywhere(
+        clock: FakeClock) -> None:
+    cluster = TwoServersSlots()
+    cluster.answer = asyncio.Event()
+    q = JudgeQueue("j1", clock.monotonic, cluster=cluster)
+    q.sync({"r1": 1})
+    taking = asyncio.create_task(q.acquire("p", clock.monotonic() + BUDGET_S))
+    await cluster.asked.wait()
+    taking.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await taking
+    assert q.load().in_flight == 0
+    cluster.answer.set()
+    slot = await q.acquire("p2", clock.monotonic() + BUDGET_S)
+    assert cluster.held == {("r1", 0): slot.token}

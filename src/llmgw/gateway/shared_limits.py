@@ -213,6 +213,7 @@ class SharedLimits:
     def __init__(self, pipe: RedisPipe, client: aioredis.Redis, lease_s: float, closed: bool,
                  monotonic: Callable[[], float] = time.monotonic) -> None:
         self._pipe = pipe
+        self.pipe = pipe  # the process's connection, for what else every request does there
         self.client = client  # the redis client, for what else the install shares (cooldowns)
         self._lease_ms = int(lease_s * 1000)
         self.closed = closed
@@ -384,10 +385,10 @@ class DegradedMetric(Collector):
         return [gauge]
 
 
-def connect(settings: LimitsSettings,
-            monotonic: Callable[[], float] = time.monotonic) -> SharedLimits | None:
+def connect(settings: LimitsSettings, monotonic: Callable[[], float] = time.monotonic,
+            scripts: tuple[Script, ...] = ()) -> SharedLimits | None:
     """The shared limits `[limits]` configures, or None without a `redis_url`; `monotonic`
-    times the pause after a failure."""
+    times the pause after a failure; `scripts`: what else the process's connection runs."""
     if not settings.redis_url:
         return None
     password = None
@@ -404,7 +405,7 @@ def connect(settings: LimitsSettings,
                               "which is not set")
     timeout = settings.redis_timeout_ms / 1000
     pipe = RedisPipe(Endpoint.from_url(settings.redis_url, password), timeout,
-                     (ADMIT_SCRIPT, SETTLE_SCRIPT))
+                     (ADMIT_SCRIPT, SETTLE_SCRIPT, *scripts))
     # A pooled connection to a Redis that restarted fails once: it is retried at once on a new
     # one (within the same deadline), not taken for an outage.
     client = aioredis.Redis.from_url(settings.redis_url, password=password,

@@ -206,12 +206,16 @@ class Slot:
     replica: str
     index: int
     busy: bool = False  # a judgment of this process runs on it
-    away: bool = False  # another process of this server holds it (last time it was looked at)
+    away: bool = False  # another process or server holds it (last time it was looked at)
+    # Another server held it when this process last tried to take it: not tried again before.
+    away_until: float = -math.inf
+    token: str = ""  # the claim that holds it in the install's shared store, while busy
     prompt: str = ""  # the last prompt sent to it: what its KV cache holds
     used_at: float = -math.inf  # when it last finished (least recently used goes first on ties)
     started_at: float = 0.0  # when its judgment started, while busy
     occupancy: int = 1  # the most judgments its replica ran at once during its judgment
     new_chars: int = 0  # of its judgment's prompt, what its cache did not hold
+    before: tuple[str, float] = ("", -math.inf)  # prompt and used_at before its claim
 
 
 # Two slots whose caches share about as much of a prompt (distinct texts behind the same judge
@@ -306,6 +310,7 @@ class SlotBook:
     def claim(self, slot: Slot, prompt: str, now: float) -> None:
         """Mark `slot` busy with `prompt`; every judgment on its replica now runs at least at the
         replica's new occupancy."""
+        slot.before = (slot.prompt, slot.used_at)
         slot.new_chars = self.new_chars(slot, prompt)
         slot.busy, slot.prompt, slot.started_at = True, prompt, now
         siblings = self.replicas.get(slot.replica, [slot])
@@ -327,6 +332,11 @@ class SlotBook:
         """`slot` is free again (its judgment answered, failed or was cancelled)."""
         slot.busy = False
         slot.used_at = now
+
+    def unclaim(self, slot: Slot) -> None:
+        """`slot` is free again and nothing was sent to it: its cache holds what it held."""
+        slot.busy = False
+        slot.prompt, slot.used_at = slot.before
 
 
 @dataclass(order=True)

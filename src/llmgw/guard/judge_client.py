@@ -17,7 +17,7 @@ from llmgw.core.errors import LlmgwError, NoReadyReplica, UpstreamError
 from llmgw.core.guard import Direction, JudgeFormat, JudgeLoad, JudgeSpec, Verdict
 from llmgw.guard import grammars, prompts, verdicts
 from llmgw.guard.admission import PromptEval
-from llmgw.guard.judge_queue import UNSHARED, JudgeQueue, SlotLease
+from llmgw.guard.judge_queue import UNSHARED, ClusterSlots, JudgeQueue, SlotLease
 from llmgw.guard.prompts import Turn
 
 # Slots assumed for a replica whose profile does not say (`--parallel`): llama-server's own
@@ -130,9 +130,11 @@ class JudgeClient:
     def __init__(
         self, locate: Locate, monotonic: Callable[[], float] = time.monotonic,
         observe: JudgeObserver | None = None, lease: SlotLease = UNSHARED,
+        cluster: ClusterSlots | None = None,
     ) -> None:
         self._locate = locate
         self._lease = lease  # the slots this server's other processes hold
+        self._cluster = cluster  # the slots the install's other servers hold
         self._monotonic = monotonic
         self._observe = observe or _Unobserved()  # service times and cache use, for the metrics
         self._queues: dict[str, JudgeQueue] = {}
@@ -147,7 +149,8 @@ class JudgeClient:
         queue = self._queues.get(judge)
         if queue is None:
             queue = self._queues[judge] = JudgeQueue(judge, self._monotonic,
-                                                     self._observe.judge_served, self._lease)
+                                                     self._observe.judge_served, self._lease,
+                                                     self._cluster)
         self._targets[judge] = {t.id: t for t in targets}
         queue.sync({t.id: t.slots or DEFAULT_SLOTS for t in targets})
         return queue

@@ -4,9 +4,10 @@ shed when they cannot finish (the rules are in `admission`; this adds the waitin
 A server with several worker processes has one admission per process over the same replicas, so
 the processes lease slots from one table (`SlotLease`, given by the server): a slot is taken
 there before a judgment is sent to it and given back when it ends, so a replica never has more
-judgments from the server in flight than slots. A slot another process gives back wakes no one
-here; while judgments wait and some slots are held elsewhere, the queue looks again every
-`LEASE_POLL_S`.
+judgments from the server in flight than slots. An install with a shared Redis also takes each
+slot there (`ClusterSlots`, one round trip), so several servers never send a replica more than
+its slots either. A slot another process or server gives back wakes no one here; while
+judgments wait and some slots are held elsewhere, the queue looks again every `LEASE_POLL_S`.
 """
 
 from __future__ import annotations
@@ -52,6 +53,22 @@ class SlotLease(Protocol):
         ...
 
 
+class ClusterSlots(Protocol):
+    """The slots the servers of an install hold (`guard.shared_slots.SharedSlots`)."""
+
+    def token(self) -> str:
+        """A new claim's token, unique in the install."""
+        ...
+
+    async def take(self, replica: str, index: int, token: str, hold_s: float) -> bool:
+        """Hold the slot with `token` for about `hold_s`; False when another server holds it."""
+        ...
+
+    def give(self, replica: str, index: int, token: str) -> None:
+        """Give back a slot taken with `token`."""
+        ...
+
+
 class Unshared:
     """One process alone: its own book of slots is the whole truth."""
 
@@ -78,10 +95,11 @@ class JudgeQueue:
     def __init__(
         self, judge: str, monotonic: Callable[[], float],
         observe: Callable[[str, float], None] = lambda _judge, _seconds: None,
-        lease: SlotLease = UNSHARED,
+        lease: SlotLease = UNSHARED, cluster: ClusterSlots | None = None,
     ) -> None:
         self.judge = judge
         self._lease = lease
+        self._cluster = cluster
         self._poll: asyncio.TimerHandle | None = None
         self._monotonic = monotonic
         self._observe = observe  # told every service time (the service-time histogram)
@@ -110,9 +128,10 @@ class JudgeQueue:
 
     def _pick(self, prompt: str) -> tuple[Slot, int] | None:
         """A free slot for `prompt`, held in the lease, and its replica's occupancy with it."""
-        if self._lease is not UNSHARED:
+        if self._lease is not UNSHARED or self._cluster is not None:
+            now = self._monotonic()
             for slot in self.book.idle():
-                slot.away = self._lease.taken(slot.replica, slot.index)
+                slot.away = slot.away_until > now or self._lease.taken(slot.replica, slot.index)
         while (picked := self.book.pick(prompt)) is not None:
             slot = picked[0]
             if self._lease.take(slot.replica, slot.index):
@@ -131,6 +150,35 @@ class JudgeQueue:
 
     async def acquire(self, prompt: str, deadline: float) -> Slot:
         """A slot for a judgment of `prompt` that must be answered by `deadline` (monotonic)."""
+        while True:
+            slot = await self._acquire_here(prompt, deadline)
+            if self._cluster is None:
+                return slot
+            slot.token = self._cluster.token()
+            try:
+                taken = await self._cluster.take(slot.replica, slot.index, slot.token,
+                                                 max(deadline - self._monotonic(), 0.0))
+            except BaseException:  # cancelled while asking: given back, should Redis have said yes
+                self._unclaim(slot, away_s=0.0)
+                raise
+            if taken:
+                return slot
+            # Another server runs a judgment on it: this one takes another slot or waits, and
+            # the slot is not tried again before the queue's next look.
+            self._unclaim(slot, away_s=LEASE_POLL_S)
+
+    def _unclaim(self, slot: Slot, away_s: float) -> None:
+        """Give back a slot nothing was sent to (the cluster's hold, if any, with it)."""
+        self.book.unclaim(slot)
+        self._lease.give(slot.replica, slot.index)
+        slot.away_until = self._monotonic() + away_s
+        if self._cluster is not None and slot.token:
+            self._cluster.give(slot.replica, slot.index, slot.token)
+        slot.token = ""
+        self._dispatch()
+
+    async def _acquire_here(self, prompt: str, deadline: float) -> Slot:
+        """A slot free in this server's book (and lease) for `prompt`."""
         now = self._monotonic()
         picked = self._pick(prompt) if not len(self.waiting) else None
         if picked is not None:
@@ -188,6 +236,9 @@ class JudgeQueue:
         now = self._monotonic()
         self.book.give_back(slot, now)
         self._lease.give(slot.replica, slot.index)
+        if self._cluster is not None and slot.token:
+            self._cluster.give(slot.replica, slot.index, slot.token)
+            slot.token = ""
         if outlasted_s is not None:
             self.times.add(outlasted_s, now, slot.occupancy)
         if served_s is not None:

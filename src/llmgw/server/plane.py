@@ -27,6 +27,7 @@ from llmgw.gateway.snapshot import Refresher
 from llmgw.gateway.transport import Transport
 from llmgw.gateway.usage import UsageMeter
 from llmgw.gateway.windows import LocalWindows, Windows
+from llmgw.guard import shared_slots
 from llmgw.guard.enforcement import Guard
 from llmgw.guard.judge_client import JudgeClient
 from llmgw.guard.judge_queue import UNSHARED
@@ -121,9 +122,12 @@ def build(store: Store, settings: ServerSettings, clock: Clock, activity_id: str
     client = Transport(timeout_s=s.upstream_timeout_s)
     metrics = Metrics(lambda: refresher.current.table, queued=queue.depths,
                       judges=lambda: judge_client.loads())
-    # A server's workers share its judges' slots; one process alone needs no lease.
+    # A server's workers share its judges' slots; one process alone needs no lease. With a
+    # shared Redis the install's servers share them too.
     lease = JudgeSlots(flight) if isinstance(flight, SharedInFlight) else UNSHARED
-    judge_client = JudgeClient(refresher.locate_judge, clock.monotonic, metrics, lease)
+    shared = shared_limits.connect(s.limits, scripts=shared_slots.SCRIPTS)
+    cluster = shared_slots.SharedSlots(shared.pipe, clock.monotonic) if shared else None
+    judge_client = JudgeClient(refresher.locate_judge, clock.monotonic, metrics, lease, cluster)
     tracker = ActivityTracker(lambda: refresher.current.table, queue, judge_client.loads)
     verdict_log = VerdictBuffer(wiring.verdict_writer(store))
     guard = Guard(judge_client, lambda: refresher.current.guard,
@@ -132,7 +136,7 @@ def build(store: Store, settings: ServerSettings, clock: Clock, activity_id: str
     meter = UsageMeter(store, clock.now)
     limiter = Limiter(store, clock.now, lambda: refresher.current.default_limits,
                       lambda: refresher.current.keys, flight=flight,
-                      windows=windows or LocalWindows(), shared=shared_limits.connect(s.limits))
+                      windows=windows or LocalWindows(), shared=shared)
     if limiter.shared is not None:
         metrics.add_collector(shared_limits.DegradedMetric(limiter.shared))
     # Routes' cooldowns live in this process: each worker skips a failing target on its own.
