@@ -35,6 +35,7 @@ from llmgw.gateway.metrics import Metrics
 from llmgw.gateway.queue import ColdQueue
 from llmgw.gateway.routing import Route, RoutingTable, Upstream
 from llmgw.gateway.service import Gateway
+from llmgw.gateway.shared_limits import SharedLimits
 from llmgw.gateway.snapshot import Refresher, Snapshot
 from llmgw.gateway.transport import Transport
 from llmgw.gateway.usage import UsageMeter
@@ -260,6 +261,7 @@ class GatewayRig:
     refresher: Refresher | None = None
     metrics: Metrics | None = None
     timeout_s: float = 30.0  # the upstream timeout
+    shared: SharedLimits | None = None  # the install's Redis, for the limits
     gateway: Gateway | None = None
     tracer: Tracer = NOOP_TRACER
 
@@ -273,7 +275,7 @@ class GatewayRig:
                                     profiles=[Profile(name="cpu")])
         route = Route(model, (Upstream("replica-1", self.provider.url, dict(self.upstream_headers)),))
         refresher.current = Snapshot(1, KeyCache(KEY_SECRET, [self.key]), RoutingTable({"m": route}))
-        self.limiter = Limiter(self.store, self.now)
+        self.limiter = Limiter(self.store, self.now, shared=self.shared)
         self.meter = UsageMeter(self.store, self.now)
         gateway = self.gateway = Gateway(refresher, self._client, SystemClock(), self.guard,
                                          self.limiter, self.meter, self.metrics, queue=self.queue,

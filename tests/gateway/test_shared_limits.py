@@ -10,6 +10,8 @@ import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 
+import anthropic
+import openai
 import pytest
 
 from llmgw.core.clock import FakeClock
@@ -19,7 +21,9 @@ from llmgw.core.types import ApiKey, Limits
 from llmgw.gateway.auth import KeyCache
 from llmgw.gateway.limits import Limiter, Ticket
 from llmgw.gateway.shared_limits import SharedLimits, connect
+from llmgw.store.store import Store
 from tests.factories import user_key
+from tests.fakes.provider import FakeProvider, GatewayRig
 from tests.redis_server import RedisServer
 
 
@@ -129,9 +133,10 @@ async def limiter_on(redis_server: RedisServer, clock: FakeClock,
 async def test_a_crashed_processs_holds_expire_with_their_lease(
         redis_server: RedisServer, clock: FakeClock) -> None:
     key = key_with(concurrent=1)
-    async with limiter_on(redis_server, clock, lease_s=0.3) as (crashed, _), \
+    async with limiter_on(redis_server, clock, lease_s=0.3) as (crashed, crashed_store), \
             limiter_on(redis_server, clock, lease_s=0.3) as (other, _):
-        await crashed.admit_shared(key, 0)  # never settled: its process died
+        await crashed.admit_shared(key, 0)
+        await crashed_store.close()  # its process dies: never settled, never renewed
         with pytest.raises(RateLimited):
             await other.admit_shared(key, 0)
         await asyncio.sleep(0.4)  # Redis' own clock runs the lease out: nothing to await here
@@ -164,6 +169,18 @@ async def test_a_burst_admitted_in_one_call_is_judged_request_by_request(
         first.settle(0)
 
 
+async def test_a_running_requests_hold_outlives_its_lease_while_its_process_lives(
+        redis_server: RedisServer, clock: FakeClock) -> None:
+    key = key_with(concurrent=1)
+    async with limiter_on(redis_server, clock, lease_s=0.3) as (running, _), \
+            limiter_on(redis_server, clock, lease_s=0.3) as (other, _):
+        ticket = await running.admit_shared(key, 0)
+        await asyncio.sleep(0.8)  # more than two leases, on Redis' own clock
+        with pytest.raises(RateLimited):  # renewed: still held
+            await other.admit_shared(key, 0)
+        ticket.settle(0)
+
+
 async def test_a_paused_redis_falls_back_to_local_counts_within_the_deadline(
         redis_server: RedisServer, clock: FakeClock) -> None:
     key = key_with(rpm=5)
@@ -190,6 +207,31 @@ async def test_closed_mode_refuses_with_503_while_redis_is_down(
         with pytest.raises(LimitsUnavailable) as caught:
             await limiter.admit_shared(key_with(rpm=5), 0)
         assert caught.value.status == 503 and caught.value.code == "limits_unavailable"
+
+
+async def test_closed_mode_answers_each_dialect_with_its_503_and_no_upstream_call(
+        redis_server: RedisServer, store: Store) -> None:
+    provider = await FakeProvider().start()
+    made = shared(redis_server, on_redis_error="closed", redis_timeout_ms=100)
+    rig = await GatewayRig(provider, store, limits=Limits(rpm=100), shared=made).start()
+    try:
+        redis_server.kill()
+        with pytest.raises(openai.APIStatusError) as chat:
+            await rig.openai().chat.completions.create(
+                model="m", messages=[{"role": "user", "content": "hi"}])
+        assert chat.value.status_code == 503
+        assert chat.value.body["code"] == "limits_unavailable"  # type: ignore[index]
+        assert chat.value.response.headers["Retry-After"] == "1"
+        with pytest.raises(anthropic.APIStatusError) as messages:
+            await rig.anthropic().messages.create(
+                model="m", max_tokens=8, messages=[{"role": "user", "content": "hi"}])
+        assert messages.value.status_code == 503
+        assert messages.value.body["error"]["type"] == "overloaded_error"  # type: ignore[index]
+        assert provider.requests == []
+    finally:
+        await rig.close()
+        await made.close()
+        await provider.close()
 
 
 async def test_after_redis_restarts_empty_the_counts_are_seeded_from_what_the_server_knows(

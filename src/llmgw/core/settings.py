@@ -112,10 +112,10 @@ class LimitsSettings(BaseModel):
     # Redis down or slow: "local" admits from this server's own counts (the sync tolerance
     # across servers) and says so in /health and a metric; "closed" refuses with 503.
     on_redis_error: Literal["local", "closed"] = "local"
-    # How long a request's hold (its concurrency slot and reservation) lives in Redis when its
-    # process dies before settling it: a crashed process's holds expire instead of leaking. A
-    # request that runs longer loses its hold early.
-    lease_s: float = Field(default=660.0, gt=0)
+    # How long a request's hold (its concurrency slot and reservation) lives in Redis after its
+    # process stopped renewing it (every third of this): a process killed mid-request frees its
+    # holds within this, instead of leaking them.
+    lease_s: float = Field(default=30.0, gt=0)
 
     @field_validator("redis_url")
     @classmethod

@@ -4,8 +4,9 @@ install, so rpm, tpm, concurrency and day and month budgets hold exactly across 
 Admission is one script call (one round trip): for the key and each key above it (minters,
 team) it checks the minute window, the requests in flight and the budgets, and only when all
 fit counts the request against all of them. Each request holds a lease (a concurrency slot and
-its token reservation) that expires on its own when its process dies before settling it, so a
-crashed worker's holds never leak. Settling is a second call, off the request's way.
+its token reservation), renewed while its process lives, that runs out within `lease_s` when
+the process dies before settling it: a crashed worker's holds never leak. Settling is a second
+call, off the request's way.
 
 Redis holds live counters only: the store's usage rows stay the record. Every admission
 also brings what the calling server knows (its own counts now, the other servers' at its last
@@ -156,7 +157,25 @@ end
 return 1
 """
 
-ADMIT_SCRIPT, SETTLE_SCRIPT = Script(ADMIT), Script(SETTLE)
+# Keeps the leases of requests still running alive for another lease. KEYS: each member's leases
+# (sorted set). ARGV: lease ms, then per request its number of members and its lease's entry.
+RENEW = """
+local ttl = tonumber(ARGV[1])
+local t = redis.call('TIME')
+local expiry = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) + ttl
+local k, a = 0, 1
+while a < #ARGV do
+  local n, entry = tonumber(ARGV[a + 1]), ARGV[a + 2]
+  for i = 1, n do
+    redis.call('ZADD', KEYS[k + i], 'XX', expiry, entry)
+    redis.call('PEXPIRE', KEYS[k + i], ttl)
+  end
+  k, a = k + n, a + 2
+end
+return 1
+"""
+
+ADMIT_SCRIPT, SETTLE_SCRIPT, RENEW_SCRIPT = Script(ADMIT), Script(SETTLE), Script(RENEW)
 
 
 @dataclass(frozen=True)
@@ -215,7 +234,12 @@ class SharedLimits:
         self._pipe = pipe
         self.pipe = pipe  # the process's connection, for what else every request does there
         self.client = client  # the redis client, for what else the install shares (cooldowns)
+        self._lease_s = lease_s
         self._lease_ms = int(lease_s * 1000)
+        # The holds of requests still running, renewed every third of a lease: a live request
+        # keeps its hold however long it runs, a dead process's holds run out within a lease.
+        self._holding: dict[str, Hold] = {}
+        self._renewer: asyncio.Task[None] | None = None
         self.closed = closed
         self._monotonic = monotonic
         self._retry_at = 0.0
@@ -286,6 +310,8 @@ class SharedLimits:
             keys += asked.hold.keys
             args += asked.args
         self._admitting = True
+        if self._renewer is None:
+            self._renewer = asyncio.get_running_loop().create_task(self._renew(), name="lease renewal")
         self._pipe.request(functools.partial(self._admitted, batch),
                            "EVALSHA", ADMIT_SCRIPT.sha, len(keys), *keys, *args)
 
@@ -309,6 +335,8 @@ class SharedLimits:
                 int(member) - 1, limit.decode() if isinstance(limit, bytes) else str(limit),
                 int(used))
             if not asked.future.done():
+                if refused is None:
+                    self._holding[asked.hold.lease] = asked.hold
                 asked.future.set_result(refused)
             elif refused is None:
                 self.settle(asked.hold, 0)
@@ -339,6 +367,7 @@ class SharedLimits:
         """Release the hold and count what was used, without waiting for Redis' word: the
         request is over. The settlements of one loop turn go in one call. Not sent while Redis
         is unreachable: the lease then expires on its own and the spend is in the usage rows."""
+        self._holding.pop(hold.lease, None)
         self._settling.append((hold, tokens))
         if len(self._settling) == 1:
             asyncio.get_running_loop().call_soon(self._send_settlements)
@@ -354,6 +383,20 @@ class SharedLimits:
             args += [len(hold.keys) // 5, tokens, hold.reserved, hold.lease]
         self._pipe.send("EVALSHA", SETTLE_SCRIPT.sha, len(keys), *keys, *args)
 
+    async def _renew(self) -> None:
+        while True:
+            await asyncio.sleep(self._lease_s / 3)
+            if not self._holding:
+                continue
+            keys: list[str] = []
+            args: list[str | int] = [self._lease_ms]
+            for hold in self._holding.values():
+                leases = hold.keys[1::5]
+                keys += leases
+                args += [len(leases), f"{hold.lease}:{hold.reserved}"]
+            # Not sent while Redis is unreachable: the holds then run out on their own.
+            self._pipe.send("EVALSHA", RENEW_SCRIPT.sha, len(keys), *keys, *args)
+
     def _failed(self, error: SharedStoreDown) -> None:
         self._retry_at = self._monotonic() + RETRY_AFTER_FAILURE_S
         if self.degraded_since is None:
@@ -368,6 +411,9 @@ class SharedLimits:
 
     async def close(self) -> None:
         """Close the connections (settlements already written have reached Redis' socket)."""
+        if self._renewer is not None:
+            self._renewer.cancel()
+            await asyncio.gather(self._renewer, return_exceptions=True)
         self._pipe.close()
         await self.client.aclose()
 
@@ -405,7 +451,7 @@ def connect(settings: LimitsSettings, monotonic: Callable[[], float] = time.mono
                               "which is not set")
     timeout = settings.redis_timeout_ms / 1000
     pipe = RedisPipe(Endpoint.from_url(settings.redis_url, password), timeout,
-                     (ADMIT_SCRIPT, SETTLE_SCRIPT, *scripts))
+                     (ADMIT_SCRIPT, SETTLE_SCRIPT, RENEW_SCRIPT, *scripts))
     # A pooled connection to a Redis that restarted fails once: it is retried at once on a new
     # one (within the same deadline), not taken for an outage.
     client = aioredis.Redis.from_url(settings.redis_url, password=password,
