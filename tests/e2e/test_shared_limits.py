@@ -178,7 +178,7 @@ async def test_a_paused_redis_degrades_to_local_admission_with_no_5xx_and_back(
 
 
 async def stalled(install: Install, key: str, n: int, server: int | None = None
-                  ) -> tuple[list[asyncio.Task[Answer]], int]:
+                  ) -> tuple[list[asyncio.Task[list[Answer]]], int]:
     """`n` requests at once to a stalling upstream (on `server`, or both): those refused answer,
     those admitted hang. The tasks (to cancel) and how many reached the upstream."""
     arrived = install.provider.arrived
@@ -201,7 +201,7 @@ async def stalled(install: Install, key: str, n: int, server: int | None = None
     return [t for t in tasks if not t.done()], arrived.qsize()
 
 
-async def let_go(tasks: list[asyncio.Task[Answer]]) -> None:
+async def let_go(tasks: list[asyncio.Task[list[Answer]]]) -> None:
     for t in tasks:
         t.cancel()
     await asyncio.gather(*tasks, return_exceptions=True)
