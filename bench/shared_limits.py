@@ -8,8 +8,10 @@ limiter and the Redis one (a key with rpm, tpm, concurrency and a day budget, as
 path checks them):
 - p50 and p99 of one admission at concurrency 1 (what a request waits for before it is sent),
 - admissions per second at concurrency 32,
-- a burst of 60 concurrent requests over four limiters (four processes of one install) against
-  `rpm 20`: admitted / limit, for both paths (the in-memory one counts per process).
+- bursts over four limiters (four processes of one install), admitted / limit for both paths
+  (the in-memory one counts per process): 60 requests against `rpm 20`; 12 held at once against
+  `concurrent 3`; three minted keys bursting against their minter's `rpm 6`; rounds of requests
+  against a day budget of 1,000 tokens, each reserving and using 100 (spent / budget).
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from datetime import UTC, datetime
 from llmgw.core.errors import RateLimited
 from llmgw.core.settings import LimitsSettings
 from llmgw.core.types import ApiKey, KeyScope, Limits
+from llmgw.gateway.auth import KeyCache
 from llmgw.gateway.limits import Limiter, Ticket
 from llmgw.gateway.shared_limits import connect
 
@@ -75,14 +78,44 @@ async def throughput(limiter: Limiter, n: int, concurrency: int = 32) -> float:
     return n / (time.perf_counter() - started)
 
 
-async def burst(limiters: list[Limiter], k: ApiKey) -> int:
-    async def one(i: int) -> bool:
+async def burst(limiters: list[Limiter], k: ApiKey, n: int = 60,
+                reserve: int = 0) -> list[Ticket]:
+    """`n` admissions at once over `limiters`: the tickets of those admitted (not settled)."""
+    async def one(i: int) -> Ticket | None:
         try:
-            await admit(limiters[i % len(limiters)], k, 0)
-            return True
+            return await admit(limiters[i % len(limiters)], k, reserve)
         except RateLimited:
-            return False
-    return sum(await asyncio.gather(*(one(i) for i in range(60))))
+            return None
+    return [t for t in await asyncio.gather(*(one(i) for i in range(n))) if t is not None]
+
+
+async def settled(limiters: list[Limiter], tickets: list[Ticket], tokens: int) -> None:
+    """Settle `tickets` and wait until Redis has every settlement (a PING after them)."""
+    for t in tickets:
+        t.settle(tokens)
+    await asyncio.sleep(0)
+    for limiter in limiters:
+        if limiter.shared is not None:
+            await limiter.shared.pipe.call("PING")
+
+
+async def bursts(limiters: list[Limiter], n: int) -> str:
+    """The four exactness figures for one path, as admitted / limit."""
+    rpm = len(await burst(limiters, key(10 + n, rpm=20)))
+    held = await burst(limiters, key(20 + n, concurrent=3), 12)
+    await settled(limiters, held, 0)
+    minter = key(30 + n, rpm=6)
+    children = [key(40 + n + i).model_copy(update={"minted_by": minter.id}) for i in range(3)]
+    cache = KeyCache(b"", [minter, *children])
+    for limiter in limiters:
+        limiter.keys = lambda: cache
+    family = sum(len(t) for t in await asyncio.gather(*(burst(limiters, c, 6) for c in children)))
+    budget, spent = key(50 + n, tokens_per_day=1000), 0
+    for _ in range(5):
+        tickets = await burst(limiters, budget, 8, reserve=100)
+        await settled(limiters, tickets, 100)
+        spent += 100 * len(tickets)
+    return f"rpm {rpm}/20, concurrent {len(held)}/3, family {family}/6, day budget {spent}/1000"
 
 
 async def main(requests: int) -> None:
@@ -114,9 +147,9 @@ async def main(requests: int) -> None:
         print(f"shared admission adds {added:.3f} ms at p50 (concurrency 1)")
         four_local = [Limiter(None, now) for _ in range(4)]
         four_shared = [Limiter(None, now, shared=connect(settings)) for _ in range(4)]
-        print(f"burst of 60 over 4 processes, rpm 20: in-memory per process admitted "
-              f"{await burst(four_local, key(3, rpm=20))}/20, redis admitted "
-              f"{await burst(four_shared, key(4, rpm=20))}/20")
+        print("bursts over 4 processes, admitted / limit:")
+        print(f"  in-memory (per process): {await bursts(four_local, 0)}")
+        print(f"  redis:                   {await bursts(four_shared, 1)}")
         for limiter in [shared, *four_shared]:
             assert limiter.shared is not None
             await limiter.shared.close()
