@@ -128,3 +128,18 @@ def test_urls_are_read_as_the_redis_client_reads_them() -> None:
     assert Endpoint.from_url("unix:///run/redis.sock?db=3").path == "/run/redis.sock"
     with pytest.raises(ConfigError, match="not a Redis URL"):
         Endpoint.from_url("http://redis")
+
+
+async def test_closing_while_connecting_fails_the_waiting_call_at_once(
+        redis_server: RedisServer) -> None:
+    pipe = pipe_to(redis_server, timeout_s=30)
+    redis_server.pause()  # connects (the kernel accepts), but the scripts never load
+    try:
+        asking = asyncio.ensure_future(pipe.call("PING"))
+        await asyncio.sleep(0.05)  # under way: nothing to await that says so
+        assert not asking.done()
+        pipe.close()
+        with pytest.raises(SharedStoreDown):
+            await asyncio.wait_for(asking, 1)
+    finally:
+        redis_server.resume()

@@ -317,7 +317,10 @@ class RedisPipe:
         return conn
 
     def close(self) -> None:
-        """Drop the connection (replies still awaited fail)."""
+        """Drop the connection (replies still awaited fail) and stop connecting."""
+        for connecting in (*self._tasks, self._connecting):
+            if connecting is not None:
+                connecting.cancel()
         if self._watchdog is not None:
             self._watchdog.cancel()
             self._watchdog = None
