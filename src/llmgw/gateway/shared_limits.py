@@ -47,9 +47,6 @@ from llmgw.store.redis_pipe import Endpoint, RedisPipe, Reply, Script
 logger = logging.getLogger(__name__)
 
 PREFIX = "llmgw:lim:"
-# After a failed call Redis is left alone this long: requests admit locally (or are refused)
-# at once instead of each waiting out the deadline.
-RETRY_AFTER_FAILURE_S = 1.0
 _NONE = -1  # no such limit, or no seed
 
 # One call admits a batch of requests, each all or nothing, in order. KEYS: five per member of
@@ -274,9 +271,8 @@ def _limit(value: int | None) -> int:
 class SharedLimits:
     """Admission and settlement in the install's Redis."""
 
-    def __init__(self, pipe: RedisPipe, client: aioredis.Redis, lease_s: float, closed: bool,
-                 monotonic: Callable[[], float] = time.monotonic) -> None:
-        self._pipe = pipe
+    def __init__(self, pipe: RedisPipe, client: aioredis.Redis, lease_s: float,
+                 closed: bool) -> None:
         self.pipe = pipe  # the process's connection, for what else every request does there
         self.client = client  # the redis client, for what else the install shares (cooldowns)
         self._lease_s = lease_s
@@ -286,8 +282,6 @@ class SharedLimits:
         self._holding: dict[str, Hold] = {}
         self._renewer: asyncio.Task[None] | None = None
         self.closed = closed
-        self._monotonic = monotonic
-        self._retry_at = 0.0
         # When the first failure of the current outage was, for /health and the metric.
         self.degraded_since: float | None = None
         self._dated: tuple[int, str, str] = (-1, "", "")  # the last minute's day and month
@@ -300,7 +294,7 @@ class SharedLimits:
 
     @property
     def timeout_s(self) -> float:
-        return self._pipe.timeout_s
+        return self.pipe.timeout_s
 
     @property
     def degraded(self) -> bool:
@@ -308,7 +302,7 @@ class SharedLimits:
 
     def usable(self) -> bool:
         """Whether to try Redis now (not within a second of a failure)."""
-        return self._monotonic() >= self._retry_at
+        return self.pipe.usable()
 
     def _dates(self, minute: int) -> tuple[str, str]:
         """The UTC day and month of `minute` (since the epoch), as the budget keys name them."""
@@ -357,7 +351,7 @@ class SharedLimits:
         self._admitting = True
         if self._renewer is None:
             self._renewer = asyncio.get_running_loop().create_task(self._renew(), name="lease renewal")
-        self._pipe.request(functools.partial(self._admitted, batch),
+        self.pipe.request(functools.partial(self._admitted, batch),
                            "EVALSHA", ADMIT_SCRIPT.sha, len(keys), *keys, *args)
 
     def _admitted(self, batch: list[_Asked], answer: Reply) -> None:
@@ -394,11 +388,11 @@ class SharedLimits:
         mk, fz, _, dk, mok = _keys(member_id, minute, *self._dates(minute))
 
         async def read() -> list[Any]:
-            seconds, micros = await self._pipe.call("TIME")
+            seconds, micros = await self.pipe.call("TIME")
             now_ms = int(seconds) * 1000 + int(micros) // 1000
             return list(await asyncio.gather(
-                self._pipe.call("HMGET", mk, "r", "t"), self._pipe.call("ZCOUNT", fz, now_ms, "+inf"),
-                self._pipe.call("GET", dk), self._pipe.call("GET", mok)))
+                self.pipe.call("HMGET", mk, "r", "t"), self.pipe.call("ZCOUNT", fz, now_ms, "+inf"),
+                self.pipe.call("GET", dk), self.pipe.call("GET", mok)))
 
         try:
             (r, t), in_flight, d, mo = await read()
@@ -426,7 +420,7 @@ class SharedLimits:
         for hold, tokens in batch:
             keys += hold.keys
             args += [len(hold.keys) // 5, tokens, hold.reserved, hold.lease]
-        self._pipe.send("EVALSHA", SETTLE_SCRIPT.sha, len(keys), *keys, *args)
+        self.pipe.send("EVALSHA", SETTLE_SCRIPT.sha, len(keys), *keys, *args)
 
     async def _renew(self) -> None:
         while True:
@@ -440,10 +434,10 @@ class SharedLimits:
                 keys += leases
                 args += [len(leases), f"{hold.lease}:{hold.reserved}"]
             # Not sent while Redis is unreachable: the holds then run out on their own.
-            self._pipe.send("EVALSHA", RENEW_SCRIPT.sha, len(keys), *keys, *args)
+            self.pipe.send("EVALSHA", RENEW_SCRIPT.sha, len(keys), *keys, *args)
 
     def _failed(self, error: SharedStoreDown) -> None:
-        self._retry_at = self._monotonic() + RETRY_AFTER_FAILURE_S
+        self.pipe.pause()
         if self.degraded_since is None:
             self.degraded_since = time.time()
             how = "refusing requests" if self.closed else "admitting from this server's own counts"
@@ -459,7 +453,7 @@ class SharedLimits:
         if self._renewer is not None:
             self._renewer.cancel()
             await asyncio.gather(self._renewer, return_exceptions=True)
-        self._pipe.close()
+        self.pipe.close()
         await self.client.aclose()
 
 
@@ -496,12 +490,11 @@ def connect(settings: LimitsSettings, monotonic: Callable[[], float] = time.mono
                               "which is not set")
     timeout = settings.redis_timeout_ms / 1000
     pipe = RedisPipe(Endpoint.from_url(settings.redis_url, password), timeout,
-                     (ADMIT_SCRIPT, SETTLE_SCRIPT, RENEW_SCRIPT, *scripts))
+                     (ADMIT_SCRIPT, SETTLE_SCRIPT, RENEW_SCRIPT, *scripts), monotonic)
     # A pooled connection to a Redis that restarted fails once: it is retried at once on a new
     # one (within the same deadline), not taken for an outage.
     client = aioredis.Redis.from_url(settings.redis_url, password=password,
                                      socket_timeout=timeout, socket_connect_timeout=timeout,
                                      health_check_interval=30, retry=Retry(NoBackoff(), 1),
                                      retry_on_error=[redis.exceptions.ConnectionError])
-    return SharedLimits(pipe, client, settings.lease_s, settings.on_redis_error == "closed",
-                        monotonic)
+    return SharedLimits(pipe, client, settings.lease_s, settings.on_redis_error == "closed")

@@ -170,12 +170,16 @@ class JudgeQueue:
     def _unclaim(self, slot: Slot, away_s: float) -> None:
         """Give back a slot nothing was sent to (the cluster's hold, if any, with it)."""
         self.book.unclaim(slot)
-        self._lease.give(slot.replica, slot.index)
+        self._let_go(slot)
         slot.away_until = self._monotonic() + away_s
+        self._dispatch()
+
+    def _let_go(self, slot: Slot) -> None:
+        """Give `slot` back to the server's lease and the install's."""
+        self._lease.give(slot.replica, slot.index)
         if self._cluster is not None and slot.token:
             self._cluster.give(slot.replica, slot.index, slot.token)
         slot.token = ""
-        self._dispatch()
 
     async def _acquire_here(self, prompt: str, deadline: float) -> Slot:
         """A slot free in this server's book (and lease) for `prompt`."""
@@ -235,10 +239,7 @@ class JudgeQueue:
         so a judge slower than the budgets is shed)."""
         now = self._monotonic()
         self.book.give_back(slot, now)
-        self._lease.give(slot.replica, slot.index)
-        if self._cluster is not None and slot.token:
-            self._cluster.give(slot.replica, slot.index, slot.token)
-            slot.token = ""
+        self._let_go(slot)
         if outlasted_s is not None:
             self.times.add(outlasted_s, now, slot.occupancy)
         if served_s is not None:

@@ -15,9 +15,7 @@ from __future__ import annotations
 
 import itertools
 import logging
-import time
 import uuid
-from collections.abc import Callable
 
 from llmgw.core.errors import SharedStoreDown
 from llmgw.store.redis_pipe import RedisPipe, Script
@@ -28,7 +26,6 @@ PREFIX = "llmgw:slot:"
 # A hold outlives its judgment's budget by this much: the judgment is cancelled at its budget,
 # and a give-back on its way must never find the slot taken by another server already.
 HOLD_MARGIN_S = 2.0
-RETRY_AFTER_FAILURE_S = 1.0
 
 # Gives the slot back only when this claim still holds it (not one that expired and was taken
 # by another server since).
@@ -40,10 +37,8 @@ SCRIPTS = (GIVE,)
 class SharedSlots:
     """The judge slots the install's servers hold, by replica id and slot index."""
 
-    def __init__(self, pipe: RedisPipe, monotonic: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, pipe: RedisPipe) -> None:
         self._pipe = pipe
-        self._monotonic = monotonic
-        self._retry_at = 0.0
         self._down = False
         self._prefix = uuid.uuid4().hex[:12] + ":"
         self._claims = itertools.count(1)
@@ -55,13 +50,13 @@ class SharedSlots:
     async def take(self, replica: str, index: int, token: str, hold_s: float) -> bool:
         """Hold the slot with `token` for at most `hold_s` (plus the margin); False when another
         server holds it. True without asking while Redis does not answer: taken here alone."""
-        if self._monotonic() < self._retry_at:
+        if not self._pipe.usable():
             return True
         try:
             answer = await self._pipe.call("SET", f"{PREFIX}{replica}:{index}", token, "NX", "PX",
                                            int((hold_s + HOLD_MARGIN_S) * 1000))
         except SharedStoreDown as exc:
-            self._retry_at = self._monotonic() + RETRY_AFTER_FAILURE_S
+            self._pipe.pause()
             if not self._down:
                 self._down = True
                 logger.warning("%s; judge slots are counted per server until it does", exc)

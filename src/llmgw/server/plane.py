@@ -125,8 +125,8 @@ def build(store: Store, settings: ServerSettings, clock: Clock, activity_id: str
     # A server's workers share its judges' slots; one process alone needs no lease. With a
     # shared Redis the install's servers share them too.
     lease = JudgeSlots(flight) if isinstance(flight, SharedInFlight) else UNSHARED
-    shared = shared_limits.connect(s.limits, scripts=shared_slots.SCRIPTS)
-    cluster = shared_slots.SharedSlots(shared.pipe, clock.monotonic) if shared else None
+    shared = shared_limits.connect(s.limits, clock.monotonic, scripts=shared_slots.SCRIPTS)
+    cluster = shared_slots.SharedSlots(shared.pipe) if shared else None
     judge_client = JudgeClient(refresher.locate_judge, clock.monotonic, metrics, lease, cluster)
     tracker = ActivityTracker(lambda: refresher.current.table, queue, judge_client.loads)
     verdict_log = VerdictBuffer(wiring.verdict_writer(store))

@@ -21,6 +21,7 @@ import functools
 import hashlib
 import logging
 import ssl
+import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -32,6 +33,9 @@ from redis.connection import parse_url
 from llmgw.core.errors import ConfigError, SharedStoreDown
 
 logger = logging.getLogger(__name__)
+
+# After a failed call Redis is left alone this long (see `RedisPipe.pause`).
+RETRY_AFTER_FAILURE_S = 1.0
 
 Reply = Any  # bytes, int, a list of replies, None or hiredis.ReplyError, as RESP2 gives them
 
@@ -183,16 +187,30 @@ class _Connection(asyncio.Protocol):
 
 class RedisPipe:
     """A process's pipelined connection to Redis, made when first needed and again after a
-    failure; `timeout_s` bounds every call, connecting included."""
+    failure; `timeout_s` bounds every call, connecting included. What uses it pauses it after a
+    failure (`pause`, timed by `monotonic`) and skips Redis while it is paused (`usable`)."""
 
-    def __init__(self, endpoint: Endpoint, timeout_s: float, scripts: tuple[Script, ...] = ()) -> None:
+    def __init__(self, endpoint: Endpoint, timeout_s: float, scripts: tuple[Script, ...] = (),
+                 monotonic: Callable[[], float] = time.monotonic) -> None:
         self._endpoint = endpoint
         self.timeout_s = timeout_s
+        self._monotonic = monotonic
+        self._retry_at = 0.0
         self._scripts = scripts
         self._conn: _Connection | None = None
         self._connecting: asyncio.Future[_Connection] | None = None
         self._watchdog: asyncio.TimerHandle | None = None
         self._tasks: set[asyncio.Future[_Connection]] = set()  # connections being made for `request`
+
+    def usable(self) -> bool:
+        """Whether to try Redis now (not within `RETRY_AFTER_FAILURE_S` of a failure)."""
+        return self._monotonic() >= self._retry_at
+
+    def pause(self) -> None:
+        """Leave Redis alone for a while after a failure: what relies on it falls back at once
+        instead of each call waiting out the deadline. One pause for everything this process
+        does there (limits and judge slots meet the same outage)."""
+        self._retry_at = self._monotonic() + RETRY_AFTER_FAILURE_S
 
     async def call(self, *args: str | bytes | int | float) -> Reply:
         """Send one command and return its reply; `SharedStoreDown` when Redis refuses it or
