@@ -1,0 +1,1 @@
+"""What the docs site makes from the code at build time: the reference pages and the plots."""
