@@ -2,16 +2,22 @@
 
 Input: a file of whitespace-separated rows `api target mode conc rps p50_ms p99_ms errors cpu_us`,
 as `bench/run.sh` writes them (cpu_us: the proxy's CPU per request, `-` for direct). Prints the
-report and writes it to `--out`.
+report and writes it to `--out`; with `--json`, also the record `bench/plots.py` draws from (every
+cell's median and its rounds, the verdicts, and the run's metadata).
 Exit status is 0 whatever the verdicts; the report says PASS or FAIL.
 """
 
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 from statistics import median
-from typing import NamedTuple
+from typing import Any, NamedTuple
+
+# Run as a script, the repository root is not on the path; `bench.record` lives there.
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from bench import record  # noqa: E402
 
 TARGETS = ("direct", "llmgw", "llmgw-redis", "passthrough", "llmgw-2w", "llmgw-2w-redis",
            "passthrough-2p", "passthrough-raw", "proxy-nginx")
@@ -65,9 +71,12 @@ def upstream_api(api: str) -> str:
     return "messages" if api == "messages" else "chat"
 
 
-def read_rows(path: Path) -> Rows:
-    """One row per cell: the median of its rounds (errors summed)."""
-    rounds: dict[tuple[str, str, str, int], list[Row]] = {}
+Rounds = dict[tuple[str, str, str, int], list[Row]]
+
+
+def read_rounds(path: Path) -> Rounds:
+    """Each cell's rows in the order of the rounds (the run writes round 1's cells first)."""
+    rounds: Rounds = {}
     for line in path.read_text().splitlines():
         if not line.strip():
             continue
@@ -75,6 +84,15 @@ def read_rows(path: Path) -> Rows:
         row = Row(a, t, m, int(c), float(rps), float(p50), float(p99), int(err),
                   None if cpu == "-" else int(cpu))
         rounds.setdefault((a, t, m, row.conc), []).append(row)
+    return rounds
+
+
+def read_rows(path: Path) -> Rows:
+    """One row per cell: the median of its rounds (errors summed)."""
+    return medians(read_rounds(path))
+
+
+def medians(rounds: Rounds) -> Rows:
     rows = {}
     for key, runs in rounds.items():
         cpus = [r.cpu_us for r in runs if r.cpu_us is not None]
@@ -277,15 +295,56 @@ def dialect_table(rows: Rows) -> list[str]:
     return out
 
 
+def figures(rounds: Rounds) -> dict[str, Any]:
+    """The record's figures: every cell's median (as in the table) with its rounds' values, each
+    round's added p50 taken against the direct row of the same round; the goals and verdicts."""
+    rows = medians(rounds)
+    cells = []
+    for key, row in sorted(rows.items(), key=lambda kv: (kv[0][3], kv[0][2], kv[0][1], kv[0][0])):
+        runs = rounds[key]
+        direct = rounds.get((upstream_api(row.api), "direct", row.mode, row.conc), [])
+        added = added_p50(rows, row)
+        cells.append({
+            "api": row.api, "target": row.target, "mode": row.mode, "conc": row.conc,
+            "rps": row.rps, "p50_ms": row.p50, "p99_ms": row.p99, "errors": row.errors,
+            "cpu_us": row.cpu_us,
+            "added_p50_ms": None if row.target == "direct" or added is None else round(added, 3),
+            "rounds": {
+                "rps": [r.rps for r in runs], "p50_ms": [r.p50 for r in runs],
+                "p99_ms": [r.p99 for r in runs], "cpu_us": [r.cpu_us for r in runs],
+                "added_p50_ms": ([round(r.p50 - d.p50, 3) for r, d in zip(runs, direct, strict=False)]
+                                 if row.target != "direct" else []),
+            },
+        })
+    return {
+        "labels": {"apis": APIS, "targets": {t: TARGET_LABELS.get(t, t) for t in TARGETS}},
+        "goals": {"added_p50_ms": ADDED_P50_GOAL_MS, "rps_share": RPS_SHARE_GOAL,
+                  "dialect_p50_slack_ms": DIALECT_P50_SLACK_MS, "dialect_rps_share": DIALECT_RPS_SHARE,
+                  "redis_p50_slack_ms": REDIS_P50_SLACK_MS, "redis_rps_share": REDIS_RPS_SHARE},
+        "verdicts": verdicts(rows) + route_verdict(rows) + redis_verdicts(rows),
+        "rows": cells,
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("results", type=Path)
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--header", action="append", default=[], help="a line to put above the table")
+    parser.add_argument("--json", type=Path, help="also write the run's record here (bench/plots.py)")
+    parser.add_argument("--meta", action="append", default=[], metavar="KEY=VALUE",
+                        help="the run's settings for the record; load_before=L is the machine's")
     args = parser.parse_args()
-    text = render(read_rows(args.results), [*args.header, ""] if args.header else [])
+    rounds = read_rounds(args.results)
+    text = render(medians(rounds), [*args.header, ""] if args.header else [])
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(text)
+    if args.json is not None:
+        settings = record.parse_meta(args.meta)
+        load_before = settings.pop("load_before", None)
+        command = settings.pop("command", None)
+        meta = record.meta(load_before, command=command, settings=settings)
+        record.write(args.json, "request_path", meta, figures(rounds))
     print(text, end="")
 
 

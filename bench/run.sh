@@ -545,7 +545,15 @@ commit=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
 git diff --quiet HEAD -- src 2>/dev/null || commit="$commit (src/ modified)"
 cpu=$(grep -m1 'model name' /proc/cpuinfo 2>/dev/null | cut -d: -f2 | sed 's/^ *//' || true)
 echo
+# The BENCH_* knobs this run was given, for the record's command line.
+knobs=$(env | grep -E '^BENCH_[A-Z0-9_]+=' | sort | sed -E "s/^([^=]+)=(.*)$/\1='\2'/" | tr '\n' ' ' || true)
 "$PY" bench/report.py "$RESULTS" --out bench/results/latest.md \
+    --json bench/results/request_path.json \
+    --meta "load_before=$load" --meta "command=${knobs}bash bench/run.sh" --meta "duration_s=$DURATION" \
+    --meta "warmup_s=$WARMUP" --meta "rounds=$ROUNDS" --meta "telemetry=$([[ $TELEMETRY == 1 ]] && echo true || echo false)" \
+    --meta "redis=$([[ $REDIS == 1 ]] && echo true || echo false)" --meta "pin_c1=$([[ $PIN_C1 == 1 ]] && echo true || echo false)" \
+    --meta "route=$([[ $ROUTE == 1 ]] && echo true || echo false)" \
+    --meta "fake_upstream=nginx $(nginx -v 2>&1 | sed 's|.*/||')" --meta "load=wrk -t1 -c1 and -t2 -cN" \
     --header "# llmgw bench, $(date -u '+%Y-%m-%d %H:%M UTC')" \
     --header "" \
     --header "commit $commit; telemetry $([[ $TELEMETRY == 1 ]] && echo "on (sample_ratio $RATIO; $(cat "$TMP/spans" | tr -d '\n') spans exported to a local OTLP sink)" || echo off); ${DURATION}s per run, median of $ROUNDS round(s)$([[ $PIN_C1 == 1 ]] && echo "; concurrency 1 pinned to one core (BENCH_PIN_C1=1)")$([[ $REDIS == 1 ]] && echo "; Redis rows: the same installs with [limits] redis_url, a redis-server of the run's own"); $(nproc) cores${cpu:+ ($cpu)}; load average $load before, $(cut -d' ' -f1 /proc/loadavg) after; wrk -t1 -c1 and -t2 -cN; fake upstream: nginx $(nginx -v 2>&1 | sed 's|.*/||')"
@@ -561,4 +569,4 @@ fi
 
 append_warnings "$TMP/llmgw.log" bench/results/latest.md
 append_warnings "$TMP/llmgw2.log" bench/results/latest.md
-log "written bench/results/latest.md"
+log "written bench/results/latest.md and bench/results/request_path.json"
