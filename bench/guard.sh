@@ -155,7 +155,10 @@ autoscale=()
     --requests "$REQUESTS" --rounds "$ROUNDS" --warmup "$WARMUP" --max-seconds "$MAX_SECONDS" \
     --seconds "$SECONDS_PER_ROW" --judge-rounds "$JUDGE_ROUNDS" --concs "$CONCS" --texts "$TEXTS" --budget-ms 5000 \
     --shed-backoff-ms "$SHED_BACKOFF_MS" "${autoscale[@]}" \
-    --out bench/results/guard.md \
+    --out bench/results/guard.md --json bench/results/guard.json \
+    --meta "command=$(env | grep -E '^(GUARD_BENCH|BENCH)_[A-Z0-9_]+=' | sort | sed -E "s/^([^=]+)=(.*)$/\1='\2'/" | tr '\n' ' ' || true)bash bench/guard.sh" \
+    --meta "engine=${engine:-unknown}" \
+    --meta "setup=$MODEL and $JUDGE: Gemma 3 270M Q4_K_M, one llama-server each (1 thread, --parallel 2); default policy: every model's input, budget 5000 ms, on_failure closed" \
     --header "# llmgw guard bench, $(date -u '+%Y-%m-%d %H:%M UTC')" \
     --header "" \
     --header "commit $commit; $(nproc) cores${cpu:+ ($cpu)}; $MODEL and $JUDGE: Gemma 3 270M Q4_K_M, one llama-server each (1 thread, --parallel 2)${engine:+, $engine}; default policy: every model's input, budget 5000 ms, on_failure closed." \
@@ -163,4 +166,4 @@ autoscale=()
 
 kill -0 "$GW_PID" 2>/dev/null || die "llmgw died during the run"
 append_warnings "$TMP/llmgw.log" bench/results/guard.md
-log "written bench/results/guard.md"
+log "written bench/results/guard.md and bench/results/guard.json"

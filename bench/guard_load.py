@@ -14,8 +14,9 @@ Against a running llmgw (a fresh `server init --demo` install) it measures:
 - how much of the judge prompt its slot's cache holds, for a text, the same text again and
   another, as the gateway counts llama-server's `timings` in `/metrics`.
 
-Prints the report and writes it to `--out`. The guard is switched back on and the default policy
-restored to what it was before.
+Prints the report and writes it to `--out`; with `--json`, also the record `bench/plots.py` draws
+from (every row's figures and the run's metadata). The guard is switched back on and the default
+policy restored to what it was before.
 """
 
 from __future__ import annotations
@@ -26,12 +27,17 @@ import json
 import math
 import os
 import statistics
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import aiohttp
+
+# Run as a script, the repository root is not on the path; `bench.record` lives there.
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from bench import record  # noqa: E402
 
 MODEL = "gemma3-270m"
 JUDGE = "demo-judge"
@@ -355,7 +361,7 @@ def judge_table(cells: list[JudgeCell], budget_ms: int) -> list[str]:
     return out
 
 
-async def run(args: argparse.Namespace) -> str:
+async def run(args: argparse.Namespace) -> tuple[str, dict[str, Any]]:
     load_before = os.getloadavg()
     timeout = aiohttp.ClientTimeout(total=REQUEST_TIMEOUT_S)
     async with aiohttp.ClientSession(timeout=timeout, connector=aiohttp.TCPConnector(limit=0)) as session:
@@ -439,7 +445,58 @@ async def run(args: argparse.Namespace) -> str:
     out.append(f"- Verdict log of the chat requests (warm-ups included; the judgments endpoint does not "
                f"log): {', '.join(f'{k} {n}' for k, n in sorted(outcomes.items())) or 'empty'}; "
                f"judge latency as the gateway timed it, by direction: {per_dir or '–'}.")
-    return "\n".join(out) + "\n"
+    data = figures(cells, complete, judge_cells, scaled, scaled_after, args)
+    data["load_before"] = round(load_before[0], 2)
+    return "\n".join(out) + "\n", data
+
+
+def _percentiles(values: list[float]) -> dict[str, float | None]:
+    return {"p50_ms": round(statistics.median(values), 1) if values else None,
+            "p99_ms": round(pct(values, 0.99), 1) if values else None}
+
+
+def judge_figures(c: JudgeCell, budget_ms: int, replicas: int) -> dict[str, Any]:
+    prompt = c.cached + c.evaluated
+    return {
+        "label": c.label, "conc": c.conc, "texts": "distinct" if "distinct" in c.label else "same",
+        "replicas": replicas, "seconds": round(c.seconds, 2), "judgments": c.total,
+        "verdicts": c.verdicts, "verdicts_per_s": round(c.verdicts / c.seconds, 3) if c.seconds else 0.0,
+        **_percentiles(c.latencies),
+        "within_budget": sum(1 for v in c.latencies if v <= budget_ms), "shed": c.shed,
+        "shed_late": sum(1 for t in c.shed_latencies if t > LATE_SHED_MS),
+        "shed_late_in_gateway": sum(1 for t in c.shed_in_gateway if t > LATE_SHED_MS),
+        "timed_out": c.outcomes.get("failed_timeout", 0),
+        "cache_saved": round(c.cached / prompt, 3) if prompt else None,
+        "outcomes": dict(sorted(c.outcomes.items())),
+    }
+
+
+def figures(cells: dict[str, Cell], complete: bool, judge_cells: list[JudgeCell],
+            scaled: JudgeCell | None, scaled_after: float, args: argparse.Namespace) -> dict[str, Any]:
+    """The record's figures: the chat modes' latencies and every judgments row, as in the tables."""
+    chat = []
+    base = cells.get("off")
+    for mode, label in MODES:
+        c = cells.get(mode)
+        if c is None:
+            continue
+        row: dict[str, Any] = {"mode": mode, "label": label, "requests": len(c.latencies),
+                               **_percentiles(c.latencies), "blocked": c.blocked,
+                               "failed_closed": c.failed_closed, "errors": len(c.errors)}
+        for q in ("p50_ms", "p99_ms"):
+            b = _percentiles(base.latencies)[q] if base is not None else None
+            row[f"added_{q}"] = (None if mode == "off" or row[q] is None or b is None
+                                 else round(row[q] - b, 1))
+        chat.append(row)
+    return {
+        "model": MODEL, "judge": JUDGE, "budget_ms": args.budget_ms,
+        "chat": chat, "chat_complete": complete,
+        "judgments": [judge_figures(c, args.budget_ms, 1) for c in judge_cells],
+        "autoscale": None if not args.autoscale else {
+            "second_replica_after_s": None if scaled is None else round(scaled_after, 1),
+            "row": None if scaled is None else judge_figures(scaled, args.budget_ms, 2),
+        },
+    }
 
 
 def chat_report(cells: dict[str, Cell], args: argparse.Namespace, chat_s: float,
@@ -546,14 +603,27 @@ def main() -> None:
                    help="seconds of load to wait for the second judge replica")
     p.add_argument("--out", type=Path, required=True)
     p.add_argument("--header", action="append", default=[], help="a line above the tables")
+    p.add_argument("--json", type=Path, help="also write the run's record here (bench/plots.py)")
+    p.add_argument("--meta", action="append", default=[], metavar="KEY=VALUE",
+                   help="more of the run's metadata for the record (the engine, the command)")
     args = p.parse_args()
     if args.requests and (args.rounds < 1 or args.rounds > args.requests):
         p.error("need 1 <= rounds <= requests (or 0 requests: no chat phase)")
     if any(t not in ("same", "distinct") for t in args.texts.split()):
         p.error("--texts takes 'same' and/or 'distinct'")
-    text = asyncio.run(run(args))
+    try:
+        extra = record.parse_meta(args.meta)
+    except ValueError as exc:
+        p.error(str(exc))
+    text, data = asyncio.run(run(args))
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(text)
+    if args.json is not None:
+        settings = {k: getattr(args, k) for k in (
+            "requests", "rounds", "warmup", "max_seconds", "seconds", "judge_rounds", "concs",
+            "texts", "budget_ms", "shed_backoff_ms", "autoscale")}
+        meta = record.meta(data.pop("load_before"), settings=settings, **extra)
+        record.write(args.json, "guard", meta, data)
     print(text, end="")
 
 

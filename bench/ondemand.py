@@ -17,6 +17,9 @@ demo GGUF (Gemma 3 270M Q4_K_M) added as on-demand models.
    issue's bound: llmgw may add at most 15 % or 0.5 s, whichever is larger.
 3. Swap: two on-demand models on the same GGUF, each declaring 60 % of the node's memory, so one
    fits at a time; a request for B while A is loaded (and idle) -> B's first token, alternating.
+
+The report is printed and written to bench/results/ondemand.md; the record bench/plots.py draws
+from (every sample, and the run's metadata) to bench/results/ondemand.json.
 """
 
 from __future__ import annotations
@@ -40,6 +43,7 @@ import openai
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench import record  # noqa: E402
 from tests.e2e.server_process import LLMGW, LlmgwServer, free_port, wait_for  # noqa: E402
 
 # The demo GGUF has no chat template; a small context loads quickly. One core per replica, so
@@ -261,6 +265,23 @@ def report(through: list[float], hand: list[float], swaps: list[float], argv: li
     return "\n".join(lines) + "\n"
 
 
+def figures(through: list[float], hand: list[float], swaps: list[float],
+            argv: list[str]) -> dict[str, Any]:
+    """The record's figures: every sample in seconds, with the bound the verdict applies."""
+    t, h = statistics.median(through), statistics.median(hand)
+    allowed = max(ALLOWED_FRACTION * h, ALLOWED_S)
+    return {
+        "cold_start": {"through_llmgw_s": [round(v, 3) for v in through],
+                       "by_hand_s": [round(v, 3) for v in hand],
+                       "added_s": round(t - h, 3), "allowed_s": round(allowed, 3),
+                       "within_bound": t - h <= allowed},
+        "swap_s": [round(v, 3) for v in swaps],
+        "bound": {"fraction": ALLOWED_FRACTION, "seconds": ALLOWED_S},
+        "replica_argv": [Path(argv[0]).name, *argv[1:]],
+        "model": "Gemma 3 270M Q4_K_M (the demo GGUF)",
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--runs", type=int, default=5, help="runs of each measurement")
@@ -272,6 +293,7 @@ def main() -> None:
     if len(settings) != len(args.set):
         parser.error("--set takes KEY=VALUE")
 
+    load_before = round(os.getloadavg()[0], 2)
     tmp = Path(tempfile.mkdtemp(prefix="llmgw-ondemand-bench-"))
     install = Install(tmp, settings)
     try:
@@ -282,7 +304,11 @@ def main() -> None:
         out = ROOT / "bench" / "results"
         out.mkdir(exist_ok=True)
         (out / "ondemand.md").write_text(text)
-        log("written bench/results/ondemand.md")
+        command = " ".join(["bash bench/ondemand.sh", *sys.argv[1:]])
+        meta = record.meta(load_before, command=command,
+                           settings={"runs": args.runs, "set": settings})
+        record.write(out / "ondemand.json", "ondemand", meta, figures(through, hand, swaps, argv))
+        log("written bench/results/ondemand.md and bench/results/ondemand.json")
     except BaseException:
         tail = install.server.log().splitlines()[-30:]
         log("last lines of the server's log:\n" + "\n".join(tail))
