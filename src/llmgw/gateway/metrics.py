@@ -14,7 +14,8 @@ from __future__ import annotations
 from bisect import bisect_left
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Literal
 
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
@@ -27,6 +28,121 @@ LATENCY = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 
 QUEUE_WAIT = (0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0, 300.0)
 OVERHEAD = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.1)
 JUDGE_SERVICE = (0.05, 0.1, 0.25, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 5.0, 10.0, 30.0)
+
+
+@dataclass(frozen=True)
+class Family:
+    """One metric family as a scrape shows it. Every family of the process is declared below and
+    listed in `FAMILIES`, whichever collector yields it, so the reference can list them all."""
+
+    name: str  # as declared; a counter's samples are shown as `name` + "_total"
+    kind: Literal["counter", "gauge", "histogram"]
+    help: str
+    labels: tuple[str, ...] = ()
+    buckets: tuple[float, ...] = ()  # a histogram's upper bounds (+Inf is added)
+    # When the family is in a scrape, if not always (for the reference; not exposed).
+    when: str = ""
+
+    @property
+    def sample_names(self) -> tuple[str, ...]:
+        """The names its samples have in the text a scrape returns."""
+        if self.kind == "counter":
+            return (self.name + "_total",)
+        if self.kind == "histogram":
+            return tuple(self.name + suffix for suffix in ("_bucket", "_sum", "_count"))
+        return (self.name,)
+
+    def counter(self, values: Mapping[Any, int]) -> CounterMetricFamily:
+        """The family with one sample per label values (sorted)."""
+        fam = CounterMetricFamily(self.name, self.help, labels=self.labels)
+        for label_values, n in sorted(values.items()):
+            fam.add_metric(list(label_values), n)
+        return fam
+
+    def gauge(self) -> GaugeMetricFamily:
+        """The family, empty: the caller adds its samples."""
+        return GaugeMetricFamily(self.name, self.help, labels=self.labels)
+
+
+# What each label holds, in whichever family it appears.
+LABELS: dict[str, str] = {
+    "model": "The catalog model (or route) name the client asked for.",
+    "status": "The HTTP status the client was answered with.",
+    "key": "The calling key's visible prefix (`sk-llmgw-` and a few characters), never the key.",
+    "api": "The API called: chat_completions, completions, embeddings, responses, messages, "
+           "count_tokens or rerank.",
+    "code": "The error code of the failure (see the error codes), or the HTTP status when it had none.",
+    "policy": "The guard policy that asked for the judgment.",
+    "judge": "The judge model's name.",
+    "outcome": "The judgment's outcome: safe, unsafe, failed_timeout, failed_unparseable, "
+               "failed_error or failed_shed.",
+    "source": "evaluated (the judge computed the prompt tokens) or cached (reused from its KV cache).",
+    "route": "The route's name.",
+    "target": "A catalog model the route sends requests to.",
+    "from_target": "The target the request failed on.",
+    "to_target": "The target it moved on to.",
+    "reason": "The failure that moved it or retried it: connect, 5xx, timeout, 429 or context-length.",
+}
+
+REQUESTS = Family("llmgw_requests", "counter", "Data-plane requests", ("model", "status", "key", "api"))
+REQUEST_SECONDS = Family("llmgw_request_seconds", "histogram",
+                         "Request latency, first byte in to last out", ("model",), LATENCY)
+TTFT = Family("llmgw_time_to_first_token_seconds", "histogram", "Streams: time to the first chunk",
+              ("model",), LATENCY)
+GATEWAY_ADDED = Family("llmgw_gateway_added_seconds", "histogram",
+                       "Time llmgw spends before the upstream call (auth, limits, routing)",
+                       ("model",), OVERHEAD)
+UPSTREAM_ERRORS = Family("llmgw_upstream_errors", "counter", "Upstream failures", ("model", "code"))
+JUDGMENTS = Family("llmgw_guard_judgments", "counter", "Guard judgments", ("policy", "judge", "outcome"))
+QUEUE_WAIT_SECONDS = Family("llmgw_queue_wait_seconds", "histogram",
+                            "Time requests waited in the queue for a ready replica", ("model",),
+                            QUEUE_WAIT)
+COLD_STARTS = Family("llmgw_cold_starts", "counter",
+                     "Replicas started for a model with requests waiting", ("model",))
+EVICTIONS = Family("llmgw_evictions", "counter",
+                   "Idle replicas stopped to make room for another model", ("model",))
+REPLICAS_READY = Family("llmgw_replicas_ready", "gauge", "Ready upstreams per model", ("model",))
+REQUESTS_IN_FLIGHT = Family("llmgw_requests_in_flight", "gauge",
+                            "Requests waiting on upstreams per model (queue depth)", ("model",))
+QUEUE_DEPTH = Family("llmgw_queue_depth", "gauge", "Requests waiting for a ready replica per model",
+                     ("model",), when="For models served here (a remote provider's model never queues).")
+GUARD_QUEUE_DEPTH = Family("llmgw_guard_queue_depth", "gauge",
+                           "Judgments waiting in this server for a free judge slot", ("judge",))
+GUARD_IN_FLIGHT = Family("llmgw_guard_judgments_in_flight", "gauge", "Judgments on a judge slot now",
+                         ("judge",))
+GUARD_JUDGE_SLOTS = Family("llmgw_guard_judge_slots", "gauge", "Slots of the judge's ready replicas",
+                           ("judge",))
+GUARD_SHED = Family("llmgw_guard_shed", "counter",
+                    "Judgments failed as failed_shed: not sent, they could not finish within their "
+                    "budget", ("judge",))
+JUDGE_PROMPT_TOKENS = Family("llmgw_guard_judge_prompt_tokens", "counter",
+                             "Judge prompt tokens: evaluated, or reused from the slot's KV cache",
+                             ("judge", "source"))
+JUDGE_SERVICE_SECONDS = Family("llmgw_guard_judge_service_seconds", "histogram",
+                               "Time a judge took to answer a judgment, from sending to the answer "
+                               "(queueing not counted)", ("judge",), JUDGE_SERVICE)
+UP = Family("llmgw_up", "gauge", "1 while this server runs")
+# Yielded by other collectors of the process (gateway/route_metrics.py, gateway/shared_limits.py).
+ROUTE_FALLBACKS = Family("llmgw_route_fallbacks", "counter",
+                         "Requests a route moved on to its next target",
+                         ("route", "from_target", "to_target", "reason"))
+ROUTE_RETRIES = Family("llmgw_route_retries", "counter", "Retries on the same target of a route",
+                       ("route", "target", "reason"))
+ROUTE_COOLDOWNS = Family("llmgw_route_cooldowns", "counter",
+                         "Cooldowns started after repeated failures", ("route", "target"))
+ROUTE_COOLING_DOWN = Family("llmgw_route_target_cooling_down", "gauge",
+                            "1 while a route's target is skipped after failures", ("route", "target"))
+LIMITS_DEGRADED = Family("llmgw_limits_degraded", "gauge",
+                         "1 while the shared limit store (Redis) does not answer and limits fall "
+                         "back or refuse", when="With `[limits] redis_url` set.")
+
+# Every family a scrape of a server may show, in the order it shows them.
+FAMILIES: tuple[Family, ...] = (
+    REQUESTS, REQUEST_SECONDS, TTFT, GATEWAY_ADDED, UPSTREAM_ERRORS, JUDGMENTS, QUEUE_WAIT_SECONDS,
+    COLD_STARTS, EVICTIONS, REPLICAS_READY, REQUESTS_IN_FLIGHT, QUEUE_DEPTH, GUARD_QUEUE_DEPTH,
+    GUARD_IN_FLIGHT, GUARD_JUDGE_SLOTS, GUARD_SHED, JUDGE_PROMPT_TOKENS, JUDGE_SERVICE_SECONDS, UP,
+    ROUTE_FALLBACKS, ROUTE_RETRIES, ROUTE_COOLDOWNS, ROUTE_COOLING_DOWN, LIMITS_DEGRADED,
+)
 
 # One worker's counters, JSON-able: what a worker sends the one that was scraped.
 MetricsState = dict[str, Any]
@@ -65,8 +181,9 @@ class Histogram:
                 counts[i] += int(values[i])
             self.sums[label] += float(values[width])
 
-    def family(self, name: str, doc: str, label: str) -> HistogramMetricFamily:
-        fam = HistogramMetricFamily(name, doc, labels=[label])
+    def family(self, declared: Family) -> HistogramMetricFamily:
+        """`declared`'s family with this histogram's buckets, one series per label value."""
+        fam = HistogramMetricFamily(declared.name, declared.help, labels=declared.labels)
         for value, counts in sorted(self.counts.items()):
             running, buckets = 0, []
             for bound, n in zip((*self.bounds, float("inf")), counts, strict=True):
@@ -87,17 +204,17 @@ class Metrics(Collector):
         self._table = table
         self._queued = queued
         self._judges = judges
-        self.judge_service = Histogram(JUDGE_SERVICE)
+        self.judge_service = Histogram(JUDGE_SERVICE_SECONDS.buckets)
         self.judge_prompt_tokens: dict[tuple[str, ...], int] = defaultdict(int)
         self.cold_starts: dict[tuple[str, ...], int] = defaultdict(int)
         self.evictions: dict[tuple[str, ...], int] = defaultdict(int)
-        self.queue_waits = Histogram(QUEUE_WAIT)
+        self.queue_waits = Histogram(QUEUE_WAIT_SECONDS.buckets)
         self.requests: dict[tuple[str, ...], int] = defaultdict(int)
         self.upstream_errors: dict[tuple[str, ...], int] = defaultdict(int)
         self.judgments: dict[tuple[str, ...], int] = defaultdict(int)
-        self.latency = Histogram(LATENCY)
-        self.ttft = Histogram(LATENCY)
-        self.overhead = Histogram(OVERHEAD)
+        self.latency = Histogram(REQUEST_SECONDS.buckets)
+        self.ttft = Histogram(TTFT.buckets)
+        self.overhead = Histogram(GATEWAY_ADDED.buckets)
         # Requests in flight per model in the other workers (set only on a merged copy).
         self._in_flight_elsewhere: dict[str, int] = {}
         # Collectors of other parts of this process (routes' cooldowns), shown beside these.
@@ -166,32 +283,16 @@ class Metrics(Collector):
         return generate_latest(merged(self, others).registry)
 
     def collect(self) -> Iterator[CounterMetricFamily | GaugeMetricFamily | HistogramMetricFamily]:
-        yield _counter("llmgw_requests", "Data-plane requests", ["model", "status", "key", "api"],
-                       self.requests)
-        yield self.latency.family("llmgw_request_seconds",
-                                  "Request latency, first byte in to last out", "model")
-        yield self.ttft.family("llmgw_time_to_first_token_seconds",
-                               "Streams: time to the first chunk", "model")
-        yield self.overhead.family("llmgw_gateway_added_seconds",
-                                   "Time llmgw spends before the upstream call (auth, limits, routing)",
-                                   "model")
-        yield _counter("llmgw_upstream_errors", "Upstream failures", ["model", "code"],
-                       self.upstream_errors)
-        yield _counter("llmgw_guard_judgments", "Guard judgments", ["policy", "judge", "outcome"],
-                       self.judgments)
-        yield self.queue_waits.family("llmgw_queue_wait_seconds",
-                                      "Time requests waited in the queue for a ready replica", "model")
-        yield _counter("llmgw_cold_starts", "Replicas started for a model with requests waiting",
-                       ["model"], self.cold_starts)
-        yield _counter("llmgw_evictions", "Idle replicas stopped to make room for another model",
-                       ["model"], self.evictions)
-        ready = GaugeMetricFamily("llmgw_replicas_ready", "Ready upstreams per model", labels=["model"])
-        inflight = GaugeMetricFamily(
-            "llmgw_requests_in_flight", "Requests waiting on upstreams per model (queue depth)",
-            labels=["model"],
-        )
-        depth = GaugeMetricFamily("llmgw_queue_depth", "Requests waiting for a ready replica per model",
-                                  labels=["model"])
+        yield REQUESTS.counter(self.requests)
+        yield self.latency.family(REQUEST_SECONDS)
+        yield self.ttft.family(TTFT)
+        yield self.overhead.family(GATEWAY_ADDED)
+        yield UPSTREAM_ERRORS.counter(self.upstream_errors)
+        yield JUDGMENTS.counter(self.judgments)
+        yield self.queue_waits.family(QUEUE_WAIT_SECONDS)
+        yield COLD_STARTS.counter(self.cold_starts)
+        yield EVICTIONS.counter(self.evictions)
+        ready, inflight, depth = REPLICAS_READY.gauge(), REQUESTS_IN_FLIGHT.gauge(), QUEUE_DEPTH.gauge()
         queued = self._queued()
         for name, route in sorted(self._table().routes.items()):
             ready.add_metric([name], len(route.upstreams))
@@ -203,21 +304,15 @@ class Metrics(Collector):
         yield inflight
         yield depth
         yield from self._judge_families()
-        yield GaugeMetricFamily("llmgw_up", "1 while this server runs", value=1)
-
+        up = UP.gauge()
+        up.add_metric([], 1)
+        yield up
 
     def _judge_families(self) -> Iterator[CounterMetricFamily | GaugeMetricFamily | HistogramMetricFamily]:
         loads = self._judges()
-        queue = GaugeMetricFamily("llmgw_guard_queue_depth",
-                                  "Judgments waiting in this server for a free judge slot",
-                                  labels=["judge"])
-        in_flight = GaugeMetricFamily("llmgw_guard_judgments_in_flight",
-                                      "Judgments on a judge slot now", labels=["judge"])
-        slots = GaugeMetricFamily("llmgw_guard_judge_slots",
-                                  "Slots of the judge's ready replicas", labels=["judge"])
-        shed = CounterMetricFamily("llmgw_guard_shed",
-                                   "Judgments failed as failed_shed: not sent, they could not "
-                                   "finish within their budget", labels=["judge"])
+        queue, in_flight = GUARD_QUEUE_DEPTH.gauge(), GUARD_IN_FLIGHT.gauge()
+        slots = GUARD_JUDGE_SLOTS.gauge()
+        shed = GUARD_SHED.counter({})
         for judge, load in sorted(loads.items()):
             queue.add_metric([judge], load.queued)
             in_flight.add_metric([judge], load.in_flight)
@@ -227,12 +322,8 @@ class Metrics(Collector):
         yield in_flight
         yield slots
         yield shed
-        yield _counter("llmgw_guard_judge_prompt_tokens",
-                       "Judge prompt tokens: evaluated, or reused from the slot's KV cache",
-                       ["judge", "source"], self.judge_prompt_tokens)
-        yield self.judge_service.family("llmgw_guard_judge_service_seconds",
-                                        "Time a judge took to answer a judgment, from sending "
-                                        "to the answer (queueing not counted)", "judge")
+        yield JUDGE_PROMPT_TOKENS.counter(self.judge_prompt_tokens)
+        yield self.judge_service.family(JUDGE_SERVICE_SECONDS)
 
 
 def merged(own: Metrics, others: Iterable[MetricsState]) -> Metrics:
@@ -265,10 +356,3 @@ def merged(own: Metrics, others: Iterable[MetricsState]) -> Metrics:
                 update={"slots": max(mine.slots, load.slots)})
     return out
 
-
-def _counter(name: str, doc: str, labels: list[str], values: Mapping[tuple[str, ...], int]
-             ) -> CounterMetricFamily:
-    fam = CounterMetricFamily(name, doc, labels=labels)
-    for label_values, n in sorted(values.items()):
-        fam.add_metric(list(label_values), n)
-    return fam

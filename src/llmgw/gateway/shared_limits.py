@@ -34,7 +34,7 @@ from typing import Any
 import hiredis
 import redis.asyncio as aioredis
 import redis.exceptions
-from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.core import Metric
 from prometheus_client.registry import Collector
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
@@ -42,6 +42,7 @@ from redis.backoff import NoBackoff
 from llmgw.core.errors import ConfigError, SharedStoreDown
 from llmgw.core.settings import LimitsSettings
 from llmgw.core.types import Limits
+from llmgw.gateway.metrics import LIMITS_DEGRADED
 from llmgw.store.redis_pipe import Endpoint, RedisPipe, Reply, Script
 
 logger = logging.getLogger(__name__)
@@ -464,8 +465,7 @@ class DegradedMetric(Collector):
         self._shared = shared
 
     def collect(self) -> list[Metric]:
-        gauge = GaugeMetricFamily("llmgw_limits_degraded", "1 while the shared limit store "
-                                  "(Redis) does not answer and limits fall back or refuse")
+        gauge = LIMITS_DEGRADED.gauge()
         gauge.add_metric([], 1.0 if self._shared.degraded else 0.0)
         return [gauge]
 
