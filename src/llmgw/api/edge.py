@@ -76,7 +76,44 @@ class Connections:
 
 
 def error_body_bytes(message: str, type_: str, code: str) -> bytes:
+    """An error in OpenAI's shape, for what the edge answers before llmgw's errors exist."""
     return orjson.dumps({"error": {"message": message, "type": type_, "param": None, "code": code}})
+
+
+@dataclass(frozen=True)
+class EdgeCode:
+    """An error code the edge answers with itself, always in OpenAI's shape."""
+
+    status: int
+    type: str
+    retryable: bool
+    when: str
+
+
+# The codes above llmgw's own errors (core.errors): the error codes reference lists them from
+# here, and its test finds every code the edge sets.
+EDGE_CODES: dict[str, EdgeCode] = {
+    "invalid_request": EdgeCode(
+        400, "invalid_request_error", False,
+        "The HTTP request itself is malformed (its framing, a protocol upgrade, a body whose "
+        "transfer or content encoding is broken). Nothing of it is quoted back, and the "
+        "connection is closed."),
+    "header_too_large": EdgeCode(
+        431, "invalid_request_error", False,
+        "The request's header fields are too large or too many; the connection is closed."),
+    "too_many_connections": EdgeCode(
+        503, "server_error", True,
+        "The client's address already holds `max_connections_per_client` connections: the new "
+        "one is answered at once (with `Retry-After: 1`) and closed."),
+    "internal_error": EdgeCode(
+        500, "server_error", True,
+        "A fault escaped llmgw's own error handling (a generation route's handler, or the HTTP "
+        "server around the app); the server's log says what. Inside the app's routes the same "
+        "fault is a 500 with no code."),
+    "timeout": EdgeCode(
+        504, "server_error", True,
+        "A timeout escaped the app's own handling and the HTTP server answered it."),
+}
 
 
 BUSY_BODY = error_body_bytes("Too many connections from this address; close some and retry",

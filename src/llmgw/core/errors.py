@@ -7,9 +7,13 @@ HTTP status and OpenAI error `type`/`code` the API answers with, so no layer abo
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import ClassVar
+
 
 class LlmgwError(Exception):
-    """Base of llmgw's own errors. The message is safe to show a client."""
+    """Something failed in a way llmgw did not foresee; the server's log says what. The message
+    is safe to show a client."""
 
     status = 500
     type = "server_error"
@@ -17,6 +21,9 @@ class LlmgwError(Exception):
     # Seconds after which trying again may work, told to the client as `Retry-After`; None:
     # nothing is known.
     retry_after_s: int | None = None
+    # Other codes the places that raise this class give it (`code=`), and when: the error codes
+    # reference lists them with the class's status, and its test finds every one the code sets.
+    other_codes: ClassVar[Mapping[str, str]] = {}
 
     def __init__(self, message: str, *, param: str | None = None, code: str | None = None) -> None:
         super().__init__(message)
@@ -35,48 +42,86 @@ class Retryable(LlmgwError):
 
 
 class InvalidRequest(Permanent):
+    """The request is not valid: a field missing, of the wrong type or out of range, a value the
+    model cannot take. The message says what is wrong and `param` names the field when there is
+    one; most such errors carry no code."""
+
     status = 400
     type = "invalid_request_error"
 
 
 class Unauthenticated(Permanent):
+    """The API key is unknown, revoked, or minted beneath a revoked key, or the Authorization
+    header is not `Bearer <key>`."""
+
     status = 401
     type = "invalid_request_error"
     code = "invalid_api_key"
+    other_codes = {
+        "missing_api_key": "The request has no API key: send it as `Authorization: Bearer <key>` "
+                           "(or `x-api-key` on Anthropic's paths).",
+        "expired_api_key": "The API key, or a key it was minted beneath, has expired.",
+    }
 
 
 class Forbidden(Permanent):
+    """The key may not do this: an endpoint for another kind of key (an admin endpoint called
+    with a user key, a model called with a node join token or a metrics key), minting keys beyond
+    the key's own rights, or a join token reporting as a node it may not."""
+
     status = 403
     type = "permission_error"
     code = "forbidden"
 
 
 class NotFound(Permanent):
+    """The thing the request names (a key, a job, a team, a policy) does not exist."""
+
     status = 404
     type = "invalid_request_error"
     code = "not_found"
+    other_codes = {"node_not_found": "The node the request names does not exist."}
 
 
 class ModelNotFound(NotFound):
+    """The model the request names is neither in the catalog nor a route, or the key may not
+    use it (the same answer, so that a key cannot map the catalog); also a route or judge that
+    does not exist."""
+
     code = "model_not_found"
 
 
 class Conflict(Permanent):
+    """The change clashes with what exists: a name taken (by a model, a route or a team), a team
+    that still has keys, a change made meanwhile by someone else."""
+
     status = 409
     type = "invalid_request_error"
     code = "conflict"
+    other_codes = {"node_in_use": "The node still runs replicas: drain it first, or remove it "
+                                  "with force."}
 
 
 class PayloadTooLarge(Permanent):
+    """The request body is larger than `max_body_bytes` (counted as it is read)."""
+
     status = 413
     type = "invalid_request_error"
     code = "request_too_large"
 
 
 class NoReadyReplica(Retryable):
+    """The model has no ready replica and the request cannot wait for one: the model fits on no
+    node, this server queues no requests (`queue_max` 0), a retry found no other replica, or
+    none of a route's models is in the catalog. `Retry-After` is set when llmgw knows when one
+    will be."""
+
     status = 503
     type = "server_error"
     code = "no_ready_replica"
+    other_codes = {"route_cooling_down": "Every target of the route is skipped after repeated "
+                                         "failures; `Retry-After` says when the first one's "
+                                         "cooldown ends."}
 
     def __init__(self, message: str, *, code: str | None = None,
                  retry_after_s: int | None = None) -> None:
@@ -90,6 +135,16 @@ class RateLimited(Retryable):
     status = 429
     type = "rate_limit_error"
     code = "rate_limit_exceeded"
+    other_codes = {
+        "rate_limit_rpm": "The key (or its team, or the key it was minted beneath) is over its "
+                          "requests per minute; `Retry-After` is the rest of the minute.",
+        "rate_limit_tpm": "Over its tokens per minute; `Retry-After` is the rest of the minute.",
+        "rate_limit_concurrent": "Its `concurrent` requests are in flight already.",
+        "budget_exceeded": "Its token budget for the day or the month (UTC) is spent, or reserved "
+                           "by requests in flight; `Retry-After` is the time to the next day or "
+                           "month when spent, 1 s when only reserved.",
+        "mint_rate_exceeded": "The key's family has minted the most keys it may in the last hour.",
+    }
 
     def __init__(self, message: str, retry_after_s: int, *, code: str | None = None) -> None:
         super().__init__(message, code=code)
@@ -136,6 +191,9 @@ class EngineFailing(NoReadyReplica):
 
 
 class UpstreamError(Retryable):
+    """The upstream failed: it answered 5xx, refused llmgw's own credentials (401, 403 or 407),
+    answered something that is not what its API answers, or the connection broke."""
+
     status = 502
     type = "server_error"
     code = "upstream_error"
@@ -166,12 +224,18 @@ class UpstreamRefused(Permanent):
 
 
 class UpstreamTimeout(Retryable):
+    """The upstream did not answer within the request's timeout (`upstream_timeout_s` when the
+    request sets none)."""
+
     status = 504
     type = "server_error"
     code = "upstream_timeout"
 
 
 class StoreUnavailable(Retryable):
+    """The database did not answer, or refused the connection, when the request had to read or
+    write it."""
+
     status = 503
     type = "server_error"
     code = "store_unavailable"
