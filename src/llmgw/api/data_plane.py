@@ -160,30 +160,55 @@ CHAT = _forward("chat_completions", "/v1/chat/completions", "Chat completion", A
                 _generation(("model", "messages"),
                             messages={"type": "array", "minItems": 1, "items": _MESSAGE}),
                 content=_SSE, example={"model": "gemma3-270m", "max_tokens": 32,
-                                       "messages": [{"role": "user", "content": "Hello"}]})
+                                       "messages": [{"role": "user", "content": "Hello"}]},
+                description="OpenAI's chat completions. The key's grants and limits are checked "
+                "and the guard's policies applied, then the request goes to a ready replica of the "
+                "model (or a route's target), translated when the upstream speaks Anthropic's "
+                "dialect; `stream: true` answers in server-sent events. Fields llmgw does not "
+                "check pass through to the upstream as they are.")
 COMPLETIONS = _forward("completions", "/v1/completions", "Text completion", Api.COMPLETIONS,
-                       _generation(("model", "prompt"), prompt=_TEXT_OR_ARRAY), content=_SSE)
+                       _generation(("model", "prompt"), prompt=_TEXT_OR_ARRAY), content=_SSE,
+                       description="OpenAI's text completions (a `prompt` rather than messages), "
+                       "checked and forwarded as chat completions are; `stream: true` answers in "
+                       "server-sent events.")
 EMBEDDINGS = _forward("embeddings", "/v1/embeddings", "Embeddings", Api.EMBEDDINGS,
-                      obj(("model", "input"), model=_STR, input=_TEXT_OR_ARRAY))
+                      obj(("model", "input"), model=_STR, input=_TEXT_OR_ARRAY),
+                      description="OpenAI's embeddings of `input`, from a replica of a model "
+                      "whose engine serves them.")
 RERANK = _forward("rerank", "/v1/rerank", "Rerank documents (engines that serve it)", Api.RERANK,
                   obj(("model", "query", "documents"), model=_STR, query=_STR,
-                      documents={"type": "array"}))
+                      documents={"type": "array"}),
+                  description="The `documents` scored by relevance to `query` (llama.cpp's rerank "
+                  "API), from a replica of a model whose engine serves reranking.")
 RESPONSES = _forward("responses", "/v1/responses", "OpenAI Responses (served from chat completions)",
                      Api.RESPONSES, obj(("model", "input"), model=_STR, input=_TEXT_OR_ARRAY,
                                         instructions={"type": ["string", "null"]},
                                         max_output_tokens=_TOKENS, stream={"type": "boolean"}),
-                     content=_SSE, example={"model": "gemma3-270m", "input": "Hello"})
+                     content=_SSE, example={"model": "gemma3-270m", "input": "Hello"},
+                     description="OpenAI's Responses API, carried over the upstream's chat "
+                     "completions: the request is written as a chat completion, and the answer "
+                     "(or its stream of `response.*` events) read back. Nothing is stored, so "
+                     "every request carries its whole conversation; what cannot be carried "
+                     "(`previous_response_id`, hosted tools, ...) is refused with a 400 naming "
+                     "the field.")
 MESSAGES = _forward("messages", "/v1/messages", "Anthropic Messages", Api.MESSAGES,
                     obj(("model", "messages", "max_tokens"), model=_STR, messages=_TURNS,
                         max_tokens=_TOKENS, stream={"type": "boolean"},
                         system={"type": ["string", "array"]}),
                     tag="anthropic", content=_SSE,
                     example={"model": "gemma3-270m", "max_tokens": 32,
-                             "messages": [{"role": "user", "content": "Hello"}]})
+                             "messages": [{"role": "user", "content": "Hello"}]},
+                    description="Anthropic's Messages API, answered in Anthropic's shape (its "
+                    "errors too), with the key as `x-api-key` or `Authorization: Bearer`. A model "
+                    "whose upstream speaks OpenAI's dialect gets the request as a chat completion "
+                    "and its answer (or stream) back as Anthropic's.")
 COUNT_TOKENS = _forward("count_tokens", "/v1/messages/count_tokens", "Anthropic token count",
                         Api.COUNT_TOKENS, obj(("model", "messages"), model=_STR, messages=_TURNS),
                         tag="anthropic",
-                        returns_schema=obj(("input_tokens",), input_tokens={"type": "integer"}))
+                        returns_schema=obj(("input_tokens",), input_tokens={"type": "integer"}),
+                        description="The input tokens a Messages request would take: the "
+                        "upstream's count when it speaks Anthropic's dialect, else an estimate. "
+                        "It counts as a request against the key's limits, with no tokens.")
 MODELS = raw("openai_models", "GET", "/v1/models", "Models this key may use", "openai", list_models,
              returns_schema=obj(("object", "data"), object={"const": "list"}, data={
                  "type": "array",

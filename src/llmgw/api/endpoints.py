@@ -39,11 +39,25 @@ SCRAPER_SCOPES = frozenset({KeyScope.ADMIN, KeyScope.METRICS})
 class Access(StrEnum):
     """Who may call an endpoint."""
 
-    PUBLIC = "public"  # no key
-    KEY = "key"  # any admin or user key
-    ADMIN = "admin"  # admin keys
-    NODE = "node"  # node join tokens
-    SCRAPER = "scraper"  # admin or metrics keys (raw `/metrics` checks it, as it may be public)
+    PUBLIC = "public"
+    KEY = "key"
+    ADMIN = "admin"
+    NODE = "node"
+    SCRAPER = "scraper"  # raw `/metrics` checks it itself, as the install may make it public
+
+    @property
+    def who(self) -> str:
+        """Who may call an endpoint of this access, as the OpenAPI document says it."""
+        return _WHO[self]
+
+
+_WHO = {
+    Access.PUBLIC: "Anyone: no key.",
+    Access.KEY: "Any admin or user key.",
+    Access.ADMIN: "Admin keys only.",
+    Access.NODE: "Node join tokens only (`llmgw ctl node token create`): the node agents.",
+    Access.SCRAPER: "Admin or metrics keys, or anyone when the install sets `metrics_public`.",
+}
 
 
 @dataclass(frozen=True)
@@ -88,6 +102,8 @@ class Endpoint(Generic[B, Q]):
     content: tuple[str, ...] = (JSON,)
     errors: str = "Error"  # the error shape: "Error" (OpenAI's) or "AnthropicError"
     raw: Raw | None = None  # set: the route goes straight to it (see `raw`)
+    # The document's description of the operation; empty: the handler's docstring, if any.
+    description: str = ""
 
 
 def raw(name: str, method: str, path: str, summary: str, tag: str, handler: Raw, *,

@@ -8,6 +8,7 @@ everything else passes through to the upstream.
 
 from __future__ import annotations
 
+import inspect
 import re
 from collections.abc import Sequence
 from typing import Any, Literal
@@ -86,6 +87,8 @@ def document(endpoints: Sequence[Endpoint[Any, Any]]) -> dict[str, Any]:
                            '`{"error": {"message", "type", "param", "code"}}`.',
         },
         "security": [{"bearer": []}],
+        # Who may call each operation (its `x-llmgw-access`), beyond what `security` can say.
+        "x-llmgw-access": {access.value: access.who for access in Access},
         "tags": [{"name": t} for t in tags],
         "paths": {path: _with_path_parameters(path, ops) for path, ops in paths.items()},
         "components": _components(schemas),
@@ -102,8 +105,10 @@ def serve(endpoints: Sequence[Endpoint[Any, Any]]) -> Endpoint[None, None]:
             built.append(orjson.dumps(document(endpoints)))
         return web.Response(body=built[0], content_type=JSON)
 
-    return raw("openapi", "GET", "/openapi.json", "This document", "meta", answer,
-               access=Access.PUBLIC)
+    return raw("openapi", "GET", "/openapi.json", "This OpenAPI document", "meta", answer,
+               access=Access.PUBLIC,
+               description="llmgw's OpenAPI 3.1 document: every operation this server answers, "
+                           "made from the declarations its routes are made from.")
 
 
 def _models(endpoints: Sequence[Endpoint[Any, Any]]) -> list[tuple[type[BaseModel], Mode]]:
@@ -133,9 +138,14 @@ def _operation(ep: Endpoint[Any, Any], refs: dict[Any, Schema], schemas: Schema)
         "operationId": ep.name,
         "summary": ep.summary,
         "tags": [ep.tag],
+        "x-llmgw-access": ep.access.value,
         "responses": {str(ep.status): {"description": ep.summary, "content": content},
                       "4XX": errors, "5XX": errors},
     }
+    handler = ep.raw or ep.handler
+    description = ep.description or inspect.cleandoc(handler.__doc__ or "")
+    if description:
+        op["description"] = description
     body = ep.body_schema or refs.get((ep.body, "validation"))
     if body is not None:
         media: Schema = {"schema": body} | ({"example": ep.example} if ep.example else {})
