@@ -2,18 +2,24 @@
 
 from __future__ import annotations
 
-import click
+from typing import Any
+
 import typer
 
 from llmgw.cli.main import app
 
 
-def every_command(cmd: click.Command, path: str = "llmgw") -> list[tuple[str, click.Command]]:
+def every_command(cmd: Any, path: str = "llmgw") -> list[tuple[str, Any]]:
+    # By what a group has, not by click's classes: typer builds its tree on its own copy of click.
     found = [(path, cmd)]
-    if isinstance(cmd, click.Group):
-        for name, sub in cmd.commands.items():
-            found += every_command(sub, f"{path} {name}")
+    for name, sub in getattr(cmd, "commands", {}).items():
+        found += every_command(sub, f"{path} {name}")
     return found
+
+
+def test_every_command_is_walked() -> None:
+    paths = [path for path, _ in every_command(typer.main.get_command(app))]
+    assert "llmgw ctl guard policy set" in paths and "llmgw node run" in paths
 
 
 def test_no_help_text_has_square_brackets_which_the_help_renderer_would_swallow() -> None:

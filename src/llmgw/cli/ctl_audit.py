@@ -49,7 +49,7 @@ def audit(
     kind: Annotated[AuditKind | None, typer.Option(help="Only changes to this kind of thing.",
                                                    case_sensitive=False)] = None,
     target: Annotated[str | None, typer.Option(help="Only changes to this (a name or id).")] = None,
-    limit: Annotated[int, typer.Option()] = 50,
+    limit: Annotated[int, typer.Option(help="The most changes shown.")] = 50,
 ) -> None:
     """The audit log: every change made through the admin API, newest first."""
     ctl = CtlContext.of(ctx)

@@ -36,8 +36,8 @@ from llmgw.core.protocol import (
 guard_app = typer.Typer(help="Guard policies, judges and the verdict log.", no_args_is_help=True)
 policy_app = typer.Typer(help="Which traffic is judged, by which judges.", no_args_is_help=True)
 judge_app = typer.Typer(help="The judge models.", no_args_is_help=True)
+PolicyName = Annotated[str, typer.Argument(help="The policy's name.")]
 
-CSV = Annotated[str | None, typer.Option(help="Comma-separated.")]
 # Which option of `policy set` gives each field of the Policy it sends.
 POLICY_OPTIONS = {"name": "NAME", "judges": "--judges", "models": "--models", "keys": "--keys",
                   "block_categories": "--block", "budget_ms": "--budget-ms",
@@ -113,7 +113,7 @@ def policy_list(ctx: typer.Context) -> None:
 
 
 @policy_app.command("show")
-def policy_show(ctx: typer.Context, name: str) -> None:
+def policy_show(ctx: typer.Context, name: PolicyName) -> None:
     """One policy."""
     ctl = CtlContext.of(ctx)
     ctl.show_as(Policy, ctl.call("GET", f"/admin/v1/guard/policies/{quote(name)}"),
@@ -123,12 +123,16 @@ def policy_show(ctx: typer.Context, name: str) -> None:
 @policy_app.command("set")
 def policy_set(
     ctx: typer.Context,
-    name: str,
+    name: PolicyName,
     judges: Annotated[str | None, typer.Option(help="Judges, comma-separated (required when new).")] = None,
-    models: CSV = None,
-    keys: CSV = None,
-    input: Annotated[bool | None, typer.Option("--input/--no-input", help="Judge prompts.")] = None,
-    output: Annotated[bool | None, typer.Option("--output/--no-output", help="Judge answers.")] = None,
+    models: Annotated[str | None, typer.Option(
+        help="Models it applies to, comma-separated names or patterns (default when new: *).")] = None,
+    keys: Annotated[str | None, typer.Option(
+        help="Keys it applies to, comma-separated names or patterns (default when new: *).")] = None,
+    input: Annotated[bool | None, typer.Option(
+        "--input/--no-input", help="Judge the prompts (on when new).")] = None,
+    output: Annotated[bool | None, typer.Option(
+        "--output/--no-output", help="Judge the answers, streams included (off when new).")] = None,
     input_mode: Annotated[InputMode | None, typer.Option(
         help="before: judge, then call the model; parallel: both at once.", case_sensitive=False)] = None,
     block: Annotated[str | None, typer.Option(help="Categories that block (default: all).")] = None,
@@ -141,7 +145,9 @@ def policy_set(
     window_chars: Annotated[
         int | None, typer.Option(help="Streams: characters held back per judgment.")
     ] = None,
-    enabled: Annotated[bool | None, typer.Option("--enabled/--disabled")] = None,
+    enabled: Annotated[bool | None, typer.Option(
+        "--enabled/--disabled", help="Whether the policy applies; a disabled one is kept but "
+                                     "judges nothing.")] = None,
 ) -> None:
     """Create a policy, or change the given fields of an existing one."""
     ctl = CtlContext.of(ctx)
@@ -168,7 +174,7 @@ def policy_set(
 
 
 @policy_app.command("remove")
-def policy_remove(ctx: typer.Context, name: str) -> None:
+def policy_remove(ctx: typer.Context, name: PolicyName) -> None:
     """Remove a policy."""
     ctl = CtlContext.of(ctx)
     ctl.show(ctl.call("DELETE", f"/admin/v1/guard/policies/{quote(name)}"),
@@ -239,13 +245,13 @@ def _shed(j: JudgeStatusOut) -> str:
 @guard_app.command("verdicts")
 def verdicts(
     ctx: typer.Context,
-    policy: Annotated[str | None, typer.Option()] = None,
-    judge: Annotated[str | None, typer.Option()] = None,
+    policy: Annotated[str | None, typer.Option(help="Only the verdicts of this policy.")] = None,
+    judge: Annotated[str | None, typer.Option(help="Only the verdicts of this judge.")] = None,
     outcome: Annotated[Outcome | None, typer.Option(help="Only this outcome.", case_sensitive=False)] = None,
     since: Annotated[str | None, typer.Option(help="ISO time, e.g. 2026-11-29T10:00:00+00:00.")] = None,
     request_id: Annotated[str | None, typer.Option(help="Only the verdicts on this request "
                                                         "(its x-request-id).")] = None,
-    limit: Annotated[int, typer.Option()] = 50,
+    limit: Annotated[int, typer.Option(help="The most verdicts shown.")] = 50,
 ) -> None:
     """The verdict log, newest first."""
     ctl = CtlContext.of(ctx)

@@ -27,6 +27,7 @@ from llmgw.core.types import HubSource, Replica, ReplicaState, Scaling
 job_app = typer.Typer(help="Serve jobs: fetching, adding and placing models.", no_args_is_help=True)
 
 POLL_S = 0.5
+JobId = Annotated[str, typer.Argument(help="The job's id, as `ctl job list` shows it.")]
 
 
 def _default_name(file: str) -> str:
@@ -149,7 +150,7 @@ def job_list(ctx: typer.Context) -> None:
 
 
 @job_app.command("show")
-def job_show(ctx: typer.Context, job_id: str) -> None:
+def job_show(ctx: typer.Context, job_id: JobId) -> None:
     """One job in full."""
     ctl = CtlContext.of(ctx)
 
@@ -167,7 +168,7 @@ def job_show(ctx: typer.Context, job_id: str) -> None:
 
 
 @job_app.command("watch")
-def job_watch(ctx: typer.Context, job_id: str) -> None:
+def job_watch(ctx: typer.Context, job_id: JobId) -> None:
     """Progress until the job finishes."""
     final = _watch(CtlContext.of(ctx), job_id)
     if final.state in (JobState.FAILED, JobState.CANCELLED):
@@ -175,7 +176,7 @@ def job_watch(ctx: typer.Context, job_id: str) -> None:
 
 
 @job_app.command("cancel")
-def job_cancel(ctx: typer.Context, job_id: str) -> None:
+def job_cancel(ctx: typer.Context, job_id: JobId) -> None:
     """Stop a job that has not finished (a partial download is kept for a later resume)."""
     ctl = CtlContext.of(ctx)
     ctl.show_as(JobOut, ctl.call("POST", f"/admin/v1/jobs/{job_id}/cancel"),

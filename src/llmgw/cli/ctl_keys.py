@@ -58,7 +58,8 @@ def _shown_once(k: KeyCreated) -> None:
 @key_app.command("create")
 def key_create(
     ctx: typer.Context,
-    name: str,
+    name: Annotated[str, typer.Argument(help="The key's name: how lists, guard policies and "
+                                                "`--key` filters refer to it.")],
     scope: Annotated[KeyScope, Opt(help="node: a join token (see `ctl node token`); metrics: may "
                                           "only scrape /metrics.", case_sensitive=False)] = KeyScope.USER,
     models: Annotated[str | None, Opt(help="Models it may use, comma-separated (patterns).")] = None,
@@ -152,7 +153,7 @@ def limits_default(
 def usage(
     ctx: typer.Context,
     key: Annotated[str | None, Opt(help="Id, name or prefix of one key.")] = None,
-    model: Annotated[str | None, Opt(help="One model.")] = None,
+    model: Annotated[str | None, Opt(help="Only this model.")] = None,
     since: Annotated[str | None, Opt(help="First day, YYYY-MM-DD (UTC).")] = None,
     team: Annotated[str | None, Opt(help="The keys of one team.")] = None,
 ) -> None:

@@ -36,6 +36,7 @@ from llmgw.core.types import (
 model_app = typer.Typer(help="The model catalog.", no_args_is_help=True)
 replica_app = typer.Typer(help="Running engine processes.", no_args_is_help=True)
 cluster_app = typer.Typer(help="Servers and the leader.", no_args_is_help=True)
+ModelName = Annotated[str, typer.Argument(help="The model's catalog name.")]
 
 # Which option of `model add` gives each field of the Model it sends.
 MODEL_OPTIONS = {"Model.name": "NAME", "path": "--path", "base_url": "--base-url",
@@ -93,12 +94,14 @@ def model_add(
     upstream_model: Annotated[
         str | None, typer.Option(help="The remote provider's name for the model.")
     ] = None,
-    profile: Annotated[str, typer.Option(help="Profile name.")] = "default",
+    profile: Annotated[str, typer.Option(
+        help="Name of the profile these engine settings make (one way to run the model).")] = "default",
     args: Annotated[str, typer.Option(help="Extra engine arguments, one shell-quoted string.")] = "",
     cores: Annotated[int, typer.Option(help="CPU cores each replica holds.")] = 1,
     memory_gb: Annotated[float, typer.Option(help="Memory each replica holds, GB.")] = 1.0,
     min_replicas: Annotated[int, typer.Option("--min", help="Replicas kept ready.")] = 1,
-    max_replicas: Annotated[int | None, typer.Option("--max", help="Upper bound.")] = None,
+    max_replicas: Annotated[int | None, typer.Option(
+        "--max", help="The most replicas load may add; default: --min.")] = None,
     node_selector: Annotated[list[str] | None, typer.Option(
         help="KEY=VALUE: place replicas only on nodes with this label (repeatable).")] = None,
     gpus: Annotated[int, typer.Option(help="GPUs each replica holds.")] = 0,
@@ -140,7 +143,7 @@ def model_add(
 
 
 @model_app.command("remove")
-def model_remove(ctx: typer.Context, name: str) -> None:
+def model_remove(ctx: typer.Context, name: ModelName) -> None:
     """Remove a model; its replicas are stopped."""
     ctl = CtlContext.of(ctx)
     data = ctl.call("DELETE", f"/admin/v1/models/{quote(name)}")
@@ -180,7 +183,7 @@ def idle_text(idle_s: float | None) -> str:
 @model_app.command("scale")
 def model_scale(
     ctx: typer.Context,
-    name: str,
+    name: ModelName,
     min_replicas: Annotated[int, typer.Option(
         "--min", help="Replicas kept ready; 0: on demand, started by the first request.")],
     max_replicas: Annotated[int | None, typer.Option(
@@ -255,7 +258,7 @@ def _reason(text: str | None) -> str:
 
 
 @model_app.command("resources")
-def model_resources(ctx: typer.Context, name: str) -> None:
+def model_resources(ctx: typer.Context, name: ModelName) -> None:
     """Profiles, where each fits, replicas, and why a replica is pending."""
     ctl = CtlContext.of(ctx)
     ctl.show_as(ResourcesOut, ctl.call("GET", f"/admin/v1/models/{quote(name)}/resources"), _resources_table)

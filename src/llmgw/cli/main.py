@@ -144,7 +144,8 @@ def node_run(
              "out of shell history and ps.",
         envvar="LLMGW_NODE_TOKEN")] = None,
     config: Annotated[Path | None, typer.Option(
-        help="TOML file with a [node] table of these options; flags win.")] = None,
+        help="TOML file whose `node` table holds these options (without the dashes); "
+             "flags win.")] = None,
     node_id: Annotated[str | None, typer.Option(help="This node's id; default: the hostname.")]
     = None,
     address: Annotated[str | None, typer.Option(
