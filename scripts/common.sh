@@ -133,3 +133,33 @@ ensure_mermaid() {
   fi
   export LLMGW_MERMAID_JS=${LLMGW_MERMAID_JS:-$PWD/$dest}
 }
+
+# The console's single sign-on is to be tested against a real OpenID provider: the npm package
+# oidc-provider, run by tests/oidc/provider.mjs (tests/oidc_provider.py starts it). Debian's
+# nodejs and npm are installed as root when missing; then the packages pinned by
+# tests/oidc/package-lock.json go into tests/oidc/node_modules (not committed) when it is missing
+# or older than the lockfile. Without them the OIDC tests fail (they never skip).
+ensure_oidc_provider() {
+  local dir=tests/oidc
+  if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
+    if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+      echo "installing nodejs and npm (for the test OpenID provider)"
+      apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nodejs npm >/dev/null
+    else
+      echo "node or npm was not found and cannot be installed here (needs root and apt-get):" \
+        "install nodejs and npm; the OIDC tests will fail" >&2
+      return 0
+    fi
+  fi
+  if [ ! -d "$dir/node_modules" ] || [ "$dir/package-lock.json" -nt "$dir/node_modules" ]; then
+    echo "installing the test OpenID provider (npm ci in $dir)"
+    # npm ci installs exactly the lockfile, checked against its integrity hashes.
+    if (cd "$dir" && npm ci --no-audit --no-fund --loglevel=error >/dev/null); then
+      touch "$dir/node_modules"
+    else
+      # A half-made node_modules would pass the check above next time: remove it to try again.
+      rm -rf "$dir/node_modules"
+      echo "npm ci failed in $dir; the OIDC tests will fail" >&2
+    fi
+  fi
+}

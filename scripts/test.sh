@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The whole test suite: lint, types, layer contract, and pytest (unit, engine, end to end with
 # the real llama-server on the demo model, the store on a real PostgreSQL, the console in a real
-# Chromium, the shared limits on a real Redis, the docs site built strict and read in Chromium).
+# Chromium, the shared limits on a real Redis, the docs site built strict and read in Chromium,
+# and the real OpenID provider the console's single sign-on is to be tested against).
 # Extra arguments go to pytest.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -11,6 +12,7 @@ ensure_postgres
 ensure_chromium
 ensure_redis
 ensure_mermaid
+ensure_oidc_provider
 
 echo "== ruff";         .venv/bin/ruff check src tests bench
 echo "== mypy";         .venv/bin/mypy
