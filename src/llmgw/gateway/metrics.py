@@ -84,16 +84,22 @@ LABELS: dict[str, str] = {
     "reason": "The failure that moved it or retried it: connect, 5xx, timeout, 429 or context-length.",
 }
 
-REQUESTS = Family("llmgw_requests", "counter", "Data-plane requests", ("model", "status", "key", "api"))
+REQUESTS = Family("llmgw_requests", "counter",
+                  "Data-plane requests, counted as they end, by model, status, key prefix and API",
+                  ("model", "status", "key", "api"))
 REQUEST_SECONDS = Family("llmgw_request_seconds", "histogram",
                          "Request latency, first byte in to last out", ("model",), LATENCY)
-TTFT = Family("llmgw_time_to_first_token_seconds", "histogram", "Streams: time to the first chunk",
+TTFT = Family("llmgw_time_to_first_token_seconds", "histogram",
+              "Streamed requests: time from the request's arrival to the answer's first chunk",
               ("model",), LATENCY)
 GATEWAY_ADDED = Family("llmgw_gateway_added_seconds", "histogram",
                        "Time llmgw spends before the upstream call (auth, limits, routing)",
                        ("model",), OVERHEAD)
-UPSTREAM_ERRORS = Family("llmgw_upstream_errors", "counter", "Upstream failures", ("model", "code"))
-JUDGMENTS = Family("llmgw_guard_judgments", "counter", "Guard judgments", ("policy", "judge", "outcome"))
+UPSTREAM_ERRORS = Family("llmgw_upstream_errors", "counter",
+                         "Requests answered with a 5xx (an upstream's failure, or llmgw's own such as "
+                         "no ready replica), by model and error code", ("model", "code"))
+JUDGMENTS = Family("llmgw_guard_judgments", "counter", "Guard judgments, by policy, judge and outcome",
+                   ("policy", "judge", "outcome"))
 QUEUE_WAIT_SECONDS = Family("llmgw_queue_wait_seconds", "histogram",
                             "Time requests waited in the queue for a ready replica", ("model",),
                             QUEUE_WAIT)
@@ -101,9 +107,11 @@ COLD_STARTS = Family("llmgw_cold_starts", "counter",
                      "Replicas started for a model with requests waiting", ("model",))
 EVICTIONS = Family("llmgw_evictions", "counter",
                    "Idle replicas stopped to make room for another model", ("model",))
-REPLICAS_READY = Family("llmgw_replicas_ready", "gauge", "Ready upstreams per model", ("model",))
+REPLICAS_READY = Family("llmgw_replicas_ready", "gauge",
+                        "Upstreams ready to take requests per model (its ready replicas, or a "
+                        "remote provider's endpoint)", ("model",))
 REQUESTS_IN_FLIGHT = Family("llmgw_requests_in_flight", "gauge",
-                            "Requests waiting on upstreams per model (queue depth)", ("model",))
+                            "Requests sent to a model's upstreams and not answered yet", ("model",))
 QUEUE_DEPTH = Family("llmgw_queue_depth", "gauge", "Requests waiting for a ready replica per model",
                      ("model",), when="For models served here (a remote provider's model never queues).")
 GUARD_QUEUE_DEPTH = Family("llmgw_guard_queue_depth", "gauge",
