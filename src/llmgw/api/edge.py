@@ -86,7 +86,7 @@ class EdgeCode:
 
     status: int
     type: str
-    retryable: bool
+    retryable: bool | None  # None: it depends on what failed
     when: str
 
 
@@ -106,7 +106,7 @@ EDGE_CODES: dict[str, EdgeCode] = {
         "The client's address already holds `max_connections_per_client` connections: the new "
         "one is answered at once (with `Retry-After: 1`) and closed."),
     "internal_error": EdgeCode(
-        500, "server_error", True,
+        500, "server_error", None,
         "A fault escaped llmgw's own error handling (a generation route's handler, or the HTTP "
         "server around the app); the server's log says what. Inside the app's routes the same "
         "fault is a 500 with no code."),

@@ -58,6 +58,21 @@ ANTHROPIC_ERROR: Schema = {
                   "properties": {"type": {"type": "string"}, "message": {"type": "string"}}},
     },
 }
+# What each endpoint's tag groups, for the document's readers (and the reference made of it).
+TAGS = {
+    "meta": "Liveness, metrics and this document.",
+    "openai": "The data plane in OpenAI's dialect: what OpenAI's clients and SDKs call.",
+    "anthropic": "The data plane in Anthropic's dialect: what Anthropic's clients and SDKs call; "
+                 "errors in Anthropic's shape.",
+    "admin": "The catalog, replicas, serve jobs, nodes, the cluster and the audit log: what "
+             "`llmgw ctl` and the console call.",
+    "guard": "Guard switches, policies, judges and the verdict log.",
+    "keys": "API keys, default limits and usage. A user key sees only itself and the keys "
+            "minted beneath it (a team admin key, its team's too).",
+    "agent": "What node agents (`llmgw node run`) call with their join tokens.",
+    "routes": "Routes: one name in front of several catalog models.",
+    "teams": "Teams: keys with shared limits and budgets.",
+}
 # PUT /admin/v1/guard/policies/{name} takes the policy's name from the path.
 POLICY_BODY: Schema = {"$ref": f"{_COMPONENTS}PolicyBody"}
 
@@ -89,7 +104,7 @@ def document(endpoints: Sequence[Endpoint[Any, Any]]) -> dict[str, Any]:
         "security": [{"bearer": []}],
         # Who may call each operation (its `x-llmgw-access`), beyond what `security` can say.
         "x-llmgw-access": {access.value: access.who for access in Access},
-        "tags": [{"name": t} for t in tags],
+        "tags": [{"name": t, "description": TAGS[t]} if t in TAGS else {"name": t} for t in tags],
         "paths": {path: _with_path_parameters(path, ops) for path, ops in paths.items()},
         "components": _components(schemas),
     }
