@@ -98,8 +98,9 @@ def document(endpoints: Sequence[Endpoint[Any, Any]]) -> dict[str, Any]:
             "title": "llmgw",
             "version": __version__,
             "description": "A self-hosted LLM gateway: OpenAI-compatible data plane (`/v1`) and "
-                           "admin API (`/admin/v1`). Every error is "
-                           '`{"error": {"message", "type", "param", "code"}}`.',
+                           "admin API (`/admin/v1`). Errors are "
+                           '`{"error": {"message", "type", "param", "code"}}`; on Anthropic\'s '
+                           'paths, `{"type": "error", "error": {"type", "message"}}`.',
         },
         "security": [{"bearer": []}],
         # Who may call each operation (its `x-llmgw-access`), beyond what `security` can say.
