@@ -99,7 +99,8 @@ def guard_off(ctx: typer.Context) -> None:
 
 
 @guard_app.command("log-prompts")
-def guard_log_prompts(ctx: typer.Context, on: Annotated[bool, typer.Argument(help="true or false")]) -> None:
+def guard_log_prompts(ctx: typer.Context, on: Annotated[bool, typer.Argument(
+        help="true: keep the judged text from now on; false: stop keeping it.")]) -> None:
     """Keep (or stop keeping) the judged text in the verdict log. Off by default."""
     _switch(CtlContext.of(ctx), "log_prompts", on)
 
@@ -138,7 +139,8 @@ def policy_set(
     block: Annotated[str | None, typer.Option(help="Categories that block (default: all).")] = None,
     controversial: Annotated[Controversial | None, typer.Option(
         help="strict: Controversial counts as unsafe; loose: as safe.", case_sensitive=False)] = None,
-    budget_ms: Annotated[int | None, typer.Option(help="Time a judgment may take.")] = None,
+    budget_ms: Annotated[int | None, typer.Option(
+        help="Milliseconds a judgment may take before on-failure decides.")] = None,
     on_failure: Annotated[OnFailure | None, typer.Option(
         help="A judge that cannot answer in time: closed refuses, open lets through.",
         case_sensitive=False)] = None,
@@ -277,7 +279,7 @@ def guard_eval(
     ctx: typer.Context,
     judge: Annotated[str, typer.Option(help="The judge to evaluate.")],
     file: Annotated[Path, typer.Option(help='JSONL: {"text", "label": "safe"|"unsafe", "direction"}.')],
-    budget_ms: Annotated[int, typer.Option(help="Budget per judgment.")] = 5000,
+    budget_ms: Annotated[int, typer.Option(help="Milliseconds each judgment may take.")] = 5000,
     strict: Annotated[bool, typer.Option(help="Count Controversial as unsafe.")] = True,
 ) -> None:
     """Precision, recall, F1 and latency of a judge on your own labelled cases."""
