@@ -165,6 +165,19 @@ def test_every_key_of_config_toml_has_its_entry_in_its_table() -> None:
             assert "**Default**" in entry[1] and "**Type**" in entry[1]
 
 
+def test_every_table_the_page_lists_is_one_the_server_reads(tmp_path: Path) -> None:
+    # An unknown key is refused only in a table the server reads: one it ignores loads fine.
+    listed = [ident.removeprefix("table-") for ident in sections(reference.render("config"))
+              if ident.startswith("table-") and ident != "table-node"]
+    assert listed == ["server", "control", "telemetry", "limits"]
+    for table in listed:
+        body = {"server": 'key_secret = "ab"\n'}
+        body[table] = body.get(table, "") + "not_a_key = 1\n"
+        (tmp_path / settings.CONFIG_FILE).write_text("".join(f"[{t}]\n{b}" for t, b in body.items()))
+        with pytest.raises(errors.ConfigError, match="not_a_key"):
+            settings.load(tmp_path)
+
+
 def test_every_settings_field_has_a_description() -> None:
     missing = [f"{model.__name__}.{name}" for model in [*models_of(settings.ServerSettings), NodeConfig]
                for name, field in model.model_fields.items() if not (field.description or "").strip()]
