@@ -105,6 +105,9 @@ print(s.getsockname()[1])
 ')
 URL=http://127.0.0.1:$GW_PORT
 
+# The code measured is the code the server starts with; the record names it.
+START_COMMIT=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
+START_SRC_MODIFIED=$(git diff --quiet HEAD -- src 2>/dev/null && echo false || echo true)
 export LLMGW_DATA_DIR=$TMP/llmgw
 COLUMNS=200 "$LLMGW" server init --demo --port "$GW_PORT" >"$TMP/init.log" 2>&1 || die "llmgw server init --demo failed"
 # The admin key is printed whole once, and shortened in the summary above it: take the longest.
@@ -157,7 +160,7 @@ autoscale=()
     --shed-backoff-ms "$SHED_BACKOFF_MS" "${autoscale[@]}" \
     --out bench/results/guard.md --json bench/results/guard.json \
     --meta "command=$(env | grep -E '^(GUARD_BENCH|BENCH)_[A-Z0-9_]+=' | sort | sed -E "s/^([^=]+)=(.*)$/\1='\2'/" | tr '\n' ' ' || true)bash bench/guard.sh" \
-    --meta "engine=${engine:-unknown}" \
+    --meta "engine=${engine:-unknown}" --meta "commit=$START_COMMIT" --meta "src_modified=$START_SRC_MODIFIED" \
     --meta "setup=$MODEL and $JUDGE: Gemma 3 270M Q4_K_M, one llama-server each (1 thread, --parallel 2); default policy: every model's input, budget 5000 ms, on_failure closed" \
     --header "# llmgw guard bench, $(date -u '+%Y-%m-%d %H:%M UTC')" \
     --header "" \

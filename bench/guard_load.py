@@ -605,7 +605,8 @@ def main() -> None:
     p.add_argument("--header", action="append", default=[], help="a line above the tables")
     p.add_argument("--json", type=Path, help="also write the run's record here (bench/plots.py)")
     p.add_argument("--meta", action="append", default=[], metavar="KEY=VALUE",
-                   help="more of the run's metadata for the record (the engine, the command)")
+                   help="more of the run's metadata for the record (the engine, the command; "
+                        "commit=C and src_modified=B: the code's when the server started)")
     args = p.parse_args()
     if args.requests and (args.rounds < 1 or args.rounds > args.requests):
         p.error("need 1 <= rounds <= requests (or 0 requests: no chat phase)")
@@ -622,7 +623,9 @@ def main() -> None:
         settings = {k: getattr(args, k) for k in (
             "requests", "rounds", "warmup", "max_seconds", "seconds", "judge_rounds", "concs",
             "texts", "budget_ms", "shed_backoff_ms", "autoscale")}
-        meta = record.meta(data.pop("load_before"), settings=settings, **extra)
+        code = ((str(extra.pop("commit")), bool(extra.pop("src_modified", False)))
+                if "commit" in extra else None)
+        meta = record.meta(data.pop("load_before"), code, settings=settings, **extra)
         record.write(args.json, "guard", meta, data)
     print(text, end="")
 

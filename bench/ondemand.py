@@ -43,8 +43,9 @@ import openai
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench import record  # noqa: E402
 from tests.e2e.server_process import LLMGW, LlmgwServer, free_port, wait_for  # noqa: E402
+
+from bench import record  # noqa: E402
 
 # The demo GGUF has no chat template; a small context loads quickly. One core per replica, so
 # two replicas never fight over cores and a swap is about memory alone.
@@ -293,7 +294,7 @@ def main() -> None:
     if len(settings) != len(args.set):
         parser.error("--set takes KEY=VALUE")
 
-    load_before = round(os.getloadavg()[0], 2)
+    load_before, code = round(os.getloadavg()[0], 2), record.commit()
     tmp = Path(tempfile.mkdtemp(prefix="llmgw-ondemand-bench-"))
     install = Install(tmp, settings)
     try:
@@ -305,7 +306,7 @@ def main() -> None:
         out.mkdir(exist_ok=True)
         (out / "ondemand.md").write_text(text)
         command = " ".join(["bash bench/ondemand.sh", *sys.argv[1:]])
-        meta = record.meta(load_before, command=command,
+        meta = record.meta(load_before, code, command=command,
                            settings={"runs": args.runs, "set": settings})
         record.write(out / "ondemand.json", "ondemand", meta, figures(through, hand, swaps, argv))
         log("written bench/results/ondemand.md and bench/results/ondemand.json")

@@ -151,7 +151,7 @@ def overhead(rec: Record) -> Figure:
     targets = [t for t in OVERHEAD_TARGETS if any(("chat", t[0], m, low) in rows for m in MODES)]
     fig = Figure(figsize=(8.5, 4.2), layout="constrained")
     ax = fig.add_subplot()
-    height, widest = 0.38, 0.0
+    height, widest, lowest = 0.38, 0.0, 0.0
     for j, mode in enumerate(MODES):
         for i, (target, _, colour) in enumerate(targets):
             r = rows.get(("chat", target, mode, low))
@@ -163,14 +163,16 @@ def overhead(rec: Record) -> Figure:
             ax.barh(y, added, height * 0.92, color=colour, alpha=1.0 if mode == "json" else 0.55,
                     xerr=[[err[0]], [err[1]]], ecolor=MUTED, capsize=2, error_kw={"linewidth": 0.8})
             ax.text(added + err[1] + 0.004, y, f"{added:+.3f} {mode}", va="center", fontsize=7.5)
-            widest = max(widest, added + err[1])
+            widest, lowest = max(widest, added + err[1]), min(lowest, added - err[0])
     goal = rec["goals"]["added_p50_ms"]
     ax.axvline(goal, color="#b22222", linestyle="--", linewidth=1)
     ax.text(goal, -0.75, f" llmgw's goal: at most +{goal:g} ms", color="#b22222", fontsize=7.5,
             va="center")
     ax.set_yticks(range(len(targets)), [label for _, label, _ in targets])
     ax.set_ylim(len(targets) - 0.45, -1.0)
-    ax.set_xlim(0, max(goal, widest) * 1.3)
+    # A floor can come out below the direct row on a noisy run: its bar then points left of 0.
+    ax.set_xlim(min(0.0, lowest * 1.3), max(goal, widest) * 1.3)
+    ax.axvline(0, color="black", linewidth=0.8)
     ax.grid(axis="y", visible=False)
     ax.set_xlabel(f"ms added to p50 at concurrency {low}, over the fake upstream asked directly")
     rounds = rec["meta"].get("settings", {}).get("rounds")

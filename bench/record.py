@@ -66,10 +66,13 @@ def machine(load_before: float | None = None) -> dict[str, Any]:
     }
 
 
-def meta(load_before: float | None = None, **extra: Any) -> dict[str, Any]:
+def meta(load_before: float | None = None, code: tuple[str, bool] | None = None,
+         **extra: Any) -> dict[str, Any]:
     """A record's metadata: the date (UTC, when the figures were written), commit and machine,
-    plus what the bench adds (its settings, the command that ran it)."""
-    sha, modified = commit()
+    plus what the bench adds (its settings, the command that ran it). `code` is `commit()` as the
+    bench took it when it started its servers: that is the code measured, and others may commit
+    or edit while a long run goes on."""
+    sha, modified = commit() if code is None else code
     return {
         "date": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
         "commit": sha,

@@ -333,7 +333,8 @@ def main() -> None:
     parser.add_argument("--header", action="append", default=[], help="a line to put above the table")
     parser.add_argument("--json", type=Path, help="also write the run's record here (bench/plots.py)")
     parser.add_argument("--meta", action="append", default=[], metavar="KEY=VALUE",
-                        help="the run's settings for the record; load_before=L is the machine's")
+                        help="the run's settings for the record; load_before=L is the machine's, "
+                             "commit=C and src_modified=B the code's when the run started")
     args = parser.parse_args()
     rounds = read_rounds(args.results)
     text = render(medians(rounds), [*args.header, ""] if args.header else [])
@@ -343,7 +344,10 @@ def main() -> None:
         settings = record.parse_meta(args.meta)
         load_before = settings.pop("load_before", None)
         command = settings.pop("command", None)
-        meta = record.meta(load_before, command=command, settings=settings)
+        # A short commit of digits alone reads as a number.
+        code = ((str(settings.pop("commit")), bool(settings.pop("src_modified", False)))
+                if "commit" in settings else None)
+        meta = record.meta(load_before, code, command=command, settings=settings)
         record.write(args.json, "request_path", meta, figures(rounds))
     print(text, end="")
 

@@ -53,6 +53,11 @@ LLMGW=$PWD/.venv/bin/llmgw
 
 # --- 2. processes: everything lives in a temp dir and dies with this script ------------------
 
+# The code measured is the code the servers start with; the record names it, whatever is
+# committed or edited while the run goes on.
+START_COMMIT=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
+START_SRC_MODIFIED=$(git diff --quiet HEAD -- src 2>/dev/null && echo false || echo true)
+
 TMP=$(mktemp -d -t llmgw-bench.XXXXXX)
 chmod 755 "$TMP"
 PIDS=()
@@ -550,6 +555,7 @@ knobs=$(env | grep -E '^BENCH_[A-Z0-9_]+=' | sort | sed -E "s/^([^=]+)=(.*)$/\1=
 "$PY" bench/report.py "$RESULTS" --out bench/results/latest.md \
     --json bench/results/request_path.json \
     --meta "load_before=$load" --meta "command=${knobs}bash bench/run.sh" --meta "duration_s=$DURATION" \
+    --meta "commit=$START_COMMIT" --meta "src_modified=$START_SRC_MODIFIED" \
     --meta "warmup_s=$WARMUP" --meta "rounds=$ROUNDS" --meta "telemetry=$([[ $TELEMETRY == 1 ]] && echo true || echo false)" \
     --meta "redis=$([[ $REDIS == 1 ]] && echo true || echo false)" --meta "pin_c1=$([[ $PIN_C1 == 1 ]] && echo true || echo false)" \
     --meta "route=$([[ $ROUTE == 1 ]] && echo true || echo false)" \
