@@ -57,6 +57,18 @@ def test_a_model_that_fits_nowhere_says_why(demo_server: LlmgwServer) -> None:
         demo_server.ctl("model", "remove", "too-big")
 
 
+def test_a_model_added_with_min_0_is_on_demand_not_switched_off(demo_server: LlmgwServer) -> None:
+    gguf = json.loads(demo_server.ctl("--json", "model", "list").stdout)["data"][0]["source"]["path"]
+    demo_server.ctl("model", "add", "lazy", "--path", gguf, "--min", "0")
+    try:
+        data = json.loads(demo_server.ctl("--json", "model", "list").stdout)["data"]
+        scaling = next(m["scaling"] for m in data if m["name"] == "lazy")
+        # max 0 would refuse every request (503): a first request must be able to start one.
+        assert (scaling["min"], scaling["max"]) == (0, 1)
+    finally:
+        demo_server.ctl("model", "remove", "lazy")
+
+
 def test_the_running_demo_model_fits_the_node_it_runs_on(demo_server: LlmgwServer) -> None:
     # Its own replica is not counted against it; whether one more fits is a column of its own.
     demo_server.wait_ready(DEMO)

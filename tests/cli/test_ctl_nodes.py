@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import json
 import re
+import threading
+import time
 import urllib.error
 import uuid
 from collections.abc import Iterator
@@ -124,6 +126,29 @@ def test_cordon_drain_uncordon(demo_server: LlmgwServer, machines: Machines) -> 
 def test_drain_wait_ends_when_the_node_is_empty(demo_server: LlmgwServer, machines: Machines) -> None:
     node_id = machines.add()
     out = demo_server.ctl("node", "drain", node_id, "--wait").stdout
+    assert f"node {node_id}: drained, no replicas left" in out
+
+
+def test_drain_wait_follows_the_replicas_leaving_and_ends_when_the_last_has(
+        demo_server: LlmgwServer, machines: Machines) -> None:
+    node_id = machines.add(replicas=1)
+
+    def agent_stops_it() -> None:
+        # What the node's agent would do: once the node is draining, its replica stops.
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            node = machines.store.nodes.get(node_id)
+            if node is not None and node.draining:
+                machines.store.replicas.delete(f"{node_id}-r0")
+                return
+            time.sleep(0.05)
+
+    stopper = threading.Thread(target=agent_stops_it)
+    stopper.start()
+    try:
+        out = demo_server.ctl("node", "drain", node_id, "--wait").stdout
+    finally:
+        stopper.join()
     assert f"node {node_id}: drained, no replicas left" in out
 
 

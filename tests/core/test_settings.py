@@ -49,3 +49,15 @@ def test_an_endpoint_that_is_not_otlp_over_http_is_refused(tmp_path: Path, endpo
         f'[server]\nkey_secret = "ab"\n[telemetry]\notlp_endpoint = "{endpoint}"\n', encoding="utf-8")
     with pytest.raises(ConfigError, match="telemetry.otlp_endpoint"):
         load(tmp_path)
+
+
+def test_leader_timings_the_election_cannot_keep_are_refused_when_the_config_is_read(
+        tmp_path: Path) -> None:
+    # A server with them would serve on, never taking the lease, and say nothing.
+    config = tmp_path / "config.toml"
+    config.write_text('[server]\nkey_secret = "ab"\nleader_retry_s = 9\n', encoding="utf-8")
+    with pytest.raises(ConfigError) as caught:
+        load(tmp_path)
+    assert "leader_ttl_s > leader_renew_deadline_s > 1.2 × leader_retry_s" in caught.value.message
+    config.write_text('[server]\nkey_secret = "ab"\nleader_retry_s = 5\n', encoding="utf-8")
+    assert load(tmp_path).leader_retry_s == 5

@@ -70,6 +70,18 @@ def test_serve_wait_fetches_sizes_and_serves(tmp_path: Path, hub: Hub) -> None:
         server.stop()
 
 
+def test_serve_wait_of_an_on_demand_model_returns_once_it_is_added(tmp_path: Path, hub: Hub) -> None:
+    server = hub_server(tmp_path, hub)
+    server.start()
+    try:
+        # No replica is started until a request comes, so --wait ends with the job.
+        out = server.ctl(*SERVE, "--min", "0", "--wait").stdout
+        assert "added gemma-hub" in out and "on demand: its first request starts a replica" in out
+        assert chat(server, "gemma-hub")  # and the first request does
+    finally:
+        server.stop()
+
+
 def test_a_missing_file_fails_the_job_with_a_clear_message(tmp_path: Path, hub: Hub) -> None:
     server = hub_server(tmp_path, hub)
     server.start()

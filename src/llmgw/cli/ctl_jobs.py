@@ -51,7 +51,9 @@ def model_serve(
     if_absent: Annotated[
         bool, typer.Option(help="Give way to a model of that name added meanwhile.")
     ] = False,
-    wait: Annotated[bool, typer.Option(help="Show progress until replicas are ready.")] = False,
+    wait: Annotated[bool, typer.Option(
+        help="Show progress until replicas are ready (with --min 0: until the model is added; "
+             "its first request starts it).")] = False,
 ) -> None:
     """Fetch a GGUF from Hugging Face, size it, add it to the catalog and serve it."""
     import shlex
@@ -77,6 +79,11 @@ def model_serve(
     final = _watch(ctl, job.id)
     if final.state != JobState.RUNNING:
         raise typer.Exit(1)
+    if min_replicas == 0:
+        # An on-demand model has no replica until a request comes: there is none to wait for.
+        render.console.print(f"{final.model} is on demand: its first request starts a replica",
+                             highlight=False)
+        return
     _wait_ready(ctl, final.model)
 
 

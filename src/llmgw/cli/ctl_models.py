@@ -101,7 +101,8 @@ def model_add(
     memory_gb: Annotated[float, typer.Option(help="Memory each replica holds, GB.")] = 1.0,
     min_replicas: Annotated[int, typer.Option("--min", help="Replicas kept ready.")] = 1,
     max_replicas: Annotated[int | None, typer.Option(
-        "--max", help="The most replicas load may add; default: --min.")] = None,
+        "--max", help="The most replicas load may add; default: --min, or 1 with --min 0 (on "
+                      "demand: the first request starts one).")] = None,
     node_selector: Annotated[list[str] | None, typer.Option(
         help="KEY=VALUE: place replicas only on nodes with this label (repeatable).")] = None,
     gpus: Annotated[int, typer.Option(help="GPUs each replica holds.")] = 0,
@@ -137,7 +138,8 @@ def model_add(
             profiles = []
         on_node = isinstance(source, LocalSource)
         model = Model(name=name, source=source, profiles=profiles, scaling=Scaling(
-            min=min_replicas if on_node else 0, max=max(max_replicas or min_replicas, min_replicas)))
+            min=min_replicas if on_node else 0,
+            max=max(min_replicas, 1) if max_replicas is None else max(max_replicas, min_replicas)))
     data = ctl.call("POST", "/admin/v1/models", body(model))
     ctl.show_as(Model, data, lambda m: render.console.print(f"added {m.name} (by {m.by})"))
 

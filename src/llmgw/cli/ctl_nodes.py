@@ -170,16 +170,19 @@ def node_drain(
             f"`llmgw ctl node drain {n.id} --wait`"))
         return
     answer = _wait_drained(ctl, answer, timeout)
-    ctl.show_as(NodeOut, answer, lambda n: _say(
+    ctl.show_as(NodeDetailOut, answer, lambda n: _say(
         f"node {n.id}: drained, no replicas left; remove it with `llmgw ctl node remove {n.id}`"))
 
 
 def _wait_drained(ctl: CtlContext, answer: Any, timeout_s: float) -> Any:
     """Poll until the node in `answer` has no replicas, printing a line each time the count
-    changes; exit 1 on timeout or when the drain is called off. Returns the last answer."""
+    changes; exit 1 on timeout or when the drain is called off. Returns the node's detail, as
+    read last."""
     deadline = time.monotonic() + timeout_s
     shown: int | None = None
     node = parse(NodeOut, answer)
+    answer = ctl.call("GET", _path(node.id))
+    node = parse(NodeDetailOut, answer)
     while node.replica_count:
         if node.status not in ("draining", "lost"):
             render.error(f"node {node.id} is {node.status} now: the drain was called off")

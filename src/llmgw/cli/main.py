@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from enum import StrEnum
 from pathlib import Path
 from typing import Annotated
 
@@ -22,6 +23,22 @@ app.add_typer(server_app, name="server")
 node_app = typer.Typer(help="Run a node agent on this machine.", no_args_is_help=True)
 app.add_typer(node_app, name="node")
 app.add_typer(ctl.app, name="ctl")
+
+class LogLevel(StrEnum):
+    DEBUG = "debug"
+    INFO = "info"
+    WARNING = "warning"
+    ERROR = "error"
+
+
+class LogFormat(StrEnum):
+    JSON = "json"
+    TEXT = "text"
+
+
+# Choices, so a misspelt level is a usage error (exit 2) rather than a traceback.
+LogLevelOpt = Annotated[LogLevel, typer.Option(help="How much to log: debug, info, warning or error.")]
+LogFormatOpt = Annotated[LogFormat, typer.Option(help="json (one object per line) or text.")]
 
 DataDir = Annotated[
     Path | None,
@@ -91,8 +108,8 @@ def server_run(
     data_dir: DataDir = None,
     host: Annotated[str | None, typer.Option(help="Override the configured address.")] = None,
     port: Annotated[int | None, typer.Option(help="Override the configured port.")] = None,
-    log_level: Annotated[str, typer.Option(help="debug, info, warning or error.")] = "info",
-    log_format: Annotated[str, typer.Option(help="json (one object per line) or text.")] = "json",
+    log_level: LogLevelOpt = LogLevel.INFO,
+    log_format: LogFormatOpt = LogFormat.JSON,
     workers: Annotated[int | None, typer.Option(
         min=0, max=64,
         help="Processes serving the port; 0: one per core, at most 8 (default: "
@@ -102,10 +119,7 @@ def server_run(
     from llmgw.server import logs
     from llmgw.server.run import run
 
-    if log_format not in ("json", "text"):
-        render.error("--log-format is json or text")
-        raise typer.Exit(2)
-    logs.setup(log_level, log_format)
+    logs.setup(log_level.value, log_format.value)
     try:
         run(
             data_dir or default_data_dir(),
@@ -113,7 +127,7 @@ def server_run(
             port,
             lambda url: render.console.print(f"llmgw listening on {url}", highlight=False),
             workers,
-            (log_level, log_format),
+            (log_level.value, log_format.value),
         )
     except LlmgwError as exc:
         render.error(exc.message)
@@ -162,8 +176,8 @@ def node_run(
         help="Model files and engine logs; default: node/ in the data dir.")] = None,
     interval: Annotated[float | None, typer.Option(
         help="Seconds between reports to the servers (the heartbeat); default 5.")] = None,
-    log_level: Annotated[str, typer.Option(help="debug, info, warning or error.")] = "info",
-    log_format: Annotated[str, typer.Option(help="json (one object per line) or text.")] = "json",
+    log_level: LogLevelOpt = LogLevel.INFO,
+    log_format: LogFormatOpt = LogFormat.JSON,
 ) -> None:
     """Join this machine to the servers and run the replicas they place on it.
 
@@ -173,9 +187,6 @@ def node_run(
     from llmgw.server import logs
     from llmgw.server.node_run import NodeConfig, NodeOptions, load_config, run_node
 
-    if log_format not in ("json", "text"):
-        render.error("--log-format is json or text")
-        raise typer.Exit(2)
     try:
         file = load_config(config) if config else NodeConfig()
     except LlmgwError as exc:
@@ -204,7 +215,7 @@ def node_run(
     )
     if node_id or file.node_id:
         opts.node_id = node_id or file.node_id or opts.node_id
-    logs.setup(log_level, log_format)
+    logs.setup(log_level.value, log_format.value)
     try:
         asyncio.run(run_node(opts))
     except LlmgwError as exc:

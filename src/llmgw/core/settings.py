@@ -209,7 +209,7 @@ class ServerSettings(BaseModel):
     leader_ttl_s: float = Field(default=15.0, gt=0)
     """Leader election on PostgreSQL: how long, in seconds, the leader's lease lasts after its
     last renewal. The three leader timings must satisfy ttl > renew deadline > 1.2 × retry
-    (checked at start)."""
+    (checked when the config is read: a config that breaks it is refused)."""
     leader_renew_deadline_s: float = Field(default=10.0, gt=0)
     """A leader that has not renewed its lease for this many seconds stops acting as leader,
     while the lease still has `leader_ttl_s - leader_renew_deadline_s` to run: no two servers
@@ -241,6 +241,17 @@ class ServerSettings(BaseModel):
                     control.setdefault(k, data.pop(k))
             data["control"] = control
         return data
+
+    @model_validator(mode="after")
+    def _leader_timing(self) -> ServerSettings:
+        """The election's timings, checked when the config is read on every store: a server
+        with timings the elector refuses would otherwise serve and never lead."""
+        ttl, deadline, retry = self.leader_ttl_s, self.leader_renew_deadline_s, self.leader_retry_s
+        if not ttl > deadline > retry * 1.2:
+            raise ValueError(
+                "leader timings must satisfy leader_ttl_s > leader_renew_deadline_s > 1.2 × "
+                f"leader_retry_s; got {ttl:g}, {deadline:g} and {retry:g}")
+        return self
 
     @field_validator("model_roots")
     @classmethod
