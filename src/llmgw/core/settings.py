@@ -274,9 +274,9 @@ class ServerSettings(BaseModel):
     keepalive_timeout_s: float = Field(default=75.0, gt=0)
     """An idle kept-alive connection is closed after this many seconds."""
     max_connections_per_client: int = Field(default=256, ge=0)
-    """The most connections one client address may hold (0: no bound); raise it behind a proxy,
-    where every client has the proxy's address. One more is answered 503
-    `too_many_connections`."""
+    """The most connections one client address may hold in each worker process (0: no bound);
+    raise it behind a proxy, where every client has the proxy's address. One more is answered
+    503 `too_many_connections`."""
     drain_timeout_s: float = Field(default=30.0, ge=0)
     """On SIGTERM the control loops stop at once; requests in flight get this many seconds to
     finish."""
