@@ -40,7 +40,7 @@ PROVIDER_KEY_RULE = (
 
 
 def check_model_name(v: str) -> str:
-    """A catalog model name (the README's rule)."""
+    """A catalog model name (the rule the docs state: how-to/hugging-face)."""
     if len(v) > MODEL_NAME_MAX or not _NAME_RE.fullmatch(v):
         raise ValueError(MODEL_NAME_RULE)
     return v

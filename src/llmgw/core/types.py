@@ -16,7 +16,7 @@ __all__ = ["NAME_PATTERN", "_REPO_RE"]  # the API document shows the name rules
 
 
 def as_utc(value: datetime) -> datetime:
-    """`value` in UTC; a time without a zone is taken as UTC (what the README promises)."""
+    """`value` in UTC; a time without a zone is taken as UTC (as the docs promise)."""
     return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
 
 

@@ -25,7 +25,7 @@ _ADVICE: dict[int, tuple[str, str]] = {
         "stopped with an illegal instruction (SIGILL)",
         "this build uses CPU instructions this machine cannot run (a virtual machine may "
         "advertise AMX or AVX-512 and not run them); run `llmgw doctor`, and rebuild "
-        "llama-server without native CPU flags (README: \"When an engine dies\") or point "
+        "llama-server without native CPU flags (docs: how-to/engine-crashes) or point "
         "LLMGW_LLAMA_SERVER at a portable build",
     ),
     signal.SIGSEGV: (

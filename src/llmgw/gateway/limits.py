@@ -13,9 +13,9 @@ store (additive, so any number of servers can) and reads back every server's tot
 server's workers sync one at a time, and each notes what of the totals this server wrote, so a
 server admits against (the other servers' totals at its last sync + its own count now). Across
 N servers a key can therefore overshoot by what the other servers admit within one sync
-interval: the measured tolerance is in the README. Minute windows are clock minutes (a burst
-across a minute boundary can see up to twice the rate); `Retry-After` says when the current
-window ends.
+interval: the measured tolerance is in the docs (how-to/teams-and-budgets). Minute windows are
+clock minutes (a burst across a minute boundary can see up to twice the rate); `Retry-After`
+says when the current window ends.
 
 Budgets reserve like the minute limits: a request reserves its estimate (`reserve_estimate`)
 against the day's and month's budget when admitted and settles to its actual use when it ends.
