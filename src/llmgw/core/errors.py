@@ -258,6 +258,25 @@ class EngineError(Retryable):
     code = "engine_error"
 
 
+class SignInRefused(Permanent):
+    """A single sign-on attempt that does not hold: the identity provider's answer has a state
+    this browser did not start, an ID token whose signature, issuer, audience, expiry or nonce
+    is wrong, or the provider refused the code. Signing in again starts afresh."""
+
+    status = 401
+    type = "invalid_request_error"
+    code = "sign_in_refused"
+
+
+class IdentityProviderUnavailable(Retryable):
+    """The identity provider did not answer the console (its discovery document, its keys or
+    its token endpoint), or answered what is not OpenID Connect."""
+
+    status = 502
+    type = "server_error"
+    code = "identity_provider_unavailable"
+
+
 class FetchFailed(Retryable):
     """A model file could not be fetched this time (network, 5xx, a cut-off body)."""
 
