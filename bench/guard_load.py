@@ -460,7 +460,7 @@ def judge_figures(c: JudgeCell, budget_ms: int, replicas: int) -> dict[str, Any]
     return {
         "label": c.label, "conc": c.conc, "texts": "distinct" if "distinct" in c.label else "same",
         "replicas": replicas, "seconds": round(c.seconds, 2), "judgments": c.total,
-        "verdicts": c.verdicts, "verdicts_per_s": round(c.verdicts / c.seconds, 3) if c.seconds else 0.0,
+        "verdicts": c.verdicts, "verdicts_per_s": c.verdicts / c.seconds if c.seconds else 0.0,
         **_percentiles(c.latencies),
         "within_budget": sum(1 for v in c.latencies if v <= budget_ms), "shed": c.shed,
         "shed_late": sum(1 for t in c.shed_latencies if t > LATE_SHED_MS),
@@ -493,7 +493,9 @@ def figures(cells: dict[str, Cell], complete: bool, judge_cells: list[JudgeCell]
         "chat": chat, "chat_complete": complete,
         "judgments": [judge_figures(c, args.budget_ms, 1) for c in judge_cells],
         "autoscale": None if not args.autoscale else {
-            "second_replica_after_s": None if scaled is None else round(scaled_after, 1),
+            # Unrounded, as the report's own figures are, so a table made from the record shows
+            # the same rounding as the report.
+            "second_replica_after_s": None if scaled is None else scaled_after,
             "row": None if scaled is None else judge_figures(scaled, args.budget_ms, 2),
         },
     }

@@ -273,7 +273,8 @@ def judge(rec: Record) -> Figure:
         ax.minorticks_off()
         ax.set_xlabel("concurrent judgments")
         ax.set_ylim(bottom=0)
-    rate_ax.margins(y=0.2)
+    rates = [r["verdicts_per_s"] for r in rows] + ([scaled["verdicts_per_s"]] if scaled else [])
+    rate_ax.set_ylim(0, max([*rates, 0.1]) * 1.25)
     p99_ax.set_ylim(top=budget * 1.15)
     p99_ax.yaxis.set_major_formatter(StrMethodFormatter("{x:,.0f}"))
     rate_ax.set_xlim(all_concs[0] / 1.6 if all_concs else 0.5, all_concs[-1] * 1.6 if all_concs else 64)
@@ -300,7 +301,9 @@ def cold_start(rec: Record) -> Figure:
     )
     fig = Figure(figsize=(8.5, 3.2), layout="constrained")
     ax = fig.add_subplot()
-    top = 0.0
+    hand = median(cold["by_hand_s"])
+    bound = hand + cold["allowed_s"]
+    right = max(bound, *(max(samples) for _, samples, _ in series)) * 1.3
     for i, (_, samples, colour) in enumerate(series):
         mid = median(samples)
         ax.barh(i, mid, 0.6, color=colour, alpha=0.85)
@@ -309,16 +312,13 @@ def cold_start(rec: Record) -> Figure:
         n = len(samples)
         ax.scatter(samples, [i - 0.2 + 0.4 * k / max(1, n - 1) for k in range(n)], s=10,
                    color="black", zorder=3, linewidths=0)
-        ax.text(max(samples) + 0.03, i, f"median {mid:.2f} s", va="center", fontsize=7.5)
-        top = max(top, *samples)
-    hand = median(cold["by_hand_s"])
-    bound = hand + cold["allowed_s"]
+        ax.text(max(samples) + right * 0.02, i, f"median {mid:.2f} s", va="center", fontsize=7.5)
     ax.axvline(bound, color="#b22222", linestyle="--", linewidth=1)
     ax.text(bound, -0.6, f"llmgw's bound: by hand + max({rec['bound']['fraction']:.0%}, "
             f"{rec['bound']['seconds']:g} s) ", color="#b22222", fontsize=7.5, va="center", ha="right")
     ax.set_yticks(range(len(series)), [label for label, _, _ in series])
     ax.set_ylim(len(series) - 0.5, -0.75)
-    ax.set_xlim(0, max(top, bound) * 1.3)
+    ax.set_xlim(0, right)
     ax.grid(axis="y", visible=False)
     ax.set_xlabel("seconds from the request (by hand: from starting the process) to the first "
                   "streamed token")
@@ -369,7 +369,7 @@ def draw(results: Path, names: Iterable[str] | None = None) -> dict[str, bytes]:
 def _ms(v: float | None, signed: bool = False, digits: int = 3) -> str:
     if v is None:
         return "–"
-    return f"{v:+.{digits}f}" if signed else f"{v:.{digits}f}"
+    return f"{v:+,.{digits}f}" if signed else f"{v:,.{digits}f}"
 
 
 def _table(head: list[str], align: list[str], body: list[list[str]]) -> str:
@@ -461,8 +461,13 @@ def guard_chat_table(results: Path) -> str:
     body = [[r["label"], str(r["requests"]), _ms(r["p50_ms"], digits=0), _ms(r["p99_ms"], digits=0),
              _ms(r["added_p50_ms"], True, 0), _ms(r["added_p99_ms"], True, 0), str(r["blocked"]),
              str(r["failed_closed"])] for r in rec["chat"]]
-    return _table(["guard", "requests", "p50 ms", "p99 ms", "added p50 ms", "added p99 ms", "blocked",
-                   "failed closed"], ["---", *["---:"] * 7], body)
+    out = _table(["guard", "requests", "p50 ms", "p99 ms", "added p50 ms", "added p99 ms", "blocked",
+                  "failed closed"], ["---", *["---:"] * 7], body)
+    if not rec["chat_complete"]:
+        asked = rec["meta"].get("settings", {}).get("requests")
+        out += ("\n\nThe chat phase reached its time cap (`GUARD_BENCH_MAX_SECONDS`) first: a mode with "
+                f"fewer than {asked or 'the'} requests asked for was cut short.")
+    return out
 
 
 def judge_table(results: Path) -> str:
@@ -475,8 +480,8 @@ def judge_table(results: Path) -> str:
     for r in rows:
         body.append([str(r["conc"]), "one text" if r["texts"] == "same" else "distinct", str(r["replicas"]),
                      f"{r['verdicts_per_s']:.2f}", _ms(r["p50_ms"], digits=0), _ms(r["p99_ms"], digits=0),
-                     f"{r['within_budget']}/{r['judgments']}",
-                     f"{r['shed']} ({r['shed'] / r['judgments']:.0%})" if r["judgments"] else "0",
+                     f"{r['within_budget']:,}/{r['judgments']:,}",
+                     f"{r['shed']:,} ({r['shed'] / r['judgments']:.0%})" if r["judgments"] else "0",
                      str(r["timed_out"]),
                      "–" if r["cache_saved"] is None else f"{r['cache_saved']:.0%}"])
     out = _table(["concurrency", "texts", "judge replicas", "verdicts/s", "p50 ms", "p99 ms",

@@ -31,5 +31,7 @@ def on_files(files: Any, config: Any) -> Any:
 
 
 def on_page_markdown(markdown: str, page: Any, config: Any, files: Any) -> str:
-    """Expand each reference marker into the Markdown made from the code."""
+    """Expand each reference marker into the Markdown made from the code, and each plot-table
+    marker into a table of the recorded benchmark figures."""
+    markdown = plots.expand(markdown)
     return _MARKER.sub(lambda m: reference.render(m.group("name")), markdown)
