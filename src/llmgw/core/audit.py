@@ -33,6 +33,8 @@ class AuditKind(StrEnum):
     JOB = "job"  # a serve job started or cancelled
     ROUTE = "route"  # a public name in front of catalog models, with its fallbacks
     TEAM = "team"  # keys' team: its limits and budgets
+    USER = "user"  # a person's role set by an admin, or the person removed
+    SESSION = "session"  # a console sign-in, and its end (sign-out, ended by an admin, expiry)
 
 
 class AuditEntry(BaseModel):

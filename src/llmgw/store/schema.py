@@ -9,11 +9,13 @@ from sqlalchemy import (
     Column,
     DateTime,
     Float,
+    ForeignKey,
     Integer,
     MetaData,
     String,
     Table,
     Text,
+    UniqueConstraint,
 )
 
 metadata = MetaData()
@@ -239,4 +241,38 @@ audit_log = Table(
     Column("target", String(256), nullable=False),
     Column("before", JSON, nullable=True),
     Column("after", JSON, nullable=True),
+)
+
+# People signed in through the identity provider (`[sso]`): one row per issuer + subject.
+users = Table(
+    "users",
+    metadata,
+    Column("id", String(40), primary_key=True),
+    Column("issuer", String(512), nullable=False),
+    Column("subject", String(255), nullable=False),
+    Column("email", String(320), nullable=True),
+    Column("name", String(256), nullable=True),
+    Column("role", String(16), nullable=True),
+    Column("team", String(64), nullable=True),
+    Column("role_source", String(8), nullable=False),
+    Column("created_at", DateTime(timezone=True), nullable=False),
+    Column("signed_in_at", DateTime(timezone=True), nullable=False),
+    UniqueConstraint("issuer", "subject", name="uq_users_issuer_subject"),
+)
+
+# The console's server-side sessions: the browser holds a random token, this its SHA-256.
+console_sessions = Table(
+    "console_sessions",
+    metadata,
+    Column("token_hash", String(64), primary_key=True),
+    Column("id", String(40), nullable=False, unique=True),
+    Column("user_id", String(40), ForeignKey("users.id", ondelete="CASCADE"), nullable=False,
+           index=True),
+    Column("address", String(64), nullable=False),
+    Column("created_at", DateTime(timezone=True), nullable=False),
+    Column("last_seen_at", DateTime(timezone=True), nullable=False),
+    Column("expires_at", DateTime(timezone=True), nullable=False),
+    Column("refresh_at", DateTime(timezone=True), nullable=True),
+    Column("ended_at", DateTime(timezone=True), nullable=True),
+    Column("end_reason", String(32), nullable=True),
 )

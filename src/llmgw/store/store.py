@@ -16,8 +16,10 @@ from llmgw.store.node_repo import NodeRepo
 from llmgw.store.replica_repo import ReplicaRepo
 from llmgw.store.route_repo import RouteRepo
 from llmgw.store.server_repo import ServerRepo
+from llmgw.store.session_repo import SessionRepo
 from llmgw.store.team_repo import TeamRepo
 from llmgw.store.usage_repo import UsageRepo
+from llmgw.store.user_repo import UserRepo
 
 
 class Store:
@@ -38,6 +40,8 @@ class Store:
         self.routes = RouteRepo(engine)
         self.teams = TeamRepo(engine)
         self.audit = AuditRepo(engine)
+        self.users = UserRepo(engine)
+        self.sessions = SessionRepo(engine)
 
     @classmethod
     def open(cls, url: str, *, migrate_schema: bool = True) -> Store:
