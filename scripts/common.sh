@@ -105,6 +105,20 @@ ensure_redis() {
   fi
 }
 
+# ensure_node WHY CONSEQUENCE: Debian's nodejs and npm, installed as root when missing; returns 1
+# (saying CONSEQUENCE) when they are missing and cannot be installed here.
+ensure_node() {
+  command -v node >/dev/null && command -v npm >/dev/null && return 0
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    echo "installing nodejs and npm ($1)"
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nodejs npm >/dev/null
+  else
+    echo "node or npm was not found and cannot be installed here (needs root and apt-get):" \
+      "install nodejs and npm; $2" >&2
+    return 1
+  fi
+}
+
 # The docs site's diagrams are drawn by mermaid in the reader's browser; a copy of its script is
 # served with the site (docsgen/hooks.py adds it) so they render without the internet, as the
 # docs' browser test checks. Fetched once from the npm registry into .cache/ (not committed),
@@ -113,16 +127,8 @@ MERMAID_VERSION=11.12.2
 ensure_mermaid() {
   local dest=.cache/docs/mermaid-$MERMAID_VERSION.min.js tmp
   if [ ! -s "$dest" ]; then
-    if ! command -v npm >/dev/null; then
-      if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
-        echo "installing nodejs and npm (to fetch the docs' diagram renderer)"
-        apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nodejs npm >/dev/null
-      else
-        echo "npm was not found and cannot be installed here (needs root and apt-get): install" \
-          "nodejs and npm, or set LLMGW_MERMAID_JS to a mermaid.min.js; the docs tests will fail" >&2
-        return 0
-      fi
-    fi
+    ensure_node "to fetch the docs' diagram renderer" \
+      "or set LLMGW_MERMAID_JS to a mermaid.min.js; the docs tests will fail" || return 0
     tmp=$(mktemp -d)
     # npm pack checks the tarball against the registry's integrity hash.
     (cd "$tmp" && npm pack --silent "mermaid@$MERMAID_VERSION" >/dev/null) &&
@@ -134,23 +140,14 @@ ensure_mermaid() {
   export LLMGW_MERMAID_JS=${LLMGW_MERMAID_JS:-$PWD/$dest}
 }
 
-# The console's single sign-on is to be tested against a real OpenID provider: the npm package
+# The console's single sign-on is tested against a real OpenID provider: the npm package
 # oidc-provider, run by tests/oidc/provider.mjs (tests/oidc_provider.py starts it). Debian's
 # nodejs and npm are installed as root when missing; then the packages pinned by
 # tests/oidc/package-lock.json go into tests/oidc/node_modules (not committed) when it is missing
 # or older than the lockfile. Without them the OIDC tests fail (they never skip).
 ensure_oidc_provider() {
   local dir=tests/oidc
-  if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
-    if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
-      echo "installing nodejs and npm (for the test OpenID provider)"
-      apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nodejs npm >/dev/null
-    else
-      echo "node or npm was not found and cannot be installed here (needs root and apt-get):" \
-        "install nodejs and npm; the OIDC tests will fail" >&2
-      return 0
-    fi
-  fi
+  ensure_node "for the test OpenID provider" "the OIDC tests will fail" || return 0
   if [ ! -d "$dir/node_modules" ] || [ "$dir/package-lock.json" -nt "$dir/node_modules" ]; then
     echo "installing the test OpenID provider (npm ci in $dir)"
     # npm ci installs exactly the lockfile, checked against its integrity hashes.

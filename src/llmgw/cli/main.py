@@ -24,6 +24,7 @@ node_app = typer.Typer(help="Run a node agent on this machine.", no_args_is_help
 app.add_typer(node_app, name="node")
 app.add_typer(ctl.app, name="ctl")
 
+
 class LogLevel(StrEnum):
     DEBUG = "debug"
     INFO = "info"
