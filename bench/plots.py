@@ -7,9 +7,12 @@ RESULTS_DIR holds the records the benches write (default bench/results): request
 (`bash bench/ondemand.sh`). The PNGs go to OUT_DIR (default RESULTS_DIR/plots):
 
 - overhead.png: what llmgw adds to p50 at concurrency 1 beside the floors (the aiohttp
-  pass-through, the raw httptools floor, nginx as a proxy), whole answers and streams;
+  pass-through, the raw httptools floor, nginx as a proxy) and the anchor (LiteLLM's proxy, when
+  the run had it, on an axis of its own past a break when it is off the others' scale), whole
+  answers and streams;
 - throughput.png: requests/s at the highest concurrency by workers, llmgw against the
-  pass-through in as many processes (and llmgw with its limits in Redis, when the run had them);
+  pass-through in as many processes (and llmgw with its limits in Redis and LiteLLM's proxy, when
+  the run had them);
 - judge.png: the demo judge's verdicts/s and p99 by concurrency;
 - cold_start.png: a cold start through llmgw against llama-server started by hand, and a swap.
 
@@ -27,7 +30,7 @@ import sys
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from statistics import median
-from typing import Any
+from typing import Any, NamedTuple
 
 import matplotlib
 import matplotlib.style
@@ -42,7 +45,8 @@ RECORDS = {
     "guard": ("guard.json", "bash bench/guard.sh"),
     "ondemand": ("ondemand.json", "bash bench/ondemand.sh"),
 }
-LLMGW, REDIS, ANCHOR, FLOOR, NGINX, MUTED = "#1f6fb2", "#7aa9d6", "#e07b39", "#9c9c9c", "#5a9e5a", "#555555"
+LLMGW, REDIS, ACCENT, FLOOR, NGINX, MUTED = "#1f6fb2", "#7aa9d6", "#e07b39", "#9c9c9c", "#5a9e5a", "#555555"
+PASSTHROUGH, ANCHOR = ACCENT, "#7b4fa0"  # the aiohttp pass-through; LiteLLM's proxy, the anchor
 # On top of matplotlib's defaults, whatever matplotlibrc the machine has: the same record must give
 # the same bytes everywhere.
 STYLE: dict[str, Any] = {
@@ -139,42 +143,96 @@ def spread(values: Iterable[float | None], mid: float) -> tuple[float, float]:
 OVERHEAD_TARGETS = (
     ("llmgw", "llmgw, 1 worker", LLMGW),
     ("llmgw-redis", "llmgw, 1 worker,\nlimits in Redis", REDIS),
-    ("passthrough", "aiohttp pass-through\n(the anchor)", ANCHOR),
+    ("litellm", "LiteLLM proxy, 1 worker\n(the anchor)", ANCHOR),
+    ("passthrough", "aiohttp pass-through\n(the pass-through floor)", PASSTHROUGH),
     ("passthrough-raw", "raw floor\n(httptools, no framework)", FLOOR),
     ("proxy-nginx", "nginx as a proxy\n(the hop alone, in C)", NGINX),
 )
+# Targets whose bars may go on an axis of their own, past a break, when they are off the scale
+# of the others: a proxy adding milliseconds beside ones adding tenths of one.
+OFF_SCALE_TARGETS = ("litellm",)
 MODES = ("json", "stream")
+
+
+class Bar(NamedTuple):
+    y: float
+    mode: str
+    target: str
+    colour: str
+    added: float
+    err: tuple[float, float]
 
 
 def overhead(rec: Record) -> Figure:
     rows, (low, _) = rows_of(rec), concs(rec)
     targets = [t for t in OVERHEAD_TARGETS if any(("chat", t[0], m, low) in rows for m in MODES)]
-    fig = Figure(figsize=(8.5, 4.2), layout="constrained")
-    ax = fig.add_subplot()
-    height, widest, lowest = 0.38, 0.0, 0.0
+    height = 0.38
+    bars = []
     for j, mode in enumerate(MODES):
         for i, (target, _, colour) in enumerate(targets):
             r = rows.get(("chat", target, mode, low))
             if r is None or r["added_p50_ms"] is None:
                 continue
-            y = i + (j - 0.5) * height
             added = r["added_p50_ms"]
-            err = spread(r["rounds"]["added_p50_ms"], added)
-            ax.barh(y, added, height * 0.92, color=colour, alpha=1.0 if mode == "json" else 0.55,
-                    xerr=[[err[0]], [err[1]]], ecolor=MUTED, capsize=2, error_kw={"linewidth": 0.8})
-            ax.text(added + err[1] + 0.004, y, f"{added:+.3f} {mode}", va="center", fontsize=7.5)
-            widest, lowest = max(widest, added + err[1]), min(lowest, added - err[0])
+            bars.append(Bar(i + (j - 0.5) * height, mode, target, colour, added,
+                            spread(r["rounds"]["added_p50_ms"], added)))
     goal = rec["goals"]["added_p50_ms"]
+    near = [b for b in bars if b.target not in OFF_SCALE_TARGETS]
+    right = max([goal, *(b.added + b.err[1] for b in near)]) * 1.3
+    # The anchor's bars go past a break when they would squeeze the others' into a few pixels.
+    far = [b for b in bars if b.target in OFF_SCALE_TARGETS and b.added + b.err[1] > right * 1.5]
+    if not far:
+        near = bars
+        right = max([goal, *(b.added + b.err[1] for b in bars)]) * 1.3
+    lowest = min([0.0, *(b.added - b.err[0] for b in bars)])
+    fig = Figure(figsize=(8.5, 4.2), layout="constrained")
+    if far:
+        ax, far_ax = fig.subplots(1, 2, sharey=True, width_ratios=[3, 1.25])
+        fig.get_layout_engine().set(wspace=0.0)  # type: ignore[union-attr]
+    else:
+        ax, far_ax = fig.add_subplot(), None
+    for b in bars:
+        alpha = 1.0 if b.mode == "json" else 0.55
+        if b in far:
+            # On the near axis the bar runs off its edge; its figure is on the far axis.
+            ax.barh(b.y, b.added, height * 0.92, color=b.colour, alpha=alpha)
+            continue
+        ax.barh(b.y, b.added, height * 0.92, color=b.colour, alpha=alpha, xerr=[[b.err[0]], [b.err[1]]],
+                ecolor=MUTED, capsize=2, error_kw={"linewidth": 0.8})
+        ax.annotate(f"{b.added:+.3f} {b.mode}", (b.added + b.err[1], b.y), xytext=(3, 0),
+                    textcoords="offset points", va="center", fontsize=7.5)
     ax.axvline(goal, color="#b22222", linestyle="--", linewidth=1)
+    # The goal's label may run past the axis' edge, over the far axis' empty top: the layout keeps
+    # no room for it there.
     ax.text(goal, -0.75, f" llmgw's goal: at most +{goal:g} ms", color="#b22222", fontsize=7.5,
-            va="center")
+            va="center").set_in_layout(far_ax is None)
     ax.set_yticks(range(len(targets)), [label for _, label, _ in targets])
     ax.set_ylim(len(targets) - 0.45, -1.0)
     # A floor can come out below the direct row on a noisy run: its bar then points left of 0.
-    ax.set_xlim(min(0.0, lowest * 1.3), max(goal, widest) * 1.3)
+    ax.set_xlim(min(0.0, lowest * 1.3), right)
     ax.axvline(0, color="black", linewidth=0.8)
     ax.grid(axis="y", visible=False)
     ax.set_xlabel(f"ms added to p50 at concurrency {low}, over the fake upstream asked directly")
+    if far_ax is not None:
+        lo = min(b.added - b.err[0] for b in far)
+        hi = max(b.added + b.err[1] for b in far)
+        pad = max(hi - lo, hi * 0.15)
+        for b in far:
+            far_ax.barh(b.y, b.added, height * 0.92, color=b.colour, alpha=1.0 if b.mode == "json" else 0.55,
+                        xerr=[[b.err[0]], [b.err[1]]], ecolor=MUTED, capsize=2, error_kw={"linewidth": 0.8})
+            far_ax.annotate(f"{b.added:+.2f} {b.mode}", (b.added + b.err[1], b.y), xytext=(3, 0),
+                            textcoords="offset points", va="center", fontsize=7.5)
+        far_ax.set_xlim(max(0.0, lo - pad * 0.6), hi + pad * 1.1)
+        far_ax.spines["left"].set_visible(False)
+        far_ax.patch.set_visible(False)  # the goal's label may run over its top
+        far_ax.tick_params(axis="y", left=False)
+        far_ax.grid(axis="y", visible=False)
+        far_ax.set_xlabel("ms, past the break")
+        # The break: a slash where each axis ends.
+        mark: dict[str, Any] = {"marker": [(-1, -1.6), (1, 1.6)], "markersize": 9, "linestyle": "none",
+                                "color": "black", "mec": "black", "mew": 0.8, "clip_on": False}
+        ax.plot([1], [0], transform=ax.transAxes, **mark)
+        far_ax.plot([0], [0], transform=far_ax.transAxes, **mark)
     rounds = rec["meta"].get("settings", {}).get("rounds")
     fig.suptitle("What a proxy adds to a chat completion at p50, one request at a time\n"
                  "dark: whole answer, light: stream"
@@ -188,10 +246,11 @@ THROUGHPUT_TARGETS = (
     # (processes, target, label, colour)
     (1, "llmgw", "llmgw", LLMGW),
     (1, "llmgw-redis", "llmgw, limits in Redis", REDIS),
-    (1, "passthrough", "aiohttp pass-through", ANCHOR),
+    (1, "passthrough", "aiohttp pass-through", PASSTHROUGH),
+    (1, "litellm", "LiteLLM proxy (the anchor)", ANCHOR),
     (2, "llmgw-2w", "llmgw", LLMGW),
     (2, "llmgw-2w-redis", "llmgw, limits in Redis", REDIS),
-    (2, "passthrough-2p", "aiohttp pass-through", ANCHOR),
+    (2, "passthrough-2p", "aiohttp pass-through", PASSTHROUGH),
 )
 
 
@@ -200,27 +259,28 @@ def throughput(rec: Record) -> Figure:
     fig = Figure(figsize=(8.5, 4.0), layout="constrained")
     axes = fig.subplots(1, 2, sharey=True)
     present = [t for t in THROUGHPUT_TARGETS if any(("chat", t[1], m, high) in rows for m in MODES)]
-    labels = list(dict.fromkeys(label for _, _, label, _ in present))
-    width = 0.8 / max(1, len(labels))
+    # Each group of bars (1 process, 2) as wide as the other, its bars side by side in the order above.
+    most = max([1, *(sum(t[0] == procs for t in present) for procs in (1, 2))])
+    width = (0.8 if most < 4 else 0.9) / most
     labelled: set[str] = set()
     for ax, mode in zip(axes, MODES, strict=True):
         for procs in (1, 2):
             anchor = rows.get(("chat", "passthrough" if procs == 1 else "passthrough-2p", mode, high))
-            for k, label in enumerate(labels):
-                hit = [t for t in present if t[0] == procs and t[2] == label]
-                r = rows.get(("chat", hit[0][1], mode, high)) if hit else None
+            group = [t for t in present if t[0] == procs]
+            for k, (_, target, label, colour) in enumerate(group):
+                r = rows.get(("chat", target, mode, high))
                 if r is None:
                     continue
-                x = procs - 1 + (k - (len(labels) - 1) / 2) * width
+                x = procs - 1 + (k - (len(group) - 1) / 2) * width
                 err = spread(r["rounds"]["rps"], r["rps"])
-                ax.bar(x, r["rps"], width * 0.92, color=hit[0][3], yerr=[[err[0]], [err[1]]],
+                ax.bar(x, r["rps"], width * 0.92, color=colour, yerr=[[err[0]], [err[1]]],
                        ecolor=MUTED, capsize=2, error_kw={"linewidth": 0.8},
                        label=None if label in labelled else label)
                 labelled.add(label)
                 note = f"{r['rps']:,.0f}"
                 if anchor is not None and anchor is not r and anchor["rps"] > 0:
                     note += f"\n{r['rps'] / anchor['rps']:.0%}"
-                ax.text(x, r["rps"] + err[1], note, ha="center", va="bottom", fontsize=7)
+                ax.text(x, r["rps"] + err[1], note, ha="center", va="bottom", fontsize=7 if most < 4 else 6.5)
         ax.set_xticks([0, 1], ["1 worker / process", "2 workers / processes"])
         ax.set_title(f"{'whole answers' if mode == 'json' else 'streams'} (chat completions)", loc="left")
         ax.grid(axis="x", visible=False)
@@ -228,8 +288,15 @@ def throughput(rec: Record) -> Figure:
     axes[0].set_ylabel(f"requests/s at concurrency {high}")
     axes[0].yaxis.set_major_formatter(StrMethodFormatter("{x:,.0f}"))
     fig.legend(loc="outside right center", fontsize=7.5)
-    fig.suptitle("Requests per second by workers (%: of the aiohttp pass-through in as many processes)",
-                 x=0.01, ha="left", fontsize=10)
+    title = "Requests per second by workers (%: of the aiohttp pass-through in as many processes)"
+    times = []
+    for mode, what in zip(MODES, ("whole answers", "streams"), strict=True):
+        gw, litellm = rows.get(("chat", "llmgw", mode, high)), rows.get(("chat", "litellm", mode, high))
+        if gw is not None and litellm is not None and litellm["rps"] > 0:
+            times.append(f"{gw['rps'] / litellm['rps']:.1f}× ({what})")
+    if times:
+        title += f"\nllmgw, 1 worker: {' and '.join(times)} the requests/s of LiteLLM's proxy, 1 worker"
+    fig.suptitle(title, x=0.01, ha="left", fontsize=10)
     fig.supxlabel(caption(rec["meta"]), fontsize=7, color=MUTED, x=0.01, ha="left")
     return fig
 
@@ -260,9 +327,9 @@ def judge(rec: Record) -> Figure:
     scaled = (rec.get("autoscale") or {}).get("row")
     if scaled:
         rate_ax.plot([scaled["conc"]], [scaled["verdicts_per_s"]], marker="*", markersize=10,
-                     linestyle="none", color=ANCHOR, label="distinct, 2 judge replicas")
+                     linestyle="none", color=ACCENT, label="distinct, 2 judge replicas")
         p99_ax.plot([scaled["conc"]], [scaled["p99_ms"]], marker="*", markersize=10, linestyle="none",
-                    color=ANCHOR, label="distinct, 2 judge replicas")
+                    color=ACCENT, label="distinct, 2 judge replicas")
     budget = rec["budget_ms"]
     p99_ax.axhline(budget, color="#b22222", linestyle="--", linewidth=1)
     p99_ax.text(all_concs[0] if all_concs else 1, budget, f"budget {budget:,} ms", color="#b22222",
@@ -297,7 +364,7 @@ def cold_start(rec: Record) -> Figure:
     series = (
         ("llama-server by hand\n(start, /health, request)", cold["by_hand_s"], FLOOR),
         ("through llmgw\n(min 0: no replica yet)", cold["through_llmgw_s"], LLMGW),
-        ("swap through llmgw\n(stop A, start B)", rec["swap_s"], ANCHOR),
+        ("swap through llmgw\n(stop A, start B)", rec["swap_s"], ACCENT),
     )
     fig = Figure(figsize=(8.5, 3.2), layout="constrained")
     ax = fig.add_subplot()
@@ -394,6 +461,7 @@ REQUEST_PATH_ROWS = (
     ("llmgw", "llmgw, 1 worker"),
     ("llmgw-redis", "llmgw, 1 worker, limits in Redis"),
     ("passthrough", "aiohttp pass-through, 1 process"),
+    ("litellm", "LiteLLM proxy (the anchor), 1 worker"),
     ("passthrough-raw", "raw floor (httptools), 1 process"),
     ("proxy-nginx", "nginx as a proxy, 1 worker"),
     ("llmgw-2w", "llmgw, 2 workers"),

@@ -19,13 +19,15 @@ from typing import Any, NamedTuple
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench import record  # noqa: E402
 
-TARGETS = ("direct", "llmgw", "llmgw-redis", "passthrough", "llmgw-2w", "llmgw-2w-redis",
+TARGETS = ("direct", "llmgw", "llmgw-redis", "passthrough", "litellm", "llmgw-2w", "llmgw-2w-redis",
            "passthrough-2p", "passthrough-raw", "proxy-nginx")
 # What each target is called in the table: llmgw-2w is `server run --workers 2`, passthrough-2p
 # the pass-through in 2 processes on one port (its floor), passthrough-raw the pass-through on a
 # bare asyncio + httptools server with llmgw's upstream client (what the HTTP server costs),
-# proxy-nginx nginx itself as a reverse proxy (what a proxy's hop costs on the machine now).
+# proxy-nginx nginx itself as a reverse proxy (what a proxy's hop costs on the machine now),
+# litellm LiteLLM's proxy with 1 worker (BENCH_LITELLM=1: the product llmgw is compared with).
 TARGET_LABELS = {"llmgw": "llmgw, 1 worker", "llmgw-2w": "llmgw, 2 workers",
+                 "litellm": "LiteLLM proxy (the anchor)",
                  "llmgw-redis": "llmgw, 1 worker, limits in Redis",
                  "llmgw-2w-redis": "llmgw, 2 workers, limits in Redis",
                  "passthrough-2p": "passthrough, 2 processes",
@@ -170,6 +172,7 @@ def verdicts(rows: Rows) -> list[str]:
                 floors.append(f"{TARGET_LABELS.get(target, target)} {mode} {added:+.3f} ms")
     if floors:
         lines.append(f"  (the floors add, same concurrency: {'; '.join(floors)})")
+    lines += anchor_lines(rows, low, high)
 
     for gw_target, floor_target, what, floor_name in (
             ("llmgw", "passthrough", "1 worker", "the passthrough's"),
@@ -189,6 +192,30 @@ def verdicts(rows: Rows) -> list[str]:
             f"- {'PASS' if ok else 'FAIL'}: llmgw with {what} serves >= {RPS_SHARE_GOAL:.0%} of "
             f"{floor_name} chat completions requests/s, concurrency {high}: " + "; ".join(parts)
         )
+    return lines
+
+
+def anchor_lines(rows: Rows, low: int, high: int) -> list[str]:
+    """llmgw (1 worker) beside the anchor, LiteLLM's proxy with 1 worker, when the run had it: what
+    each adds at p50 at the lowest concurrency and llmgw's requests/s as a multiple of LiteLLM's at
+    the highest. Figures to read, not a goal."""
+    added, rps = [], []
+    for mode in MODES:
+        anchor, gw = rows.get(("chat", "litellm", mode, low)), rows.get(("chat", "llmgw", mode, low))
+        anchor_added = None if anchor is None else added_p50(rows, anchor)
+        gw_added = None if gw is None else added_p50(rows, gw)
+        if anchor_added is not None and gw_added is not None:
+            added.append(f"{mode} {anchor_added:+.3f} ms (llmgw {gw_added:+.3f})")
+        anchor, gw = rows.get(("chat", "litellm", mode, high)), rows.get(("chat", "llmgw", mode, high))
+        if anchor is not None and gw is not None and anchor.rps > 0:
+            rps.append(f"{mode} {gw.rps / anchor.rps:.1f}× ({gw.rps:,.0f} vs {anchor.rps:,.0f} rps)")
+    lines = []
+    if added:
+        lines.append(f"  (the anchor, LiteLLM's proxy with 1 worker, adds at p50, concurrency "
+                     f"{low}: {'; '.join(added)})")
+    if rps:
+        lines.append(f"  (llmgw with 1 worker against the anchor, requests/s at concurrency {high}: "
+                     f"{'; '.join(rps)})")
     return lines
 
 

@@ -24,14 +24,18 @@ TARGETS = {
     "llmgw-2w-redis": (2800, 0.410, 11500, 115),
     "passthrough-2p": (3000, 0.330, 10000, 150),
 }
+# The anchor's row (BENCH_LITELLM=1), when a test asks for it: LiteLLM's proxy adding milliseconds.
+LITELLM = (250, 4.0, 600, 1600)
 
 
-def result_lines() -> str:
+def result_lines(litellm: tuple[float, float, float, int | None] | None = None) -> str:
+    """The run's lines; with `litellm`, also the anchor's row with those figures."""
+    targets = dict(TARGETS) if litellm is None else {**TARGETS, "litellm": litellm}
     lines = []
     for rnd in range(2):
         for mode in ("json", "stream"):
             for conc in (1, 32):
-                for target, (rps1, p50, rps32, cpu) in TARGETS.items():
+                for target, (rps1, p50, rps32, cpu) in targets.items():
                     rps = rps1 if conc == 1 else rps32
                     slower = 1 + 0.1 * rnd + (0.05 if mode == "stream" else 0)
                     lines.append(f"chat {target} {mode} {conc} {rps / slower:.1f} "
@@ -59,10 +63,11 @@ def guard_args() -> argparse.Namespace:
     return argparse.Namespace(budget_ms=5000, autoscale=True)
 
 
-def write_records(to: Path, meta_extra: dict[str, object] | None = None) -> None:
+def write_records(to: Path, meta_extra: dict[str, object] | None = None,
+                  litellm: tuple[float, float, float, int | None] | None = None) -> None:
     meta = record.meta(0.5, command="made up for the tests", **(meta_extra or {}))
     results = to / "results.txt"
-    results.write_text(result_lines())
+    results.write_text(result_lines(litellm))
     record.write(to / "request_path.json", "request_path", {**meta, "settings": {"rounds": 2}},
                  report.figures(report.read_rounds(results)))
     results.unlink()
@@ -85,4 +90,11 @@ def write_records(to: Path, meta_extra: dict[str, object] | None = None) -> None
 def records(tmp_path: Path) -> Path:
     """A directory with the three records, as bench/figures/ holds them."""
     write_records(tmp_path)
+    return tmp_path
+
+
+@pytest.fixture
+def records_with_anchor(tmp_path: Path) -> Path:
+    """The same, from a run with BENCH_LITELLM=1: the request path has LiteLLM's proxy's row."""
+    write_records(tmp_path, litellm=LITELLM)
     return tmp_path

@@ -86,6 +86,41 @@ def test_a_run_without_the_optional_rows_still_draws(records: Path) -> None:
         assert blankness(png) > 0.05, f"{name} is blank"
 
 
+def test_the_anchor_is_drawn_past_a_break_when_off_the_others_scale(records_with_anchor: Path) -> None:
+    """A run with BENCH_LITELLM=1: LiteLLM's proxy is in the overhead plot, on an axis of its own
+    past a break when it adds far more than the others (so theirs stay readable), in the throughput
+    plot beside llmgw with 1 worker, and in the request-path table."""
+    for name, png in plots.draw(records_with_anchor).items():
+        assert blankness(png) > 0.05, f"{name} is blank"
+    rec = plots.load(records_with_anchor, "request_path")
+    fig = plots.overhead(rec)
+    assert len(fig.axes) == 2
+    near, far = fig.axes
+    assert "LiteLLM proxy, 1 worker\n(the anchor)" in [t.get_text() for t in near.get_yticklabels()]
+    assert "aiohttp pass-through\n(the pass-through floor)" in [t.get_text() for t in near.get_yticklabels()]
+    assert {t.get_text() for t in far.texts} == {"+4.14 json", "+4.33 stream"}
+    assert "+0.200 json" in {t.get_text() for t in near.texts}
+    assert near.get_xlim()[1] < 1 < far.get_xlim()[0] < 4.1 < 4.4 < far.get_xlim()[1]
+
+    # An anchor on the others' scale shares their axis.
+    for r in rec["rows"]:
+        if r["target"] == "litellm":
+            r["added_p50_ms"] = 0.45
+            r["rounds"]["added_p50_ms"] = [0.44, 0.46]
+    assert len(plots.overhead(rec).axes) == 1
+
+    title = plots.throughput(rec)._suptitle
+    assert title is not None
+    assert ("llmgw, 1 worker: 20.0× (whole answers) and 20.0× (streams) the requests/s of LiteLLM"
+            in title.get_text())
+    legend = plots.throughput(rec).legends[0]
+    assert "LiteLLM proxy (the anchor)" in [t.get_text() for t in legend.get_texts()]
+    assert "| LiteLLM proxy (the anchor), 1 worker | 4.200 (+4.137) |" in plots.table(records_with_anchor,
+                                                                                      "request-path")
+    assert any("the anchor, LiteLLM's proxy" in line
+               for line in plots.table(records_with_anchor, "verdicts").splitlines())
+
+
 def test_the_command_line_writes_the_pngs_and_says_what_is_missing(records: Path, tmp_path: Path) -> None:
     out = tmp_path / "out"
     done = subprocess.run([sys.executable, str(ROOT / "bench" / "plots.py"), str(records), str(out)],

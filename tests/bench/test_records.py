@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from bench import guard_load, ondemand, record, report
-from tests.bench.conftest import guard_args, judge_cell, result_lines
+from tests.bench.conftest import LITELLM, guard_args, judge_cell, result_lines
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -57,6 +57,34 @@ def test_the_request_path_record_has_every_cell_and_its_rounds(tmp_path: Path) -
     assert figures["goals"]["added_p50_ms"] == report.ADDED_P50_GOAL_MS
     assert figures["labels"]["targets"]["passthrough-raw"] == "raw floor (httptools server)"
     assert any(line.startswith("- PASS: llmgw adds") for line in figures["verdicts"])
+
+
+def test_the_anchors_row_is_in_the_report_and_the_record(tmp_path: Path) -> None:
+    """A run with BENCH_LITELLM=1: LiteLLM's proxy has its cells like any target, its label, and
+    lines under the verdicts that set llmgw beside it (figures, not a goal)."""
+    results = tmp_path / "results.txt"
+    results.write_text(result_lines(LITELLM))
+    figures = report.figures(report.read_rounds(results))
+    rows = {(r["api"], r["target"], r["mode"], r["conc"]): r for r in figures["rows"]}
+    assert len(rows) == 10 * 2 * 2 + 2
+    anchor = rows[("chat", "litellm", "json", 1)]
+    direct = rows[("chat", "direct", "json", 1)]
+    assert anchor["added_p50_ms"] == pytest.approx(anchor["p50_ms"] - direct["p50_ms"], abs=1e-3)
+    assert anchor["cpu_us"] == LITELLM[3] and len(anchor["rounds"]["rps"]) == 2
+    assert figures["labels"]["targets"]["litellm"] == "LiteLLM proxy (the anchor)"
+    verdicts = "\n".join(figures["verdicts"])
+    assert "(the anchor, LiteLLM's proxy with 1 worker, adds at p50, concurrency 1: json +" in verdicts
+    assert "(llmgw with 1 worker against the anchor, requests/s at concurrency 32: json 20.0× " in verdicts
+    # No PASS or FAIL hangs on the anchor: the goals are the same with it or without it.
+    without = report.figures(report.read_rounds(_written(tmp_path / "plain.txt", result_lines())))
+    assert [v for v in figures["verdicts"] if "anchor" not in v] == without["verdicts"]
+    table = report.render(report.medians(report.read_rounds(results)), [])
+    assert "| chat completions | LiteLLM proxy (the anchor) | json | 1 | 239 | 4.200 |" in table
+
+
+def _written(path: Path, text: str) -> Path:
+    path.write_text(text)
+    return path
 
 
 def test_report_writes_the_record_and_prints_the_same_report(tmp_path: Path) -> None:
