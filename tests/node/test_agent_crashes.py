@@ -126,3 +126,45 @@ async def test_a_crash_loop_stays_failed_until_the_profile_changes(tmp_path: Pat
     finally:
         await agent.stop_all()
 
+
+
+async def test_a_give_up_landing_while_assignments_are_read_is_not_taken_for_a_stop(
+    tmp_path: Path, reports: Reports
+) -> None:
+    # The supervisor's last report (gave up) wakes the agent, whose next pass reads the
+    # assignments while the supervisor is still ending: it must not see a replica that is
+    # neither running nor given up, and start it again.
+    binary = engine_script(tmp_path, "--mode", "crash", "--crash-signal", "SEGV")
+    assigned = [Assignment(replica_placed("rep-1", state=ReplicaState.FAILED), gemma_model())]
+    reading = asyncio.Event()
+    go_on = asyncio.Event()
+
+    async def assignments() -> list[Assignment]:
+        reading.set()
+        await go_on.wait()
+        return list(assigned)
+
+    async def forget(rid: str) -> None:
+        return None
+
+    config = AgentConfig(node_id="big", host="127.0.0.1", log_dir=tmp_path / "logs",
+                         llama_server=lambda: binary, backoff_base_s=0.05, max_failures=2,
+                         compat=EngineCompat(tmp_path / "engine-compat.json", cpu="test-cpu"))
+    agent = NodeAgent(config, assignments, reports, forget, SystemClock())
+    try:
+        go_on.set()
+        await agent.reconcile()  # starts it
+        go_on.clear()
+        reading.clear()
+        second = asyncio.create_task(agent.reconcile())
+        await reading.wait()  # the pass is reading its assignments: now the supervisor gives up
+        await reports.until(lambda s: (s.last_error or "").startswith(GAVE_UP), "giving up")
+        await eventually(lambda: not agent.running, "the supervisor ends by itself")
+        count = len(reports.seen)
+        go_on.set()
+        await second
+        assert not agent.running, "a replica given up on was started again"
+        await agent.reconcile()
+        assert len(reports.seen) == count and not agent.running
+    finally:
+        await agent.stop_all()

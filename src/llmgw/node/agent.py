@@ -119,18 +119,15 @@ class NodeAgent:
 
     async def reconcile(self) -> None:
         """Read assignments once and apply the plan."""
-        for rid, task in list(self._tasks.items()):
-            if task.done():  # it gave up on a crash loop, or died of an error it could not handle
-                del self._tasks[rid]
-                ran = self._running_as.pop(rid, "")
-                if not task.cancelled() and task.exception() is not None:
-                    logger.error("supervisor of %s died: %r", rid, task.exception())
-                elif not task.cancelled() and task.result():
-                    self._gave_up[rid] = ran
         try:
             assigned = await self._assignments()
         except ServerUnreachable:
+            self._reap()
             return  # said once by the link; the replicas keep running as they are
+        # After the read, with no await before the plan: a supervisor that gives up while the
+        # assignments are read (its last report wakes this pass) is then either running or
+        # given up, never neither, which the plan would take for a replica to start again.
+        self._reap()
         now = {a.replica.id: fingerprint(a) for a in assigned}
         for rid, ran in list(self._gave_up.items()):
             if now.get(rid) != ran:
@@ -142,6 +139,18 @@ class NodeAgent:
             await self._forget(rid)
         for a in actions.start:
             await self._start(a)
+
+    def _reap(self) -> None:
+        """Take the supervisors that ended out of the running: one that gave up on a crash loop
+        is kept as given up, with what it ran."""
+        for rid, task in list(self._tasks.items()):
+            if task.done():  # it gave up on a crash loop, or died of an error it could not handle
+                del self._tasks[rid]
+                ran = self._running_as.pop(rid, "")
+                if not task.cancelled() and task.exception() is not None:
+                    logger.error("supervisor of %s died: %r", rid, task.exception())
+                elif not task.cancelled() and task.result():
+                    self._gave_up[rid] = ran
 
     async def _start(self, a: Assignment) -> None:
         launch = self._launch(a)
