@@ -9,12 +9,14 @@ import pytest
 
 from llmgw.control.catalog import CatalogService
 from llmgw.control.leader import Elector, Timing
+from llmgw.control.notifier import Notifier
 from llmgw.control.replica_keeper import Place, Stop
 from llmgw.core.clock import FakeClock
 from llmgw.core.errors import StaleEpoch
 from llmgw.core.types import ReplicaState
 from llmgw.gateway.metrics import Metrics
 from llmgw.gateway.routing import RoutingTable
+from llmgw.node.supervisor import Status
 from llmgw.server import wiring
 from llmgw.server.cluster import Leadership
 from llmgw.store.store import Store
@@ -107,3 +109,32 @@ def test_the_keepers_cold_starts_and_evictions_are_counted_in_the_metrics() -> N
     text = metrics.render().decode()
     assert 'llmgw_cold_starts_total{model="gemma"} 1.0' in text
     assert 'llmgw_evictions_total{model="qwen"} 1.0' in text
+
+
+async def test_the_embedded_agents_report_reaches_every_process_before_it_returns(
+    tmp_path: Path,
+) -> None:
+    # A request for a cold model may wait in an extra worker's queue: the replica's readiness
+    # must reach that worker's snapshot now, as a remote agent's sync does, not at its next poll.
+    store = Store.open(f"sqlite:///{tmp_path / 'llmgw.db'}")
+    clock = FakeClock(NOW)
+    try:
+        await wiring.keeper_applier(store, clock, lambda: None)(
+            Place("gemma3-270m", "local", "default", 1, 1.0, cold=True))
+        [replica] = store.replicas.list()
+        notifier = Notifier()
+        woken = notifier.watch()
+        seen_by_worker: list[ReplicaState] = []
+
+        async def worker_refresh() -> None:
+            seen_by_worker.extend(r.state for r in store.replicas.list())
+
+        notifier.sync_with(worker_refresh)
+        report = wiring.agent_reporter(store, clock, notifier.settle)
+        await report(replica.id, Status(ReplicaState.READY, endpoint="http://127.0.0.1:9000/v1",
+                                        pid=4242))
+
+        assert seen_by_worker == [ReplicaState.READY]
+        assert woken.is_set()  # this process's loops look again too
+    finally:
+        store.close()

@@ -133,7 +133,7 @@ class Server:
                         engine_key=lambda: engine_key,
                         compat=EngineCompat(self.data_dir / COMPAT_FILE)),
             assignments=wiring.agent_assignments(store, s.node_id),
-            report=wiring.agent_reporter(store, clock, notifier.changed),
+            report=wiring.agent_reporter(store, clock, notifier.settle),
             forget=wiring.agent_forgetter(store),
             clock=clock,
         )

@@ -124,8 +124,13 @@ def agent_assignments(store: Store, node_id: str) -> Callable[[], Awaitable[list
 
 
 def agent_reporter(
-    store: Store, clock: Clock, on_report: Callable[[], None]
+    store: Store, clock: Clock, on_report: Callable[[], Awaitable[None]]
 ) -> Callable[[str, Status], Awaitable[None]]:
+    """Writes the embedded agent's reports; `on_report` (the notifier's `settle`) then brings
+    every process of the server up to date, as a remote agent's sync does: a request waiting in
+    an extra worker's queue learns that its replica is ready now, not at that worker's next look
+    at the store (`refresh_interval_s`)."""
+
     def write(replica_id: str, status: Status) -> None:
         store.replicas.update(
             replica_id,
@@ -139,7 +144,7 @@ def agent_reporter(
 
     async def run(replica_id: str, status: Status) -> None:
         await asyncio.to_thread(write, replica_id, status)
-        on_report()
+        await on_report()
 
     return run
 
