@@ -25,6 +25,9 @@ class _Idle:
     async def tick(self) -> None:
         pass
 
+    def next_look(self, interval_s: float) -> float:
+        return interval_s
+
     async def run(self, _interval_s: float) -> None:
         await asyncio.Event().wait()
 
@@ -74,6 +77,29 @@ async def test_each_replica_keeper_pass_is_a_trace_of_its_own() -> None:
     tracer.close()
     [span] = exporter.get_finished_spans()
     assert span.name == "replica keeper pass" and span.parent is None
+
+
+async def test_the_replica_keeper_looks_again_when_its_last_plan_asks() -> None:
+    # A long interval, nothing wakes the keeper: only its own next_look brings the passes.
+    idle: Any = _Idle()
+    passes: list[int] = []
+    third = asyncio.Event()
+
+    async def tick() -> None:
+        passes.append(0)
+        if len(passes) == 3:
+            third.set()
+
+    idle.tick = tick
+    idle.next_look = lambda interval_s: 0.0 if len(passes) < 3 else interval_s
+    duties = LeaderDuties(idle, idle, idle, Notifier(), ControlSettings(keeper_interval_s=300),
+                          FakeClock())
+    await duties.start(epoch=1)
+    try:
+        await asyncio.wait_for(third.wait(), 5)
+    finally:
+        await duties.stop()
+    assert len(passes) == 3
 
 
 def test_audit_days_defaults_to_90() -> None:

@@ -20,7 +20,7 @@ from llmgw.control.replica_keeper import (
     plan,
 )
 from llmgw.core.clock import FakeClock
-from llmgw.core.demand import Activity
+from llmgw.core.demand import REPORT_S, Activity
 from llmgw.core.errors import StoreUnavailable
 from llmgw.core.types import Model, Node, Replica, ReplicaState, Scaling
 from llmgw.gateway.routing import nowhere_reason
@@ -575,6 +575,67 @@ def test_a_model_too_big_for_any_node_even_empty_fits_nowhere_at_once() -> None:
 
     assert isinstance(pend, Pend) and not pend.reason.startswith("waiting for room")
     assert nowhere_reason([replica_pending(model="gemma3-270m", reason=pend.reason)]) != ""
+
+
+def test_a_model_waiting_for_room_behind_busy_replicas_is_looked_at_again_within_a_report() -> None:
+    # The replica it waits behind may have finished its last request already: its server says so
+    # at its next activity write, within REPORT_S, not within the keeper's interval.
+    models = [on_demand_model("gemma3-270m", memory_gb=4.0), on_demand_model("phi-4")]
+    busy = activity(queued={"gemma3-270m": 1}, replicas=use(**{"r-phi": (1, NOW)}))
+    phi = running("r-phi", "phi-4")
+
+    pend = plan(models, [four_gb_node()], [phi], NOW, activity=busy)
+    assert pend.look_again_s == REPORT_S < SETTINGS.keeper_interval_s
+
+    # Still busy on the next pass: nothing to write, and still a look within a report.
+    after = apply([phi], pend)
+    again = plan(models, [four_gb_node()], after, NOW, activity=busy)
+    assert again == [] and again.look_again_s == REPORT_S
+
+    # Idle now: the swap happens, and the keeper is back to its interval.
+    idle = activity(queued={"gemma3-270m": 1}, replicas=use(**{"r-phi": (0, NOW)}))
+    swap = plan(models, [four_gb_node()], after, NOW, activity=idle)
+    assert [type(a) for a in swap] == [Stop, Place] and swap.look_again_s is None
+
+
+def test_the_keeper_looks_again_at_its_interval_when_nothing_waits_behind_busy_replicas() -> None:
+    models = [on_demand_model("gemma3-270m", memory_gb=4.0), on_demand_model("phi-4")]
+    phi = running("r-phi", "phi-4")
+    busy_phi = use(**{"r-phi": (1, NOW)})
+    too_big = [on_demand_model("gemma3-270m", memory_gb=64.0), on_demand_model("phi-4")]
+
+    cases = {
+        "nothing waits": plan(models, [four_gb_node()], [phi], NOW,
+                              activity=activity(replicas=busy_phi)),
+        "a cold start that fits": plan(models, [four_gb_node()], [], NOW,
+                                       activity=queue_of("gemma3-270m")),
+        "fits nowhere even once idle": plan(too_big, [four_gb_node()], [phi], NOW,
+                                            activity=activity(queued={"gemma3-270m": 1},
+                                                              replicas=busy_phi)),
+        "no demand read": plan(models, [four_gb_node()], [phi], NOW),
+    }
+    assert {name: p.look_again_s for name, p in cases.items()} == dict.fromkeys(cases)
+
+
+async def test_the_keepers_next_look_follows_its_last_plan() -> None:
+    models = [on_demand_model("gemma3-270m", memory_gb=4.0), on_demand_model("phi-4")]
+    store = InMemoryStore(models, [four_gb_node()], [running("r-phi", "phi-4")])
+    in_flight = 1
+
+    async def read_activity() -> Activity:
+        return activity(queued={"gemma3-270m": 1}, replicas=use(**{"r-phi": (in_flight, NOW)}))
+
+    keeper = ReplicaKeeper(store.read, store.apply, FakeClock(NOW), read_activity=read_activity)
+    assert keeper.next_look(5.0) == 5.0  # no plan yet
+
+    [pend] = await keeper.tick()
+    assert isinstance(pend, Pend)
+    assert keeper.next_look(5.0) == REPORT_S
+    assert keeper.next_look(0.2) == 0.2  # never later than the interval
+
+    in_flight = 0
+    assert [type(a) for a in await keeper.tick()] == [Stop, Place]
+    assert keeper.next_look(5.0) == 5.0
 
 
 async def test_the_keeper_autoscales_after_load_lasts_and_reports_each_action() -> None:

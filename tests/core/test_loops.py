@@ -40,3 +40,25 @@ async def test_a_wait_says_whether_its_event_came() -> None:
     assert await woken(event, 0.01) is False
     event.set()
     assert await woken(event, 10) is True
+
+
+async def test_a_loop_asks_for_its_interval_after_every_step() -> None:
+    wake, third, passes, asked = asyncio.Event(), asyncio.Event(), [], []
+
+    async def step() -> None:
+        passes.append(len(passes))
+        if len(passes) == 3:
+            third.set()
+
+    def interval() -> float:
+        asked.append(len(passes))
+        return 0.0 if len(passes) < 3 else 3600.0  # the step decides: twice at once, then later
+
+    loop = asyncio.create_task(every(interval, wake, step, "test loop", logging.getLogger("test")))
+    try:
+        async with asyncio.timeout(5):
+            await third.wait()
+        assert passes == [0, 1, 2] and asked == [1, 2, 3]
+    finally:
+        loop.cancel()
+        await asyncio.wait({loop})

@@ -4,7 +4,7 @@ log's retention.
 
 `start` runs when this server is elected, `stop` when it is deposed or stops; nothing here runs
 on a follower. Each duty is a loop woken by the change notifier or, failing that, every
-`keeper_interval_s`.
+`keeper_interval_s` (the replica keeper sooner when its last plan asks: see `plan`).
 """
 
 from __future__ import annotations
@@ -68,8 +68,8 @@ class LeaderDuties:
         for wake in (self.keeper.wake, self.judges.wake, self._jobs_wake):
             self._notifier.watch(wake)
         loops = (
-            (every(interval, self.keeper.wake, self._reconcile, "replica keeper", logger),
-             "replica-keeper"),
+            (every(lambda: self.keeper.next_look(interval), self.keeper.wake, self._reconcile,
+                   "replica keeper", logger), "replica-keeper"),
             (self.judges.run(interval), "judge-keeper"),
             # A job submitted to any server is a stored row: the leader takes it from there.
             (every(interval, self._jobs_wake, self.jobs.take_over, "serve jobs", logger),

@@ -21,7 +21,7 @@ from llmgw.control.placement import NODE_TIMEOUT as NODE_TIMEOUT
 from llmgw.control.placement import lost
 from llmgw.control.scheduler import Cluster, Unschedulable
 from llmgw.core.clock import Clock
-from llmgw.core.demand import WAITING_FOR_ROOM, Activity
+from llmgw.core.demand import REPORT_S, WAITING_FOR_ROOM, Activity
 from llmgw.core.ids import new_id
 from llmgw.core.loops import every
 from llmgw.core.settings import ControlSettings
@@ -81,12 +81,15 @@ Action = Place | Pend | Stop | Forget
 
 
 class Plan(list[Action]):
-    """A pass's actions, and since when each model's load has stayed above the scale-up
-    threshold (what the next pass is given as `busy_since`)."""
+    """A pass's actions, since when each model's load has stayed above the scale-up threshold
+    (what the next pass is given as `busy_since`), and how soon the keeper should look again
+    when that is sooner than its interval (`look_again_s`; None: at its interval)."""
 
-    def __init__(self, actions: list[Action], busy_since: dict[str, datetime]) -> None:
+    def __init__(self, actions: list[Action], busy_since: dict[str, datetime],
+                 look_again_s: float | None = None) -> None:
         super().__init__(actions)
         self.busy_since = busy_since
+        self.look_again_s = look_again_s
 
 
 def plan(
@@ -117,7 +120,10 @@ def plan(
     (see `control.eviction`). `busy_since` is the previous pass's `Plan.busy_since`.
 
     `judge_targets` (the judge keeper's, which scales judges with their judgments) sets how many
-    replicas those judges have, within their `scaling.min` and `scaling.max`."""
+    replicas those judges have, within their `scaling.min` and `scaling.max`.
+
+    While a model waits for room behind replicas that look busy, the plan asks to be made again
+    after `REPORT_S` (`Plan.look_again_s`) rather than at the keeper's interval."""
     # Silence from before this leader's election (`leading_since`) is not held against a node:
     # after a database outage or a leader change every heartbeat is old though no node is gone,
     # and forgetting their replicas would restart every engine. A node that really is gone is
@@ -179,7 +185,12 @@ def plan(
             actions += _keep(model, have, cluster, w, room)
             actions += _make_way(model, have, leaving.get(model.name, []))
     busy = {name: w.busy_since for name, w in demand.items() if w.busy_since is not None}
-    return Plan(actions, busy)
+    # The replicas a model waits behind look busy as of each server's last activity write:
+    # their last request may well be over already (a swap's usual case: the request for B comes
+    # right after A's last one ended), and its end is written within REPORT_S. At the keeper's
+    # interval the waiting requests would wait up to that long instead.
+    look_again = REPORT_S if room is not None and room.behind_busy else None
+    return Plan(actions, busy, look_again)
 
 
 def _queued(demand: Mapping[str, Want], name: str) -> bool:
@@ -197,6 +208,8 @@ class _Room:
         self.activity = activity
         # Replicas this plan stops to make room: their own models plan without them.
         self.taken: set[str] = set()
+        # Models that would fit once replicas of others that look busy now go idle.
+        self.behind_busy: set[str] = set()
 
     def later(self, model: Model, cluster: Cluster) -> str | None:
         """Why `model` is waiting for room, when it would fit once replicas of other models that
@@ -206,6 +219,7 @@ class _Room:
         found = eviction.choose(model, cluster, self.catalog, self.replicas, calm, self.taken)
         if found is None:
             return None
+        self.behind_busy.add(model.name)
         busy = sorted({v.model for v in found.victims})
         return (f"{WAITING_FOR_ROOM} on {found.placement.node_id}: {', '.join(busy)} "
                 f"{'is' if len(busy) == 1 else 'are'} busy; stopped to make room once idle")
@@ -336,6 +350,8 @@ class ReplicaKeeper:
         self._settings = settings or ControlSettings()
         self._observe = observe
         self.busy_since: dict[str, datetime] = {}
+        # The last plan's `look_again_s`: see `next_look`.
+        self.look_again_s: float | None = None
         self.wake = asyncio.Event()
         # When this server began leading (set on election): see `plan`'s `leading_since`.
         self.since: datetime | None = None
@@ -362,7 +378,7 @@ class ReplicaKeeper:
         activity = await self._read_activity() if self._read_activity else None
         actions = plan(models, nodes, replicas, now, self._node_timeout, self.since,
                        machine, activity, self._settings, self.busy_since, self._judge_targets())
-        self.busy_since = actions.busy_since
+        self.busy_since, self.look_again_s = actions.busy_since, actions.look_again_s
         for action in actions:
             logger.info("replica keeper: %s", _describe(action))
             await self._apply(action)
@@ -371,8 +387,16 @@ class ReplicaKeeper:
             self._on_change()
         return actions
 
+    def next_look(self, interval_s: float) -> float:
+        """How long the loop waits, unless woken, before its next pass: `interval_s`, or less
+        when the last plan asked to be made again sooner."""
+        soon = self.look_again_s
+        return interval_s if soon is None else min(soon, interval_s)
+
     async def run(self, interval_s: float) -> None:
-        await every(interval_s, self.wake, self.tick, "replica keeper", logger)
+        """Pass after pass, at `next_look(interval_s)` or when woken, until cancelled."""
+        await every(lambda: self.next_look(interval_s), self.wake, self.tick, "replica keeper",
+                    logger)
 
 
 def _describe(action: Action) -> str:

@@ -19,6 +19,9 @@ from llmgw.core.types import Frozen, Replica, ReplicaState, UtcDatetime
 # finish their requests (they are stopped then to make room): its requests keep waiting, unlike
 # those of a model that fits nowhere, which get their 503 at once.
 WAITING_FOR_ROOM = "waiting for room"
+# How often a server writes its activity while it changes (a queue that forms is written at
+# once): the requests in flight the leader sees on a replica may be this much out of date.
+REPORT_S = 1.0
 
 
 class Queued(Frozen):

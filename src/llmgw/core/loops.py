@@ -24,14 +24,16 @@ async def woken(event: asyncio.Event, timeout_s: float) -> bool:
 
 
 async def every(
-    interval_s: float,
+    interval_s: float | Callable[[], float],
     wake: asyncio.Event,
     step: Callable[[], Awaitable[object]],
     what: str,
     logger: logging.Logger,
 ) -> None:
-    """Run `step` forever; a failing step is logged (our errors as one line, others with the
-    traceback) and the loop goes on. Cancellation ends it."""
+    """Run `step` forever, then again after `interval_s` or as soon as `wake` is set; a failing
+    step is logged (our errors as one line, others with the traceback) and the loop goes on.
+    Cancellation ends it. A callable `interval_s` is asked after each step (a step may decide
+    when the next is due)."""
     while True:
         try:
             await step()
@@ -39,5 +41,5 @@ async def every(
             logger.warning("%s: %s", what, exc.message)
         except Exception:
             logger.exception("%s failed", what)
-        await woken(wake, interval_s)
+        await woken(wake, interval_s() if callable(interval_s) else interval_s)
         wake.clear()

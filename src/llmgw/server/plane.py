@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from llmgw.core.clock import Clock
+from llmgw.core.demand import REPORT_S
 from llmgw.core.settings import ServerSettings, TelemetrySettings
 from llmgw.core.tracing import NOOP_TRACER, Tracer
 from llmgw.gateway import shared_limits
@@ -82,7 +83,7 @@ class DataPlane:
         spawn(self.refresher.run(settings.refresh_interval_s), "refresher")
         spawn(self.verdict_log.run(VERDICT_FLUSH_S), "verdict-log")
         spawn(self.limiter.run(ACCOUNTING_S, self.meter.flush), "limits-and-usage")
-        spawn(self.demand.run(ACCOUNTING_S, self.tracker.snapshot), "demand")
+        spawn(self.demand.run(REPORT_S, self.tracker.snapshot), "demand")
         if self.router.bus is not None:
             spawn(self.router.bus.run(self.router.cooled_elsewhere), "cooldown-bus")
 
