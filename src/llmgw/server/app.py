@@ -104,12 +104,15 @@ class Server:
     windows: Windows | None = None
     plane: DataPlane | None = None
     tracer: Tracer = NOOP_TRACER  # set by build_app from `[telemetry]`
+    # Every change this process's loops hear of goes through it (`control.notifier`); the
+    # server's extra workers' wakes too (`server.workers.WAKE_SIGNAL`).
+    notifier: Notifier = field(default_factory=Notifier)
 
     def build_app(self) -> web.Application:
         s, control, store, clock = self.settings, self.settings.control, self.store, self.clock
         tracer = self.tracer = make_tracer(s.telemetry)
         node_timeout = timedelta(seconds=control.node_timeout_s)
-        notifier = Notifier()
+        notifier = self.notifier
         leadership = Leadership(clock, self.server_id) if self.server_id else Leadership(clock)
         self.server_id = leadership.server_id
 

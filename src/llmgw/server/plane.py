@@ -101,16 +101,19 @@ class DataPlane:
 
 def build(store: Store, settings: ServerSettings, clock: Clock, activity_id: str,
           on_change: Callable[[], None] = lambda: None, flight: InFlight | None = None,
-          tracer: Tracer = NOOP_TRACER, windows: Windows | None = None) -> DataPlane:
+          tracer: Tracer = NOOP_TRACER, windows: Windows | None = None,
+          on_cold: Callable[[], None] | None = None) -> DataPlane:
     """The data plane over `store`. `activity_id` is the server row its demand is written to;
     `on_change` is told when the snapshot or the demand changed (the main process wakes its
-    control loops with it); `flight` counts requests in flight and `windows` the minute windows
-    (both shared by a server's workers); `tracer` records the requests' spans."""
+    control loops with it); `on_cold`, when given, is told instead of `on_change` that a queue
+    for a cold model was written (an extra worker wakes the main process with it); `flight`
+    counts requests in flight and `windows` the minute windows (both shared by a server's
+    workers); `tracer` records the requests' spans."""
     s = settings
     engine_key = store.install.engine_key()
     # Requests for a model with no ready replica wait here; the first one of a cold spell is
     # reported to the store at once, which wakes the leader's keeper.
-    demand = ActivityReporter(store, activity_id, clock, on_change)
+    demand = ActivityReporter(store, activity_id, clock, on_cold or on_change)
     flight = flight or LocalInFlight()
     queue = ColdQueue(s.control, clock.monotonic, on_cold=demand.cold, flight=flight)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import logging
+import os
 import resource
 import shutil
 import signal
@@ -24,7 +25,15 @@ from llmgw.core.settings import ServerSettings, load
 from llmgw.gateway.inflight import SharedInFlight
 from llmgw.gateway.windows import SharedWindows
 from llmgw.server.app import Server
-from llmgw.server.workers import IN_FLIGHT, MAIN_SOCKET, Peers, WorkerPool, worker_socket
+from llmgw.server.workers import (
+    IN_FLIGHT,
+    MAIN_SOCKET,
+    Peers,
+    WorkerPool,
+    ignore_wakes,
+    listen_for_wakes,
+    worker_socket,
+)
 from llmgw.store.db import redact
 from llmgw.store.install_repo import JOIN_HINT
 from llmgw.store.store import Store
@@ -104,6 +113,7 @@ async def serve(
         await site.start()
         bound = runner.addresses[0]
         if run_dir is not None:
+            listen_for_wakes(loop, server.notifier.changed)
             await web.UnixSite(runner, str(run_dir / MAIN_SOCKET)).start()
             assert server.server_id is not None
             argv = worker_argv(data_dir, settings.host, int(bound[1]), run_dir,
@@ -134,6 +144,7 @@ async def serve(
         if windows is not None:
             windows.close()
         if run_dir is not None:
+            ignore_wakes(loop)
             shutil.rmtree(run_dir, ignore_errors=True)
 
 
@@ -141,11 +152,13 @@ def worker_argv(data_dir: Path, host: str, port: int, run_dir: Path, server_id: 
                 count: int, log: tuple[str, str]) -> Callable[[int], list[str]]:
     """The command line of extra worker `index` (the port as bound, so port 0 works too)."""
 
+    main_pid = os.getpid()
+
     def argv(index: int) -> list[str]:
         return [sys.executable, "-m", "llmgw.server.worker", "--data-dir", str(data_dir),
                 "--host", host, "--port", str(port), "--index", str(index),
                 "--run-dir", str(run_dir), "--server-id", server_id, "--workers", str(count),
-                "--log-level", log[0], "--log-format", log[1]]
+                "--main-pid", str(main_pid), "--log-level", log[0], "--log-format", log[1]]
 
     return argv
 

@@ -35,7 +35,7 @@ from llmgw.server import logs
 from llmgw.server.plane import DataPlane, make_tracer
 from llmgw.server.plane import build as build_plane
 from llmgw.server.run import GC_THRESHOLDS, app_runner, edge_limits, raise_open_files_limit
-from llmgw.server.workers import IN_FLIGHT, MAIN_SOCKET, worker_row, worker_socket
+from llmgw.server.workers import IN_FLIGHT, MAIN_SOCKET, wake_main, worker_row, worker_socket
 from llmgw.store.store import Store
 
 logger = logging.getLogger(__name__)
@@ -90,8 +90,9 @@ def private_app(plane: DataPlane) -> web.Application:
 
 
 async def serve(data_dir: Path, host: str, port: int, index: int, run_dir: Path,
-                server_id: str, workers: int) -> None:
-    """Run worker `index` of `workers` until SIGTERM or SIGINT."""
+                server_id: str, workers: int, main_pid: int) -> None:
+    """Run worker `index` of `workers` of the server whose main process is `main_pid`, until
+    SIGTERM or SIGINT."""
     settings = load(data_dir).model_copy(update={"host": host, "port": port})
     store = await asyncio.to_thread(Store.open, settings.database_url(data_dir))
     clock = SystemClock()
@@ -99,8 +100,10 @@ async def serve(data_dir: Path, host: str, port: int, index: int, run_dir: Path,
     flight = SharedInFlight(run_dir / IN_FLIGHT, workers, index)
     windows = SharedWindows(run_dir, workers, index)
     tracer = make_tracer(settings.telemetry)  # each process exports its own spans
+    # A cold queue written here wakes the main process: this server's keeper (when it leads)
+    # places the replica now rather than at its refresher's next look at the store.
     plane = build_plane(store, settings, clock, row, flight=flight, tracer=tracer,
-                        windows=windows)
+                        windows=windows, on_cold=wake_main(main_pid))
     tasks: list[asyncio.Task[None]] = []
 
     def spawn(coro: Coroutine[Any, Any, None], name: str) -> None:
@@ -164,11 +167,13 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--run-dir", type=Path, required=True)
     p.add_argument("--server-id", required=True)
     p.add_argument("--workers", type=int, required=True)
+    p.add_argument("--main-pid", type=int, required=True)
     p.add_argument("--log-level", default="info")
     p.add_argument("--log-format", default="json")
     a = p.parse_args(argv)
     logs.setup(a.log_level, a.log_format)
-    coro = serve(a.data_dir, a.host, a.port, a.index, a.run_dir, a.server_id, a.workers)
+    coro = serve(a.data_dir, a.host, a.port, a.index, a.run_dir, a.server_id, a.workers,
+                 a.main_pid)
     try:
         import uvloop
     except ImportError:

@@ -10,7 +10,8 @@ every other request (admin API, agent API, console, `/metrics`) to the main proc
 private Unix socket, so those see exactly one process's state. Each extra worker listens on a
 Unix socket of its own as well, for the main process only: its metrics (summed into every scrape)
 and "refresh now" (after an admin change, so the next request agrees with the answer, whichever
-worker takes it).
+worker takes it). The other way, an extra worker wakes the main process with a signal when a
+request starts waiting for a cold model, so the server's own keeper places its replica at once.
 
 Every extra worker dies with the main process (parent-death signal), and the main process's
 engines die with it too, so a `kill -9` of the server leaves nothing behind.
@@ -45,6 +46,11 @@ MAX_DELAY_S = 30.0
 PEER_TIMEOUT_S = 2.0
 MAIN_SOCKET = "main.sock"
 IN_FLIGHT = "in-flight"  # the table of requests in flight (`gateway.inflight`)
+# An extra worker's "look now" to the main process. The worker's demand is in the store
+# already; without the signal the main process would see it only when its refresher next polls
+# the store's revision (refresh_interval_s), and a cold start through a worker would wait that
+# long. Signals of one kind that arrive together are delivered once: a wake means "look now".
+WAKE_SIGNAL = signal.SIGUSR1
 
 
 def worker_row(server_id: str, index: int) -> str:
@@ -192,6 +198,37 @@ def _signal(pid: int, sig: signal.Signals) -> None:
         os.kill(pid, sig)
     except ProcessLookupError:
         pass
+
+
+def listen_for_wakes(loop: asyncio.AbstractEventLoop, look: Callable[[], None]) -> None:
+    """In the main process, before it starts any worker: run `look` whenever a worker wakes it
+    (`wake_main`). Before this, the signal would end the process."""
+    loop.add_signal_handler(WAKE_SIGNAL, look)
+
+
+def ignore_wakes(loop: asyncio.AbstractEventLoop) -> None:
+    """In the main process, once its workers are stopped: a wake still on its way is ignored.
+    The loop would otherwise restore the signal's default action, which ends the process."""
+    loop.remove_signal_handler(WAKE_SIGNAL)
+    signal.signal(WAKE_SIGNAL, signal.SIG_IGN)
+
+
+def wake_main(main_pid: int, parent: Callable[[], int] = os.getppid,
+              kill: Callable[[int, int], None] = os.kill) -> Callable[[], None]:
+    """In an extra worker: a call that wakes the main process `main_pid` (see WAKE_SIGNAL). It
+    never raises and never waits; it does nothing once `main_pid` is no longer this process's
+    parent (the main process is gone, and the worker about to go with it: the pid may be
+    another process's by now)."""
+
+    def wake() -> None:
+        if parent() != main_pid:
+            return
+        try:
+            kill(main_pid, WAKE_SIGNAL)
+        except OSError as exc:  # gone in between: nobody to wake
+            logger.debug("could not wake the main process: %s", type(exc).__name__)
+
+    return wake
 
 
 class Peers:
