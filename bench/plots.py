@@ -214,15 +214,14 @@ def overhead(rec: Record) -> Figure:
     ax.grid(axis="y", visible=False)
     ax.set_xlabel(f"ms added to p50 at concurrency {low}, over the fake upstream asked directly")
     if far_ax is not None:
-        lo = min(b.added - b.err[0] for b in far)
+        # The far axis goes on from where the near one stops, on a scale of its own.
         hi = max(b.added + b.err[1] for b in far)
-        pad = max(hi - lo, hi * 0.15)
         for b in far:
             far_ax.barh(b.y, b.added, height * 0.92, color=b.colour, alpha=1.0 if b.mode == "json" else 0.55,
                         xerr=[[b.err[0]], [b.err[1]]], ecolor=MUTED, capsize=2, error_kw={"linewidth": 0.8})
             far_ax.annotate(f"{b.added:+.2f} {b.mode}", (b.added + b.err[1], b.y), xytext=(3, 0),
                             textcoords="offset points", va="center", fontsize=7.5)
-        far_ax.set_xlim(max(0.0, lo - pad * 0.6), hi + pad * 1.1)
+        far_ax.set_xlim(right, right + (hi - right) * 1.3)
         far_ax.spines["left"].set_visible(False)
         far_ax.patch.set_visible(False)  # the goal's label may run over its top
         far_ax.tick_params(axis="y", left=False)
