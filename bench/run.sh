@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Measure what llmgw adds to a request: the same load against a fake upstream (nginx) directly,
 # through llmgw, through a bare aiohttp pass-through proxy, and through the raw floor (a bare
-# asyncio + httptools server with llmgw's upstream client); and what llmgw adds in the other
-# dialects (Anthropic Messages natively and translated to chat completions, OpenAI Responses over
-# chat completions) next to chat completions. See bench/README.md.
+# asyncio + httptools server with llmgw's upstream client), and optionally through LiteLLM's proxy
+# (the anchor); and what llmgw adds in the other dialects (Anthropic Messages natively and
+# translated to chat completions, OpenAI Responses over chat completions) next to chat
+# completions. See bench/README.md.
 #
 #   bash bench/run.sh
 #
@@ -18,7 +19,9 @@
 # the logs), BENCH_ROUTE (default 1: also chat
 # completions through a two-target priority route, and the failover measurement of
 # bench/failover.py; 0 leaves both out), BENCH_PIN_C1=1 (runs at concurrency 1 with wrk, the
-# fake upstream and the proxy under test all on one core; see bench/README.md).
+# fake upstream and the proxy under test all on one core; see bench/README.md), BENCH_LITELLM=1
+# (also chat completions through LiteLLM's proxy with 1 worker, the anchor, installed at
+# BENCH_LITELLM_VERSION into a venv of its own, BENCH_LITELLM_VENV, default bench/.litellm-venv).
 set -euo pipefail
 # shellcheck source=bench/lib.sh
 source "$(dirname "$0")/lib.sh"
@@ -30,6 +33,11 @@ CONCS=${BENCH_CONCS:-"1 32"}
 APIS=${BENCH_APIS:-"chat messages messages_via_chat responses_via_chat"}
 ROUTE=${BENCH_ROUTE:-1}
 PIN_C1=${BENCH_PIN_C1:-0}
+LITELLM=${BENCH_LITELLM:-0}
+# The newest release whose proxy extra installs from PyPI with Python 3.11 when this was written
+# (1.108.8 and later pin litellm-enterprise or litellm-proxy-extras releases that are not there).
+LITELLM_VERSION=${BENCH_LITELLM_VERSION:-1.108.7}
+LITELLM_VENV=${BENCH_LITELLM_VENV:-bench/.litellm-venv}
 export PATH="$PATH:/usr/sbin:/sbin"
 export no_proxy=127.0.0.1,localhost NO_PROXY=127.0.0.1,localhost
 
@@ -50,6 +58,20 @@ if [[ ! -x .venv/bin/python ]]; then
 fi
 PY=$PWD/.venv/bin/python
 LLMGW=$PWD/.venv/bin/llmgw
+# LiteLLM's proxy in a venv of its own (its dependencies must not meet llmgw's), installed once
+# and again when BENCH_LITELLM_VERSION changes.
+if [[ $LITELLM == 1 ]]; then
+    LITELLM_PY=$LITELLM_VENV/bin/python
+    installed=$("$LITELLM_PY" -c 'import importlib.metadata as m; print(m.version("litellm"))' 2>/dev/null || true)
+    if [[ $installed != "$LITELLM_VERSION" ]]; then
+        log "installing litellm[proxy]==$LITELLM_VERSION into $LITELLM_VENV"
+        [[ -x $LITELLM_PY ]] || python3 -m venv "$LITELLM_VENV"
+        "$LITELLM_PY" -m pip install -q "litellm[proxy]==$LITELLM_VERSION" >&2 \
+            || die "pip install litellm[proxy]==$LITELLM_VERSION failed"
+    fi
+    LITELLM_BIN=$(cd "$LITELLM_VENV" && pwd)/bin/litellm
+    [[ -x $LITELLM_BIN ]] || die "no litellm in $LITELLM_VENV"
+fi
 
 # --- 2. processes: everything lives in a temp dir and dies with this script ------------------
 
@@ -100,9 +122,9 @@ wait_for() {
     die "$desc: not ready after $secs s"
 }
 
-read -r NGINX_PORT GW_PORT PT_PORT GW2_PORT PT2_PORT SINK_PORT PTR_PORT NGXP_PORT GWR_PORT GW2R_PORT < <("$PY" -c '
+read -r NGINX_PORT GW_PORT PT_PORT GW2_PORT PT2_PORT SINK_PORT PTR_PORT NGXP_PORT GWR_PORT GW2R_PORT LL_PORT < <("$PY" -c '
 import socket
-socks = [socket.socket() for _ in range(10)]
+socks = [socket.socket() for _ in range(11)]
 for s in socks:
     s.bind(("127.0.0.1", 0))
 print(*(s.getsockname()[1] for s in socks))
@@ -367,6 +389,54 @@ PIDS+=($!)
 NGXP_PID=$!
 wait_for "nginx proxy" 10 "$NGXP_PID" curl -fsS -X POST -d '{}' "http://127.0.0.1:$NGXP_PORT/json/v1/chat/completions"
 log "nginx proxy (pid $NGXP_PID) on :$NGXP_PORT"
+# BENCH_LITELLM=1: the anchor, LiteLLM's proxy as its docs set it up for production and for their
+# own benchmarks, kept to what a proxy needs: one uvicorn worker (as llmgw's 1-worker row), the two
+# fake models as OpenAI-compatible deployments (`openai/` provider, api_base the fake upstream, a
+# dummy api_key; a model name its price list knows, as a real deployment's would be, so pricing
+# each answer takes its usual path rather than the search it makes for an unpriced model), a
+# master key and no database (so no virtual keys, spend logs or budgets), no
+# callbacks, cache, retries or telemetry, logging at ERROR (no access log), the model cost map
+# bundled with the package (no fetch at start). Clients send the same bearer key as to llmgw: it
+# is LiteLLM's master key here, so the requests are byte for byte llmgw's.
+if [[ $LITELLM == 1 ]]; then
+    mkdir -p "$TMP/litellm"
+    cat >"$TMP/litellm/config.yaml" <<EOF
+model_list:
+  - model_name: fake-json
+    litellm_params:
+      model: openai/gpt-4o-mini
+      api_base: http://127.0.0.1:$NGINX_PORT/json/v1
+      api_key: sk-bench-dummy
+  - model_name: fake-sse
+    litellm_params:
+      model: openai/gpt-4o-mini
+      api_base: http://127.0.0.1:$NGINX_PORT/sse/v1
+      api_key: sk-bench-dummy
+litellm_settings:
+  telemetry: false
+  callbacks: []
+  success_callback: []
+  failure_callback: []
+  cache: false
+  num_retries: 0
+  request_timeout: 30
+  set_verbose: false
+general_settings:
+  master_key: $KEY
+  disable_spend_logs: true
+  disable_error_logs: true
+EOF
+    # Started in the config's directory: LiteLLM reads a .env from where it starts unless
+    # LITELLM_MODE is PRODUCTION, and nothing of this repo's environment should reach it.
+    (cd "$TMP/litellm" && exec env -u DATABASE_URL -u REDIS_HOST -u REDIS_URL LITELLM_LOG=ERROR \
+        LITELLM_MODE=PRODUCTION LITELLM_LOCAL_MODEL_COST_MAP=True LITELLM_TELEMETRY_DISABLED=true \
+        "$LITELLM_BIN" --config "$TMP/litellm/config.yaml" --host 127.0.0.1 --port "$LL_PORT" \
+        --num_workers 1) >"$TMP/litellm.log" 2>&1 &
+    PIDS+=($!)
+    LL_PID=$!
+    wait_for "LiteLLM proxy" 120 "$LL_PID" curl -fsS "http://127.0.0.1:$LL_PORT/health/liveliness"
+    log "LiteLLM proxy $LITELLM_VERSION (pid $LL_PID, 1 worker) on :$LL_PORT"
+fi
 
 # --- 3. load ---------------------------------------------------------------------------------
 
@@ -388,6 +458,7 @@ url_for() { # API TARGET MODE
         passthrough-2p) echo "http://127.0.0.1:$PT2_PORT/$prefix/v1/$path" ;;
         passthrough-raw) echo "http://127.0.0.1:$PTR_PORT/$prefix/v1/$path" ;;
         proxy-nginx) echo "http://127.0.0.1:$NGXP_PORT/$prefix/v1/$path" ;;
+        litellm) echo "http://127.0.0.1:$LL_PORT/v1/chat/completions" ;;
         llmgw*)
             case $(client_api "$1") in
                 chat) echo "http://127.0.0.1:$gw/v1/chat/completions" ;;
@@ -422,7 +493,9 @@ smoke() { # API TARGET MODE
         -H 'anthropic-version: 2023-06-01' -H 'Content-Type: application/json' -d "$(body_for "$1" "$3")" \
         "$(url_for "$1" "$2" "$3")") || die "smoke $1 $2 $3: curl failed"
     [[ $status == 200 ]] || die "smoke $1 $2 $3: HTTP $status: $(head -c 300 "$TMP/smoke.out")"
-    case $1:$3 in
+    # LiteLLM writes answers of its own (its JSON, no usage chunk unless the client asks for it):
+    # check_answer.py below checks their text and end, as for llmgw's translations.
+    [[ $2 == litellm ]] || case $1:$3 in
         chat:stream | route:stream)
             if [[ $(grep -c '^data: ' "$TMP/smoke.out") != 22 ]] || ! grep -q '^data: \[DONE\]' "$TMP/smoke.out"; then
                 die "smoke $1 $2 $3: expected 20 chunks, a usage chunk and [DONE], got: $(head -c 300 "$TMP/smoke.out")"
@@ -448,6 +521,7 @@ CELLS+=" chat:llmgw"
 for a in $APIS; do [[ $a == chat ]] || CELLS+=" $a:llmgw"; done
 CELLS+=" chat:passthrough"
 [[ " $APIS " == *" messages "* ]] && CELLS+=" messages:passthrough"
+[[ $LITELLM == 1 ]] && CELLS+=" chat:litellm"
 CELLS+=" chat:llmgw-2w"
 [[ $REDIS == 1 ]] && CELLS+=" chat:llmgw-2w-redis"
 CELLS+=" chat:passthrough-2p chat:passthrough-raw chat:proxy-nginx"
@@ -487,7 +561,7 @@ wrk_run() {
     case $2 in
         llmgw) pid=$GW_PID ;; llmgw-2w) pid=$GW2_PID ;; llmgw-redis) pid=$GWR_PID ;; llmgw-2w-redis) pid=$GW2R_PID ;;
         passthrough) pid=$PT_PID ;; passthrough-2p) pid=$PT2_PID ;; passthrough-raw) pid=$PTR_PID ;;
-        proxy-nginx) pid=$NGXP_PID ;;
+        proxy-nginx) pid=$NGXP_PID ;; litellm) pid=$LL_PID ;;
     esac
     [[ -n $pid ]] && before=$(cpu_ticks "$pid")
     local pin=()
@@ -497,8 +571,11 @@ wrk_run() {
         pin_to 0 "$NGINX_PID" ${pid:+"$pid"}
         pin=(taskset -c 0)
     fi
+    # --timeout: wrk's default of 2 s is below LiteLLM's p99 with streams at concurrency 32; a
+    # request cut off there would count as an error and leave the latency figures.
     out=$(BENCH_API=$(client_api "$1") BENCH_MODEL=$(model_for "$1" "$3") BENCH_STREAM=$(stream_for "$3") \
-        BENCH_KEY=$KEY "${pin[@]}" wrk -t"$threads" -c"$4" -d"$5"s -s bench/chat.lua "$(url_for "$1" "$2" "$3")" 2>&1) \
+        BENCH_KEY=$KEY "${pin[@]}" wrk -t"$threads" -c"$4" -d"$5"s --timeout 10s -s bench/chat.lua \
+        "$(url_for "$1" "$2" "$3")" 2>&1) \
         || die "wrk failed for $1 $2 $3 c$4: $out"
     ((${#pin[@]} == 0)) || pin_to "$ALL_CPUS" "$NGINX_PID" ${pid:+"$pid"}
     line=$(grep '^RESULT ' <<<"$out") || die "no RESULT line from wrk: $out"
@@ -546,6 +623,7 @@ kill -0 "$GW2_PID" 2>/dev/null || die "llmgw (2 workers) died during the run"
 if [[ $REDIS == 1 ]]; then
     kill -0 "$GWR_PID" 2>/dev/null && kill -0 "$GW2R_PID" 2>/dev/null || die "llmgw with Redis died during the run"
 fi
+[[ $LITELLM != 1 ]] || kill -0 "$LL_PID" 2>/dev/null || die "the LiteLLM proxy died during the run"
 commit=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
 git diff --quiet HEAD -- src 2>/dev/null || commit="$commit (src/ modified)"
 cpu=$(grep -m1 'model name' /proc/cpuinfo 2>/dev/null | cut -d: -f2 | sed 's/^ *//' || true)
@@ -559,10 +637,11 @@ knobs=$(env | grep -E '^BENCH_[A-Z0-9_]+=' | sort | sed -E "s/^([^=]+)=(.*)$/\1=
     --meta "warmup_s=$WARMUP" --meta "rounds=$ROUNDS" --meta "telemetry=$([[ $TELEMETRY == 1 ]] && echo true || echo false)" \
     --meta "redis=$([[ $REDIS == 1 ]] && echo true || echo false)" --meta "pin_c1=$([[ $PIN_C1 == 1 ]] && echo true || echo false)" \
     --meta "route=$([[ $ROUTE == 1 ]] && echo true || echo false)" \
+    --meta "litellm=$([[ $LITELLM == 1 ]] && echo "$LITELLM_VERSION" || echo false)" \
     --meta "fake_upstream=nginx $(nginx -v 2>&1 | sed 's|.*/||')" --meta "load=wrk -t1 -c1 and -t2 -cN" \
     --header "# llmgw bench, $(date -u '+%Y-%m-%d %H:%M UTC')" \
     --header "" \
-    --header "commit $commit; telemetry $([[ $TELEMETRY == 1 ]] && echo "on (sample_ratio $RATIO; $(cat "$TMP/spans" | tr -d '\n') spans exported to a local OTLP sink)" || echo off); ${DURATION}s per run, median of $ROUNDS round(s)$([[ $PIN_C1 == 1 ]] && echo "; concurrency 1 pinned to one core (BENCH_PIN_C1=1)")$([[ $REDIS == 1 ]] && echo "; Redis rows: the same installs with [limits] redis_url, a redis-server of the run's own"); $(nproc) cores${cpu:+ ($cpu)}; load average $load before, $(cut -d' ' -f1 /proc/loadavg) after; wrk -t1 -c1 and -t2 -cN; fake upstream: nginx $(nginx -v 2>&1 | sed 's|.*/||')"
+    --header "commit $commit; telemetry $([[ $TELEMETRY == 1 ]] && echo "on (sample_ratio $RATIO; $(cat "$TMP/spans" | tr -d '\n') spans exported to a local OTLP sink)" || echo off); ${DURATION}s per run, median of $ROUNDS round(s)$([[ $PIN_C1 == 1 ]] && echo "; concurrency 1 pinned to one core (BENCH_PIN_C1=1)")$([[ $REDIS == 1 ]] && echo "; Redis rows: the same installs with [limits] redis_url, a redis-server of the run's own")$([[ $LITELLM == 1 ]] && echo "; the anchor: LiteLLM proxy $LITELLM_VERSION, 1 worker, master key, no database"); $(nproc) cores${cpu:+ ($cpu)}; load average $load before, $(cut -d' ' -f1 /proc/loadavg) after; wrk -t1 -c1 and -t2 -cN; fake upstream: nginx $(nginx -v 2>&1 | sed 's|.*/||')"
 
 if [[ $ROUTE == 1 ]]; then
     log "failover: a priority route's first target goes down (bench/failover.py)"
@@ -575,4 +654,12 @@ fi
 
 append_warnings "$TMP/llmgw.log" bench/results/latest.md
 append_warnings "$TMP/llmgw2.log" bench/results/latest.md
+if [[ $LITELLM == 1 ]] && grep -qE 'ERROR|Traceback' "$TMP/litellm.log"; then
+    {
+        echo
+        echo "The LiteLLM proxy logged errors during the run (its last such lines):"
+        echo
+        grep -E 'ERROR|Traceback' "$TMP/litellm.log" | tail -n 5 | sed 's/^/    /'
+    } | tee -a bench/results/latest.md
+fi
 log "written bench/results/latest.md and bench/results/request_path.json"
