@@ -16,6 +16,7 @@ from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined
 
 from docsgen import md
+from llmgw.core.settings import toml_value
 
 # How `settings.load` reads config.toml: the `[server]` table is ServerSettings itself, and each
 # of its fields that is a model of its own is read from the table of the field's name.
@@ -102,7 +103,7 @@ def type_name(annotation: Any) -> str:
     """A field's type as a reader of TOML sees it."""
     origin, args = typing.get_origin(annotation), typing.get_args(annotation)
     if origin is typing.Literal:
-        return " or ".join(md.code(_toml(a)) for a in args)
+        return " or ".join(md.code(toml_value(a)) for a in args)
     if origin in (typing.Union, types.UnionType):
         shown = [type_name(a) for a in args if a is not type(None)]
         return " or ".join(shown)
@@ -121,7 +122,7 @@ def default(info: FieldInfo) -> str:
     value = info.default_factory() if info.default_factory is not None else info.default  # type: ignore[call-arg]
     if value is None or value is PydanticUndefined:
         return "none"
-    shown = md.code(_toml(value))
+    shown = md.code(toml_value(value))
     if isinstance(value, int) and not isinstance(value, bool) and value >= 1024 * 1024 and value % 1024 == 0:
         shown += f" ({value // (1024 * 1024)} MiB)" if value % (1024 * 1024) == 0 else ""
     return shown
@@ -143,13 +144,3 @@ def _number(value: Any) -> str:
     return repr(value)
 
 
-def _toml(value: Any) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, int | float):
-        return repr(value)
-    if isinstance(value, list):
-        return "[" + ", ".join(_toml(v) for v in value) + "]"
-    if isinstance(value, dict):
-        return "{" + ", ".join(f"{k} = {_toml(v)}" for k, v in value.items()) + "}"
-    return '"' + str(value).replace("\\", "\\\\").replace('"', '\\"') + '"'

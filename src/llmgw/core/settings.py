@@ -338,17 +338,20 @@ def dump(settings: ServerSettings) -> str:
                             ("telemetry", settings.telemetry.model_dump()),
                             ("limits", settings.limits.model_dump())):
         lines.append(f"[{section}]")
-        lines += [f"{name} = {_toml(value)}" for name, value in values.items()]
+        lines += [f"{name} = {toml_value(value)}" for name, value in values.items()]
     return "\n".join(lines) + "\n"
 
 
-def _toml(value: object) -> str:
+def toml_value(value: object) -> str:
+    """`value` as TOML writes it (the config file, and its reference page's defaults)."""
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, int | float):
         return repr(value)
     if isinstance(value, list):
-        return "[" + ", ".join(_quoted(v) for v in value) + "]"
+        return "[" + ", ".join(toml_value(v) for v in value) + "]"
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{k} = {toml_value(v)}" for k, v in value.items()) + "}"
     return _quoted(value)
 
 
