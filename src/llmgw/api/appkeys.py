@@ -14,6 +14,7 @@ from llmgw.core.audit import AuditEntry
 from llmgw.core.protocol import AuditQuery, ClusterOut, JudgeStatusOut
 from llmgw.gateway.keys_admin import KeyAdmin
 from llmgw.gateway.metrics import Metrics, MetricsState
+from llmgw.gateway.people import People
 from llmgw.gateway.route_admin import RouteAdmin
 from llmgw.gateway.service import Gateway
 from llmgw.gateway.team_admin import TeamAdmin
@@ -29,6 +30,8 @@ GUARD_ADMIN = web.AppKey("guard_admin", GuardAdmin)
 JudgeStatus = Callable[[], Awaitable[list[JudgeStatusOut]]]
 JUDGE_STATUS: web.AppKey[JudgeStatus] = web.AppKey("judge_status")
 KEYS = web.AppKey("keys", KeyAdmin)
+# People signed in to the console, their sessions and roles; sign-in attempts.
+PEOPLE = web.AppKey("people", People)
 ROUTES = web.AppKey("routes", RouteAdmin)
 TEAMS = web.AppKey("teams", TeamAdmin)
 NODES = web.AppKey("nodes", NodeAdmin)

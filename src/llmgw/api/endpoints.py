@@ -12,11 +12,13 @@ from typing import Any, Generic, TypeVar, cast
 from aiohttp import web
 from pydantic import BaseModel, ValidationError
 
+from llmgw.api import roles
 from llmgw.api.appkeys import GATEWAY
 from llmgw.api.body import json_response, read_json
-from llmgw.core import audit
+from llmgw.core import audit, users
 from llmgw.core.errors import Forbidden, InvalidRequest, Unauthenticated
 from llmgw.core.types import ApiKey, KeyScope
+from llmgw.core.users import Person
 from llmgw.gateway.auth import require_admin
 from llmgw.gateway.service import CLIENT_SCOPES
 
@@ -216,15 +218,23 @@ def bind(endpoints: Iterable[Endpoint[Any, Any]]) -> list[web.RouteDef]:
     return [_route(ep) for ep in endpoints]
 
 
-async def invoke(ep: Endpoint[Any, Any], app: web.Application, key: ApiKey, *,
+async def invoke(ep: Endpoint[Any, Any], app: web.Application, caller: ApiKey | Person, *,
                  body: BaseModel | dict[str, Any] | None = None,
                  query: Mapping[str, str] | None = None,
                  params: Mapping[str, str] | None = None) -> Any:
-    """Call `ep` as `key` without HTTP (the console): the same access check and validation, the
-    handler's protocol model back, the same `core.errors` raised."""
+    """Call `ep` as `caller` without HTTP (the console): the same access check (a person's, by
+    their role: `api.roles`) and validation, the handler's protocol model back, the same
+    `core.errors` raised."""
     if ep.raw is not None:
         raise InvalidRequest(f"{ep.name} is answered over HTTP only")
-    _permit(ep.access, key)
+    if isinstance(caller, Person):
+        refused = roles.refusal(caller.grant, ep)
+        if refused is not None:
+            raise Forbidden(refused)
+        key = caller.key
+    else:
+        key = caller
+        _permit(ep.access, key)
     payload: Any = body
     if isinstance(body, BaseModel):
         # Unset fields stay unset: "left out" means "unchanged" to some requests (scale's idle_s).
@@ -246,4 +256,4 @@ async def _handled(ep: Endpoint[B, Q], call: Call[B, Q]) -> Any:
 
 def who(key: ApiKey) -> str:
     """Who made a change, as the catalog's `by` and the audit log record it."""
-    return f"{key.name} ({key.label})"
+    return users.who(key)

@@ -72,6 +72,8 @@ TAGS = {
     "agent": "What node agents (`llmgw node run`) call with their join tokens.",
     "routes": "Routes: one name in front of several catalog models.",
     "teams": "Teams: keys with shared limits and budgets.",
+    "users": "People who sign in to the console through the identity provider (`[sso]`): their "
+             "roles and sessions. Admins only.",
 }
 # PUT /admin/v1/guard/policies/{name} takes the policy's name from the path.
 POLICY_BODY: Schema = {"$ref": f"{_COMPONENTS}PolicyBody"}

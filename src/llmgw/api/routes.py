@@ -5,13 +5,26 @@ from __future__ import annotations
 
 from typing import Any
 
-from llmgw.api import admin, agent, audit, data_plane, guard, jobs, keys, nodes, openapi, route_admin, teams
+from llmgw.api import (
+    admin,
+    agent,
+    audit,
+    data_plane,
+    guard,
+    jobs,
+    keys,
+    nodes,
+    openapi,
+    route_admin,
+    teams,
+    users,
+)
 from llmgw.api.endpoints import Endpoint
 
 ENDPOINTS: list[Endpoint[Any, Any]] = [
     *data_plane.ENDPOINTS, *admin.ENDPOINTS, *jobs.ENDPOINTS, *guard.ENDPOINTS, *keys.ENDPOINTS,
     *agent.ENDPOINTS, *nodes.ENDPOINTS, *route_admin.ENDPOINTS,
-    *teams.ENDPOINTS, *audit.ENDPOINTS,
+    *teams.ENDPOINTS, *audit.ENDPOINTS, *users.ENDPOINTS,
 ]
 OPENAPI = openapi.serve(ENDPOINTS)
 ENDPOINTS.append(OPENAPI)

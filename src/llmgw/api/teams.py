@@ -1,5 +1,6 @@
-"""Teams in the admin API: `/admin/v1/teams`, admin keys only (a team admin reaches its team
-through `/admin/v1/keys` and `/admin/v1/usage?team=`)."""
+"""Teams in the admin API: `/admin/v1/teams`, admin keys only (a team admin key reaches its team
+through `/admin/v1/keys` and `/admin/v1/usage?team=`; a team admin signed in to the console also
+reads its own team here)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,9 @@ from llmgw.api.admin import by
 from llmgw.api.appkeys import TEAMS
 from llmgw.api.endpoints import Call, Endpoint
 from llmgw.api.keys import live_counts
+from llmgw.core.errors import NotFound
 from llmgw.core.protocol import DataList, Removed, TeamOut, TeamRequest
+from llmgw.core.types import KeyScope
 
 TAG = "teams"
 
@@ -36,7 +39,11 @@ async def replace_team(call: Call[TeamRequest, None]) -> TeamOut:
 
 
 async def get_team(call: Call[None, None]) -> TeamOut:
-    team = await call.app[TEAMS].get(call.params["name"])
+    name, caller = call.params["name"], call.caller
+    if caller.scope != KeyScope.ADMIN and caller.team != name:
+        # A team admin reaches its own team only; another is as unknown as one that is not.
+        raise NotFound(f"team {name!r} does not exist", param="name")
+    team = await call.app[TEAMS].get(name)
     return team.model_copy(update={"live": await live_counts(call, team.limiter_id)})
 
 

@@ -144,6 +144,8 @@ class RateLimited(Retryable):
                            "by requests in flight; `Retry-After` is the time to the next day or "
                            "month when spent, 1 s when only reserved.",
         "mint_rate_exceeded": "The key's family has minted the most keys it may in the last hour.",
+        "signin_rate_exceeded": "The console: this address made `[sso] signin_per_minute` sign-in "
+                                "attempts this minute; `Retry-After` is the rest of it.",
     }
 
     def __init__(self, message: str, retry_after_s: int, *, code: str | None = None) -> None:

@@ -11,8 +11,11 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from llmgw.core import names
 from llmgw.core.errors import ConfigError
+from llmgw.core.users import Grant
 
 CONFIG_FILE = "config.toml"
+# config.toml's tables besides `[server]`: each is a nested settings object of ServerSettings.
+TABLES = ("control", "telemetry", "limits", "sso")
 
 # The most worker processes `workers = 0` (one per core) starts. Each worker holds its own copy
 # of the keys and routing table, polls the store every refresh_interval_s and writes its limit
@@ -172,9 +175,110 @@ class LimitsSettings(BaseModel):
 _MOVED_TO_CONTROL = ("keeper_interval_s", "node_timeout_s", "judge_grace_s")
 
 
+class SsoSettings(BaseModel):
+    """Single sign-on for the console (`[sso]` in config.toml) with an OpenID Connect provider:
+    off while `issuer` is empty. Key sign-in stays, for installs without SSO and for break-glass
+    admin access."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
+
+    issuer: str = ""
+    """The provider's issuer URL, exactly as its `/.well-known/openid-configuration` says it
+    (`https://accounts.google.com`, `https://login.example.com/realms/main`). Empty: no SSO."""
+    client_id: str = ""
+    """The console's client id at the provider."""
+    client_secret_file: str = ""
+    """An absolute path to a file holding the client secret (its first line); the secret is never
+    written to config.toml."""
+    redirect_url: str = ""
+    """The console's callback as the provider knows it: this install's public URL followed by
+    `/ui/sso/callback` (`https://llm.example.com/ui/sso/callback`)."""
+    scopes: list[str] = Field(default_factory=lambda: ["openid", "email", "profile", "groups"])
+    """The scopes asked for; `openid` is always sent. Ask for the one that brings `role_claim`."""
+    role_claim: str = "groups"
+    """The ID token claim holding the user's groups (a list of strings, or one string)."""
+    roles: dict[str, str] = Field(default_factory=dict)
+    """Groups to roles: `{"llmgw-admins" = "admin", "ml-team" = "team-admin:ml"}`. Roles are
+    `admin`, `operator`, `viewer` and `team-admin:TEAM`; a user in several groups gets the one
+    that may do most. A role set by an admin (`llmgw ctl user role`) wins over the groups."""
+    default_role: str = ""
+    """The role of a user in none of the mapped groups; empty: such a user signs in to a page
+    that says they have no access."""
+    allowed_domains: list[str] = Field(default_factory=list)
+    """Email domains that may sign in (`example.com`); empty: any. The provider must say the
+    email is verified."""
+    idle_timeout_s: float = Field(default=3600.0, gt=0)
+    """A console session unused this many seconds ends."""
+    max_age_s: float = Field(default=43200.0, gt=0)
+    """A console session ends this many seconds after sign-in, however active."""
+    refresh_s: float = Field(default=900.0, ge=10)
+    """Every this many seconds a session asks the provider again (silently, `prompt=none`)
+    whether the user may still sign in, and takes their groups anew: a user removed or demoted
+    at the provider loses that access then."""
+    signin_per_minute: int = Field(default=10, ge=1)
+    """Sign-in attempts (key or SSO) one client address may make per minute, across every
+    server of the install; one more is answered 429."""
+
+    @field_validator("issuer", "redirect_url")
+    @classmethod
+    def _url(cls, v: str) -> str:
+        if v and not v.startswith(("https://", "http://")):
+            raise ValueError("must be an http:// or https:// URL")
+        return v
+
+    @field_validator("client_secret_file")
+    @classmethod
+    def _absolute_file(cls, v: str) -> str:
+        if v and not Path(v).is_absolute():
+            raise ValueError("client_secret_file must be an absolute path")
+        return v
+
+    @field_validator("roles")
+    @classmethod
+    def _roles(cls, v: dict[str, str]) -> dict[str, str]:
+        for group, role in v.items():
+            _grant(role, f"roles.{group}")
+        return v
+
+    @field_validator("default_role")
+    @classmethod
+    def _default_role(cls, v: str) -> str:
+        if v:
+            _grant(v, "default_role")
+        return v
+
+    @model_validator(mode="after")
+    def _complete(self) -> SsoSettings:
+        if self.issuer and not (self.client_id and self.client_secret_file and self.redirect_url):
+            raise ValueError("with an issuer, client_id, client_secret_file and redirect_url are "
+                             "needed too")
+        return self
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self.issuer)
+
+    @property
+    def mapping(self) -> dict[str, Grant]:
+        """The groups' grants."""
+        return {group: Grant.parse(role) for group, role in self.roles.items()}
+
+    @property
+    def default_grant(self) -> Grant | None:
+        return Grant.parse(self.default_role) if self.default_role else None
+
+
+def _grant(text: str, where: str) -> Grant:
+    try:
+        return Grant.parse(text)
+    except ValueError:
+        raise ValueError(f"{where}: {text!r} is not a role: admin, operator, viewer or "
+                         "team-admin:TEAM") from None
+
+
 class ServerSettings(BaseModel):
     """What `server init` writes to `config.toml` and `server run` reads: the `[server]` table,
-    and the `[control]`, `[telemetry]` and `[limits]` tables as its nested settings."""
+    and the `[control]`, `[telemetry]`, `[limits]` and `[sso]` tables as its nested settings."""
 
     model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
 
@@ -228,6 +332,8 @@ class ServerSettings(BaseModel):
     """Traces: the `[telemetry]` table."""
     limits: LimitsSettings = Field(default_factory=LimitsSettings)
     """Where limits are counted: the `[limits]` table."""
+    sso: SsoSettings = Field(default_factory=SsoSettings)
+    """Single sign-on for the console: the `[sso]` table."""
 
     @model_validator(mode="before")
     @classmethod
@@ -315,7 +421,7 @@ def load(data_dir: Path) -> ServerSettings:
         raise ConfigError(f"cannot read {path}: {exc}") from exc
     try:
         section = dict(raw.get("server", {}))
-        for table in ("control", "telemetry", "limits"):
+        for table in TABLES:
             if table in raw:
                 section[table] = raw[table]
         return ServerSettings.model_validate(section)
@@ -333,10 +439,9 @@ def dump(settings: ServerSettings) -> str:
     """TOML text for a settings object (scalars and lists of strings, so no TOML writer is
     needed)."""
     lines = ["# llmgw install configuration, written by `llmgw server init`."]
-    server = settings.model_dump(exclude={"control", "telemetry", "limits"})
-    for section, values in (("server", server), ("control", settings.control.model_dump()),
-                            ("telemetry", settings.telemetry.model_dump()),
-                            ("limits", settings.limits.model_dump())):
+    server = settings.model_dump(exclude=set(TABLES))
+    for section, values in (("server", server),
+                            *((t, getattr(settings, t).model_dump()) for t in TABLES)):
         lines.append(f"[{section}]")
         lines += [f"{name} = {toml_value(value)}" for name, value in values.items()]
     return "\n".join(lines) + "\n"

@@ -11,11 +11,14 @@ no access": a user whose groups map to nothing sees only a page that says so.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, model_validator
+
+from llmgw.core.types import ApiKey, KeyScope
 
 
 class Role(StrEnum):
@@ -102,3 +105,44 @@ class ConsoleSession(BaseModel):
         """Whether the session still lets its browser in at `now`."""
         return (self.ended_at is None and now < self.expires_at
                 and (now - self.last_seen_at).total_seconds() < idle_s)
+
+
+# Ids of users (`new_id("usr")`): a person acting through the admin API is told apart from a key
+# by it.
+USER_ID_PREFIX = "usr-"
+
+
+@dataclass(frozen=True)
+class Person:
+    """A signed-in person with access: who they are and the grant they act under now."""
+
+    user: User
+    grant: Grant
+
+    @property
+    def key(self) -> ApiKey:
+        """Their acting key (`acting_key`)."""
+        return acting_key(self.user, self.grant)
+
+
+def acting_key(user: User, grant: Grant) -> ApiKey:
+    """The key-shaped view of a signed-in person that the key and usage services scope by. It is
+    never stored and has no secret: the endpoint's role check (`api.roles`) has already decided
+    what the person may call, and inside those calls an admin, operator or viewer sees as an
+    admin key does, a team admin as its team's admin key does."""
+    team_admin = grant.role is Role.TEAM_ADMIN
+    return ApiKey(id=user.id, name=user.email or user.subject, prefix="sso", last4="",
+                  hash="", scope=KeyScope.USER if team_admin else KeyScope.ADMIN,
+                  team=grant.team, team_admin=team_admin, created_at=user.created_at,
+                  by=f"signed in through {user.issuer}")
+
+
+def is_person(key: ApiKey) -> bool:
+    """Whether `key` is a signed-in person's acting key rather than a stored key."""
+    return key.id.startswith(USER_ID_PREFIX)
+
+
+def who(key: ApiKey) -> str:
+    """Who made a change, as the catalog's `by` and the audit log record it: a key by name and
+    label, a person by email (or subject) and how they signed in."""
+    return f"{key.name} (sso)" if is_person(key) else f"{key.name} ({key.label})"

@@ -12,6 +12,7 @@ from llmgw.core.errors import Forbidden, InvalidRequest, NotFound
 from llmgw.core.ids import hash_key, key_prefix, new_api_key, new_id
 from llmgw.core.protocol import KeyRequest
 from llmgw.core.types import ApiKey, KeyScope, Limits, Team
+from llmgw.core.users import is_person, who
 from llmgw.store.key_repo import MintCaps
 from llmgw.store.store import Store
 from llmgw.store.usage_repo import UsageRow
@@ -93,8 +94,11 @@ class KeyAdmin:
         key = ApiKey(
             id=new_id("key"), name=req.name, prefix=key_prefix(secret), last4=secret[-4:],
             hash=hash_key(self._secret, secret), scope=req.scope, models=models,
-            expires_at=expires, by=f"{minter.name} ({minter.label})", created_at=now,
-            limits=limits, note=req.note, minted_by=minter.id, node_id=req.node_id,
+            expires_at=expires, by=who(minter), created_at=now,
+            # A person's keys start families of their own (a team admin's are the team's): the
+            # person is no key, and a key's fate follows only keys above it.
+            limits=limits, note=req.note, minted_by=None if is_person(minter) else minter.id,
+            node_id=req.node_id,
             team=team.name if team is not None else None, team_admin=req.team_admin,
         )
         caps = self._caps if minter.scope == KeyScope.USER else None
@@ -171,7 +175,7 @@ class KeyAdmin:
         key = old.model_copy(update={
             "id": new_id("key"), "prefix": key_prefix(secret), "last4": secret[-4:],
             "hash": hash_key(self._secret, secret), "created_at": self._clock.now(),
-            "by": f"{by.name} ({by.label}), rotating {old.label}",
+            "by": f"{who(by)}, rotating {old.label}",
         })
         await asyncio.to_thread(self._store.keys.create, key, old.id)
         await self._changed()

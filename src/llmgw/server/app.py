@@ -29,6 +29,7 @@ from llmgw.api.appkeys import (
     METRICS_PEERS,
     METRICS_PUBLIC,
     NODES,
+    PEOPLE,
     ROUTES,
     TEAMS,
 )
@@ -51,6 +52,7 @@ from llmgw.core.tracing import NOOP_TRACER, Tracer
 from llmgw.core.types import ReplicaState
 from llmgw.gateway.inflight import InFlight
 from llmgw.gateway.keys_admin import KeyAdmin
+from llmgw.gateway.people import People
 from llmgw.gateway.route_admin import RouteAdmin
 from llmgw.gateway.team_admin import TeamAdmin
 from llmgw.gateway.windows import Windows
@@ -188,6 +190,7 @@ class Server:
                                    node_timeout=node_timeout,
                                    servers_nodes=frozenset({"local", s.node_id}))
         app[NODES] = NodeAdmin(store, clock, control.node_timeout_s, on_change=notifier.settle)
+        app[PEOPLE] = People(store, clock, s.sso, lambda: refresher.current.revision)
         app[CLUSTER] = lambda: self._cluster_status(leadership, duties)
         app[AUDIT] = wiring.audit_reader(store)
 
@@ -201,8 +204,9 @@ class Server:
 
         app[CHANGES] = next_revision
         app.add_routes(bind(routes.ENDPOINTS))
+        sso = wiring.sso_client(s.sso) if s.ui else None
         if s.ui:
-            console.mount(app, s.key_secret)
+            console.mount(app, s.key_secret, sso)
 
         async def lifecycle(_app: web.Application) -> AsyncIterator[None]:
             if s.embedded_node:
@@ -218,6 +222,8 @@ class Server:
             yield
             await self._cancel_all()
             await plane.stop()  # a clean shutdown loses no usage
+            if sso is not None:
+                await sso.close()
             await self._quietly(store.servers.remove, leadership.server_id)
             store.close()
             await asyncio.to_thread(tracer.close)  # exports the spans still buffered

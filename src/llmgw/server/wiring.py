@@ -5,13 +5,17 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable
 from datetime import datetime, timedelta
+from pathlib import Path
 
+from llmgw.api.console.oidc import OidcClient
 from llmgw.control.replica_keeper import Action, Forget, Pend, Place, Stop, new_replica
 from llmgw.core.audit import AuditEntry
 from llmgw.core.clock import Clock
 from llmgw.core.demand import Activity, Evicted
+from llmgw.core.errors import ConfigError
 from llmgw.core.guard import VerdictRecord
 from llmgw.core.protocol import AuditQuery
+from llmgw.core.settings import SsoSettings
 from llmgw.core.types import Model, Node, Replica, ReplicaState
 from llmgw.gateway.metrics import Metrics
 from llmgw.node.agent import Assignment
@@ -184,9 +188,32 @@ def audit_reader(store: Store) -> Callable[[AuditQuery], Awaitable[list[AuditEnt
 
 
 def audit_pruner(store: Store) -> Callable[[datetime], Awaitable[int]]:
-    """Drops audit entries older than a time (the leader's retention duty)."""
+    """Drops audit entries older than a time (the leader's retention duty), and with them the
+    console sessions and sign-in windows that ended before it (their audit entries stay until
+    then)."""
+
+    def prune_all(before: datetime) -> int:
+        store.sessions.prune(before)
+        store.signins.prune(before)
+        return store.audit.prune(before)
 
     async def prune(before: datetime) -> int:
-        return await asyncio.to_thread(store.audit.prune, before)
+        return await asyncio.to_thread(prune_all, before)
 
     return prune
+
+
+def sso_client(sso: SsoSettings) -> OidcClient | None:
+    """The console's relying party at the `[sso]` provider (None when SSO is off); its client
+    secret is read from its file now, so a missing one stops the server at start."""
+    if not sso.enabled:
+        return None
+    path = Path(sso.client_secret_file)
+    try:
+        secret = path.read_text(encoding="utf-8").splitlines()[0].strip()
+    except (OSError, IndexError) as exc:
+        raise ConfigError(f"[sso] client_secret_file {path} cannot be read, or is empty") from exc
+    if not secret:
+        raise ConfigError(f"[sso] client_secret_file {path} is empty")
+    return OidcClient(None, sso.issuer, sso.client_id, secret, sso.redirect_url,
+                      tuple(sso.scopes), groups_claim=sso.role_claim)

@@ -276,3 +276,11 @@ console_sessions = Table(
     Column("ended_at", DateTime(timezone=True), nullable=True),
     Column("end_reason", String(32), nullable=True),
 )
+
+signin_attempts = Table(
+    "signin_attempts",
+    metadata,
+    Column("address", String(64), primary_key=True),
+    Column("window_start", DateTime(timezone=True), nullable=False),
+    Column("count", Integer, nullable=False),
+)

@@ -15,7 +15,7 @@ from llmgw.core.audit import AuditKind
 from llmgw.core.ids import new_id
 from llmgw.core.users import ConsoleSession
 from llmgw.store.audit_repo import record
-from llmgw.store.db import utc
+from llmgw.store.db import bump_revision, utc
 from llmgw.store.schema import console_sessions
 
 
@@ -72,19 +72,24 @@ class SessionRepo:
                 console_sessions.c.id == session_id, console_sessions.c.ended_at.is_(None))
                 .values(**values))
 
-    def end(self, session_id: str, reason: str, now: datetime) -> bool:
-        """End one session everywhere; False when it had already ended (or never was)."""
+    def end(self, session_id: str, reason: str, now: datetime, address: str | None = None) -> bool:
+        """End one session everywhere (`address`: where the ending came from, for the audit
+        log); False when it had already ended (or never was)."""
         with self._engine.begin() as conn:
             done = conn.execute(update(console_sessions).where(
                 console_sessions.c.id == session_id, console_sessions.c.ended_at.is_(None))
                 .values(ended_at=now, end_reason=reason)).rowcount
             if done:
-                record(conn, AuditKind.SESSION, "end", session_id, None, {"reason": reason}, now)
+                # Every server's session cache is dropped at the revision it reads next.
+                bump_revision(conn)
+                record(conn, AuditKind.SESSION, "end", session_id, None,
+                       {"reason": reason, "address": address}, now)
         return bool(done)
 
     def end_for_user(self, user_id: str, reason: str, now: datetime) -> int:
         """End every live session of `user_id`; how many there were."""
         with self._engine.begin() as conn:
+            bump_revision(conn)
             ids = conn.execute(select(console_sessions.c.id).where(
                 console_sessions.c.user_id == user_id, console_sessions.c.ended_at.is_(None),
                 console_sessions.c.expires_at > now)).scalars().all()

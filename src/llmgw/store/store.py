@@ -17,6 +17,7 @@ from llmgw.store.replica_repo import ReplicaRepo
 from llmgw.store.route_repo import RouteRepo
 from llmgw.store.server_repo import ServerRepo
 from llmgw.store.session_repo import SessionRepo
+from llmgw.store.signin_repo import SigninRepo
 from llmgw.store.team_repo import TeamRepo
 from llmgw.store.usage_repo import UsageRepo
 from llmgw.store.user_repo import UserRepo
@@ -42,6 +43,7 @@ class Store:
         self.audit = AuditRepo(engine)
         self.users = UserRepo(engine)
         self.sessions = SessionRepo(engine)
+        self.signins = SigninRepo(engine)
 
     @classmethod
     def open(cls, url: str, *, migrate_schema: bool = True) -> Store:

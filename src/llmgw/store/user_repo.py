@@ -12,7 +12,7 @@ from llmgw.core.errors import NotFound
 from llmgw.core.ids import new_id
 from llmgw.core.users import Grant, Role, User
 from llmgw.store.audit_repo import record
-from llmgw.store.db import utc
+from llmgw.store.db import bump_revision, utc
 from llmgw.store.schema import console_sessions, users
 
 
@@ -25,6 +25,10 @@ def _to_user(row: Any) -> User:
 
 def _grant_columns(grant: Grant | None) -> dict[str, Any]:
     return {"role": grant.role.value if grant else None, "team": grant.team if grant else None}
+
+
+def _role_text(role: str | None, team: str | None) -> str | None:
+    return f"{role}:{team}" if role and team else role
 
 
 def _shown(user: User) -> dict[str, Any]:
@@ -57,6 +61,13 @@ class UserRepo:
                 values: dict[str, Any] = {"email": email, "name": name, "signed_in_at": now}
                 if row.role_source == "provider":
                     values.update(_grant_columns(grant))
+                    if (row.role, row.team) != (values["role"], values["team"]):
+                        # The provider changed the role: the user's other sessions take it too.
+                        bump_revision(conn)
+                        record(conn, AuditKind.USER, "role", user_id,
+                               {"role": _role_text(row.role, row.team)},
+                               {"role": str(grant) if grant else None, "role_source": "provider"},
+                               now)
                 conn.execute(update(users).where(users.c.id == user_id).values(**values))
             return _to_user(conn.execute(select(users).where(users.c.id == user_id)).one())
 
@@ -80,6 +91,7 @@ class UserRepo:
             if row is None:
                 raise NotFound(f"user {user_id!r} does not exist", param="user")
             before = _to_user(row)
+            bump_revision(conn)  # the user's cached sessions take the new role on every server
             conn.execute(update(users).where(users.c.id == user_id).values(
                 role_source="admin", **_grant_columns(grant)))
             after = _to_user(conn.execute(select(users).where(users.c.id == user_id)).one())
@@ -93,6 +105,7 @@ class UserRepo:
             row = conn.execute(select(users).where(users.c.id == user_id)).one_or_none()
             if row is None:
                 raise NotFound(f"user {user_id!r} does not exist", param="user")
+            bump_revision(conn)
             conn.execute(delete(console_sessions).where(console_sessions.c.user_id == user_id))
             conn.execute(delete(users).where(users.c.id == user_id))
             record(conn, AuditKind.USER, "remove", user_id, _shown(_to_user(row)), None, now)

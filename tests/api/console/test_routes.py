@@ -56,7 +56,7 @@ async def test_a_user_key_gets_a_403_page_on_admin_pages(install: Install, route
     assert resp.status == 403
     assert resp.headers["Content-Type"].startswith("text/html")
     text = await resp.text()
-    assert "This page needs an admin key." in text
+    assert "This page needs an admin key or role." in text
     assert 'id="nav"' in text  # still signed in: the page says why, with the user's own nav
 
 

@@ -1,5 +1,5 @@
-"""The console reads and writes through the admin API's own endpoints with the visitor's key, so
-it can never show or do more than the API allows that key."""
+"""The console reads and writes through the admin API's own endpoints as the visitor (a key, or a
+person by their role), so it can never show or do more than the API allows them."""
 
 from __future__ import annotations
 
@@ -11,14 +11,16 @@ from pydantic import BaseModel
 
 from llmgw.api.endpoints import Endpoint, invoke
 from llmgw.core.types import ApiKey
+from llmgw.core.users import Person
 
 
-async def call(app: web.Application, key: ApiKey, ep: Endpoint[Any, Any], *,
+async def call(app: web.Application, caller: ApiKey | Person, ep: Endpoint[Any, Any], *,
                body: BaseModel | dict[str, Any] | None = None, query: Mapping[str, str] | None = None,
                params: Mapping[str, str] | None = None) -> Any:
-    """`ep`'s answer to `key`, in the JSON shape the HTTP API gives it (templates read one shape);
-    the same access check, validation and errors as over HTTP."""
-    return _json(await invoke(ep, app, key, body=body, query=query, params=params))
+    """`ep`'s answer to `caller` (a key, or a person by their role), in the JSON shape the HTTP
+    API gives it (templates read one shape); the same access check, validation and errors as
+    over HTTP."""
+    return _json(await invoke(ep, app, caller, body=body, query=query, params=params))
 
 
 def _json(value: Any) -> Any:

@@ -70,6 +70,9 @@ class Flow:
     nonce: str
     verifier: str
     return_to: str
+    # A silent renewal of a signed-in session (`prompt=none`): the provider answers without a
+    # page, and an error means the person may no longer sign in.
+    silent: bool = False
 
 
 @dataclass(frozen=True)
@@ -105,19 +108,33 @@ def _challenge(verifier: str) -> str:
 class OidcClient:
     """The console as a relying party of one provider (`issuer`)."""
 
-    def __init__(self, http: aiohttp.ClientSession, issuer: str, client_id: str,
+    def __init__(self, http: aiohttp.ClientSession | None, issuer: str, client_id: str,
                  client_secret: str, redirect_uri: str, scopes: tuple[str, ...] = DEFAULT_SCOPES,
-                 now: Callable[[], float] = time.time) -> None:
+                 now: Callable[[], float] = time.time, groups_claim: str = "groups") -> None:
+        # None: made on first use, in the running loop, and closed by `close`.
         self._http = http
+        self._own_http = http is None
         self.issuer = issuer.rstrip("/")
         self.client_id = client_id
         self._secret = client_secret
         self.redirect_uri = redirect_uri
         self.scopes = scopes if "openid" in scopes else ("openid", *scopes)
         self._now = now
+        self._groups_claim = groups_claim
         self._discovery: Discovery | None = None
         self._keys: KeySet | None = None
         self._keys_at = 0.0
+
+    def _client(self) -> aiohttp.ClientSession:
+        if self._http is None:
+            self._http = aiohttp.ClientSession()
+        return self._http
+
+    async def close(self) -> None:
+        """Close the HTTP client this made for itself."""
+        if self._own_http and self._http is not None:
+            await self._http.close()
+            self._http = None
 
     async def discovery(self) -> Discovery:
         """The provider's configuration, read once; its issuer must be the configured one."""
@@ -135,17 +152,22 @@ class OidcClient:
             self._discovery = found
         return self._discovery
 
-    async def begin(self, return_to: str | None = None) -> tuple[str, Flow]:
-        """The provider's sign-in URL and the flow the browser keeps until it returns."""
+    async def begin(self, return_to: str | None = None, *, silent: bool = False) -> tuple[str, Flow]:
+        """The provider's sign-in URL and the flow the browser keeps until it returns; `silent`
+        asks the provider to answer without showing a page (`prompt=none`)."""
         found = await self.discovery()
         flow = Flow(state=secrets.token_urlsafe(24), nonce=secrets.token_urlsafe(24),
-                    verifier=secrets.token_urlsafe(48), return_to=safe_return_to(return_to))
-        query = urlencode({
+                    verifier=secrets.token_urlsafe(48), return_to=safe_return_to(return_to),
+                    silent=silent)
+        params = {
             "response_type": "code", "client_id": self.client_id,
             "redirect_uri": self.redirect_uri, "scope": " ".join(self.scopes),
             "state": flow.state, "nonce": flow.nonce,
             "code_challenge": _challenge(flow.verifier), "code_challenge_method": "S256",
-        })
+        }
+        if silent:
+            params["prompt"] = "none"
+        query = urlencode(params)
         sep = "&" if "?" in found.authorization_endpoint else "?"
         return f"{found.authorization_endpoint}{sep}{query}", flow
 
@@ -196,7 +218,9 @@ class OidcClient:
         aud = claims["aud"]
         if isinstance(aud, list) and len(aud) > 1 and claims.get("azp") != self.client_id:
             raise SignInRefused("the identity provider's ID token was issued to another party")
-        groups = claims.get("groups") or []
+        groups = claims.get(self._groups_claim) or []
+        if isinstance(groups, str):
+            groups = [groups]
         return Identity(
             issuer=self.issuer, subject=str(claims["sub"]),
             email=claims.get("email") if isinstance(claims.get("email"), str) else None,
@@ -222,7 +246,7 @@ class OidcClient:
 
     async def _get_json(self, url: str) -> Any:
         try:
-            async with self._http.get(url, timeout=aiohttp.ClientTimeout(total=HTTP_TIMEOUT_S),
+            async with self._client().get(url, timeout=aiohttp.ClientTimeout(total=HTTP_TIMEOUT_S),
                                       allow_redirects=False) as r:
                 if r.status != 200:
                     raise IdentityProviderUnavailable(
@@ -240,7 +264,7 @@ class OidcClient:
         pair = f"{quote_plus(self.client_id)}:{quote_plus(self._secret)}".encode()
         auth = {"Authorization": "Basic " + base64.b64encode(pair).decode("ascii")}
         try:
-            async with self._http.post(found.token_endpoint, data=form, headers=auth,
+            async with self._client().post(found.token_endpoint, data=form, headers=auth,
                                        timeout=aiohttp.ClientTimeout(total=HTTP_TIMEOUT_S),
                                        allow_redirects=False) as r:
                 body = await r.json(content_type=None)

@@ -32,7 +32,7 @@ NOT_EDITED = ("name", "by", "updated_at")
 
 
 async def _call(request: web.Request, ep: Endpoint[Any, Any], **kw: Any) -> Any:
-    return await data.call(root(request), visitor(request).key, ep, **kw)
+    return await data.call(root(request), visitor(request).caller, ep, **kw)
 
 
 async def guard(request: web.Request) -> web.Response:

@@ -22,7 +22,7 @@ SCOPES = (KeyScope.USER, KeyScope.ADMIN, KeyScope.METRICS, KeyScope.NODE)
 
 
 async def _call(request: web.Request, ep: Endpoint[Any, Any], **kw: Any) -> Any:
-    return await data.call(root(request), visitor(request).key, ep, **kw)
+    return await data.call(root(request), visitor(request).caller, ep, **kw)
 
 
 # Live counts are looked up for at most this many keys of the page (one look-up each).

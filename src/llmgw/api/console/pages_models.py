@@ -21,7 +21,7 @@ STOP_POLLING = 286
 
 
 async def _call(request: web.Request, ep: Endpoint[Any, Any], **kw: Any) -> Any:
-    return await data.call(root(request), visitor(request).key, ep, **kw)
+    return await data.call(root(request), visitor(request).caller, ep, **kw)
 
 
 def latest_jobs(jobs: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -18,7 +18,7 @@ ACTIONS = {"cordon": CORDON_NODE, "uncordon": UNCORDON_NODE, "drain": DRAIN_NODE
 
 
 async def _call(request: web.Request, ep: Endpoint[Any, Any], **kw: Any) -> Any:
-    return await data.call(root(request), visitor(request).key, ep, **kw)
+    return await data.call(root(request), visitor(request).caller, ep, **kw)
 
 
 async def _nodes(request: web.Request) -> list[dict[str, Any]]:

@@ -25,11 +25,12 @@ USAGE_DAYS = 30
 async def _context(request: web.Request) -> dict[str, Any]:
     who = visitor(request)
     app = root(request)
-    key = who.key
+    key = who.caller
     if not who.admin:
         since = (datetime.now(UTC).date() - timedelta(days=USAGE_DAYS - 1)).isoformat()
         rows = (await data.call(app, key, USAGE, query={"since": since}))["data"]
-        return {"models": app[GATEWAY].models(key), "usage": usage_by_model(rows), "usage_days": USAGE_DAYS}
+        return {"models": app[GATEWAY].models(who.key), "usage": usage_by_model(rows),
+                "usage_days": USAGE_DAYS}
     return {
         "cluster": await data.call(app, key, CLUSTER_STATUS),
         "nodes": (await data.call(app, key, LIST_NODES))["data"],

@@ -70,7 +70,7 @@ async def verdicts(request: web.Request) -> web.Response:
     request_id = request.query.get("request_id", "")
     rows = []
     if request_id:  # without one, "no filter" would list everyone's verdicts
-        found = await data.call(root(request), visitor(request).key, LIST_VERDICTS,
+        found = await data.call(root(request), visitor(request).caller, LIST_VERDICTS,
                                 query={"request_id": request_id, "limit": str(MAX_VERDICTS)})
         rows = found["data"]
     return render.page(request, "verdict_rows.html", verdicts=rows, empty="No verdicts yet.")

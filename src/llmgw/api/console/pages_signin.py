@@ -1,12 +1,12 @@
-"""Signing in with a key and out again."""
+"""Signing in with a key (break-glass when single sign-on is set up) and out again."""
 
 from __future__ import annotations
 
 from aiohttp import web
 
-from llmgw.api.appkeys import GATEWAY
+from llmgw.api.appkeys import GATEWAY, PEOPLE
 from llmgw.api.console import render
-from llmgw.api.console.access import EXPIRED, SESSIONS, SIGNIN, csrf_token_sent, root
+from llmgw.api.console.access import EXPIRED, SESSIONS, SIGNIN, SSO, csrf_token_sent, root
 from llmgw.api.console.session import (
     COOKIE,
     PRE_COOKIE,
@@ -15,7 +15,7 @@ from llmgw.api.console.session import (
     clear_cookie,
     set_cookie,
 )
-from llmgw.core.errors import Forbidden, Unauthenticated
+from llmgw.core.errors import Forbidden, RateLimited, Unauthenticated
 
 HOME = "/ui/"
 
@@ -24,7 +24,7 @@ async def signin_form(request: web.Request) -> web.Response:
     """The sign-in form, with the CSRF token of a pre-session cookie (made when missing)."""
     sessions = request.app[SESSIONS]
     session = sessions.read(request.cookies.get(COOKIE))
-    if session is not None:
+    if session is not None and session.key_id is not None:
         try:
             root(request)[GATEWAY].principal(session.key_id)
             return render.done(request, HOME)
@@ -40,7 +40,7 @@ def _form(request: web.Request, problem: str | None, status: int = 200) -> web.R
     if nonce is None:
         fresh, nonce = sessions.issue_pre()
     response = render.page(request, "signin.html", status=status, csrf=sessions.csrf(nonce),
-                           problem=problem)
+                           problem=problem, sso=SSO in request.app)
     if fresh is not None:
         set_cookie(request, response, PRE_COOKIE, fresh, PRE_MAX_AGE_S)
     return response
@@ -53,6 +53,12 @@ async def signin(request: web.Request) -> web.Response:
     nonce = sessions.read_pre(request.cookies.get(PRE_COOKIE))
     if nonce is None or not sessions.csrf_ok(nonce, await csrf_token_sent(request)):
         return render.error(request, 403, EXPIRED)
+    try:
+        await root(request)[PEOPLE].attempt(request.remote or "unknown")
+    except RateLimited as exc:
+        response = _form(request, exc.message, 429)
+        response.headers["Retry-After"] = str(exc.retry_after_s)
+        return response
     form = await request.post()
     secret = form.get("key")
     if not isinstance(secret, str) or not secret.strip():
@@ -70,7 +76,20 @@ async def signin(request: web.Request) -> web.Response:
 
 
 async def signout(request: web.Request) -> web.Response:
-    """End the session in this browser."""
-    response = web.Response(status=303, headers={"Location": SIGNIN})
+    """End the session: a key's in this browser; a person's everywhere (its server-side session
+    is ended, so the cookie is refused wherever it is shown again). Open to a person without a
+    role too, so it checks the session's CSRF token itself."""
+    sessions = request.app[SESSIONS]
+    session = sessions.read(request.cookies.get(COOKIE))
+    if session is None:
+        return render.done(request, SIGNIN)
+    if not sessions.csrf_ok(session.nonce, await csrf_token_sent(request)):
+        return render.error(request, 403, EXPIRED)
+    if session.token is not None:
+        people = root(request)[PEOPLE]
+        visit = await people.resolve(session.token, fresh=True)
+        if visit is not None:
+            await people.end(visit, "signed out", request.remote or "unknown")
+    response = render.done(request, SIGNIN)
     clear_cookie(request, response, COOKIE)
     return response

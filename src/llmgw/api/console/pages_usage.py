@@ -26,7 +26,7 @@ def _days(request: web.Request) -> int:
 async def _rows(request: web.Request, days: int) -> tuple[list[dict[str, Any]], dict[str, str]]:
     """Usage rows since `days` ago (UTC days, today included) and the names of the keys they are
     for, as far as the visitor may see them."""
-    app, key = root(request), visitor(request).key
+    app, key = root(request), visitor(request).caller
     today = datetime.now(UTC).date()
     since = (today - timedelta(days=days - 1)).isoformat()
     rows = (await data.call(app, key, USAGE, query={"since": since}))["data"]
@@ -40,7 +40,8 @@ async def usage(request: web.Request) -> web.Response:
     rows, names = await _rows(request, days)
     who = visitor(request)
     # The install's defaults are the admin API's to show; a user key is told they apply.
-    defaults = (await data.call(root(request), who.key, GET_DEFAULT_LIMITS)) if who.admin else None
+    defaults = (await data.call(root(request), who.caller, GET_DEFAULT_LIMITS)) if who.manages \
+        else None
     return render.page(request, "usage.html", rows=rows, names=names, days=days, periods=PERIODS,
                        limits=who.key.limits.model_dump(), defaults=defaults)
 

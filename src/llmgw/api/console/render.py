@@ -15,15 +15,19 @@ _ENV = Environment(loader=PackageLoader("llmgw.api.console", "templates"),
                    autoescape=select_autoescape(default=True, default_for_string=True),
                    trim_blocks=True, lstrip_blocks=True)
 
-# The nav: (path, label, admin only).
+# The nav: (path, label, the Visitor property that shows it; None: everyone). It only hides what
+# the server would refuse anyway.
 NAV = (
-    ("/ui/", "Overview", False),
-    ("/ui/models", "Models", True),
-    ("/ui/nodes", "Nodes", True),
-    ("/ui/guard", "Guard", True),
-    ("/ui/keys", "Keys", False),
-    ("/ui/usage", "Usage", False),
-    ("/ui/playground", "Playground", False),
+    ("/ui/", "Overview", None),
+    ("/ui/models", "Models", "admin"),
+    ("/ui/nodes", "Nodes", "admin"),
+    ("/ui/guard", "Guard", "admin"),
+    ("/ui/routes", "Routes", "admin"),
+    ("/ui/teams", "Teams", "admin"),
+    ("/ui/keys", "Keys", "sees_keys"),
+    ("/ui/usage", "Usage", "sees_keys"),
+    ("/ui/users", "Users", "manages"),
+    ("/ui/playground", "Playground", "plays"),
 )
 
 
@@ -63,8 +67,8 @@ def page(request: web.Request, template: str, status: int = 200, **context: Any)
     """A page (or a fragment) for the signed-in visitor, if any: nav, whoami and CSRF token come
     from the request."""
     visitor: Visitor | None = request.get(VISITOR)
-    nav = [(path, label) for path, label, admin in NAV
-           if visitor is not None and (visitor.admin or not admin)]
+    nav = [(path, label) for path, label, shown in NAV
+           if visitor is not None and (shown is None or getattr(visitor, shown))]
     body = html(template, {"visitor": visitor, "nav": nav, "path": request.path, **context})
     return web.Response(text=body, status=status, content_type="text/html", charset="utf-8")
 

@@ -15,10 +15,12 @@ from llmgw.api.console import (
     pages_overview,
     pages_playground,
     pages_signin,
+    pages_sso,
     pages_usage,
     security,
 )
-from llmgw.api.console.access import ROOT, SESSIONS, Need, PageHandler, guarded
+from llmgw.api.console.access import ROOT, SESSIONS, SSO, Need, PageHandler, guarded
+from llmgw.api.console.oidc import OidcClient
 from llmgw.api.console.session import Sessions, console_secret
 from llmgw.api.console.traffic import Traffic
 
@@ -37,7 +39,11 @@ class Route:
 ROUTES: tuple[Route, ...] = (
     Route("GET", "/signin", pages_signin.signin_form, Need.PUBLIC),
     Route("POST", "/signin", pages_signin.signin, Need.PUBLIC),
-    Route("POST", "/signout", pages_signin.signout, Need.SIGNED),
+    # Public: a person without a role signs out too; it checks the session's CSRF token itself.
+    Route("POST", "/signout", pages_signin.signout, Need.PUBLIC),
+    Route("GET", "/sso/start", pages_sso.start, Need.PUBLIC),
+    Route("GET", "/sso/callback", pages_sso.callback, Need.PUBLIC),
+    Route("GET", "/sso/refresh", pages_sso.refresh, Need.PUBLIC),
     Route("GET", "/", pages_overview.overview, Need.SIGNED),
     Route("GET", "/live/overview", pages_overview.live, Need.SIGNED),
     Route("GET", "/models", pages_models.models, Need.ADMIN),
@@ -72,13 +78,15 @@ ROUTES: tuple[Route, ...] = (
 )
 
 
-def console(root: web.Application, sessions: Sessions) -> web.Application:
-    """The console as a sub-application of `root` (whose services it reads); mount it with
-    `root.add_subapp(PREFIX, console(root, sessions))`."""
+def console(root: web.Application, sessions: Sessions, sso: OidcClient | None = None) -> web.Application:
+    """The console as a sub-application of `root` (whose services it reads), signing people in
+    through `sso` when given; mount it with `root.add_subapp(PREFIX, console(root, sessions))`."""
     # Request bodies are bounded by the server's own client_max_size (the request is the root's).
     app = web.Application(middlewares=[security.html_errors])
     app[ROOT] = root
     app[SESSIONS] = sessions
+    if sso is not None:
+        app[SSO] = sso
     app[pages_overview.TRAFFIC] = Traffic()
     for route in ROUTES:
         app.router.add_route(route.method, route.path, guarded(route.need, route.handler))
@@ -92,8 +100,8 @@ async def _home(_request: web.Request) -> web.Response:
                                              **security.HEADERS})
 
 
-def mount(root: web.Application, key_secret_hex: str) -> None:
+def mount(root: web.Application, key_secret_hex: str, sso: OidcClient | None = None) -> None:
     """Serve the console at /ui on `root`, its sessions signed with a secret derived from the
     install's key secret (so every server of the install accepts them)."""
     root.router.add_get(PREFIX, _home)
-    root.add_subapp(PREFIX, console(root, Sessions(console_secret(key_secret_hex))))
+    root.add_subapp(PREFIX, console(root, Sessions(console_secret(key_secret_hex)), sso))

@@ -1,10 +1,12 @@
-"""The console's signed cookies: the session (a key id, never the key) and the CSRF tokens.
+"""The console's signed cookies: the session (a key id, never the key; or a person's session
+token), the sign-in flow under way, and the CSRF tokens.
 
-A session cookie holds `{"k": key_id, "n": nonce}` signed with a secret derived from the
+A key's session cookie holds `{"k": key_id, "n": nonce}` signed with a secret derived from the
 install's `key_secret`, so every server of an install accepts every other's cookies and nothing
 needs storing. The key id is resolved on each request through the gateway's snapshot: a revoked
-or expired key ends its sessions at once. The CSRF token is an HMAC of the session's nonce, so it
-needs no storage either and dies with the session.
+or expired key ends its sessions at once. A person's holds `{"s": token, "n": nonce}`: the token
+of a session kept on the server (`gateway.people`), which sign-out ends everywhere. The CSRF
+token is an HMAC of the session's nonce, so it needs no storage either and dies with the session.
 """
 
 from __future__ import annotations
@@ -14,11 +16,13 @@ import hmac
 import secrets
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from aiohttp import web
 from itsdangerous import BadSignature, TimestampSigner, URLSafeTimedSerializer
+
+from llmgw.api.console.oidc import Flow
 
 COOKIE = "llmgw_console"
 # Before sign-in: a nonce only, so the sign-in form carries a CSRF token too.
@@ -26,6 +30,9 @@ PRE_COOKIE = "llmgw_console_pre"
 PATH = "/ui"
 SESSION_MAX_AGE_S = 8 * 3600
 PRE_MAX_AGE_S = 3600
+# While the browser is at the identity provider: the flow's state, nonce and PKCE verifier.
+FLOW_COOKIE = "llmgw_console_sso"
+FLOW_MAX_AGE_S = 600
 CSRF_FIELD = "csrf_token"
 CSRF_HEADER = "X-CSRF-Token"
 # Keeps the console's secret apart from every other use of key_secret (the key hashes).
@@ -39,10 +46,12 @@ def console_secret(key_secret_hex: str) -> bytes:
 
 @dataclass(frozen=True)
 class Session:
-    """A signed-in browser: whose key, and the nonce its CSRF token is made from."""
+    """A signed-in browser: whose key (or which person's server-side session), and the nonce its
+    CSRF token is made from."""
 
-    key_id: str
+    key_id: str | None
     nonce: str
+    token: str | None = None  # a person's session token
 
 
 def _signer(now: Callable[[], float]) -> type[TimestampSigner]:
@@ -61,18 +70,37 @@ class Sessions:
         signer = _signer(now)
         self._session = URLSafeTimedSerializer(secret, salt="llmgw-console-session", signer=signer)
         self._pre = URLSafeTimedSerializer(secret, salt="llmgw-console-pre", signer=signer)
+        self._flow = URLSafeTimedSerializer(secret, salt="llmgw-console-sso-flow", signer=signer)
 
     def issue(self, key_id: str) -> str:
         """A new session cookie value for `key_id` (a fresh nonce, so a fresh CSRF token)."""
         return self._session.dumps({"k": key_id, "n": secrets.token_urlsafe(16)})
 
-    def read(self, value: str | None) -> Session | None:
+    def issue_person(self, token: str) -> str:
+        """A new session cookie value for a person's server-side session `token`."""
+        return self._session.dumps({"s": token, "n": secrets.token_urlsafe(16)})
+
+    def read(self, value: str | None, max_age_s: float = SESSION_MAX_AGE_S) -> Session | None:
         """The session in a cookie value, or None when it is missing, tampered with or older
-        than SESSION_MAX_AGE_S."""
-        data = _loads(self._session, value, SESSION_MAX_AGE_S)
-        if data is None or not isinstance(data.get("k"), str) or not isinstance(data.get("n"), str):
+        than `max_age_s`."""
+        data = _loads(self._session, value, int(max_age_s))
+        if data is None or not isinstance(data.get("n"), str):
             return None
-        return Session(data["k"], data["n"])
+        if isinstance(data.get("s"), str):
+            return Session(None, data["n"], data["s"])
+        return Session(data["k"], data["n"]) if isinstance(data.get("k"), str) else None
+
+    def issue_flow(self, flow: Flow) -> str:
+        """A cookie value holding a sign-in flow until the provider sends the browser back."""
+        return self._flow.dumps(asdict(flow))
+
+    def read_flow(self, value: str | None) -> Flow | None:
+        """The flow of a valid flow cookie, else None (missing, tampered with, too old)."""
+        data = _loads(self._flow, value, FLOW_MAX_AGE_S)
+        try:
+            return Flow(**data) if data is not None else None
+        except TypeError:
+            return None
 
     def issue_pre(self) -> tuple[str, str]:
         """A pre-sign-in cookie value and its nonce."""
