@@ -34,3 +34,13 @@ def test_lists_and_pairs() -> None:
     assert forms.pairs({"s": "gpu=a100, zone=eu"}, "s") == {"gpu": "a100", "zone": "eu"}
     with pytest.raises(InvalidRequest):
         forms.pairs({"s": "gpu"}, "s")
+
+
+def test_engine_arguments_split_as_a_shell_would_and_bad_quoting_names_the_field() -> None:
+    assert forms.words({"args": "--temp 0.7 -m 'a b.gguf' x\\ y"}, "args") == \
+        ["--temp", "0.7", "-m", "a b.gguf", "x y"]
+    assert forms.words({}, "args") == []
+    for bad in ('--jinja "x', "--x \\"):
+        with pytest.raises(InvalidRequest) as caught:
+            forms.words({"args": bad}, "args")
+        assert caught.value.param == "args"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import html
 from typing import Any
 
 from aiohttp import ClientResponse
@@ -127,3 +128,22 @@ async def test_serving_from_the_hub_starts_a_job(install: Install) -> None:
     assert job["request"]["source"] == {"kind": "hf", "repo": "acme/tiny-GGUF", "file": "tiny.gguf",
                                         "revision": "main"}
     assert job["request"]["cores"] == 1
+
+
+async def test_the_serve_forms_engine_arguments_reach_the_job_split_as_by_a_shell(install: Install) -> None:
+    await install.browser.signin(install.admin)
+    resp = await post_form(install, "/ui/models/serve", name="tiny", repo="acme/tiny-GGUF",
+                           file="tiny.gguf", args="--temp 0.7 --chat-template-file 'my template.jinja'")
+    assert resp.status == 303
+    status, jobs = await install.api("GET", "/admin/v1/jobs")
+    [job] = jobs["data"]
+    assert job["request"]["args"] == ["--temp", "0.7", "--chat-template-file", "my template.jinja"]
+
+
+async def test_engine_arguments_with_an_open_quote_are_refused_and_start_nothing(install: Install) -> None:
+    await install.browser.signin(install.admin)
+    resp = await post_form(install, "/ui/models/serve", name="tiny", repo="acme/tiny-GGUF",
+                           file="tiny.gguf", args="--chat-template-file 'my template.jinja")
+    assert resp.status == 400
+    assert "'args' is not shell-quoted right: no closing quotation" in html.unescape(await resp.text())
+    assert (await install.api("GET", "/admin/v1/jobs"))[1]["data"] == []

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shlex
 from collections.abc import Mapping
 from typing import Any
 
@@ -53,6 +54,16 @@ def number(form: Form, name: str) -> float | None:
 def names(form: Form, name: str) -> list[str]:
     """A comma- or space-separated list field."""
     return [part for part in str(form.get(name, "")).replace(",", " ").split() if part]
+
+
+def words(form: Form, name: str) -> list[str]:
+    """A shell-quoted list field (engine arguments), split as a shell would split it."""
+    try:
+        return shlex.split(str(form.get(name, "")))
+    except ValueError as exc:
+        # shlex says what is wrong ("No closing quotation"), not where: the field is named.
+        raise InvalidRequest(f"'{name}' is not shell-quoted right: {str(exc).lower()}",
+                             param=name) from None
 
 
 def pairs(form: Form, name: str) -> dict[str, str]:

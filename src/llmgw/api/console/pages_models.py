@@ -85,12 +85,13 @@ async def add_model(request: web.Request) -> web.Response:
 
 
 async def serve(request: web.Request) -> web.Response:
-    """A serve job for a file on the Hub; its progress row appears on the models page."""
+    """A serve job for a file on the Hub, with extra engine arguments for its profile (shell-quoted,
+    as `ctl model serve --args` takes them); its progress row appears on the models page."""
     form = await forms.read(request)
     body = forms.given(name=forms.text(form, "name", required=True),
                        source={"kind": "hf", "repo": forms.text(form, "repo", required=True),
                                "file": forms.text(form, "file", required=True)},
-                       cores=forms.integer(form, "cores"))
+                       cores=forms.integer(form, "cores"), args=forms.words(form, "args") or None)
     await _call(request, START_JOB, body=body)
     return render.done(request, HERE)
 
