@@ -48,19 +48,19 @@ async def remove_route(call: Call[None, None]) -> Removed:
 _EXAMPLE = {"name": "chat", "targets": [{"model": "gemma3-270m"}, {"model": "gpt-4o-mini"}],
             "strategy": "priority", "fallback": {"on": ["connect", "5xx", "timeout", "429"]}}
 
-ENDPOINTS: list[Endpoint[Any, Any]] = [
-    Endpoint("list_routes", "GET", "/admin/v1/routes",
-             "List routes with each target's state on this server", TAG, list_routes,
-             returns=DataList[RouteOut]),
-    Endpoint("add_route", "POST", "/admin/v1/routes", "Add a route in front of catalog models",
-             TAG, add_route, body=RouteSpec, shape=_server_set, returns=RouteOut, status=201,
-             example=_EXAMPLE),
-    Endpoint("replace_route", "PUT", f"/admin/v1/routes/{NAME}", "Change a route", TAG,
-             replace_route, body=RouteSpec, shape=_server_set, returns=RouteOut,
-             example={k: v for k, v in _EXAMPLE.items() if k != "name"}),
-    Endpoint("get_route", "GET", f"/admin/v1/routes/{NAME}",
-             "Show a route, its targets' cooldowns and load on this server", TAG, get_route,
-             returns=RouteOut),
-    Endpoint("remove_route", "DELETE", f"/admin/v1/routes/{NAME}", "Remove a route", TAG,
-             remove_route, returns=Removed),
-]
+LIST_ROUTES = Endpoint("list_routes", "GET", "/admin/v1/routes",
+                       "List routes with each target's state on this server", TAG, list_routes,
+                       returns=DataList[RouteOut])
+ADD_ROUTE = Endpoint("add_route", "POST", "/admin/v1/routes", "Add a route in front of catalog models",
+                     TAG, add_route, body=RouteSpec, shape=_server_set, returns=RouteOut, status=201,
+                     example=_EXAMPLE)
+REPLACE_ROUTE = Endpoint("replace_route", "PUT", f"/admin/v1/routes/{NAME}", "Change a route", TAG,
+                         replace_route, body=RouteSpec, shape=_server_set, returns=RouteOut,
+                         example={k: v for k, v in _EXAMPLE.items() if k != "name"})
+GET_ROUTE = Endpoint("get_route", "GET", f"/admin/v1/routes/{NAME}",
+                     "Show a route, its targets' cooldowns and load on this server", TAG, get_route,
+                     returns=RouteOut)
+REMOVE_ROUTE = Endpoint("remove_route", "DELETE", f"/admin/v1/routes/{NAME}", "Remove a route", TAG,
+                        remove_route, returns=Removed)
+
+ENDPOINTS: list[Endpoint[Any, Any]] = [LIST_ROUTES, ADD_ROUTE, REPLACE_ROUTE, GET_ROUTE, REMOVE_ROUTE]

@@ -56,16 +56,18 @@ async def remove_team(call: Call[None, None]) -> Removed:
 _EXAMPLE = {"name": "research", "models": ["gemma*"],
             "limits": {"rpm": 600, "tokens_per_day": 2_000_000, "tokens_per_month": 40_000_000}}
 
-ENDPOINTS: list[Endpoint[Any, Any]] = [
-    Endpoint("list_teams", "GET", "/admin/v1/teams", "List teams with their keys and tokens used",
-             TAG, list_teams, returns=DataList[TeamOut]),
-    Endpoint("add_team", "POST", "/admin/v1/teams", "Add a team", TAG, add_team, body=TeamRequest,
-             shape=_named, returns=TeamOut, status=201, example=_EXAMPLE),
-    Endpoint("replace_team", "PUT", "/admin/v1/teams/{name}", "Change a team's models, limits "
-             "and note", TAG, replace_team, body=TeamRequest, shape=_named, returns=TeamOut,
-             example={k: v for k, v in _EXAMPLE.items() if k != "name"}),
-    Endpoint("get_team", "GET", "/admin/v1/teams/{name}", "Show a team", TAG, get_team,
-             returns=TeamOut),
-    Endpoint("remove_team", "DELETE", "/admin/v1/teams/{name}",
-             "Remove a team (refused while it has live keys)", TAG, remove_team, returns=Removed),
-]
+LIST_TEAMS = Endpoint("list_teams", "GET", "/admin/v1/teams",
+                      "List teams with their keys and tokens used", TAG, list_teams,
+                      returns=DataList[TeamOut])
+ADD_TEAM = Endpoint("add_team", "POST", "/admin/v1/teams", "Add a team", TAG, add_team,
+                    body=TeamRequest, shape=_named, returns=TeamOut, status=201, example=_EXAMPLE)
+REPLACE_TEAM = Endpoint("replace_team", "PUT", "/admin/v1/teams/{name}", "Change a team's models, "
+                        "limits and note", TAG, replace_team, body=TeamRequest, shape=_named,
+                        returns=TeamOut, example={k: v for k, v in _EXAMPLE.items() if k != "name"})
+GET_TEAM = Endpoint("get_team", "GET", "/admin/v1/teams/{name}", "Show a team", TAG, get_team,
+                    returns=TeamOut)
+REMOVE_TEAM = Endpoint("remove_team", "DELETE", "/admin/v1/teams/{name}",
+                       "Remove a team (refused while it has live keys)", TAG, remove_team,
+                       returns=Removed)
+
+ENDPOINTS: list[Endpoint[Any, Any]] = [LIST_TEAMS, ADD_TEAM, REPLACE_TEAM, GET_TEAM, REMOVE_TEAM]
