@@ -19,7 +19,6 @@ from llmgw.core.demand import Evicted
 from llmgw.core.guard import Direction, JudgeFormat, Outcome, Policy, Verdict
 from llmgw.core.routes import RouteSpec
 from llmgw.core.settings import DEFAULT_CTX_SIZE
-from llmgw.core.users import Grant, User
 from llmgw.core.types import TEAM_NAME_PATTERN as TEAM_NAME_PATTERN
 from llmgw.core.types import (
     ApiKey,
@@ -36,6 +35,7 @@ from llmgw.core.types import (
     Team,
     UtcDatetime,
 )
+from llmgw.core.users import Grant, User
 
 # Used when a serve request names no profile: small enough for a laptop, big enough to be useful.
 DEFAULT_CORES = 2
