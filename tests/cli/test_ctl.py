@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 from llmgw.cli.client import config_path
 from llmgw.cli.main import app
 
-GROUPS = ["model", "replica", "cluster", "node", "guard", "job", "key", "limits", "route", "team"]
+GROUPS = ["model", "replica", "cluster", "node", "guard", "job", "key", "limits", "route", "team", "user"]
 
 
 def test_ctl_help_lists_every_group_and_the_usage_command() -> None:

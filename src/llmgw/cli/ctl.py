@@ -18,6 +18,7 @@ from llmgw.cli import (
     ctl_nodes,
     ctl_routes,
     ctl_teams,
+    ctl_users,
 )
 from llmgw.cli.client import CONFIG_ENV, CONFIG_FILE, DEFAULT_URL, KEY_ENV, URL_ENV
 from llmgw.cli.context import CtlContext
@@ -59,5 +60,6 @@ app.add_typer(ctl_keys.key_app, name="key")
 app.add_typer(ctl_keys.limits_app, name="limits")
 app.add_typer(ctl_routes.route_app, name="route")
 app.add_typer(ctl_teams.team_app, name="team")
+app.add_typer(ctl_users.user_app, name="user")
 app.command("usage")(ctl_keys.usage)
 app.command("audit")(ctl_audit.audit)
