@@ -15,8 +15,8 @@ USER = "{user}"
 
 async def list_users(call: Call[None, None]) -> DataList[UserOut]:
     people = call.app[PEOPLE]
-    return DataList(data=[UserOut.of(u, len(await people.sessions(u.id)))
-                          for u in await people.users()])
+    counts = await people.session_counts()
+    return DataList(data=[UserOut.of(u, counts.get(u.id, 0)) for u in await people.users()])
 
 
 async def get_user(call: Call[None, None]) -> UserOut:

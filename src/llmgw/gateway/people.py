@@ -12,7 +12,8 @@ for that: `resolve(..., fresh=True)` reads the store.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections import Counter
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import timedelta
 
@@ -63,8 +64,12 @@ class People:
     worker's snapshot has read (the cache lives as long as it stays)."""
 
     def __init__(self, store: Store, clock: Clock, sso: SsoSettings,
-                 revision: Callable[[], int]) -> None:
+                 revision: Callable[[], int],
+                 on_change: Callable[[], Awaitable[None]] | None = None) -> None:
         self._store = store
+        # Told after a change that moved the revision: this server's snapshot (and so its
+        # cache) takes it before the call answers, not at the next poll.
+        self._on_change = on_change
         self._clock = clock
         self._sso = sso
         self._revision = revision
@@ -175,6 +180,11 @@ class People:
         with audit.acting(who):
             await asyncio.to_thread(self._store.sessions.end, visit.session.id, reason,
                                     self._clock.now(), address)
+        await self._changed()
+
+    async def _changed(self) -> None:
+        if self._on_change is not None:
+            await self._on_change()
 
     # The admin's side: `ctl user ...` and the console's users page.
 
@@ -182,8 +192,9 @@ class People:
         return await asyncio.to_thread(self._store.users.list)
 
     async def user(self, ref: str) -> User:
-        """A user by id or email."""
-        found = [u for u in await self.users() if ref in (u.id, u.email)]
+        """A user by id or email (in any case)."""
+        found = [u for u in await self.users()
+                 if ref == u.id or ref.lower() == (u.email or "").lower()]
         if len(found) != 1:
             raise NotFound(f"no single user matches {ref!r} (give its id)" if found else
                            f"user {ref!r} does not exist", param="user")
@@ -192,25 +203,33 @@ class People:
     async def set_grant(self, ref: str, grant: Grant | None) -> User:
         """Set a user's role by hand (None: no access); the groups no longer change it."""
         user = await self.user(ref)
-        return await asyncio.to_thread(self._store.users.set_grant, user.id, grant,
-                                       self._clock.now())
+        changed = await asyncio.to_thread(self._store.users.set_grant, user.id, grant,
+                                          self._clock.now())
+        await self._changed()
+        return changed
 
     async def end_sessions(self, ref: str) -> tuple[User, int]:
         """End every session of a user; the user and how many there were."""
         user = await self.user(ref)
-        ended = await asyncio.to_thread(self._store.sessions.end_for_user, user.id, "ended by an admin",
-                                        self._clock.now())
+        ended = await asyncio.to_thread(self._store.sessions.end_for_user, user.id,
+                                        "ended by an admin", self._clock.now())
+        await self._changed()
         return user, ended
 
-    async def sessions(self, ref: str) -> list[ConsoleSession]:
-        """A user's live sessions."""
-        user = await self.user(ref)
-        return await asyncio.to_thread(self._store.sessions.list, user.id, self._clock.now())
+    async def session_counts(self) -> dict[str, int]:
+        """Live sessions per user id, in one read."""
+        live = await asyncio.to_thread(self._store.sessions.list, None, self._clock.now())
+        return dict(Counter(s.user_id for s in live))
+
+    async def sessions(self, user_id: str) -> list[ConsoleSession]:
+        """A user's live sessions (by the user's id)."""
+        return await asyncio.to_thread(self._store.sessions.list, user_id, self._clock.now())
 
     async def remove(self, ref: str) -> User:
         """Forget a user and end their sessions (they may sign in again, as new)."""
         user = await self.user(ref)
         await asyncio.to_thread(self._store.users.remove, user.id, self._clock.now())
+        await self._changed()
         return user
 
 

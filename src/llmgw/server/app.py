@@ -190,7 +190,8 @@ class Server:
                                    node_timeout=node_timeout,
                                    servers_nodes=frozenset({"local", s.node_id}))
         app[NODES] = NodeAdmin(store, clock, control.node_timeout_s, on_change=notifier.settle)
-        app[PEOPLE] = People(store, clock, s.sso, lambda: refresher.current.revision)
+        app[PEOPLE] = People(store, clock, s.sso, lambda: refresher.current.revision,
+                             on_change=notifier.settle)
         app[CLUSTER] = lambda: self._cluster_status(leadership, duties)
         app[AUDIT] = wiring.audit_reader(store)
 

@@ -87,6 +87,9 @@ def guarded(need: Need, handler: PageHandler) -> PageHandler:
             return render.error(request, 403, EXPIRED)
         if need is Need.ADMIN and not found.admin:
             return render.error(request, 403, "This page needs an admin key or role.")
+        if request.method == "POST" and not found.changes:
+            # Before the form is even read: a viewer's forged form learns nothing of its fields.
+            return render.error(request, 403, "A viewer changes nothing.")
         return await handler(request)
 
     return checked
