@@ -207,7 +207,8 @@ def _route(ep: Endpoint[Any, Any]) -> web.RouteDef:
         payload = (await read_json(request))[1] if ep.body is not None else None
         call = _call(ep, request.app, key, payload, _first(request.query), request.match_info,
                      request)
-        return _answer(await _handled(ep, call), ep.status)
+        with audit.from_address(request.remote):
+            return _answer(await _handled(ep, call), ep.status)
 
     return web.route(ep.method, ep.path, handle)
 

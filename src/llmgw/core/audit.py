@@ -4,8 +4,9 @@ change.
 Whoever serves an admin write says who is acting (`acting`) for the time it runs; every store
 write that changes the install records an entry in its own transaction (`store.audit_repo.record`),
 and records nothing when nobody is acting, so the control loops' own writes (a keeper fitting a
-judge's profile, a node's report) stay out of it. The actor rides a context variable, which
-worker threads (`asyncio.to_thread`) inherit, so no repository signature has to carry it.
+judge's profile, a node's report) stay out of it. The actor (and the client address
+the change came from, `from_address`) rides a context variable, which worker threads
+(`asyncio.to_thread`) inherit, so no repository signature has to carry it.
 """
 
 from __future__ import annotations
@@ -51,9 +52,26 @@ class AuditEntry(BaseModel):
     target: str  # the thing's name or id
     before: dict[str, Any] | None = None
     after: dict[str, Any] | None = None
+    address: str | None = None  # the client address the change came from, when it came over HTTP
 
 
 _ACTOR: ContextVar[str | None] = ContextVar("llmgw_audit_actor", default=None)
+_ADDRESS: ContextVar[str | None] = ContextVar("llmgw_audit_address", default=None)
+
+
+def address() -> str | None:
+    """The client address the running admin write came from; None when unknown."""
+    return _ADDRESS.get()
+
+
+@contextlib.contextmanager
+def from_address(where: str | None) -> Iterator[None]:
+    """Record `where` as the client address of the changes made in the block."""
+    token = _ADDRESS.set(where)
+    try:
+        yield
+    finally:
+        _ADDRESS.reset(token)
 
 
 def actor() -> str | None:

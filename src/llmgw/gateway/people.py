@@ -106,7 +106,7 @@ class People:
         self._check_domain(who)
         now = self._clock.now()
         refresh_at = now + timedelta(seconds=self._sso.refresh_s)
-        with audit.acting(_by(who, address)):
+        with audit.acting(_by(who)), audit.from_address(address):
             user = await asyncio.to_thread(self._store.users.signed_in, who.issuer, who.subject,
                                            who.email, who.name, self._grant(who), now)
             token, session = await asyncio.to_thread(
@@ -123,7 +123,7 @@ class People:
         self._check_domain(who)
         now = self._clock.now()
         refresh_at = now + timedelta(seconds=self._sso.refresh_s)
-        with audit.acting(_by(who, address)):
+        with audit.acting(_by(who)), audit.from_address(address):
             user = await asyncio.to_thread(self._store.users.signed_in, who.issuer, who.subject,
                                            who.email, who.name, self._grant(who), now)
             await asyncio.to_thread(self._store.sessions.seen, visit.session.id, now, refresh_at)
@@ -176,10 +176,10 @@ class People:
     async def end(self, visit: Visit, reason: str, address: str) -> None:
         """End a session everywhere (sign-out, or a refresh the provider refused)."""
         self._cache.pop(visit.token, None)
-        who = f"{visit.user.email or visit.user.subject} (sso) from {address}"
-        with audit.acting(who):
+        who = f"{visit.user.email or visit.user.subject} (sso)"
+        with audit.acting(who), audit.from_address(address):
             await asyncio.to_thread(self._store.sessions.end, visit.session.id, reason,
-                                    self._clock.now(), address)
+                                    self._clock.now())
         await self._changed()
 
     async def _changed(self) -> None:
@@ -233,6 +233,6 @@ class People:
         return user
 
 
-def _by(who: SignedIn, address: str) -> str:
-    return f"{who.email or who.subject} (sso) from {address}"
+def _by(who: SignedIn) -> str:
+    return f"{who.email or who.subject} (sso)"
 

@@ -16,6 +16,7 @@ from urllib.parse import urlsplit, urlunsplit
 from sqlalchemy import Connection, Engine, delete, insert, select
 
 from llmgw.core.audit import AuditEntry, AuditKind, actor
+from llmgw.core.audit import address as client_address
 from llmgw.store.db import utc
 from llmgw.store.schema import audit_log
 
@@ -57,6 +58,7 @@ def record(conn: Connection, kind: AuditKind, action: str, target: str,
         return
     conn.execute(insert(audit_log).values(
         at=at or datetime.now(UTC), by=by, kind=kind.value, action=action, target=target,
+        address=client_address(),
         before=scrubbed(dict(before)) if before is not None else None,
         after=scrubbed(dict(after)) if after is not None else None,
     ))
@@ -84,7 +86,8 @@ class AuditRepo:
         with self._engine.connect() as conn:
             rows = conn.execute(query).all()
         return [AuditEntry(id=r.id, at=utc(r.at) or r.at, by=r.by, kind=AuditKind(r.kind),
-                           action=r.action, target=r.target, before=r.before, after=r.after)
+                           action=r.action, target=r.target, before=r.before, after=r.after,
+                           address=r.address)
                 for r in rows]
 
     def prune(self, before: datetime) -> int:

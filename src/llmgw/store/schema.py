@@ -241,6 +241,7 @@ audit_log = Table(
     Column("target", String(256), nullable=False),
     Column("before", JSON, nullable=True),
     Column("after", JSON, nullable=True),
+    Column("address", String(64), nullable=True),
 )
 
 # People signed in through the identity provider (`[sso]`): one row per issuer + subject.

@@ -72,9 +72,8 @@ class SessionRepo:
                 console_sessions.c.id == session_id, console_sessions.c.ended_at.is_(None))
                 .values(**values))
 
-    def end(self, session_id: str, reason: str, now: datetime, address: str | None = None) -> bool:
-        """End one session everywhere (`address`: where the ending came from, for the audit
-        log); False when it had already ended (or never was)."""
+    def end(self, session_id: str, reason: str, now: datetime) -> bool:
+        """End one session everywhere; False when it had already ended (or never was)."""
         with self._engine.begin() as conn:
             done = conn.execute(update(console_sessions).where(
                 console_sessions.c.id == session_id, console_sessions.c.ended_at.is_(None))
@@ -82,8 +81,7 @@ class SessionRepo:
             if done:
                 # Every server's session cache is dropped at the revision it reads next.
                 bump_revision(conn)
-                record(conn, AuditKind.SESSION, "end", session_id, None,
-                       {"reason": reason, "address": address}, now)
+                record(conn, AuditKind.SESSION, "end", session_id, None, {"reason": reason}, now)
         return bool(done)
 
     def end_for_user(self, user_id: str, reason: str, now: datetime) -> int:

@@ -54,7 +54,7 @@ async def test_an_admin_signs_in_through_the_provider_and_lands_where_they_were_
     assert (user.email, str(user.grant), user.role_source) == ("alice@example.test", "admin",
                                                                "provider")
     signed = [e for e in sso.install.store.audit.entries() if e.action == "sign-in"]
-    assert [e.by for e in signed] == ["alice@example.test (sso) from 127.0.0.1"]
+    assert [(e.by, e.address) for e in signed] == [("alice@example.test (sso)", "127.0.0.1")]
 
 
 @pytest.mark.parametrize(("account", "shown", "hidden"), [
@@ -96,7 +96,7 @@ async def test_an_operator_changes_models_but_never_keys(sso: SsoInstall) -> Non
     assert any(m.name == "remote-one" for m in sso.install.store.catalog.list())
     assert (await person.console.get("/ui/keys")).status == 403
     entry = next(e for e in sso.install.store.audit.entries() if e.target == "remote-one")
-    assert entry.by == "olga@example.test (sso)"
+    assert (entry.by, entry.address) == ("olga@example.test (sso)", "127.0.0.1")
 
 
 async def test_a_team_admin_makes_keys_for_its_team_only(sso: SsoInstall) -> None:
@@ -158,6 +158,8 @@ async def test_an_admin_ends_a_users_sessions_and_demotes_them(sso: SsoInstall) 
     status, body = await install.api("PUT", f"/admin/v1/users/{users['alice@example.test'].id}/role",
                                      {"role": "viewer"})
     assert status == 200 and body["role"] == "viewer" and body["role_source"] == "admin"
+    role = next(e for e in install.store.audit.entries() if e.action == "role")
+    assert (role.by.startswith("admin ("), role.address) == (True, "127.0.0.1")
     page = await alice.console.get("/ui/users")
     assert page.status == 403  # the next page takes the new role
     status, body = await install.api("POST", "/admin/v1/users/alice@example.test/signout")

@@ -1,5 +1,5 @@
 """Sign-in attempts per client address, counted in the store so every server of the install
-holds one limit.
+holds one limit; and the client address each audit entry's change came from.
 
 Revision ID: 0015
 Revises: 0014
@@ -23,7 +23,10 @@ def upgrade() -> None:
         sa.Column("window_start", sa.DateTime(timezone=True), nullable=False),
         sa.Column("count", sa.Integer, nullable=False),
     )
+    op.add_column("audit_log", sa.Column("address", sa.String(64), nullable=True))
 
 
 def downgrade() -> None:
+    with op.batch_alter_table("audit_log") as batch:
+        batch.drop_column("address")
     op.drop_table("signin_attempts")
