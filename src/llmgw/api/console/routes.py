@@ -17,6 +17,7 @@ from llmgw.api.console import (
     pages_routes,
     pages_signin,
     pages_sso,
+    pages_teams,
     pages_usage,
     security,
 )
@@ -70,6 +71,9 @@ ROUTES: tuple[Route, ...] = (
     Route("GET", "/routes", pages_routes.routes, Need.ADMIN),
     Route("POST", "/routes", pages_routes.add, Need.ADMIN),
     Route("POST", "/routes/{name:.+}/remove", pages_routes.remove, Need.ADMIN),
+    Route("GET", "/teams", pages_teams.teams, Need.ADMIN),
+    Route("POST", "/teams", pages_teams.add, Need.ADMIN),
+    Route("POST", "/teams/{name}/remove", pages_teams.remove, Need.ADMIN),
     Route("GET", "/keys", pages_keys.keys, Need.SIGNED),
     Route("POST", "/keys", pages_keys.create, Need.SIGNED),
     Route("POST", "/keys/{id}/revoke", pages_keys.revoke, Need.SIGNED),
