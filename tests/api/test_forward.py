@@ -11,6 +11,7 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
+from llmgw.api.context import RELAYED_FOR, client_address
 from llmgw.api.errors import openai_errors
 from llmgw.api.forward import main_session, to_main
 
@@ -23,6 +24,7 @@ async def _echo(request: web.Request) -> web.Response:
         "cookie": request.headers.get("Cookie"), "host": request.headers.get("Host"),
         "request_id": request.headers.get("X-Request-Id"),
         "authorization": request.headers.get("Authorization"),
+        "client": client_address(request),
     })
     resp.set_cookie("session", "for-whoever-signed-in", httponly=True)
     return resp
@@ -121,3 +123,22 @@ async def test_a_main_process_that_is_gone_is_a_503_in_openais_shape(tmp_path: P
         assert body["error"]["code"] == "server_unreachable"
     finally:
         await client.close()
+
+
+async def test_the_main_process_sees_the_clients_address_and_no_forged_one(main_socket: Path) -> None:
+    # Sign-in limits and the audit log count by it: behind a worker every client would
+    # otherwise be the worker's socket, and one client could pose as another.
+    client = await _worker(main_socket)
+    try:
+        resp = await client.get("/admin/v1/echo", headers={RELAYED_FOR: "10.9.9.9"})
+        assert (await resp.json())["client"] == "127.0.0.1"
+    finally:
+        await client.close()
+
+
+async def test_a_client_cannot_pose_as_a_worker_over_tcp() -> None:
+    app = web.Application()
+    app.router.add_get("/admin/v1/echo", _echo)
+    async with TestClient(TestServer(app)) as client:
+        resp = await client.get("/admin/v1/echo", headers={RELAYED_FOR: "10.9.9.9"})
+        assert (await resp.json())["client"] == "127.0.0.1"

@@ -15,6 +15,7 @@ from pydantic import BaseModel, ValidationError
 from llmgw.api import roles
 from llmgw.api.appkeys import GATEWAY
 from llmgw.api.body import json_response, read_json
+from llmgw.api.context import client_address
 from llmgw.core import audit, users
 from llmgw.core.errors import Forbidden, InvalidRequest, Unauthenticated
 from llmgw.core.types import ApiKey, KeyScope
@@ -207,7 +208,7 @@ def _route(ep: Endpoint[Any, Any]) -> web.RouteDef:
         payload = (await read_json(request))[1] if ep.body is not None else None
         call = _call(ep, request.app, key, payload, _first(request.query), request.match_info,
                      request)
-        with audit.from_address(request.remote):
+        with audit.from_address(client_address(request)):
             return _answer(await _handled(ep, call), ep.status)
 
     return web.route(ep.method, ep.path, handle)

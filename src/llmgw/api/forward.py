@@ -10,7 +10,7 @@ import aiohttp
 from aiohttp import web
 from multidict import CIMultiDict
 
-from llmgw.api.context import REQUEST_ID
+from llmgw.api.context import RELAYED_FOR, REQUEST_ID, client_address
 from llmgw.api.errors import Handler
 from llmgw.core.errors import ServerUnreachable
 
@@ -40,6 +40,8 @@ def to_main(session: Callable[[], aiohttp.ClientSession]) -> Handler:
         headers: CIMultiDict[str] = CIMultiDict(
             (k, v) for k, v in request.headers.items() if k.lower() not in _HOP)
         headers["Host"] = request.host
+        # Replaces any the client sent: the main process believes it from its socket only.
+        headers[RELAYED_FOR] = client_address(request)
         rid = request.get(REQUEST_ID)
         if rid:
             headers["X-Request-Id"] = rid  # the same id in both processes' logs

@@ -22,6 +22,7 @@ from llmgw.api.console.session import (
     clear_cookie,
 )
 from llmgw.api.console.visitor import VISITOR, Visitor
+from llmgw.api.context import client_address
 from llmgw.core import audit
 from llmgw.core.errors import Forbidden, Unauthenticated
 
@@ -91,7 +92,7 @@ def guarded(need: Need, handler: PageHandler) -> PageHandler:
         if request.method == "POST" and not found.changes:
             # Before the form is even read: a viewer's forged form learns nothing of its fields.
             return render.error(request, 403, "A viewer changes nothing.")
-        with audit.from_address(request.remote):
+        with audit.from_address(client_address(request)):
             return await handler(request)
 
     return checked

@@ -15,6 +15,7 @@ from llmgw.api.console.session import (
     clear_cookie,
     set_cookie,
 )
+from llmgw.api.context import client_address
 from llmgw.core.errors import Forbidden, RateLimited, Unauthenticated
 
 HOME = "/ui/"
@@ -54,7 +55,7 @@ async def signin(request: web.Request) -> web.Response:
     if nonce is None or not sessions.csrf_ok(nonce, await csrf_token_sent(request)):
         return render.error(request, 403, EXPIRED)
     try:
-        await root(request)[PEOPLE].attempt(request.remote or "unknown")
+        await root(request)[PEOPLE].attempt(client_address(request))
     except RateLimited as exc:
         response = _form(request, exc.message, 429)
         response.headers["Retry-After"] = str(exc.retry_after_s)
@@ -89,7 +90,7 @@ async def signout(request: web.Request) -> web.Response:
         people = root(request)[PEOPLE]
         visit = await people.resolve(session.token, fresh=True)
         if visit is not None:
-            await people.end(visit, "signed out", request.remote or "unknown")
+            await people.end(visit, "signed out", client_address(request))
     response = render.done(request, SIGNIN)
     clear_cookie(request, response, COOKIE)
     return response

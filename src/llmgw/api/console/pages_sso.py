@@ -24,13 +24,9 @@ from llmgw.api.console.session import (
     clear_cookie,
     set_cookie,
 )
+from llmgw.api.context import client_address
 from llmgw.core.errors import IdentityProviderUnavailable, RateLimited, SignInRefused
 from llmgw.gateway.people import SignedIn
-
-
-def address(request: web.Request) -> str:
-    """The client's address, as sign-in limits and the audit log name it."""
-    return request.remote or "unknown"
 
 
 async def start(request: web.Request) -> web.StreamResponse:
@@ -39,7 +35,7 @@ async def start(request: web.Request) -> web.StreamResponse:
     if client is None:
         return render.error(request, 404, "Single sign-on is not set up on this install.")
     try:
-        await root(request)[PEOPLE].attempt(address(request))
+        await root(request)[PEOPLE].attempt(client_address(request))
         url, flow = await client.begin(request.query.get("return_to"))
     except RateLimited as exc:
         return _retry_later(request, exc)
@@ -84,19 +80,19 @@ async def callback(request: web.Request) -> web.StreamResponse:
         if flow is not None and flow.silent:
             if visit is None:
                 raise SignInRefused("this browser's session has ended: sign in again")
-            await people.refreshed(visit, who, address(request))
+            await people.refreshed(visit, who, client_address(request))
             response = _onward(request, flow.return_to)
         else:
             if visit is not None:  # signing in again replaces the session this browser had
-                await people.end(visit, "signed in again", address(request))
-            token, _ = await people.sign_in(who, address(request))
+                await people.end(visit, "signed in again", client_address(request))
+            token, _ = await people.sign_in(who, client_address(request))
             response = _onward(request, flow.return_to if flow else "/ui/")
             set_cookie(request, response, COOKIE, sessions.issue_person(token),
                        int(people.max_age_s))
     except SignInRefused as exc:
         if flow is not None and flow.silent and visit is not None:
             # The provider no longer signs this person in (removed, or signed out there).
-            await people.end(visit, "refused at renewal", address(request))
+            await people.end(visit, "refused at renewal", client_address(request))
         response = render.page(request, "signin.html", status=401, problem=exc.message + ".",
                                csrf="", sso=True)
         clear_cookie(request, response, COOKIE)
