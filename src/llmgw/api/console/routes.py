@@ -19,6 +19,7 @@ from llmgw.api.console import (
     pages_sso,
     pages_teams,
     pages_usage,
+    pages_users,
     security,
 )
 from llmgw.api.console.access import ROOT, SESSIONS, SSO, Need, PageHandler, guarded
@@ -80,6 +81,12 @@ ROUTES: tuple[Route, ...] = (
     Route("POST", "/keys/{id}/rotate", pages_keys.rotate, Need.ADMIN),
     Route("GET", "/usage", pages_usage.usage, Need.SIGNED),
     Route("GET", "/usage/data", pages_usage.usage_data, Need.SIGNED),
+    # Admin keys and admins only: the page is for `visitor.manages`, and the server refuses
+    # every other role the calls it makes.
+    Route("GET", "/users", pages_users.users, Need.ADMIN),
+    Route("POST", "/users/{user}/role", pages_users.set_role, Need.ADMIN),
+    Route("POST", "/users/{user}/signout", pages_users.end_sessions, Need.ADMIN),
+    Route("POST", "/users/{user}/remove", pages_users.remove, Need.ADMIN),
     Route("GET", "/playground", pages_playground.playground, Need.SIGNED),
     Route("POST", "/playground/chat", pages_playground.chat, Need.SIGNED),
     Route("GET", "/playground/verdicts", pages_playground.verdicts, Need.ADMIN),
