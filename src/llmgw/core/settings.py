@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import tomllib
 from pathlib import Path
@@ -325,6 +326,11 @@ class ServerSettings(BaseModel):
     `DATA_DIR/models`."""
     provider_key_env: list[str] = Field(default_factory=list)
     """Environment variables a remote model's `api_key_env` may name besides `LLMGW_PROVIDER_*`."""
+    trusted_proxies: list[str] = Field(default_factory=list)
+    """Addresses or networks (`10.0.0.5`, `10.0.0.0/8`) of reverse proxies in front of llmgw:
+    from a connection of theirs, the client is the last address in `X-Forwarded-For` that is
+    not a trusted proxy. The console's sign-in limit and the audit log count by that address;
+    without this, every client behind a proxy is the proxy."""
 
     control: ControlSettings = Field(default_factory=ControlSettings)
     """The control plane's knobs: the `[control]` table."""
@@ -364,6 +370,16 @@ class ServerSettings(BaseModel):
     def _absolute(cls, v: list[str]) -> list[str]:
         if not all(Path(r).is_absolute() for r in v):
             raise ValueError("model_roots must be absolute directories")
+        return v
+
+    @field_validator("trusted_proxies")
+    @classmethod
+    def _networks(cls, v: list[str]) -> list[str]:
+        for net in v:
+            try:
+                ipaddress.ip_network(net, strict=False)
+            except ValueError:
+                raise ValueError(f"trusted_proxies: {net!r} is not an address or network") from None
         return v
 
     @field_validator("provider_key_env")

@@ -34,6 +34,7 @@ from llmgw.api.appkeys import (
     TEAMS,
 )
 from llmgw.api.console import routes as console
+from llmgw.api.context import TRUSTED_PROXIES, networks
 from llmgw.api.endpoints import bind
 from llmgw.api.errors import openai_errors
 from llmgw.control.agents import AgentService
@@ -170,6 +171,7 @@ class Server:
 
         app = web.Application(middlewares=[openai_errors], client_max_size=s.max_body_bytes)
         app[METRICS] = metrics
+        app[TRUSTED_PROXIES] = networks(s.trusted_proxies)
         if self.peers is not None:
             app[METRICS_PEERS] = self.peers.states
         app[METRICS_PUBLIC] = s.metrics_public

@@ -24,6 +24,7 @@ from aiohttp import web
 
 from llmgw.api import data_plane
 from llmgw.api.appkeys import GATEWAY, GUARD, METRICS, METRICS_PUBLIC
+from llmgw.api.context import TRUSTED_PROXIES, networks
 from llmgw.api.endpoints import bind
 from llmgw.api.errors import openai_errors
 from llmgw.api.forward import main_session, to_main
@@ -48,6 +49,7 @@ def data_plane_app(settings: ServerSettings, plane: DataPlane, main_socket: Path
     """The worker's public app: `/v1/*` and `/health` answered here, everything else (admin and
     agent APIs, console, `/metrics`) relayed to the main process."""
     app = web.Application(middlewares=[openai_errors], client_max_size=settings.max_body_bytes)
+    app[TRUSTED_PROXIES] = networks(settings.trusted_proxies)
     app[METRICS] = plane.metrics
     app[METRICS_PUBLIC] = settings.metrics_public
     app[GATEWAY] = plane.gateway
