@@ -62,8 +62,8 @@ def audit(
         DataList[AuditEntry],
         ctl.call("GET", "/admin/v1/audit" + query(filters)),
         lambda d: render.table(
-            "audit log", ["at", "by", "kind", "action", "target", "change"],
-            [[render.when(e.at, seconds=True), e.by, e.kind, e.action, e.target, change(e)]
-             for e in d.data],
+            "audit log", ["at", "by", "from", "kind", "action", "target", "change"],
+            [[render.when(e.at, seconds=True), e.by, e.address or "", e.kind, e.action, e.target,
+              change(e)] for e in d.data],
         ),
     )
