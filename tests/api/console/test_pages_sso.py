@@ -285,3 +285,14 @@ async def test_an_email_outside_the_allowed_domains_is_refused(
         assert back.status == 401
         assert "not of a domain allowed to sign in" in await back.text()
         assert install.install.store.sessions.list() == []
+
+
+async def test_a_viewer_is_shown_no_forms_to_change_the_install(sso: SsoInstall) -> None:
+    person = await sso.signed_in(VIEWER)
+    for path, form in (("/ui/models", 'id="serve-form"'), ("/ui/nodes", 'id="join-token-form"'),
+                       ("/ui/guard", 'id="judgment-form"')):
+        page = await person.console.get(path)
+        assert page.status == 200
+        assert form not in await page.text(), f"{path} offers a viewer a form"
+    operator = await sso.signed_in(OPERATOR)
+    assert 'id="serve-form"' in await (await operator.console.get("/ui/models")).text()
