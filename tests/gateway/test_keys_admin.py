@@ -416,3 +416,23 @@ async def test_a_revoked_team_admin_mints_nothing(install: Install) -> None:
         install.authenticate(secret)
     with pytest.raises(Unauthenticated):  # a request authenticated just before the revocation
         await install.create(install.store.keys.get(lead.id), name="late")
+
+
+async def test_a_burst_of_a_team_admin_persons_mints_stops_at_the_cap(install: Install) -> None:
+    # A team admin signed in to the console is no key: its keys start no family, yet its
+    # minting is capped as a team admin key's is.
+    from llmgw.core.users import Grant, Person, Role, User
+
+    install.store.teams.put(Team(name="red"), "test", install.clock.now(), replace=False)
+    tara = User(id="usr-0123456789", issuer="https://idp.example", subject="tara",
+                email="tara@example.test", created_at=NOW, signed_in_at=NOW)
+    person = Person(tara, Grant(role=Role.TEAM_ADMIN, team="red")).key
+    results = await asyncio.gather(*(install.create(person, name=f"k{i}") for i in range(110)),
+                                   return_exceptions=True)
+    made = [r for r in results if not isinstance(r, BaseException)]
+    assert len(made) == 100, {repr(r) for r in results if isinstance(r, BaseException)}
+    assert all(key.team == "red" and key.minted_by is None and key.by == "tara@example.test (sso)"
+               for key, _ in made)
+    refused = [r for r in results if isinstance(r, BaseException)]
+    assert all(isinstance(r, Forbidden) and "you already hold 100 live minted keys" in r.message
+               for r in refused)

@@ -86,6 +86,11 @@ class KeyRepo:
                                "pick another (or revoke that key first)", param="name")
             if caps is not None and key.minted_by is not None:
                 _check_caps(rows, key.minted_by, caps, now)
+            elif caps is not None:
+                # A person (a team admin signed in to the console) is no key: their keys start
+                # no family, so the caps count every key they made.
+                _check_counts([r for r in rows if r.by == key.by and r.minted_by is None], caps,
+                              now, "you")
             conn.execute(insert(api_keys).values(**values))
             if revoke is not None:
                 conn.execute(update(api_keys).where(api_keys.c.id == revoke).values(revoked=True))
@@ -144,7 +149,7 @@ def audited(key: ApiKey) -> dict[str, Any]:
 def _rows(conn: Connection) -> Sequence[Any]:
     return conn.execute(select(api_keys.c.id, api_keys.c.name, api_keys.c.scope,
                                api_keys.c.minted_by, api_keys.c.revoked, api_keys.c.expires_at,
-                               api_keys.c.created_at, api_keys.c.team_admin)).all()
+                               api_keys.c.created_at, api_keys.c.team_admin, api_keys.c.by)).all()
 
 
 def _live(row: Any, now: datetime) -> bool:
@@ -179,14 +184,21 @@ def _check_caps(rows: Sequence[Any], minter_id: str, caps: MintCaps, now: dateti
             and root.minted_by not in seen:  # the family's first key: the one an admin made
         root = by_id[root.minted_by]
         seen.add(root.id)
-    family = _beneath(rows, root.id)
-    live = sum(1 for r in family if _live(r, now))
+    _check_counts(_beneath(rows, root.id), caps, now, "this key's family")
+
+
+def _check_counts(made: Sequence[Any], caps: MintCaps, now: datetime, whose: str) -> None:
+    """Forbidden past `caps.live` live keys among `made`, RateLimited past `caps.per_hour` made
+    in the last hour."""
+    live = sum(1 for r in made if _live(r, now))
+    holds = "hold" if whose == "you" else "holds"
     if live >= caps.live:
-        raise Forbidden(f"this key's family already holds {caps.live} live minted keys, the most "
-                        "it may: an admin can revoke some, or they expire")
+        raise Forbidden(f"{whose} already {holds} {caps.live} live minted keys, the most "
+                        "allowed: an admin can revoke some, or they expire")
     hour_ago = now - timedelta(hours=1)
-    recent = sorted(utc(r.created_at) or now for r in family if (utc(r.created_at) or now) > hour_ago)
+    recent = sorted(utc(r.created_at) or now for r in made if (utc(r.created_at) or now) > hour_ago)
     if len(recent) >= caps.per_hour:
         wait = (recent[-caps.per_hour] - hour_ago).total_seconds()
-        raise RateLimited(f"this key's family has minted {caps.per_hour} keys in the last hour, "
-                          "the most it may", max(1, math.ceil(wait)), code="mint_rate_exceeded")
+        have = "have" if whose == "you" else "has"
+        raise RateLimited(f"{whose} {have} minted {caps.per_hour} keys in the last hour, the most "
+                          "allowed", max(1, math.ceil(wait)), code="mint_rate_exceeded")
