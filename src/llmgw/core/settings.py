@@ -210,7 +210,7 @@ class SsoSettings(BaseModel):
     email is verified."""
     idle_timeout_s: float = Field(default=3600.0, gt=0)
     """A console session unused this many seconds ends."""
-    max_age_s: float = Field(default=43200.0, gt=0)
+    max_age_s: float = Field(default=43200.0, gt=0, le=30 * 24 * 3600)
     """A console session ends this many seconds after sign-in, however active."""
     refresh_s: float = Field(default=900.0, ge=10)
     """Every this many seconds a session asks the provider again (silently, `prompt=none`)

@@ -2,7 +2,15 @@
 
 from __future__ import annotations
 
-from llmgw.api.console.session import SESSION_MAX_AGE_S, Session, Sessions, console_secret
+from llmgw.api.console.oidc import Flow
+from llmgw.api.console.session import (
+    FLOW_MAX_AGE_S,
+    PERSON_MAX_AGE_S,
+    SESSION_MAX_AGE_S,
+    Session,
+    Sessions,
+    console_secret,
+)
 
 SECRET = console_secret("11" * 32)
 
@@ -31,6 +39,29 @@ def test_a_session_is_accepted_until_its_max_age_and_not_after() -> None:
     assert sessions.read(value) is not None
     clock.t += 2
     assert sessions.read(value) is None
+
+
+def test_a_persons_cookie_lives_as_long_as_its_server_side_session_says() -> None:
+    # 8 hours would cut a 12-hour [sso] session short: the server's session ends it instead.
+    clock = Clock()
+    sessions = Sessions(SECRET, clock)
+    value = sessions.issue_person("token-1")
+    clock.t += 12 * 3600
+    session = sessions.read(value)
+    assert session is not None and session.token == "token-1" and session.key_id is None
+    clock.t += PERSON_MAX_AGE_S
+    assert sessions.read(value) is None
+
+
+def test_a_flow_cookie_is_read_back_for_ten_minutes_only() -> None:
+    clock = Clock()
+    sessions = Sessions(SECRET, clock)
+    flow = Flow(state="s", nonce="n", verifier="v", return_to="/ui/models", silent=True)
+    value = sessions.issue_flow(flow)
+    assert sessions.read_flow(value) == flow
+    assert sessions.read(value) is None  # signed for another purpose: never a session
+    clock.t += FLOW_MAX_AGE_S + 1
+    assert sessions.read_flow(value) is None
 
 
 def test_a_tampered_or_foreign_cookie_is_no_session() -> None:

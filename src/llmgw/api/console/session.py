@@ -29,6 +29,9 @@ COOKIE = "llmgw_console"
 PRE_COOKIE = "llmgw_console_pre"
 PATH = "/ui"
 SESSION_MAX_AGE_S = 8 * 3600
+# The most a person's cookie is read at all: their session's own end (`[sso] max_age_s`) comes
+# first, and is the server's to enforce.
+PERSON_MAX_AGE_S = 30 * 24 * 3600
 PRE_MAX_AGE_S = 3600
 # While the browser is at the identity provider: the flow's state, nonce and PKCE verifier.
 FLOW_COOKIE = "llmgw_console_sso"
@@ -80,15 +83,18 @@ class Sessions:
         """A new session cookie value for a person's server-side session `token`."""
         return self._session.dumps({"s": token, "n": secrets.token_urlsafe(16)})
 
-    def read(self, value: str | None, max_age_s: float = SESSION_MAX_AGE_S) -> Session | None:
-        """The session in a cookie value, or None when it is missing, tampered with or older
-        than `max_age_s`."""
-        data = _loads(self._session, value, int(max_age_s))
+    def read(self, value: str | None) -> Session | None:
+        """The session in a cookie value, or None when it is missing or tampered with; a key's
+        older than SESSION_MAX_AGE_S (a person's session ends when the server says: its own
+        `[sso] max_age_s`)."""
+        data = _loads(self._session, value, PERSON_MAX_AGE_S)
         if data is None or not isinstance(data.get("n"), str):
             return None
         if isinstance(data.get("s"), str):
             return Session(None, data["n"], data["s"])
-        return Session(data["k"], data["n"]) if isinstance(data.get("k"), str) else None
+        if not isinstance(data.get("k"), str) or _loads(self._session, value, SESSION_MAX_AGE_S) is None:
+            return None
+        return Session(data["k"], data["n"])
 
     def issue_flow(self, flow: Flow) -> str:
         """A cookie value holding a sign-in flow until the provider sends the browser back."""
