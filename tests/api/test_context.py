@@ -7,7 +7,7 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
-from llmgw.api.context import TRUSTED_PROXIES, client_address, networks
+from llmgw.api.context import TRUSTED_PROXIES, client_address, networks, over_https
 
 
 async def _echo(request: web.Request) -> web.Response:
@@ -40,3 +40,23 @@ def test_a_trusted_proxy_that_is_no_address_is_refused_in_the_config() -> None:
 
     with pytest.raises(ValidationError, match="is not an address or network"):
         ServerSettings(key_secret="ab", trusted_proxies=["proxy.example"])
+
+
+async def _https(request: web.Request) -> web.Response:
+    return web.Response(text="https" if over_https(request) else "http")
+
+
+@pytest.mark.parametrize(("trusted", "proto", "expected"), [
+    ([], "https", "http"),  # anyone can write the header
+    (["127.0.0.1"], "https", "https"),
+    (["127.0.0.1"], "http", "http"),
+    (["10.0.0.0/8"], "https", "http"),  # not from a trusted proxy
+])
+async def test_https_behind_a_trusted_proxy(trusted: list[str], proto: str, expected: str) -> None:
+    # The console's cookies are Secure when the client's own connection was https.
+    app = web.Application()
+    app[TRUSTED_PROXIES] = networks(trusted)
+    app.router.add_get("/", _https)
+    async with TestClient(TestServer(app)) as client:
+        resp = await client.get("/", headers={"X-Forwarded-Proto": proto})
+        assert await resp.text() == expected

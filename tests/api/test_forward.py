@@ -11,7 +11,7 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
-from llmgw.api.context import RELAYED_FOR, client_address
+from llmgw.api.context import RELAYED_FOR, RELAYED_HTTPS, client_address, over_https
 from llmgw.api.errors import openai_errors
 from llmgw.api.forward import main_session, to_main
 
@@ -24,7 +24,7 @@ async def _echo(request: web.Request) -> web.Response:
         "cookie": request.headers.get("Cookie"), "host": request.headers.get("Host"),
         "request_id": request.headers.get("X-Request-Id"),
         "authorization": request.headers.get("Authorization"),
-        "client": client_address(request),
+        "client": client_address(request), "https": over_https(request),
     })
     resp.set_cookie("session", "for-whoever-signed-in", httponly=True)
     return resp
@@ -130,8 +130,10 @@ async def test_the_main_process_sees_the_clients_address_and_no_forged_one(main_
     # otherwise be the worker's socket, and one client could pose as another.
     client = await _worker(main_socket)
     try:
-        resp = await client.get("/admin/v1/echo", headers={RELAYED_FOR: "10.9.9.9"})
-        assert (await resp.json())["client"] == "127.0.0.1"
+        resp = await client.get("/admin/v1/echo", headers={RELAYED_FOR: "10.9.9.9",
+                                                            RELAYED_HTTPS: "1"})
+        answer = await resp.json()
+        assert (answer["client"], answer["https"]) == ("127.0.0.1", False)
     finally:
         await client.close()
 

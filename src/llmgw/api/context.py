@@ -23,8 +23,10 @@ def response_headers(request: web.Request, headers: dict[str, str]) -> dict[str,
 
 
 # What an extra worker adds when it passes a request to the main process (`api.forward`): the
-# client's address, which the main process would otherwise see only as its private socket.
+# client's address and whether it came over https, which the main process would otherwise see
+# only as its private socket.
 RELAYED_FOR = "X-Llmgw-Relayed-For"
+RELAYED_HTTPS = "X-Llmgw-Relayed-Https"
 # The install's `trusted_proxies`, on the server's (and each worker's) application.
 TRUSTED_PROXIES = web.AppKey("trusted_proxies", tuple[Network, ...])
 
@@ -39,9 +41,7 @@ def client_address(request: web.Request) -> str:
     word for a request that came over the main process's private socket (only a worker can
     reach it); behind a trusted proxy, the last `X-Forwarded-For` hop that is no trusted proxy;
     else the connection's peer. A client's own header is never believed."""
-    transport = request.transport
-    sock = transport.get_extra_info("socket") if transport is not None else None
-    if sock is not None and sock.family == socket.AF_UNIX:
+    if _relayed(request):
         return request.headers.get(RELAYED_FOR) or "unknown"
     peer = request.remote or "unknown"
     trusted = request.config_dict.get(TRUSTED_PROXIES, ())
@@ -65,3 +65,22 @@ def _address(text: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
 def _within(text: str, nets: Sequence[Network]) -> bool:
     found = _address(text)
     return found is not None and any(found in net for net in nets)
+
+
+def over_https(request: web.Request) -> bool:
+    """Whether the client's request came over https: to llmgw itself, or to a trusted proxy
+    that says so in `X-Forwarded-Proto` (the console's cookies are `Secure` then)."""
+    if _relayed(request):
+        return request.headers.get(RELAYED_HTTPS) == "1"
+    if request.secure:
+        return True
+    trusted = request.config_dict.get(TRUSTED_PROXIES, ())
+    proto = request.headers.get("X-Forwarded-Proto", "").split(",")[0].strip().lower()
+    return bool(trusted) and _within(request.remote or "", trusted) and proto == "https"
+
+
+def _relayed(request: web.Request) -> bool:
+    """Whether the request came over the main process's private socket (from a worker)."""
+    transport = request.transport
+    sock = transport.get_extra_info("socket") if transport is not None else None
+    return sock is not None and sock.family == socket.AF_UNIX

@@ -10,7 +10,7 @@ import aiohttp
 from aiohttp import web
 from multidict import CIMultiDict
 
-from llmgw.api.context import RELAYED_FOR, REQUEST_ID, client_address
+from llmgw.api.context import RELAYED_FOR, RELAYED_HTTPS, REQUEST_ID, client_address, over_https
 from llmgw.api.errors import Handler
 from llmgw.core.errors import ServerUnreachable
 
@@ -42,6 +42,7 @@ def to_main(session: Callable[[], aiohttp.ClientSession]) -> Handler:
         headers["Host"] = request.host
         # Replaces any the client sent: the main process believes it from its socket only.
         headers[RELAYED_FOR] = client_address(request)
+        headers[RELAYED_HTTPS] = "1" if over_https(request) else "0"
         rid = request.get(REQUEST_ID)
         if rid:
             headers["X-Request-Id"] = rid  # the same id in both processes' logs

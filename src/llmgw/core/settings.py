@@ -329,8 +329,9 @@ class ServerSettings(BaseModel):
     trusted_proxies: list[str] = Field(default_factory=list)
     """Addresses or networks (`10.0.0.5`, `10.0.0.0/8`) of reverse proxies in front of llmgw:
     from a connection of theirs, the client is the last address in `X-Forwarded-For` that is
-    not a trusted proxy. The console's sign-in limit and the audit log count by that address;
-    without this, every client behind a proxy is the proxy."""
+    not a trusted proxy, and its `X-Forwarded-Proto: https` makes the console's cookies
+    `Secure`. The console's sign-in limit and the audit log count by that address; without
+    this, every client behind a proxy is the proxy."""
 
     control: ControlSettings = Field(default_factory=ControlSettings)
     """The control plane's knobs: the `[control]` table."""

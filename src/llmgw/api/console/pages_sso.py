@@ -24,7 +24,7 @@ from llmgw.api.console.session import (
     clear_cookie,
     set_cookie,
 )
-from llmgw.api.context import client_address
+from llmgw.api.context import client_address, over_https
 from llmgw.core.errors import IdentityProviderUnavailable, RateLimited, SignInRefused
 from llmgw.gateway.people import SignedIn
 
@@ -59,7 +59,7 @@ async def refresh(request: web.Request) -> web.StreamResponse:
 def _to_provider(request: web.Request, url: str, flow_cookie: str) -> web.StreamResponse:
     response = web.Response(status=303, headers={"Location": url, "Cache-Control": "no-store"})
     response.set_cookie(FLOW_COOKIE, flow_cookie, max_age=FLOW_MAX_AGE_S, path=PATH,
-                        httponly=True, samesite="Lax", secure=request.secure)
+                        httponly=True, samesite="Lax", secure=over_https(request))
     return response
 
 
@@ -98,7 +98,7 @@ async def callback(request: web.Request) -> web.StreamResponse:
         clear_cookie(request, response, COOKIE)
     except IdentityProviderUnavailable as exc:
         response = render.error(request, 502, exc.message + ": try again later.")
-    response.del_cookie(FLOW_COOKIE, path=PATH, secure=request.secure, httponly=True,
+    response.del_cookie(FLOW_COOKIE, path=PATH, secure=over_https(request), httponly=True,
                         samesite="Lax")
     return response
 

@@ -23,6 +23,7 @@ from aiohttp import web
 from itsdangerous import BadSignature, TimestampSigner, URLSafeTimedSerializer
 
 from llmgw.api.console.oidc import Flow
+from llmgw.api.context import over_https
 
 COOKIE = "llmgw_console"
 # Before sign-in: a nonce only, so the sign-in form carries a CSRF token too.
@@ -143,9 +144,9 @@ def set_cookie(request: web.Request, response: web.StreamResponse, name: str, va
     """Set one of the console's cookies with its flags: HttpOnly, SameSite=Strict, Path=/ui,
     Secure when the request came over https."""
     response.set_cookie(name, value, max_age=max_age, path=PATH, httponly=True, samesite="Strict",
-                        secure=request.secure)
+                        secure=over_https(request))
 
 
 def clear_cookie(request: web.Request, response: web.StreamResponse, name: str) -> None:
     """Expire one of the console's cookies in the browser."""
-    response.del_cookie(name, path=PATH, secure=request.secure, httponly=True, samesite="Strict")
+    response.del_cookie(name, path=PATH, secure=over_https(request), httponly=True, samesite="Strict")
