@@ -15,7 +15,7 @@ import asyncio
 from collections import Counter
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from llmgw.core import audit
 from llmgw.core.clock import Clock
@@ -34,7 +34,7 @@ CACHE_MAX = 4096
 
 @dataclass(frozen=True)
 class SignedIn:
-    """What a checked ID token says of the person (`api.console.oidc.Identity`, minus tokens)."""
+    """What a checked ID token says of the person (`api.console.oidc.Identity` adds the token)."""
 
     issuer: str
     subject: str
@@ -103,15 +103,12 @@ class People:
 
     async def sign_in(self, who: SignedIn, address: str) -> tuple[str, Visit]:
         """A new session for the person the provider signed in: its token and the visit."""
-        self._check_domain(who)
         now = self._clock.now()
-        refresh_at = now + timedelta(seconds=self._sso.refresh_s)
         with audit.acting(_by(who)), audit.from_address(address):
-            user = await asyncio.to_thread(self._store.users.signed_in, who.issuer, who.subject,
-                                           who.email, who.name, self._grant(who), now)
+            user = await self._signed_in(who, now)
             token, session = await asyncio.to_thread(
                 self._store.sessions.start, user.id, address, now,
-                timedelta(seconds=self._sso.max_age_s), refresh_at)
+                timedelta(seconds=self._sso.max_age_s), self._refresh_at(now))
         return token, self._keep(Visit(session, user, token))
 
     async def refreshed(self, visit: Visit, who: SignedIn, address: str) -> Visit:
@@ -120,15 +117,21 @@ class People:
         if (who.issuer, who.subject) != (visit.user.issuer, visit.user.subject):
             await self.end(visit, "another account", address)
             raise SignInRefused("the identity provider signed in another account: sign in again")
-        self._check_domain(who)
-        now = self._clock.now()
-        refresh_at = now + timedelta(seconds=self._sso.refresh_s)
+        now, refresh_at = self._clock.now(), self._refresh_at(self._clock.now())
         with audit.acting(_by(who)), audit.from_address(address):
-            user = await asyncio.to_thread(self._store.users.signed_in, who.issuer, who.subject,
-                                           who.email, who.name, self._grant(who), now)
+            user = await self._signed_in(who, now)
             await asyncio.to_thread(self._store.sessions.seen, visit.session.id, now, refresh_at)
         session = visit.session.model_copy(update={"last_seen_at": now, "refresh_at": refresh_at})
         return self._keep(Visit(session, user, visit.token))
+
+    async def _signed_in(self, who: SignedIn, now: datetime) -> User:
+        """The user as the provider says now (email, name, and the grant of their groups)."""
+        self._check_domain(who)
+        return await asyncio.to_thread(self._store.users.signed_in, who.issuer, who.subject,
+                                       who.email, who.name, self._grant(who), now)
+
+    def _refresh_at(self, now: datetime) -> datetime:
+        return now + timedelta(seconds=self._sso.refresh_s)
 
     async def resolve(self, token: str | None, *, fresh: bool = False) -> Visit | None:
         """The live session of a browser's token, or None; `fresh` reads the store, whatever

@@ -32,6 +32,7 @@ from joserfc.jwk import KeySet
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from llmgw.core.errors import IdentityProviderUnavailable, SignInRefused
+from llmgw.gateway.people import SignedIn
 
 logger = logging.getLogger(__name__)
 
@@ -76,15 +77,9 @@ class Flow:
 
 
 @dataclass(frozen=True)
-class Identity:
+class Identity(SignedIn):
     """Who the provider says signed in, from a checked ID token."""
 
-    issuer: str
-    subject: str
-    email: str | None
-    email_verified: bool
-    name: str | None
-    groups: tuple[str, ...]
     expires_at: float
     id_token: str
 

@@ -15,7 +15,7 @@ from aiohttp import web
 from llmgw.api.appkeys import PEOPLE
 from llmgw.api.console import render
 from llmgw.api.console.access import SESSIONS, SIGNIN, SSO, root
-from llmgw.api.console.oidc import Identity, safe_return_to
+from llmgw.api.console.oidc import safe_return_to
 from llmgw.api.console.session import (
     COOKIE,
     FLOW_COOKIE,
@@ -26,7 +26,6 @@ from llmgw.api.console.session import (
 )
 from llmgw.api.context import client_address, over_https
 from llmgw.core.errors import IdentityProviderUnavailable, RateLimited, SignInRefused
-from llmgw.gateway.people import SignedIn
 
 
 async def start(request: web.Request) -> web.StreamResponse:
@@ -75,8 +74,7 @@ async def callback(request: web.Request) -> web.StreamResponse:
         if current is not None and current.token else None
     q = request.query
     try:
-        identity = await client.finish(flow, q.get("state"), q.get("code"), q.get("error"))
-        who = _signed_in(identity)
+        who = await client.finish(flow, q.get("state"), q.get("code"), q.get("error"))
         if flow is not None and flow.silent:
             if visit is None:
                 raise SignInRefused("this browser's session has ended: sign in again")
@@ -101,11 +99,6 @@ async def callback(request: web.Request) -> web.StreamResponse:
     response.del_cookie(FLOW_COOKIE, path=PATH, secure=over_https(request), httponly=True,
                         samesite="Lax")
     return response
-
-
-def _signed_in(identity: Identity) -> SignedIn:
-    return SignedIn(identity.issuer, identity.subject, identity.email, identity.email_verified,
-                    identity.name, identity.groups)
 
 
 def _onward(request: web.Request, return_to: str) -> web.Response:
