@@ -123,6 +123,11 @@ async def test_a_team_admin_makes_keys_for_its_team_only(sso: SsoInstall) -> Non
     revoke = await person.console.post(f"/ui/keys/{other['id']}/revoke", {"csrf_token": token})
     assert revoke.status == 404
     assert not next(k for k in install.store.keys.list() if k.name == "sales-key").revoked
+    usage = await person.console.get("/ui/usage")
+    assert usage.status == 200 and "sales-key" not in await usage.text()
+    mine = await person.console.post(f"/ui/keys/{key.id}/revoke", {"csrf_token": token})
+    assert mine.status in (200, 303)
+    assert next(k for k in install.store.keys.list() if k.name == "r1").revoked
 
 
 async def test_a_person_without_a_role_is_told_so_and_can_sign_out(sso: SsoInstall) -> None:
