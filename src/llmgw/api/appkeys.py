@@ -6,18 +6,18 @@ from collections.abc import Awaitable, Callable
 
 from aiohttp import web
 
+from llmgw.admin.keys import KeyAdmin
+from llmgw.admin.people import People
+from llmgw.admin.routes import RouteAdmin
+from llmgw.admin.teams import TeamAdmin
 from llmgw.control.agents import AgentService
 from llmgw.control.catalog import CatalogService
 from llmgw.control.node_admin import NodeAdmin
 from llmgw.control.serve_jobs import ServeJobs
 from llmgw.core.audit import AuditEntry
 from llmgw.core.protocol import AuditQuery, ClusterOut, JudgeStatusOut
-from llmgw.gateway.keys_admin import KeyAdmin
 from llmgw.gateway.metrics import Metrics, MetricsState
-from llmgw.gateway.people import People
-from llmgw.gateway.route_admin import RouteAdmin
 from llmgw.gateway.service import Gateway
-from llmgw.gateway.team_admin import TeamAdmin
 from llmgw.guard.admin import GuardAdmin
 from llmgw.guard.enforcement import Guard
 

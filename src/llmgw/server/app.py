@@ -12,6 +12,10 @@ from typing import Any
 
 from aiohttp import web
 
+from llmgw.admin.keys import KeyAdmin
+from llmgw.admin.people import People
+from llmgw.admin.routes import RouteAdmin
+from llmgw.admin.teams import TeamAdmin
 from llmgw.api import routes
 from llmgw.api.appkeys import (
     AGENTS,
@@ -52,10 +56,6 @@ from llmgw.core.settings import ServerSettings
 from llmgw.core.tracing import NOOP_TRACER, Tracer
 from llmgw.core.types import ReplicaState
 from llmgw.gateway.inflight import InFlight
-from llmgw.gateway.keys_admin import KeyAdmin
-from llmgw.gateway.people import People
-from llmgw.gateway.route_admin import RouteAdmin
-from llmgw.gateway.team_admin import TeamAdmin
 from llmgw.gateway.windows import Windows
 from llmgw.guard.admin import GuardAdmin
 from llmgw.node import hardware

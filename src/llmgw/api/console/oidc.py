@@ -31,8 +31,8 @@ from joserfc.errors import InvalidKeyIdError, JoseError
 from joserfc.jwk import KeySet
 from pydantic import BaseModel, ConfigDict, ValidationError
 
+from llmgw.admin.people import SignedIn
 from llmgw.core.errors import IdentityProviderUnavailable, SignInRefused
-from llmgw.gateway.people import SignedIn
 
 logger = logging.getLogger(__name__)
 

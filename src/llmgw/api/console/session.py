@@ -5,7 +5,7 @@ A key's session cookie holds `{"k": key_id, "n": nonce}` signed with a secret de
 install's `key_secret`, so every server of an install accepts every other's cookies and nothing
 needs storing. The key id is resolved on each request through the gateway's snapshot: a revoked
 or expired key ends its sessions at once. A person's holds `{"s": token, "n": nonce}`: the token
-of a session kept on the server (`gateway.people`), which sign-out ends everywhere. The CSRF
+of a session kept on the server (`admin.people`), which sign-out ends everywhere. The CSRF
 token is an HMAC of the session's nonce, so it needs no storage either and dies with the session.
 """
 

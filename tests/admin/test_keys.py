@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from llmgw.admin.keys import KeyAdmin, visible
 from llmgw.core.clock import FakeClock
 from llmgw.core.errors import (
     Conflict,
@@ -22,7 +23,6 @@ from llmgw.core.ids import hash_key
 from llmgw.core.protocol import KeyRequest
 from llmgw.core.types import ApiKey, KeyScope, Limits, Team
 from llmgw.gateway.auth import KeyCache
-from llmgw.gateway.keys_admin import KeyAdmin, visible
 from llmgw.store.store import Store
 from tests.factories import KEY_SECRET, NOW, admin_key, user_key
 

@@ -8,11 +8,11 @@ from datetime import timedelta
 
 import pytest
 
+from llmgw.admin.people import TOUCH_S, People, SignedIn
 from llmgw.core.clock import FakeClock
 from llmgw.core.errors import RateLimited, SignInRefused
 from llmgw.core.settings import SsoSettings
 from llmgw.core.users import Grant, Role
-from llmgw.gateway.people import TOUCH_S, People, SignedIn
 from llmgw.store.store import Store
 
 ISSUER = "https://idp.example"
