@@ -8,8 +8,7 @@ from datetime import datetime
 from typing import Any
 
 from pydantic import ValidationError
-from sqlalchemy import Engine, delete, insert, select, update
-from sqlalchemy.exc import IntegrityError
+from sqlalchemy import Engine, delete, select, update
 
 from llmgw.core.audit import AuditKind
 from llmgw.core.errors import Conflict, ModelNotFound
@@ -18,6 +17,7 @@ from llmgw.store.audit_repo import record
 from llmgw.store.db import bump_revision, utc
 from llmgw.store.lease_repo import Fence
 from llmgw.store.schema import models, replicas
+from llmgw.store.upsert import upsert
 
 logger = logging.getLogger(__name__)
 
@@ -66,17 +66,10 @@ class CatalogRepo:
     def add(self, model: Model, by: str, now: datetime) -> Model:
         """Add a new entry; a name already taken is a Conflict."""
         spec = model.model_dump(mode="json", include=_SPEC_FIELDS)
-        try:
-            with self._engine.begin() as conn:
-                conn.execute(
-                    insert(models).values(
-                        name=model.name, spec=spec, by=by, created_at=now, updated_at=now
-                    )
-                )
-                record(conn, AuditKind.MODEL, "add", model.name, None, spec, now)
-                bump_revision(conn)
-        except IntegrityError as exc:
-            raise Conflict(f"model {model.name!r} already exists", param="name") from exc
+        with self._engine.begin() as conn:
+            upsert(conn, models, model.name, spec, write="insert", kind=AuditKind.MODEL,
+                   action="add", by=by, now=now,
+                   taken=Conflict(f"model {model.name!r} already exists", param="name"))
         return self.get(model.name)
 
     def set_scaling(self, name: str, scaling: Scaling, by: str, now: datetime) -> Model:

@@ -13,6 +13,7 @@ from llmgw.core.guard import Direction, JudgeSpec, Outcome, Policy, VerdictRecor
 from llmgw.store.audit_repo import record
 from llmgw.store.db import bump_revision, utc
 from llmgw.store.schema import enabled_judges, meta, policies, verdicts
+from llmgw.store.upsert import upsert
 
 SWITCHES = ("guard_enabled", "log_prompts")
 
@@ -35,11 +36,8 @@ class GuardRepo:
         """Create or replace a policy."""
         spec = policy.model_dump(mode="json", exclude={"name", "by", "updated_at"})
         with self._engine.begin() as conn:
-            old = conn.execute(select(policies.c.spec).where(policies.c.name == policy.name)).one_or_none()
-            conn.execute(delete(policies).where(policies.c.name == policy.name))
-            conn.execute(insert(policies).values(name=policy.name, spec=spec, by=by, updated_at=now))
-            record(conn, AuditKind.POLICY, "set", policy.name, old.spec if old else None, spec, now)
-            bump_revision(conn)
+            upsert(conn, policies, policy.name, spec, write="replace", kind=AuditKind.POLICY,
+                   action="set", by=by, now=now)
 
     def remove_policy(self, name: str) -> None:
         with self._engine.begin() as conn:
@@ -71,13 +69,8 @@ class GuardRepo:
 
     def enable_judge(self, spec: JudgeSpec, by: str, now: datetime) -> None:
         with self._engine.begin() as conn:
-            old = conn.execute(select(enabled_judges.c.spec)
-                               .where(enabled_judges.c.name == spec.name)).one_or_none()
-            conn.execute(delete(enabled_judges).where(enabled_judges.c.name == spec.name))
-            after = spec.model_dump(mode="json")
-            conn.execute(insert(enabled_judges).values(name=spec.name, spec=after, by=by, created_at=now))
-            record(conn, AuditKind.JUDGE, "enable", spec.name, old.spec if old else None, after, now)
-            bump_revision(conn)
+            upsert(conn, enabled_judges, spec.name, spec.model_dump(mode="json"), write="replace",
+                   kind=AuditKind.JUDGE, action="enable", by=by, now=now)
 
     def add_verdicts(self, records: list[VerdictRecord]) -> None:
         """One batch from the verdict buffer."""

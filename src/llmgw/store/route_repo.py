@@ -7,8 +7,7 @@ from datetime import datetime
 from typing import Any
 
 from pydantic import ValidationError
-from sqlalchemy import Engine, delete, insert, select, update
-from sqlalchemy.exc import IntegrityError
+from sqlalchemy import Engine, delete, select
 
 from llmgw.core.audit import AuditKind
 from llmgw.core.errors import Conflict, ModelNotFound
@@ -16,6 +15,7 @@ from llmgw.core.routes import RouteSpec
 from llmgw.store.audit_repo import record
 from llmgw.store.db import bump_revision, utc
 from llmgw.store.schema import routes
+from llmgw.store.upsert import upsert
 
 logger = logging.getLogger(__name__)
 
@@ -57,22 +57,11 @@ class RouteRepo:
         """Add a route (Conflict when the name is taken), or with `replace` change one that
         exists (ModelNotFound when it does not)."""
         values = spec.model_dump(mode="json", include=_SPEC_FIELDS)
-        try:
-            with self._engine.begin() as conn:
-                old = conn.execute(select(routes.c.spec).where(routes.c.name == spec.name)).one_or_none()
-                if replace:
-                    done = conn.execute(update(routes).where(routes.c.name == spec.name).values(
-                        spec=values, by=by, updated_at=now)).rowcount
-                    if not done:
-                        raise ModelNotFound(f"route {spec.name!r} does not exist", param="name")
-                else:
-                    conn.execute(insert(routes).values(name=spec.name, spec=values, by=by,
-                                                       created_at=now, updated_at=now))
-                record(conn, AuditKind.ROUTE, "set" if replace else "add", spec.name,
-                       old.spec if replace and old else None, values, now)
-                bump_revision(conn)
-        except IntegrityError as exc:
-            raise Conflict(f"route {spec.name!r} already exists", param="name") from exc
+        with self._engine.begin() as conn:
+            upsert(conn, routes, spec.name, values, write="update" if replace else "insert",
+                   kind=AuditKind.ROUTE, action="set" if replace else "add", by=by, now=now,
+                   taken=Conflict(f"route {spec.name!r} already exists", param="name"),
+                   missing=ModelNotFound(f"route {spec.name!r} does not exist", param="name"))
         return self.get(spec.name)
 
     def remove(self, name: str) -> None:

@@ -5,8 +5,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Engine, delete, insert, select, update
-from sqlalchemy.exc import IntegrityError
+from sqlalchemy import Engine, delete, select
 
 from llmgw.core.audit import AuditKind
 from llmgw.core.errors import Conflict, NotFound
@@ -14,6 +13,7 @@ from llmgw.core.types import Team
 from llmgw.store.audit_repo import record
 from llmgw.store.db import bump_revision, utc
 from llmgw.store.schema import api_keys, teams
+from llmgw.store.upsert import upsert
 
 _SPEC_FIELDS = {"models", "limits", "note"}
 
@@ -45,22 +45,11 @@ class TeamRepo:
     def put(self, team: Team, by: str, now: datetime, *, replace: bool) -> Team:
         """Add a team (Conflict when the name is taken), or with `replace` change one."""
         spec = team.model_dump(mode="json", include=_SPEC_FIELDS)
-        try:
-            with self._engine.begin() as conn:
-                old = conn.execute(select(teams.c.spec).where(teams.c.name == team.name)).one_or_none()
-                if replace:
-                    done = conn.execute(update(teams).where(teams.c.name == team.name).values(
-                        spec=spec, by=by, updated_at=now)).rowcount
-                    if not done:
-                        raise NotFound(f"team {team.name!r} does not exist", param="team")
-                else:
-                    conn.execute(insert(teams).values(name=team.name, spec=spec, by=by,
-                                                      created_at=now, updated_at=now))
-                record(conn, AuditKind.TEAM, "set" if replace else "add", team.name,
-                       old.spec if replace and old else None, spec, now)
-                bump_revision(conn)
-        except IntegrityError as exc:
-            raise Conflict(f"team {team.name!r} already exists", param="name") from exc
+        with self._engine.begin() as conn:
+            upsert(conn, teams, team.name, spec, write="update" if replace else "insert",
+                   kind=AuditKind.TEAM, action="set" if replace else "add", by=by, now=now,
+                   taken=Conflict(f"team {team.name!r} already exists", param="name"),
+                   missing=NotFound(f"team {team.name!r} does not exist", param="team"))
         return self.get(team.name)
 
     def remove(self, name: str) -> None:

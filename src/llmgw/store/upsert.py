@@ -1,0 +1,53 @@
+"""Writing one named entry with its audit entry and a revision bump, in the caller's transaction."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import datetime
+from typing import Any, Literal
+
+from sqlalchemy import Connection, Table, delete, insert, select, update
+from sqlalchemy.exc import IntegrityError
+
+from llmgw.core.audit import AuditKind
+from llmgw.store.audit_repo import record
+from llmgw.store.db import bump_revision
+
+# insert: a new row (`taken` when the name is already); update: the row there is (`missing` when
+# there is none); replace: whatever row has the name is deleted and the new one inserted.
+Write = Literal["insert", "update", "replace"]
+
+
+def upsert(
+    conn: Connection, table: Table, name: str, spec: Mapping[str, Any], *, write: Write,
+    kind: AuditKind, action: str, by: str, now: datetime,
+    taken: Exception | None = None, missing: Exception | None = None,
+) -> None:
+    """Write `spec` as `table`'s row `name` by `by` at `now`, audit it, bump the revision."""
+    where = table.c.name == name
+    # Every table written here has name, spec and by; created_at (a new row's time) and
+    # updated_at (every write's) where it has them.
+    stamped = ("updated_at",) if write == "update" else ("created_at", "updated_at")
+    stamps = {c: now for c in stamped if c in table.c}
+    # The audit's `before`: the spec stored until now, None when there was none (or when
+    # inserting, which fails if there was one).
+    before = None if write == "insert" else conn.execute(
+        select(table.c.spec).where(where)).scalar_one_or_none()
+    if write == "update":
+        if not conn.execute(update(table).where(where).values(spec=spec, by=by, **stamps)).rowcount:
+            raise missing or LookupError(f"{table.name} {name!r} does not exist")
+    else:
+        if write == "replace":
+            conn.execute(delete(table).where(where))
+        try:
+            conn.execute(insert(table).values(name=name, spec=spec, by=by, **stamps))
+        except IntegrityError as exc:
+            if taken is None:
+                raise
+            raise taken from exc
+    record(conn, kind, action, name, before, spec, now)
+    # Last, after the write and its entry, where each of these writes always bumped it; in the
+    # same transaction, so a server that sees the new revision reads the change and a write that
+    # fails bumps nothing. Writes that must take turns with others bump first (see KeyRepo.create,
+    # TeamRepo.remove, UserRepo.set_grant) and so do not come through here.
+    bump_revision(conn)
