@@ -4,6 +4,7 @@ times; a write that fails leaves neither entry nor bump."""
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -15,7 +16,9 @@ from llmgw.core.errors import Conflict, NotFound
 from llmgw.core.guard import Policy
 from llmgw.core.routes import RouteSpec, Target
 from llmgw.core.types import Limits, Team
+from llmgw.store.schema import policies
 from llmgw.store.store import Store
+from llmgw.store.upsert import upsert
 from tests.factories import local_model
 
 T1 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
@@ -101,3 +104,32 @@ def test_setting_a_policy_creates_or_replaces_it(store: Store) -> None:
     assert made.before is None and made.after is not None and made.after["budget_ms"] == 3000
     assert replaced.before == made.after and replaced.after is not None
     assert replaced.after["budget_ms"] == 4000 and replaced.action == "set"
+
+
+@pytest.mark.parametrize("existing", [True, False], ids=["existing", "new"])
+def test_two_writers_setting_one_policy_at_once_both_succeed(store: Store, existing: bool) -> None:
+    """The second waits for the first and then replaces its policy. (On PostgreSQL the second
+    used to fail: its delete missed the row the first had just inserted, its insert collided.)"""
+    if existing:
+        store.guard.set_policy(Policy(name="p", judges=["j"]), WHO, T1)
+    rev = store.revision()
+    failed: list[BaseException] = []
+
+    def second() -> None:
+        try:
+            store.guard.set_policy(Policy(name="p", judges=["second"]), "bob", T2)
+        except BaseException as exc:
+            failed.append(exc)
+
+    with store.engine.connect() as conn, conn.begin():
+        upsert(conn, policies, "p", {"judges": ["first"]}, write="replace",
+               kind=AuditKind.POLICY, action="set", by=WHO, now=T1)
+        writer = threading.Thread(target=second)
+        writer.start()
+        writer.join(0.5)
+        assert writer.is_alive()  # waiting for the first to commit
+    writer.join(10)
+    assert not writer.is_alive() and failed == []
+    [policy] = store.guard.policies()
+    assert (policy.judges, policy.by) == (["second"], "bob")
+    assert store.revision() == rev + 2

@@ -6,7 +6,9 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any, Literal
 
-from sqlalchemy import Connection, Table, delete, insert, select, update
+from sqlalchemy import Connection, Executable, Table, insert, select, update
+from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.exc import IntegrityError
 
 from llmgw.core.audit import AuditKind
@@ -14,7 +16,7 @@ from llmgw.store.audit_repo import record
 from llmgw.store.db import bump_revision
 
 # insert: a new row (`taken` when the name is already); update: the row there is (`missing` when
-# there is none); replace: whatever row has the name is deleted and the new one inserted.
+# there is none); replace: the row there is, or a new one.
 Write = Literal["insert", "update", "replace"]
 
 
@@ -36,9 +38,9 @@ def upsert(
     if write == "update":
         if not conn.execute(update(table).where(where).values(spec=spec, by=by, **stamps)).rowcount:
             raise missing or LookupError(f"{table.name} {name!r} does not exist")
+    elif write == "replace":
+        conn.execute(_replace(conn, table, {"name": name, "spec": spec, "by": by, **stamps}))
     else:
-        if write == "replace":
-            conn.execute(delete(table).where(where))
         try:
             conn.execute(insert(table).values(name=name, spec=spec, by=by, **stamps))
         except IntegrityError as exc:
@@ -51,3 +53,12 @@ def upsert(
     # fails bumps nothing. Writes that must take turns with others bump first (see KeyRepo.create,
     # TeamRepo.remove, UserRepo.set_grant) and so do not come through here.
     bump_revision(conn)
+
+
+def _replace(conn: Connection, table: Table, row: dict[str, Any]) -> Executable:
+    """Insert `row`, or overwrite the row its name has: one statement, so two writers replacing
+    one name at once take turns on its row. (A delete then an insert did not on PostgreSQL: the
+    second's delete missed the row the first inserted, and its insert collided with it.)"""
+    dml = pg_insert(table) if conn.dialect.name == "postgresql" else sqlite_insert(table)
+    return dml.values(row).on_conflict_do_update(
+        index_elements=[table.c.name], set_={c: dml.excluded[c] for c in row if c != "name"})
