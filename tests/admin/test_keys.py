@@ -20,7 +20,7 @@ from llmgw.core.errors import (
     Unauthenticated,
 )
 from llmgw.core.ids import hash_key
-from llmgw.core.protocol import KeyRequest
+from llmgw.core.protocol.keys import KeyRequest
 from llmgw.core.types import ApiKey, KeyScope, Limits, Team
 from llmgw.gateway.auth import KeyCache
 from llmgw.store.store import Store

@@ -13,7 +13,9 @@ from llmgw.api import admin, data_plane, keys
 from llmgw.api.appkeys import KEYS
 from llmgw.api.endpoints import invoke
 from llmgw.core.errors import Forbidden, InvalidRequest, NotFound
-from llmgw.core.protocol import DataList, KeyOut, KeyRequest, ScaleRequest
+from llmgw.core.protocol.common import DataList
+from llmgw.core.protocol.keys import KeyOut, KeyRequest
+from llmgw.core.protocol.models import ScaleRequest
 from llmgw.core.types import ApiKey
 from tests.api.test_openapi import build
 

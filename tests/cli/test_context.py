@@ -13,7 +13,10 @@ from typer.testing import CliRunner
 
 from llmgw.cli import ctl, ctl_models
 from llmgw.cli.context import CtlContext, body, parse, query, refusal
-from llmgw.core.protocol import DataList, NodeRemoveQuery, ReplicaQuery, ScaleRequest, UsageQuery
+from llmgw.core.protocol.common import DataList
+from llmgw.core.protocol.keys import UsageQuery
+from llmgw.core.protocol.models import ReplicaQuery, ScaleRequest
+from llmgw.core.protocol.nodes import NodeRemoveQuery
 from llmgw.core.types import Limits, Profile, Replica, Scaling
 from tests.conftest import DEMO
 from tests.e2e.server_process import LlmgwServer

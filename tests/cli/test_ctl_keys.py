@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from llmgw.core.protocol import KeyOut
+from llmgw.core.protocol.keys import KeyOut
 from llmgw.core.types import KeyScope, Limits
 from tests.cli.conftest import OfflineCtl
 from tests.cli.test_ctl_guard import flat, row

@@ -12,7 +12,7 @@ import pytest
 import typer
 
 from llmgw.cli.ctl_models import idle_text, parse_idle
-from llmgw.core.protocol import ModelOut
+from llmgw.core.protocol.models import ModelOut
 from llmgw.server.init import demo_judge, demo_model
 from tests.cli.conftest import OfflineCtl
 from tests.cli.test_ctl_guard import flat, row

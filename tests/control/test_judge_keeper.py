@@ -35,7 +35,7 @@ from llmgw.control.judge_scaling import Scale
 from llmgw.core.clock import FakeClock
 from llmgw.core.guard import JudgeLoad, JudgeSpec, Policy
 from llmgw.core.judges import DEFAULT_JUDGE, DEMO_JUDGE, KNOWN
-from llmgw.core.protocol import JobState, ServeJob, ServeRequest
+from llmgw.core.protocol.models import JobState, ServeJob, ServeRequest
 from llmgw.core.types import Engine, HubSource, Model, Profile, Scaling
 from tests.factories import NOW
 

@@ -15,7 +15,7 @@ from llmgw.core import audit
 from llmgw.core.audit import AuditKind
 from llmgw.core.clock import SystemClock
 from llmgw.core.errors import FetchFailed, FetchRefused, InvalidRequest
-from llmgw.core.protocol import JobState, ServeJob, ServeRequest
+from llmgw.core.protocol.models import JobState, ServeJob, ServeRequest
 from llmgw.core.types import HubSource, LocalSource, Model, Profile
 from llmgw.node.files import Progress
 from llmgw.store.lease_repo import fence

@@ -7,7 +7,9 @@ from typing import get_args
 
 from llmgw.control.catalog import Fit
 from llmgw.control.node_admin import NodeState
-from llmgw.core.protocol import FitOut, JobOut, KeyOut, NodeStatus, ServeJob, ServeRequest, UsageRowOut
+from llmgw.core.protocol.keys import KeyOut, UsageRowOut
+from llmgw.core.protocol.models import FitOut, JobOut, ServeJob, ServeRequest
+from llmgw.core.protocol.nodes import NodeStatus
 from llmgw.core.types import ApiKey, LocalSource
 from llmgw.store.usage_repo import UsageRow
 from tests.factories import user_key

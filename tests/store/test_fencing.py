@@ -7,7 +7,7 @@ from datetime import timedelta
 import pytest
 
 from llmgw.core.errors import StaleEpoch
-from llmgw.core.protocol import ServeJob, ServeRequest
+from llmgw.core.protocol.models import ServeJob, ServeRequest
 from llmgw.core.types import LocalSource, Replica
 from llmgw.store.lease_repo import fence
 from llmgw.store.store import Store

@@ -21,7 +21,7 @@ from sqlalchemy import create_engine, inspect, select, text
 from sqlalchemy.engine import make_url
 
 from llmgw.core.guard import Direction, JudgeSpec, Outcome, Policy, VerdictRecord
-from llmgw.core.protocol import JobState, ServeJob, ServeRequest
+from llmgw.core.protocol.models import JobState, ServeJob, ServeRequest
 from llmgw.core.settings import ServerSettings, dump
 from llmgw.core.types import ApiKey, KeyScope, Limits, LocalSource, Model, Node, Profile
 from llmgw.store.db import redact, schema_exists

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from llmgw.core.errors import Conflict, ModelNotFound
-from llmgw.core.protocol import ServeJob, ServeRequest
+from llmgw.core.protocol.models import ServeJob, ServeRequest
 from llmgw.core.types import LocalSource, Model, Profile, ProviderApi, RemoteSource, ReplicaState, Scaling
 from llmgw.store.db import schema_exists
 from llmgw.store.store import Store

@@ -10,7 +10,7 @@ from datetime import datetime, timedelta
 from llmgw.core.clock import Clock
 from llmgw.core.errors import Forbidden, InvalidRequest, NotFound
 from llmgw.core.ids import hash_key, key_prefix, new_api_key, new_id
-from llmgw.core.protocol import KeyRequest
+from llmgw.core.protocol.keys import KeyRequest
 from llmgw.core.types import ApiKey, KeyScope, Limits, Team
 from llmgw.core.users import is_person, who
 from llmgw.store.key_repo import MintCaps

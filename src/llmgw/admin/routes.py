@@ -7,7 +7,7 @@ from collections.abc import Awaitable, Callable
 
 from llmgw.core.clock import Clock
 from llmgw.core.errors import Conflict, InvalidRequest
-from llmgw.core.protocol import RouteOut, TargetStatusOut
+from llmgw.core.protocol.routes import RouteOut, TargetStatusOut
 from llmgw.core.routes import RouteSpec
 from llmgw.gateway.routes import Router
 from llmgw.gateway.routing import RoutingTable

@@ -6,7 +6,7 @@ import asyncio
 from collections.abc import Awaitable, Callable
 
 from llmgw.core.clock import Clock
-from llmgw.core.protocol import TeamOut, TeamRequest
+from llmgw.core.protocol.keys import TeamOut, TeamRequest
 from llmgw.core.types import Team
 from llmgw.store.store import Store
 

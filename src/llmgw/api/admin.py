@@ -8,17 +8,9 @@ from typing import Any
 from llmgw.api.appkeys import CATALOG, CLUSTER
 from llmgw.api.endpoints import Call, Endpoint, who
 from llmgw.core.errors import InvalidRequest
-from llmgw.core.protocol import (
-    ClusterOut,
-    DataList,
-    EstimateOut,
-    FitOut,
-    ModelOut,
-    Removed,
-    ReplicaQuery,
-    ResourcesOut,
-    ScaleRequest,
-)
+from llmgw.core.protocol.common import DataList, Removed
+from llmgw.core.protocol.models import EstimateOut, FitOut, ModelOut, ReplicaQuery, ResourcesOut, ScaleRequest
+from llmgw.core.protocol.nodes import ClusterOut
 from llmgw.core.types import ApiKey, Model, Replica
 
 TAG = "admin"

@@ -10,7 +10,7 @@ from typing import Any
 from llmgw.api.appkeys import AGENTS, CHANGES
 from llmgw.api.endpoints import Access, Call, Endpoint
 from llmgw.core.agent_wire import Changes, SyncRequest, SyncResponse
-from llmgw.core.protocol import ChangesQuery
+from llmgw.core.protocol.nodes import ChangesQuery
 
 TAG = "agent"
 

@@ -15,7 +15,9 @@ from llmgw.control.catalog import CatalogService
 from llmgw.control.node_admin import NodeAdmin
 from llmgw.control.serve_jobs import ServeJobs
 from llmgw.core.audit import AuditEntry
-from llmgw.core.protocol import AuditQuery, ClusterOut, JudgeStatusOut
+from llmgw.core.protocol.audit import AuditQuery
+from llmgw.core.protocol.guard import JudgeStatusOut
+from llmgw.core.protocol.nodes import ClusterOut
 from llmgw.gateway.metrics import Metrics, MetricsState
 from llmgw.gateway.service import Gateway
 from llmgw.guard.admin import GuardAdmin

@@ -7,7 +7,8 @@ from typing import Any
 from llmgw.api.appkeys import AUDIT
 from llmgw.api.endpoints import Call, Endpoint
 from llmgw.core.audit import AuditEntry
-from llmgw.core.protocol import AuditQuery, DataList
+from llmgw.core.protocol.audit import AuditQuery
+from llmgw.core.protocol.common import DataList
 
 TAG = "admin"
 

@@ -9,13 +9,12 @@ from llmgw.api.appkeys import GUARD, GUARD_ADMIN, JUDGE_STATUS
 from llmgw.api.endpoints import Call, Endpoint
 from llmgw.api.openapi import POLICY_BODY
 from llmgw.core.guard import Direction, JudgeSpec, Policy, VerdictRecord
-from llmgw.core.protocol import (
-    DataList,
+from llmgw.core.protocol.common import DataList, Removed
+from llmgw.core.protocol.guard import (
     EnableJudge,
     GuardOut,
     JudgeStatusOut,
     JudgmentRequest,
-    Removed,
     SwitchesOut,
     SwitchRequest,
     VerdictOut,

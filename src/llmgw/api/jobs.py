@@ -7,7 +7,8 @@ from typing import Any
 from llmgw.api.admin import by
 from llmgw.api.appkeys import JOBS
 from llmgw.api.endpoints import Call, Endpoint
-from llmgw.core.protocol import DataList, JobOut, ServeJob, ServeRequest
+from llmgw.core.protocol.common import DataList
+from llmgw.core.protocol.models import JobOut, ServeJob, ServeRequest
 from llmgw.core.settings import DEFAULT_CTX_SIZE
 
 TAG = "admin"

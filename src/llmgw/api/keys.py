@@ -12,8 +12,8 @@ from typing import Any
 from llmgw.api.appkeys import GATEWAY, KEYS
 from llmgw.api.endpoints import Access, Call, Endpoint
 from llmgw.core.errors import InvalidRequest
-from llmgw.core.protocol import (
-    DataList,
+from llmgw.core.protocol.common import DataList
+from llmgw.core.protocol.keys import (
     KeyCreated,
     KeyOut,
     KeyRequest,

@@ -7,7 +7,8 @@ from typing import Any
 from llmgw.api.appkeys import NODES
 from llmgw.api.endpoints import Call, Endpoint
 from llmgw.control.node_admin import NodeView
-from llmgw.core.protocol import DataList, LabelRequest, NodeDetailOut, NodeOut, NodeRemoved, NodeRemoveQuery
+from llmgw.core.protocol.common import DataList
+from llmgw.core.protocol.nodes import LabelRequest, NodeDetailOut, NodeOut, NodeRemoved, NodeRemoveQuery
 
 TAG = "admin"
 

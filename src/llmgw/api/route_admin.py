@@ -7,7 +7,8 @@ from typing import Any
 from llmgw.api.admin import by
 from llmgw.api.appkeys import ROUTES
 from llmgw.api.endpoints import Call, Endpoint
-from llmgw.core.protocol import DataList, Removed, RouteOut
+from llmgw.core.protocol.common import DataList, Removed
+from llmgw.core.protocol.routes import RouteOut
 from llmgw.core.routes import RouteSpec
 
 TAG = "routes"

@@ -11,7 +11,8 @@ from llmgw.api.appkeys import TEAMS
 from llmgw.api.endpoints import Call, Endpoint
 from llmgw.api.keys import live_counts
 from llmgw.core.errors import NotFound
-from llmgw.core.protocol import DataList, Removed, TeamOut, TeamRequest
+from llmgw.core.protocol.common import DataList, Removed
+from llmgw.core.protocol.keys import TeamOut, TeamRequest
 from llmgw.core.types import KeyScope
 
 TAG = "teams"

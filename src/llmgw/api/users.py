@@ -7,7 +7,8 @@ from typing import Any
 
 from llmgw.api.appkeys import PEOPLE
 from llmgw.api.endpoints import Call, Endpoint
-from llmgw.core.protocol import DataList, RoleRequest, SessionsEnded, UserOut
+from llmgw.core.protocol.common import DataList
+from llmgw.core.protocol.users import RoleRequest, SessionsEnded, UserOut
 
 TAG = "users"
 USER = "{user}"

@@ -11,7 +11,8 @@ import typer
 from llmgw.cli import render
 from llmgw.cli.context import CtlContext, options_for, query
 from llmgw.core.audit import AuditEntry, AuditKind
-from llmgw.core.protocol import AuditQuery, DataList
+from llmgw.core.protocol.audit import AuditQuery
+from llmgw.core.protocol.common import DataList
 
 _AGO = re.compile(r"^(\d+)([mhd])$")
 _UNITS = {"m": "minutes", "h": "hours", "d": "days"}

@@ -22,8 +22,8 @@ from llmgw.core.guard import (
     Policy,
     VerdictRecord,
 )
-from llmgw.core.protocol import (
-    DataList,
+from llmgw.core.protocol.common import DataList
+from llmgw.core.protocol.guard import (
     EnableJudge,
     GuardOut,
     JudgeStatusOut,

@@ -20,7 +20,8 @@ from rich.progress import (
 
 from llmgw.cli import render
 from llmgw.cli.context import CtlContext, body, options_for, parse, query
-from llmgw.core.protocol import DataList, JobOut, JobState, ReplicaQuery, ServeRequest
+from llmgw.core.protocol.common import DataList
+from llmgw.core.protocol.models import JobOut, JobState, ReplicaQuery, ServeRequest
 from llmgw.core.settings import DEFAULT_CTX_SIZE
 from llmgw.core.types import HubSource, Replica, ReplicaState, Scaling
 

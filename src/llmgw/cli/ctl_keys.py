@@ -11,7 +11,8 @@ from llmgw.cli import render
 from llmgw.cli.client import quote
 from llmgw.cli.context import CtlContext, body, options_for, query
 from llmgw.cli.render import Col
-from llmgw.core.protocol import DataList, KeyCreated, KeyOut, KeyRequest, KeyRevoked, UsageQuery, UsageRowOut
+from llmgw.core.protocol.common import DataList
+from llmgw.core.protocol.keys import KeyCreated, KeyOut, KeyRequest, KeyRevoked, UsageQuery, UsageRowOut
 from llmgw.core.types import KeyScope, Limits
 
 key_app = typer.Typer(help="API keys: shown once, stored hashed.", no_args_is_help=True)

@@ -12,15 +12,9 @@ from llmgw.cli import render
 from llmgw.cli.client import quote
 from llmgw.cli.context import CtlContext, body, options_for, query
 from llmgw.cli.render import Col
-from llmgw.core.protocol import (
-    ClusterOut,
-    DataList,
-    FitOut,
-    ModelOut,
-    ReplicaQuery,
-    ResourcesOut,
-    ScaleRequest,
-)
+from llmgw.core.protocol.common import DataList
+from llmgw.core.protocol.models import FitOut, ModelOut, ReplicaQuery, ResourcesOut, ScaleRequest
+from llmgw.core.protocol.nodes import ClusterOut
 from llmgw.core.types import (
     Engine,
     HubSource,

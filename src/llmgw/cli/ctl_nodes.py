@@ -14,18 +14,9 @@ import typer
 
 from llmgw.cli import render
 from llmgw.cli.context import CtlContext, body, options_for, parse, query
-from llmgw.core.protocol import (
-    DataList,
-    KeyCreated,
-    KeyOut,
-    KeyRequest,
-    KeyRevoked,
-    LabelRequest,
-    NodeDetailOut,
-    NodeOut,
-    NodeRemoved,
-    NodeRemoveQuery,
-)
+from llmgw.core.protocol.common import DataList
+from llmgw.core.protocol.keys import KeyCreated, KeyOut, KeyRequest, KeyRevoked
+from llmgw.core.protocol.nodes import LabelRequest, NodeDetailOut, NodeOut, NodeRemoved, NodeRemoveQuery
 from llmgw.core.types import KeyScope, Replica, ReplicaState
 
 node_app = typer.Typer(help="Machines that run replicas: status, labels, cordon, drain, remove.",

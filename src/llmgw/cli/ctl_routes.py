@@ -10,7 +10,8 @@ import typer
 from llmgw.cli import render
 from llmgw.cli.client import quote
 from llmgw.cli.context import CtlContext, body, options_for
-from llmgw.core.protocol import DataList, Removed, RouteOut
+from llmgw.core.protocol.common import DataList, Removed
+from llmgw.core.protocol.routes import RouteOut
 from llmgw.core.routes import Cooldown, FailOn, Fallback, Retry, RouteSpec, Strategy, Target
 
 route_app = typer.Typer(help="Routes: one name in front of several catalog models, with "

@@ -11,7 +11,8 @@ from llmgw.cli import render
 from llmgw.cli.client import quote
 from llmgw.cli.context import CtlContext, body, options_for
 from llmgw.cli.ctl_keys import LIMIT_OPTIONS, limits_given, limits_text
-from llmgw.core.protocol import DataList, Removed, TeamOut, TeamRequest
+from llmgw.core.protocol.common import DataList, Removed
+from llmgw.core.protocol.keys import TeamOut, TeamRequest
 from llmgw.core.types import Limits
 
 team_app = typer.Typer(help="Teams: keys with shared limits and budgets, and team admin keys.",

@@ -11,7 +11,8 @@ import typer
 from llmgw.cli import render
 from llmgw.cli.client import quote
 from llmgw.cli.context import CtlContext, body
-from llmgw.core.protocol import DataList, RoleRequest, SessionsEnded, UserOut
+from llmgw.core.protocol.common import DataList
+from llmgw.core.protocol.users import RoleRequest, SessionsEnded, UserOut
 from llmgw.core.users import Grant
 
 user_app = typer.Typer(help="People who sign in to the console through the identity provider: "

@@ -15,7 +15,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from llmgw.core.protocol import LiveCounts
+from llmgw.core.protocol.keys import LiveCounts
 
 console = Console()
 err_console = Console(stderr=True)

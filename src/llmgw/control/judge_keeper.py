@@ -42,7 +42,7 @@ from llmgw.control.judge_scaling import (
 )
 from llmgw.core.guard import JudgeLoad, JudgeSpec, Policy
 from llmgw.core.judges import DEFAULT_JUDGE, DEMO_JUDGE
-from llmgw.core.protocol import JobState, ServeJob, ServeRequest
+from llmgw.core.protocol.models import JobState, ServeJob, ServeRequest
 from llmgw.core.types import Engine, HubSource, Model, Profile, Scaling
 
 logger = logging.getLogger(__name__)

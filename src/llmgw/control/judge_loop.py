@@ -26,7 +26,7 @@ from llmgw.core import tracing
 from llmgw.core.clock import Clock
 from llmgw.core.errors import LlmgwError
 from llmgw.core.loops import every
-from llmgw.core.protocol import ServeRequest
+from llmgw.core.protocol.models import ServeRequest
 from llmgw.core.tracing import NOOP_TRACER, Tracer
 from llmgw.core.types import HubSource, Profile
 

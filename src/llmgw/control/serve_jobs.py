@@ -20,7 +20,7 @@ from llmgw.core import audit, tracing
 from llmgw.core.clock import Clock
 from llmgw.core.errors import Conflict, LlmgwError, Retryable, StaleEpoch
 from llmgw.core.ids import new_id
-from llmgw.core.protocol import JobState, ServeJob, ServeRequest
+from llmgw.core.protocol.models import JobState, ServeJob, ServeRequest
 from llmgw.core.tracing import NOOP_TRACER, Tracer
 from llmgw.core.types import Engine, HubSource, LocalSource, Model, Profile
 from llmgw.node.files import ModelFiles

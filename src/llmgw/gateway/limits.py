@@ -42,7 +42,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from llmgw.core.errors import LimitsUnavailable, LlmgwError, RateLimited, SharedStoreDown
-from llmgw.core.protocol import LiveCounts
+from llmgw.core.protocol.keys import LiveCounts
 from llmgw.core.types import ApiKey, Limits
 from llmgw.gateway.auth import KeyCache, is_team
 from llmgw.gateway.inflight import InFlight, LocalInFlight, entry

@@ -51,7 +51,7 @@ from llmgw.control.replica_keeper import ReplicaKeeper
 from llmgw.control.serve_jobs import ServeJobs
 from llmgw.core.clock import Clock, SystemClock
 from llmgw.core.errors import LlmgwError
-from llmgw.core.protocol import ClusterOut, LeaseOut
+from llmgw.core.protocol.nodes import ClusterOut, LeaseOut
 from llmgw.core.settings import ServerSettings
 from llmgw.core.tracing import NOOP_TRACER, Tracer
 from llmgw.core.types import ReplicaState

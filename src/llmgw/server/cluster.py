@@ -12,7 +12,7 @@ from sqlalchemy import Connection
 from llmgw.control.leader import Elector
 from llmgw.core.clock import Clock, SystemClock
 from llmgw.core.errors import StaleEpoch
-from llmgw.core.protocol import ServerOut
+from llmgw.core.protocol.nodes import ServerOut
 from llmgw.store import lease_repo
 from llmgw.store.lease_repo import Fence
 from llmgw.store.server_repo import ServerRow

@@ -14,7 +14,7 @@ from llmgw.core.errors import ConfigError
 from llmgw.core.guard import Policy
 from llmgw.core.ids import hash_key, key_prefix, new_api_key, new_id, secret_check
 from llmgw.core.judges import DEFAULT_JUDGE, DEMO_JUDGE, DEMO_NOTE, KNOWN
-from llmgw.core.protocol import ServeJob
+from llmgw.core.protocol.models import ServeJob
 from llmgw.core.settings import CONFIG_FILE, DEFAULT_CTX_SIZE, ServerSettings, dump, load
 from llmgw.core.types import ApiKey, Engine, KeyScope, LocalSource, Model, Profile, Scaling
 from llmgw.node import hardware

@@ -19,7 +19,8 @@ from llmgw.core.clock import Clock
 from llmgw.core.demand import Activity
 from llmgw.core.guard import JudgeLoad
 from llmgw.core.judges import KNOWN
-from llmgw.core.protocol import JudgeStatusOut, ServeRequest
+from llmgw.core.protocol.guard import JudgeStatusOut
+from llmgw.core.protocol.models import ServeRequest
 from llmgw.core.types import Profile, ReplicaState
 from llmgw.guard.capacity import Capacity, capacities
 from llmgw.store.lease_repo import Fence

@@ -14,7 +14,7 @@ from llmgw.core.clock import Clock
 from llmgw.core.demand import Activity, Evicted
 from llmgw.core.errors import ConfigError
 from llmgw.core.guard import VerdictRecord
-from llmgw.core.protocol import AuditQuery
+from llmgw.core.protocol.audit import AuditQuery
 from llmgw.core.settings import SsoSettings
 from llmgw.core.types import Model, Node, Replica, ReplicaState
 from llmgw.gateway.metrics import Metrics

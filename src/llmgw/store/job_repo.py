@@ -11,7 +11,7 @@ from sqlalchemy import Engine, insert, select, update
 
 from llmgw.core.audit import AuditKind
 from llmgw.core.errors import NotFound
-from llmgw.core.protocol import JobState, ServeJob, ServeRequest
+from llmgw.core.protocol.models import JobState, ServeJob, ServeRequest
 from llmgw.store.audit_repo import record
 from llmgw.store.db import bump_revision, utc
 from llmgw.store.lease_repo import Fence

@@ -13,7 +13,7 @@ from llmgw.api.console.access import root, visitor
 from llmgw.api.endpoints import Endpoint
 from llmgw.api.keys import CREATE_KEY, LIST_KEYS, REVOKE_KEY, ROTATE_KEY
 from llmgw.core.errors import NotFound
-from llmgw.core.protocol import LiveCounts
+from llmgw.core.protocol.keys import LiveCounts
 from llmgw.core.types import KeyScope
 
 HERE = "/ui/keys"

@@ -1,0 +1,137 @@
+"""Keys, their usage and teams on the wire."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Self
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from llmgw.core.types import (
+    TEAM_NAME_PATTERN,
+    ApiKey,
+    KeyScope,
+    Limits,
+    Team,
+    UtcDatetime,
+)
+
+
+class KeyRequest(BaseModel):
+    """What `POST /admin/v1/keys` takes."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(min_length=1, max_length=128)
+    scope: KeyScope = KeyScope.USER
+    models: list[str] = Field(default_factory=list)
+    expires_at: UtcDatetime | None = None  # without a zone: UTC
+    expires_in_days: float | None = Field(default=None, gt=0, le=36500)
+    limits: Limits = Field(default_factory=Limits)
+    note: str = Field(default="", max_length=1000)
+    # A join token's node, when the admin names it (else its first report binds it).
+    node_id: str | None = Field(default=None, min_length=1, max_length=128)
+    # The team the key belongs to (a user key's only); a key minted by a team's key is the
+    # team's whatever this says.
+    team: str | None = Field(default=None, pattern=TEAM_NAME_PATTERN)
+    # A user key of the team that may mint keys for it and see its keys and usage (admins only).
+    team_admin: bool = False
+
+
+class LiveCounts(BaseModel):
+    """What a key (or team) has used of its limits right now, as admission counts it."""
+
+    source: str = Field(description="redis (exact for the install) or this server (its own "
+                                    "counts now, the other servers' at the last sync)")
+    requests_this_minute: int = 0
+    tokens_this_minute: int = 0
+    in_flight: int = 0
+    tokens_today: int = 0
+    tokens_this_month: int = 0
+
+
+class KeyOut(BaseModel):
+    """A key as lists show it: never its hash; `label` is how logs name it."""
+
+    id: str
+    name: str
+    prefix: str
+    last4: str
+    scope: KeyScope
+    models: list[str] = Field(default_factory=list)
+    expires_at: datetime | None = None
+    revoked: bool = False
+    by: str = ""
+    created_at: datetime | None = None
+    limits: Limits = Field(default_factory=Limits)
+    note: str = ""
+    minted_by: str | None = None
+    node_id: str | None = None
+    team: str | None = None
+    team_admin: bool = False
+    label: str
+    # Filled in by `show` only (a list would cost a look-up per key).
+    live: LiveCounts | None = None
+
+    @classmethod
+    def of(cls, key: ApiKey) -> Self:
+        """`key` without its hash."""
+        return cls(**key.model_dump(exclude={"hash"}), label=key.label)
+
+
+class KeyCreated(KeyOut):
+    """A key just created or rotated, with its secret: shown this once."""
+
+    key: str
+
+
+class KeyRevoked(KeyOut):
+    """A revoked key and how many keys minted beneath it were revoked with it."""
+
+    revoked_beneath: int
+
+
+class UsageRowOut(BaseModel):
+    """One key's use of one model on one UTC day."""
+
+    key_id: str
+    model: str
+    day: str
+    requests: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    errors: int = 0
+    blocked: int = 0
+
+
+class TeamRequest(BaseModel):
+    """What `POST /admin/v1/teams` (and `PUT /admin/v1/teams/{name}`) take."""
+
+    model_config = ConfigDict(extra="forbid")
+    name: str = Field(pattern=TEAM_NAME_PATTERN)
+    models: list[str] = Field(default_factory=list, description="Models (names or patterns) "
+                              "the team's keys may call; empty: any their keys may.")
+    limits: Limits = Field(default_factory=Limits, description="The team's own limits and "
+                           "budgets, on top of each key's.")
+    note: str = Field(default="", max_length=1000)
+
+
+class TeamOut(Team):
+    """A team, with its keys (live ones) and today's and this month's tokens."""
+
+    keys: int = 0
+    tokens_today: int = 0
+    tokens_this_month: int = 0
+    # Filled in by `show` only.
+    live: LiveCounts | None = None
+
+
+class UsageQuery(BaseModel):
+    """`GET /admin/v1/usage` filters."""
+
+    key: str | None = Field(default=None, description="A key's id, name or prefix.")
+    model: str | None = None
+    since: str | None = Field(default=None, description="A date (YYYY-MM-DD) or an ISO time; "
+                              "rows from the UTC day it falls on.", json_schema_extra={"format": "date"})
+    team: str | None = Field(default=None, description="The keys of one team (a team admin: its "
+                             "own only).")
