@@ -21,6 +21,12 @@ MAX_ITEMS = 200_000
 
 async def read_json(request: web.Request) -> tuple[bytes, dict[str, Any]]:
     """The raw body and its parsed object; bad JSON or a non-object body is a 400."""
+    body = await read_body(request)
+    return body, parse_json(body)
+
+
+async def read_body(request: web.Request) -> bytes:
+    """The raw body, within the app's bound (413) and BODY_TIMEOUT_S (400)."""
     try:
         # The app's client_max_size is enforced on the bytes actually read, not Content-Length.
         if request.content.is_eof():  # the whole body came with the headers: nothing to wait for
@@ -32,7 +38,7 @@ async def read_json(request: web.Request) -> tuple[bytes, dict[str, Any]]:
         raise PayloadTooLarge(f"request body is too large: {exc.text}") from exc
     except TimeoutError as exc:
         raise InvalidRequest(f"request body did not arrive within {BODY_TIMEOUT_S:.0f}s") from exc
-    return body, parse_json(body)
+    return body
 
 
 def parse_json(body: bytes) -> dict[str, Any]:

@@ -9,10 +9,11 @@ import orjson
 from aiohttp import web
 
 from llmgw.api.appkeys import GATEWAY, GUARD, METRICS, METRICS_PEERS, METRICS_PUBLIC
-from llmgw.api.body import read_json
+from llmgw.api.body import read_body, read_json
 from llmgw.api.context import REQUEST_ID, STARTED
 from llmgw.api.endpoints import JSON, Access, Endpoint, Schema, obj, raw
 from llmgw.api.errors import Handler
+from llmgw.api.handler import DataRequest, credentials, handle
 from llmgw.api.replies import write
 from llmgw.core import tracing
 from llmgw.core.errors import InvalidRequest, LlmgwError
@@ -31,10 +32,8 @@ SCRAPERS = frozenset({KeyScope.ADMIN, KeyScope.METRICS})
 def client_key(request: web.Request) -> ApiKey:
     """The caller's key for the data plane (admin and user keys), from `Authorization: Bearer` or
     Anthropic's `x-api-key`."""
-    authorization = request.headers.get("Authorization")
-    if authorization is None and (api_key := request.headers.get("x-api-key")) is not None:
-        authorization = "Bearer " + api_key
-    return request.app[GATEWAY].authenticate(authorization)
+    return request.app[GATEWAY].authenticate(
+        credentials(request.headers.get("Authorization"), request.headers.get("x-api-key")))
 
 
 def _proxy(api: Api) -> Handler:
@@ -42,12 +41,17 @@ def _proxy(api: Api) -> Handler:
         gw = request.app[GATEWAY]
         if gw.tracer.enabled:
             return await _traced(request, gw, api)
-        key = client_key(request)
-        body, payload = await read_json(request)
-        reply = await gw.forward(key, api, body, payload, request.get(REQUEST_ID, ""), request.get(STARTED))
-        return await write(request, reply)
+        return await write(request, await handle(gw, await _parsed(request, api)))
 
     return handler
+
+
+async def _parsed(request: web.Request, api: Api) -> DataRequest:
+    """The request as the handler takes it: the caller's key first (no body is read for a
+    caller without one), then the body, bounded and within its deadline."""
+    key = client_key(request)
+    return DataRequest(api, key, await read_body(request), request.get(REQUEST_ID, ""),
+                       request.get(STARTED))
 
 
 async def _traced(request: web.Request, gw: Gateway, api: Api) -> web.StreamResponse:
@@ -56,11 +60,7 @@ async def _traced(request: web.Request, gw: Gateway, api: Api) -> web.StreamResp
     span = request_span(gw.tracer, api, request.headers, request.host, request.path)
     with tracing.active(span):
         try:
-            key = client_key(request)
-            body, payload = await read_json(request)
-            reply = await gw.forward(key, api, body, payload, request.get(REQUEST_ID, ""),
-                                     request.get(STARTED))
-            return await write(request, reply)
+            return await write(request, await handle(gw, await _parsed(request, api)))
         except LlmgwError as exc:
             span.set("http.response.status_code", exc.status)
             raise

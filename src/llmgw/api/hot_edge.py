@@ -23,21 +23,19 @@ import logging
 import time
 from collections import deque
 from collections.abc import Callable
-from email.utils import formatdate
-from http import HTTPStatus
 from typing import cast
 
 import httptools
 from aiohttp import web
 
-from llmgw.api.body import BODY_TIMEOUT_S, parse_json
-from llmgw.api.context import SERVER
-from llmgw.api.edge import BUSY, Connections, EdgeLimits, HotRoutes, error_body_bytes, peer_of
-from llmgw.api.errors import error_body, speaks_anthropic
+from llmgw.api import hot_reply as out
+from llmgw.api.body import BODY_TIMEOUT_S
+from llmgw.api.edge import BUSY, Connections, EdgeLimits, HotRoutes, peer_of
+from llmgw.api.errors import speaks_anthropic
+from llmgw.api.handler import DataRequest, credentials, handle
 from llmgw.api.request_ids import CURRENT_ID, new_id
 from llmgw.core.deadline import Deadline
 from llmgw.core.errors import LlmgwError, PayloadTooLarge
-from llmgw.gateway.call import Reply
 from llmgw.gateway.service import Gateway
 from llmgw.gateway.wire.dialect import Api
 
@@ -59,36 +57,6 @@ MAX_LINE = 8190
 # further.
 MAX_PIPELINED = 16
 MAX_HEAD_BYTES = 8190 * 4
-_SSE_HEAD = (b"Content-Type: text/event-stream\r\nCache-Control: no-cache\r\n"
-             b"X-Accel-Buffering: no\r\nTransfer-Encoding: chunked\r\n")
-
-
-class _Date:
-    """The `Date` header's value, made once a second rather than once a response."""
-
-    def __init__(self) -> None:
-        self._second = 0
-        self._value = b""
-
-    def __call__(self) -> bytes:
-        now = int(time.time())
-        if now != self._second:
-            self._second, self._value = now, formatdate(now, usegmt=True).encode()
-        return self._value
-
-
-_DATE = _Date()
-_REASONS = {s.value: s.phrase.encode() for s in HTTPStatus}
-_SERVER = SERVER.encode()
-
-
-def _head(status: int, rid: str, keep_alive: bool, extra: bytes) -> bytes:
-    """A response's status line and headers, `extra` (complete header lines) among them."""
-    return b"".join((
-        b"HTTP/1.1 %d %s\r\n" % (status, _REASONS.get(status, b"Unknown")),
-        b"Server: ", _SERVER, b"\r\nDate: ", _DATE(), b"\r\nX-Request-Id: ",
-        rid.encode(), b"\r\n", extra, b"" if keep_alive else b"Connection: close\r\n", b"\r\n",
-    ))
 
 
 class _Request:
@@ -260,7 +228,7 @@ class HotConnection(asyncio.Protocol):
         request = self._current
         if request is None:
             if self._rechunk:
-                body = _chunk(body)
+                body = out.chunk(body)
             self._to_inner(body)
             return
         self._received += len(body)
@@ -275,7 +243,7 @@ class HotConnection(asyncio.Protocol):
         request = self._current
         if request is None:
             if self._rechunk:
-                self._to_inner(b"0\r\n\r\n")
+                self._to_inner(out.END)
             return
         self._current = None
         self._deadline.disarm()
@@ -323,25 +291,26 @@ class HotConnection(asyncio.Protocol):
             try:
                 if request.too_large:
                     raise PayloadTooLarge("request body is too large")
-                authorization = headers.get(b"authorization")
-                if authorization is None and (api_key := headers.get(b"x-api-key")) is not None:
-                    authorization = b"Bearer " + api_key
-                key = self._gw.authenticate(
-                    authorization.decode("latin-1") if authorization is not None else None)
-                body = b"".join(request.body)
-                reply = await self._gw.forward(key, request.api, body, parse_json(body), rid,
-                                               started)
+                key = self._gw.authenticate(credentials(_text(headers.get(b"authorization")),
+                                                        _text(headers.get(b"x-api-key"))))
+                reply = await handle(self._gw, DataRequest(request.api, key,
+                                                           b"".join(request.body), rid, started))
             except LlmgwError as exc:
-                self._refused(request, exc, rid)
+                if exc.status >= 500:
+                    logger.warning("POST %s -> %d: %s", request.path.decode(), exc.status,
+                                   exc.message)
+                anthropic = speaks_anthropic(request.path.decode(),
+                                             b"anthropic-version" in request.headers)
+                self._put(out.refusal(exc, anthropic, rid, self._keep_alive))
             except Exception:
                 logger.exception("unhandled error on POST %s", request.path.decode())
-                self._write_whole(500, error_body_bytes("Internal server error", "server_error",
-                                                        "internal_error"), b"application/json", rid)
+                self._put(out.internal_error(rid, self._keep_alive))
             else:
                 if reply.stream is None:
-                    self._write_whole(reply.status, reply.body, reply.content_type.encode(), rid)
-                elif not self._write_settled(reply, rid):
-                    await self._write_stream(reply, rid)
+                    self._put(out.whole(reply.status, reply.body, reply.content_type.encode(), rid,
+                                    self._keep_alive))
+                elif not out.write_settled(self._write, reply, rid, self._keep_alive):
+                    await out.write_stream(self._write, self._writable, reply, rid, self._keep_alive)
         except BaseException:  # cancelled: the client left, or shutdown gave up waiting
             if self.transport is not None:
                 self.transport.close()
@@ -353,73 +322,10 @@ class HotConnection(asyncio.Protocol):
             return
         self._next()
 
-    def _refused(self, request: _Request, exc: LlmgwError, rid: str) -> None:
-        """Answer llmgw's error in the caller's dialect."""
-        if exc.status >= 500:
-            logger.warning("POST %s -> %d: %s", request.path.decode(), exc.status, exc.message)
-        anthropic = speaks_anthropic(request.path.decode(), b"anthropic-version" in request.headers)
-        retry = b"" if exc.retry_after_s is None else b"Retry-After: %d\r\n" % exc.retry_after_s
-        self._write_whole(exc.status, error_body(exc, anthropic), b"application/json", rid, retry)
-
-    def _write_whole(self, status: int, body: bytes, content_type: bytes, rid: str,
-                     extra: bytes = b"") -> None:
-        if self.transport is None:
-            return
-        self.transport.write(_head(status, rid, self._keep_alive, b"Content-Type: %s\r\n"
-                                   b"Content-Length: %d\r\n%s" % (content_type, len(body), extra))
-                             + body)
-
-    def _write_settled(self, reply: Reply, rid: str) -> bool:
-        """A stream whose upstream answer is all here and needs nothing done to it, written in
-        one go and closed without a turn of the loop; False when it is not such a stream."""
-        stream = reply.stream
-        assert stream is not None
-        if stream.rest is None or stream.taken:
-            return False
-        try:
-            rest = stream.take_rest()
-        except BaseException:
-            stream.close_untaken(False)  # the upstream is released and what was used settled
-            raise
-        if rest is None:
-            return False
-        completed = False
-        try:
-            self._write(_head(reply.status, rid, self._keep_alive, _SSE_HEAD)
-                        + (_chunk(rest) if rest else b"") + b"0\r\n\r\n")
-            completed = True
-        except ConnectionError:
-            pass  # the client went away; nobody to answer
-        finally:
-            stream.close_untaken(completed)
-        return True
-
-    async def _write_stream(self, reply: Reply, rid: str) -> None:
-        """The stream chunk by chunk (chunked transfer encoding), pausing while the client reads
-        slower than the upstream writes; closed however it ends."""
-        stream = reply.stream
-        assert stream is not None
-        completed = False
-        settled = stream.settled
-        try:
-            head = _head(reply.status, rid, self._keep_alive, _SSE_HEAD)
-            if settled is not None and settled():
-                # The upstream's whole answer is here: one write for all of it.
-                self._write(head + b"".join([_chunk(c) async for c in stream.chunks])
-                            + b"0\r\n\r\n")
-            else:
-                self._write(head)
-                async for chunk in stream.chunks:
-                    if chunk:
-                        self._write(_chunk(chunk))
-                        if not self._writable.is_set():
-                            await self._writable.wait()
-                self._write(b"0\r\n\r\n")
-            completed = True
-        except ConnectionError:
-            pass  # the client went away; nobody to answer
-        finally:
-            await stream.close(completed)
+    def _put(self, data: bytes) -> None:
+        """Write a whole answer, if the client is still there to read it."""
+        if self.transport is not None:
+            self.transport.write(data)
 
     def _write(self, data: bytes) -> None:
         if self.transport is None or self.transport.is_closing():
@@ -460,9 +366,7 @@ class HotConnection(asyncio.Protocol):
             return
         logger.info("refused a malformed request from %s: %s (%d)", self._peer or "a worker",
                     why, status)
-        body = error_body_bytes(message, "invalid_request_error", code)
-        self.transport.write(_head(status, new_id(""), False, b"Content-Type: application/json"
-                                   b"\r\nContent-Length: %d\r\n" % len(body)) + body)
+        self.transport.write(out.malformed(status, message, code))
         self.transport.close()
 
     def _arm(self, seconds: float) -> None:
@@ -494,8 +398,8 @@ class HotConnection(asyncio.Protocol):
             self.transport.close()  # (a handed-over connection is its aiohttp handler's to close)
 
 
-def _chunk(data: bytes) -> bytes:
-    return b"%x\r\n%s\r\n" % (len(data), data)
+def _text(value: bytes | None) -> str | None:
+    return value.decode("latin-1") if value is not None else None
 
 
 def hot_routes(gateway: Gateway, max_body: int) -> HotRoutes:
