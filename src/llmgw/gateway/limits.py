@@ -39,13 +39,14 @@ import math
 from collections import defaultdict
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import datetime
 
-from llmgw.core.errors import LimitsUnavailable, LlmgwError, RateLimited, SharedStoreDown
+from llmgw.core.errors import LimitsUnavailable, LlmgwError, SharedStoreDown
 from llmgw.core.protocol.keys import LiveCounts
 from llmgw.core.types import ApiKey, Limits
 from llmgw.gateway.auth import KeyCache, is_team
 from llmgw.gateway.inflight import InFlight, LocalInFlight, entry
+from llmgw.gateway.limit_refusals import refusal
 from llmgw.gateway.shared_limits import Hold, Member, Refused, SharedLimits
 from llmgw.gateway.windows import LocalWindows, Windows
 from llmgw.store.store import Store
@@ -181,7 +182,7 @@ class Limiter:
             return self._unshared(shared, key, reserve_tokens)
         if isinstance(outcome, Refused):
             member = chain[outcome.index]
-            raise _refusal(key, member, self.limits_for(member), outcome.limit, outcome.used, now)
+            raise refusal(key, member, self.limits_for(member), outcome.limit, outcome.used, now)
         with self.flight.held():
             self._count(chain, minute, reserve_tokens)
         return Ticket(tuple(m.id for m in chain), minute, reserve_tokens, self, hold=outcome)
@@ -219,12 +220,12 @@ class Limiter:
         mid = member.id
         used_requests, used_tokens = self._minute(mid, seconds // 60)
         if lim.rpm is not None and used_requests + 1 > lim.rpm:
-            raise _refusal(key, member, lim, "rpm", used_requests, now)
+            raise refusal(key, member, lim, "rpm", used_requests, now)
         if lim.tpm is not None and used_tokens + reserve_tokens > lim.tpm and used_tokens > 0:
-            raise _refusal(key, member, lim, "tpm", used_tokens, now)
+            raise refusal(key, member, lim, "tpm", used_tokens, now)
         in_flight, reserved = self.flight.get(mid)
         if lim.concurrent is not None and in_flight + 1 > lim.concurrent:
-            raise _refusal(key, member, lim, "concurrent", in_flight, now)
+            raise refusal(key, member, lim, "concurrent", in_flight, now)
         if lim.tokens_per_day is None and lim.tokens_per_month is None:
             return
         self._budget_keys.add(mid)
@@ -233,11 +234,11 @@ class Limiter:
         if lim.tokens_per_day is not None:
             total = self._day.get(mid, 0) + spent
             if _over(total, held, in_flight, lim.tokens_per_day):
-                raise _refusal(key, member, lim, "day", total, now)
+                raise refusal(key, member, lim, "day", total, now)
         if lim.tokens_per_month is not None:
             total = self._month.get(mid, 0) + spent
             if _over(total, held, in_flight, lim.tokens_per_month):
-                raise _refusal(key, member, lim, "month", total, now)
+                raise refusal(key, member, lim, "month", total, now)
 
     def _minute(self, key_id: str, minute: int) -> tuple[int, int]:
         """The key's requests and tokens in `minute`: this server's now, the others' at the last
@@ -372,56 +373,10 @@ def _budget_names(key_id: str) -> tuple[str, str]:
     return entry("unflushed", key_id), entry("flushed", key_id)
 
 
-def _whose(key: ApiKey, member: ApiKey) -> str:
-    if is_team(member):
-        return f"its team {member.name}'s"
-    return "its" if member.id == key.id else f"{member.label}'s (shared by the keys it minted)"
-
-
-def _refusal(key: ApiKey, member: ApiKey, lim: Limits, limit: str, used: int,
-             now: datetime) -> RateLimited:
-    """The 429 for `key` over `member`'s `limit` (rpm, tpm, concurrent, day or month), of which
-    `member` had used `used`; counted here or in the shared store, said the same way."""
-    retry = 60 - now.second
-    if limit == "rpm":
-        return RateLimited(f"key {key.label} is over {_whose(key, member)} limit of {lim.rpm} "
-                           "requests per minute", retry, code="rate_limit_rpm")
-    if limit == "tpm":
-        return RateLimited(f"key {key.label} is over {_whose(key, member)} limit of {lim.tpm} "
-                           "tokens per minute", retry, code="rate_limit_tpm")
-    if limit == "concurrent":
-        family = "" if member.id == key.id else f" of team {member.name}" if is_team(member) \
-            else f" of {member.label}'s family"
-        return RateLimited(f"key {key.label} has {lim.concurrent} requests{family} in flight "
-                           "already", 1, code="rate_limit_concurrent")
-    if limit == "day":
-        return _spent(key, member, lim.tokens_per_day or 0, "today", used, _to_next_day(now))
-    return _spent(key, member, lim.tokens_per_month or 0, "this month", used, _to_next_month(now))
-
-
 def _over(spent: int, reserved: int, in_flight: int, budget: int) -> bool:
     """Whether a request is refused. While some budget is left, it runs if it fits beside every
     reservation in flight, or, past that point, alone on what is left."""
     return spent >= budget or (spent + reserved > budget and in_flight > 0)
-
-
-def _spent(key: ApiKey, member: ApiKey, budget: int, when: str, spent: int,
-           to_reset: int) -> RateLimited:
-    # Refused only for reservations in flight: they settle soon, maybe below what they hold.
-    retry = to_reset if spent >= budget else 1
-    return RateLimited(f"key {key.label} has used or reserved {_whose(key, member)} {budget} "
-                       f"tokens for {when}", retry, code="budget_exceeded")
-
-
-def _to_next_month(now: datetime) -> int:
-    this_month = now.replace(day=1, hour=0, minute=0, second=0, microsecond=0)
-    first = (this_month + timedelta(days=32)).replace(day=1)
-    return max(1, int((first - now).total_seconds()))
-
-
-def _to_next_day(now: datetime) -> int:
-    seconds = now.hour * 3600 + now.minute * 60 + now.second
-    return max(1, 86400 - seconds)
 
 
 def reserve_estimate(max_tokens: int | None, body_len: int) -> int:
