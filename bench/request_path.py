@@ -31,7 +31,7 @@ from llmgw.api.hot_edge import HotConnection
 from llmgw.core.clock import SystemClock
 from llmgw.core.ids import hash_key, key_prefix, new_api_key
 from llmgw.core.types import ApiKey, KeyScope, Limits, LocalSource, Model, Profile
-from llmgw.gateway import h1
+from llmgw.gateway import h1, h1_connection
 from llmgw.gateway.auth import KeyCache
 from llmgw.gateway.limits import Limiter
 from llmgw.gateway.metrics import Metrics
@@ -134,7 +134,7 @@ async def _round(stream: bool, requests: int) -> tuple[float, float]:
         # The upstream: one pooled connection answering every request with the canned answer.
         answer = _answer(b"text/event-stream", SSE_BODY) if stream \
             else _answer(b"application/json", JSON_BODY)
-        upstream = h1._Proto(transport._pool, h1.target(UPSTREAM))  # type: ignore[union-attr]
+        upstream = h1_connection.Proto(transport._pool, h1.target(UPSTREAM))  # type: ignore[union-attr]
         upstream.connection_made(_Socket(lambda _: loop.call_soon(upstream.data_received, answer)))
         transport._pool._put(upstream)  # type: ignore[union-attr]
         body = b'{"model": "%s", "messages": [{"role": "user", "content": "hello"}], ' \

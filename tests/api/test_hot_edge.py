@@ -22,7 +22,7 @@ from llmgw.api.edge import Connections, EdgeLimits
 from llmgw.core.tracing import NOOP_TRACER
 from llmgw.core.types import Model, ProviderApi
 from llmgw.gateway.call import Exchange, Reply, Stream, UpstreamCall
-from llmgw.gateway.h1 import Response
+from llmgw.gateway.h1_connection import Response
 from llmgw.gateway.service import Gateway
 from llmgw.gateway.transport import Connection
 from llmgw.gateway.usage import UsageTap

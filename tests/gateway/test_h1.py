@@ -15,7 +15,8 @@ import pytest
 
 from llmgw.core.errors import UpstreamError, UpstreamTimeout
 from llmgw.core.types import Model, RemoteSource
-from llmgw.gateway.h1 import ConnectError, H1Error, Pool, Response, _Proto, target
+from llmgw.gateway.h1 import Pool, target
+from llmgw.gateway.h1_connection import ConnectError, H1Error, Proto, Response
 from llmgw.gateway.routing import Route, Upstream
 from llmgw.gateway.transport import Transport
 from tests.fakes.timers import ManualTimers
@@ -192,7 +193,7 @@ class _Upstream:
 
     def __init__(self) -> None:
         self.clock, self.sock = ManualTimers(), _Socket()
-        self.proto = _Proto(Pool(connect_timeout_s=1), target("http://up/v1"))
+        self.proto = Proto(Pool(connect_timeout_s=1), target("http://up/v1"))
         self.proto.connection_made(self.sock)  # type: ignore[arg-type]
         self.loop = cast(asyncio.AbstractEventLoop, self.clock)
 

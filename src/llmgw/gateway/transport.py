@@ -19,7 +19,8 @@ from yarl import URL
 from llmgw.core import tracing
 from llmgw.core.errors import LlmgwError, UpstreamError, UpstreamTimeout, UpstreamUnreachable
 from llmgw.core.tracing import Kind, Span
-from llmgw.gateway.h1 import ConnectError, H1Error, Pool, Response
+from llmgw.gateway.h1 import Pool
+from llmgw.gateway.h1_connection import ConnectError, H1Error, Response
 from llmgw.gateway.routing import Route, Upstream, choose
 from llmgw.gateway.upstream_errors import MAX_ERROR_BODY, upstream_failure
 
