@@ -6,9 +6,9 @@ with httptools (llhttp, the parser aiohttp's C extension wraps too) and answers 
 routes itself (`POST` to `HOT`: auth, body checks, `Gateway.forward`, the reply written straight
 to the socket). Every other request on the connection (admin, console, `/metrics`, anything
 unusual on a hot path: `Expect`, a compressed or chunked body, tracing on) is handed, re-serialised
-from what was parsed, to an aiohttp connection handler made for it, which answers it as before.
-Once a connection has handed one request over it hands over all the rest too, so answers never
-overtake each other.
+from what was parsed, to an aiohttp connection handler made for it (`api.hot_handover`), which
+answers it as before. Once a connection has handed one request over it hands over all the rest
+too, so answers never overtake each other.
 
 It keeps the edge's promises (`api/edge.py`): the header deadline, the per-client connection
 bound, parser errors in OpenAI's shape and never quoting the request, drain at shutdown (it
@@ -33,6 +33,7 @@ from llmgw.api.body import BODY_TIMEOUT_S
 from llmgw.api.edge import BUSY, Connections, EdgeLimits, HotRoutes, peer_of
 from llmgw.api.errors import speaks_anthropic
 from llmgw.api.handler import DataRequest, credentials, handle
+from llmgw.api.hot_handover import HandOver
 from llmgw.api.request_ids import CURRENT_ID, new_id
 from llmgw.core.deadline import Deadline
 from llmgw.core.errors import LlmgwError, PayloadTooLarge
@@ -108,11 +109,9 @@ class HotConnection(asyncio.Protocol):
         # Requests parsed whole, answered one at a time in order.
         self._queue: deque[_Request] = deque()
         self._task_handler: asyncio.Task[None] | None = None  # aiohttp's server reads this name
-        # Requests handed to aiohttp: its handler, and bytes for it held while a hot answer is
-        # still being written.
-        self._inner: web.RequestHandler | None = None
-        self._held: list[bytes] = []
-        self._rechunk = False
+        # aiohttp's handler, from the first request handed to it on; while None (every hot
+        # request's case) each check of it is one attribute.
+        self._handover: HandOver | None = None
 
     # --- the connection ------------------------------------------------------------------
 
@@ -137,20 +136,20 @@ class HotConnection(asyncio.Protocol):
         self._writable.set()  # a writer waiting to drain wakes and finds the connection gone
         if self._task_handler is not None:
             self._task_handler.cancel()  # the client left: its request stops
-        if self._inner is not None:
-            self._inner.connection_lost(exc)
+        if self._handover is not None:
+            self._handover.connection_lost(exc)
         self._manager.connection_lost(self, exc)  # type: ignore[arg-type]
         self.transport = None
 
     def pause_writing(self) -> None:
         self._writable.clear()
-        if self._inner is not None:
-            self._inner.pause_writing()
+        if self._handover is not None:
+            self._handover.pause_writing()
 
     def resume_writing(self) -> None:
         self._writable.set()
-        if self._inner is not None:
-            self._inner.resume_writing()
+        if self._handover is not None:
+            self._handover.resume_writing()
 
     def data_received(self, data: bytes) -> None:
         if self._busy:
@@ -189,7 +188,7 @@ class HotConnection(asyncio.Protocol):
 
     def on_message_begin(self) -> None:
         self._url, self._headers, self._head_bytes = b"", [], 0
-        self._current, self._received, self._rechunk = None, 0, False
+        self._current, self._received = None, 0
 
     def on_url(self, url: bytes) -> None:
         self._url += url
@@ -208,7 +207,7 @@ class HotConnection(asyncio.Protocol):
         self._deadline.disarm()
         self._in_head = False
         path = self._url.partition(b"?")[0]
-        api = HOT.get(path) if self._inner is None else None
+        api = HOT.get(path) if self._handover is None else None
         headers: dict[bytes, bytes] = {}
         for name, value in self._headers:
             headers.setdefault(name.lower(), value)  # the first of a repeated one, as aiohttp reads
@@ -227,9 +226,8 @@ class HotConnection(asyncio.Protocol):
     def on_body(self, body: bytes) -> None:
         request = self._current
         if request is None:
-            if self._rechunk:
-                body = out.chunk(body)
-            self._to_inner(body)
+            if self._handover is not None:
+                self._handover.body(body, self._task_handler is not None)
             return
         self._received += len(body)
         if self._received > self._max_body:
@@ -242,8 +240,8 @@ class HotConnection(asyncio.Protocol):
         self._awaiting_head = True
         request = self._current
         if request is None:
-            if self._rechunk:
-                self._to_inner(out.END)
+            if self._handover is not None:
+                self._handover.end(self._task_handler is not None)
             return
         self._current = None
         self._deadline.disarm()
@@ -269,13 +267,11 @@ class HotConnection(asyncio.Protocol):
             self._task_handler = self._loop.create_task(self._serve(request))
             return
         self._task_handler = None
-        if self._held:
-            held, self._held = self._held, []
-            for data in held:
-                self._to_inner(data)
+        if self._handover is not None and self._handover.held:
+            self._handover.release()
         elif self._closing and self.transport is not None:
             self.transport.close()
-        elif self._inner is None and self._awaiting_head:
+        elif self._handover is None and self._awaiting_head:
             self._arm(self._limits.keepalive_timeout_s)
 
     async def _serve(self, request: _Request) -> None:
@@ -336,23 +332,12 @@ class HotConnection(asyncio.Protocol):
 
     def _hand_over_head(self, headers: dict[bytes, bytes]) -> None:
         """Give this request (and every later one on the connection) to aiohttp."""
-        if self._inner is None:
+        if self._handover is None:
             assert self.transport is not None
-            self._inner = self._make_inner()
-            self._inner.connection_made(self.transport)
-        self._rechunk = b"chunked" in headers.get(b"transfer-encoding", b"").lower()
-        major, minor = self._parser.get_http_version().split(".")
-        lines = [b"%s %s HTTP/%s.%s\r\n" % (self._parser.get_method(), self._url,
-                                            major.encode(), minor.encode())]
-        lines += [b"%s: %s\r\n" % (name, value) for name, value in self._headers]
-        lines.append(b"\r\n")
-        self._to_inner(b"".join(lines))
-
-    def _to_inner(self, data: bytes) -> None:
-        if self._task_handler is not None:
-            self._held.append(data)  # a hot answer is still being written: after it
-        elif self._inner is not None:
-            self._inner.data_received(data)
+            self._handover = HandOver(self._make_inner(), self.transport)
+        chunked = b"chunked" in headers.get(b"transfer-encoding", b"").lower()
+        self._handover.head(self._parser.get_method(), self._parser.get_http_version(), self._url,
+                            self._headers, chunked, self._task_handler is not None)
 
     def _too_big_head(self) -> None:
         self._refuse(431, "Request header fields are too large or too many", "header_too_large",
@@ -374,14 +359,14 @@ class HotConnection(asyncio.Protocol):
 
     def _expire(self) -> None:
         if self.transport is not None and (
-                self._in_head or (self._task_handler is None and self._inner is None)):
+                self._in_head or (self._task_handler is None and self._handover is None)):
             self.transport.close()  # no request, or not all of its head or body, in time
 
     def close(self) -> None:
         """Stop after the request in flight (aiohttp's server calls this first at shutdown)."""
         self._closing = True
-        if self._inner is not None:
-            self._inner.close()
+        if self._handover is not None:
+            self._handover.close()
         elif self._task_handler is None and self.transport is not None:
             self.transport.close()
 
@@ -394,7 +379,7 @@ class HotConnection(asyncio.Protocol):
             if not task.done():
                 task.cancel()
                 await asyncio.wait({task})
-        if self._inner is None and self.transport is not None:
+        if self._handover is None and self.transport is not None:
             self.transport.close()  # (a handed-over connection is its aiohttp handler's to close)
 
 
