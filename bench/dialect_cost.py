@@ -27,8 +27,8 @@ import orjson
 from llmgw.core.types import ApiKey, KeyScope, Model, ProviderApi, RemoteSource
 from llmgw.gateway.call import UpstreamCall
 from llmgw.gateway.relay import answer, events, joined, outbound, passthrough
-from llmgw.gateway.routing import Route
 from llmgw.gateway.service import WIRES
+from llmgw.gateway.upstream.table import Route
 from llmgw.gateway.usage import UsageTap
 from llmgw.gateway.wire.dialect import Api
 

@@ -35,10 +35,10 @@ from llmgw.gateway import h1, h1_connection
 from llmgw.gateway.auth import KeyCache
 from llmgw.gateway.limits import Limiter
 from llmgw.gateway.metrics import Metrics
-from llmgw.gateway.routing import Route, RoutingTable, Upstream
 from llmgw.gateway.service import Gateway
 from llmgw.gateway.snapshot import Refresher, Snapshot
 from llmgw.gateway.transport import Transport
+from llmgw.gateway.upstream.table import Route, RoutingTable, Upstream
 from llmgw.gateway.usage import UsageMeter
 from llmgw.store.store import Store
 

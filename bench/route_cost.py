@@ -24,9 +24,9 @@ from llmgw.core.routes import RouteSpec, Strategy, Target
 from llmgw.core.types import ApiKey, KeyScope, Model, RemoteSource
 from llmgw.gateway.call import UpstreamCall
 from llmgw.gateway.outbound import outbound
-from llmgw.gateway.routes import Router
-from llmgw.gateway.routing import Route, RoutingTable, Upstream
 from llmgw.gateway.service import WIRES
+from llmgw.gateway.upstream.router import Router
+from llmgw.gateway.upstream.table import Route, RoutingTable, Upstream
 from llmgw.gateway.wire.dialect import Api
 
 KEY = ApiKey(id="key-bench", name="bench", prefix="sk-llmgw-bench", last4="abcd", hash="x",

@@ -23,7 +23,7 @@ from llmgw.core.clock import FakeClock
 from llmgw.core.demand import REPORT_S, Activity
 from llmgw.core.errors import StoreUnavailable
 from llmgw.core.types import Model, Node, Replica, ReplicaState, Scaling
-from llmgw.gateway.routing import nowhere_reason
+from llmgw.gateway.upstream.table import nowhere_reason
 from tests.demand_factories import (
     NO_DEMAND,
     SETTINGS,

@@ -32,9 +32,9 @@ from llmgw.core import errors, settings
 from llmgw.core.clock import SystemClock
 from llmgw.gateway.metrics import FAMILIES, LABELS, Metrics
 from llmgw.gateway.route_metrics import RouteMetrics
-from llmgw.gateway.routes import Router
-from llmgw.gateway.routing import Route, RoutingTable
 from llmgw.gateway.shared_limits import DegradedMetric
+from llmgw.gateway.upstream.router import Router
+from llmgw.gateway.upstream.table import Route, RoutingTable
 from llmgw.server.node_run import NodeConfig
 from tests.factories import local_model
 

@@ -33,11 +33,11 @@ from llmgw.gateway.auth import KeyCache
 from llmgw.gateway.limits import Limiter
 from llmgw.gateway.metrics import Metrics
 from llmgw.gateway.queue import ColdQueue
-from llmgw.gateway.routing import Route, RoutingTable, Upstream
 from llmgw.gateway.service import Gateway
 from llmgw.gateway.shared_limits import SharedLimits
 from llmgw.gateway.snapshot import Refresher, Snapshot
 from llmgw.gateway.transport import Transport
+from llmgw.gateway.upstream.table import Route, RoutingTable, Upstream
 from llmgw.gateway.usage import UsageMeter
 from llmgw.guard.enforcement import Guard
 from llmgw.server.run import app_runner

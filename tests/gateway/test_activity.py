@@ -9,7 +9,7 @@ from llmgw.core.demand import Activity, Queued, ReplicaUse
 from llmgw.core.settings import ControlSettings
 from llmgw.gateway.activity import ActivityTracker
 from llmgw.gateway.queue import ColdQueue
-from llmgw.gateway.routing import Route, RoutingTable, Upstream
+from llmgw.gateway.upstream.table import Route, RoutingTable, Upstream
 from tests.factories import gemma_model, local_model, remote_model
 
 NOW = datetime(2026, 1, 1, 12, tzinfo=UTC)

@@ -24,8 +24,8 @@ from llmgw.core.types import LocalSource, Model, Profile
 from llmgw.gateway.call import Exchange
 from llmgw.gateway.guarded import Judged, forward_guarded
 from llmgw.gateway.relay import outbound
-from llmgw.gateway.routing import Route, Upstream
 from llmgw.gateway.transport import Transport
+from llmgw.gateway.upstream.table import Route, Upstream
 from llmgw.gateway.usage import UsageTap
 from llmgw.guard.enforcement import Guard, GuardView, RequestInfo
 from llmgw.guard.judge_client import JudgeClient, JudgeTarget

@@ -17,8 +17,8 @@ from llmgw.core.errors import UpstreamError, UpstreamTimeout
 from llmgw.core.types import Model, RemoteSource
 from llmgw.gateway.h1 import Pool, target
 from llmgw.gateway.h1_connection import ConnectError, H1Error, Proto, Response
-from llmgw.gateway.routing import Route, Upstream
 from llmgw.gateway.transport import Transport
+from llmgw.gateway.upstream.table import Route, Upstream
 from tests.fakes.timers import ManualTimers
 from tests.gateway.test_transport import dead_port
 

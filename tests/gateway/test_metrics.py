@@ -10,7 +10,7 @@ from prometheus_client.registry import Collector
 
 from llmgw.core.guard import JudgeLoad
 from llmgw.gateway.metrics import Metrics
-from llmgw.gateway.routing import Route, RoutingTable, Upstream
+from llmgw.gateway.upstream.table import Route, RoutingTable, Upstream
 from tests.factories import gemma_model, local_model, remote_model
 
 

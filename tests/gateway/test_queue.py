@@ -18,8 +18,8 @@ from llmgw.core.tracing import Kind
 from llmgw.core.types import ReplicaState
 from llmgw.gateway.inflight import InFlight, SharedInFlight, entry
 from llmgw.gateway.queue import QUEUE_FULL_RETRY_S, ColdQueue
-from llmgw.gateway.routing import Route, RoutingTable, Upstream
 from llmgw.gateway.snapshot import Refresher
+from llmgw.gateway.upstream.table import Route, RoutingTable, Upstream
 from llmgw.server.telemetry import OtelTracer
 from llmgw.store.store import Store
 from tests.factories import KEY_SECRET, gemma_model, node, replica_placed

@@ -20,7 +20,7 @@ from llmgw.core.settings import ControlSettings
 from llmgw.core.types import LocalSource, Model, Profile, Scaling
 from llmgw.gateway.metrics import Metrics
 from llmgw.gateway.queue import QUEUE_FULL_RETRY_S, ColdQueue
-from llmgw.gateway.routing import Route, RoutingTable, Upstream
+from llmgw.gateway.upstream.table import Route, RoutingTable, Upstream
 from llmgw.store.store import Store
 from tests.fakes.provider import ANSWER, FakeProvider, GatewayRig
 
@@ -228,8 +228,8 @@ def test_a_routes_requests_are_judged_by_policies_of_its_name_and_of_every_targe
     from llmgw.core.clock import FakeClock
     from llmgw.core.guard import Direction, Policy
     from llmgw.core.routes import RouteSpec, Target
-    from llmgw.gateway.routes import Router
     from llmgw.gateway.service import _route_policies
+    from llmgw.gateway.upstream.router import Router
     from llmgw.guard.enforcement import Guard
 
     covering = {"chat": [Policy(name="on-route", judges=["j"])],

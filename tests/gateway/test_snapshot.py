@@ -8,8 +8,8 @@ import pytest
 
 from llmgw.core.errors import NoReadyReplica
 from llmgw.core.types import Replica, ReplicaState, Scaling
-from llmgw.gateway.routing import Route, RoutingTable, Upstream
 from llmgw.gateway.snapshot import Refresher, build_routes
+from llmgw.gateway.upstream.table import Route, RoutingTable, Upstream
 from llmgw.store.store import Store
 from tests.factories import (
     KEY_SECRET,

@@ -23,8 +23,8 @@ from llmgw.core.types import LocalSource, Model, Profile
 from llmgw.gateway import transport
 from llmgw.gateway.call import Exchange
 from llmgw.gateway.relay import outbound, send
-from llmgw.gateway.routing import Route, Upstream
 from llmgw.gateway.transport import Transport
+from llmgw.gateway.upstream.table import Route, Upstream
 from llmgw.gateway.usage import UsageTap
 from llmgw.gateway.wire import openai_chat
 from llmgw.store.store import Store

@@ -15,7 +15,7 @@ from llmgw.core.clock import FakeClock
 from llmgw.core.errors import StaleEpoch
 from llmgw.core.types import ReplicaState
 from llmgw.gateway.metrics import Metrics
-from llmgw.gateway.routing import RoutingTable
+from llmgw.gateway.upstream.table import RoutingTable
 from llmgw.node.supervisor import Status
 from llmgw.server import wiring
 from llmgw.server.cluster import Leadership

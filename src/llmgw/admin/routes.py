@@ -9,8 +9,8 @@ from llmgw.core.clock import Clock
 from llmgw.core.errors import Conflict, InvalidRequest
 from llmgw.core.protocol.routes import RouteOut, TargetStatusOut
 from llmgw.core.routes import RouteSpec
-from llmgw.gateway.routes import Router
-from llmgw.gateway.routing import RoutingTable
+from llmgw.gateway.upstream.router import Router
+from llmgw.gateway.upstream.table import RoutingTable
 from llmgw.store.store import Store
 
 

@@ -9,7 +9,7 @@ from datetime import UTC, datetime
 from llmgw.core.demand import Activity, ReplicaUse
 from llmgw.core.guard import JudgeLoad
 from llmgw.gateway.queue import ColdQueue
-from llmgw.gateway.routing import RoutingTable
+from llmgw.gateway.upstream.table import RoutingTable
 
 
 class ActivityTracker:

@@ -12,12 +12,12 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from llmgw.core.types import ApiKey
-from llmgw.gateway.routing import Route
+from llmgw.gateway.upstream.table import Route
 from llmgw.gateway.usage import UsageTap
 from llmgw.gateway.wire.dialect import Api, Ask, Wire
 
 if TYPE_CHECKING:  # the plan's module imports this one
-    from llmgw.gateway.routes import Plan
+    from llmgw.gateway.upstream.router import Plan
 
 logger = logging.getLogger(__name__)
 

@@ -15,10 +15,10 @@ from typing import Any
 
 from llmgw.core.errors import LlmgwError
 from llmgw.core.guard import Direction, InputMode, Policy
-from llmgw.gateway import fallback
 from llmgw.gateway.call import Exchange, Reply, UpstreamCall
 from llmgw.gateway.relay import Outbound, answer, events, relayed, send, streamed
 from llmgw.gateway.transport import Connection, Transport
+from llmgw.gateway.upstream import attempt as fallback
 from llmgw.gateway.wire.dialect import SentSoFar
 from llmgw.guard.enforcement import Guard, RequestInfo
 from llmgw.guard.prompts import Turn

@@ -21,7 +21,7 @@ from llmgw.core.demand import Queued
 from llmgw.core.errors import EngineFailing, NoReadyReplica, QueueFull, QueueTimeout
 from llmgw.core.settings import ControlSettings
 from llmgw.gateway.inflight import InFlight, LocalInFlight, entry
-from llmgw.gateway.routing import Route, RoutingTable
+from llmgw.gateway.upstream.table import Route, RoutingTable
 
 # What a client turned away by a full queue is told to wait: a replica that is loading is often
 # ready within seconds, and the queue drains all at once when it is.

@@ -9,10 +9,10 @@ from collections.abc import AsyncGenerator, AsyncIterator
 import orjson
 
 from llmgw.core.errors import UpstreamError
-from llmgw.gateway import fallback
 from llmgw.gateway.call import Exchange, Reply, Stream, UpstreamCall
 from llmgw.gateway.outbound import Outbound, outbound
 from llmgw.gateway.transport import Connection, Transport
+from llmgw.gateway.upstream import attempt as fallback
 from llmgw.gateway.usage import UsageTap
 from llmgw.gateway.wire.dialect import Wire
 from llmgw.gateway.wire.sse import SseSplitter

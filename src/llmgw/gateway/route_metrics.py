@@ -10,7 +10,7 @@ from prometheus_client.registry import Collector
 from llmgw.core.clock import Clock
 from llmgw.core.routes import RouteSpec
 from llmgw.gateway.metrics import ROUTE_COOLDOWNS, ROUTE_COOLING_DOWN, ROUTE_FALLBACKS, ROUTE_RETRIES
-from llmgw.gateway.routes import Router
+from llmgw.gateway.upstream.router import Router
 
 
 class RouteMetrics(Collector):

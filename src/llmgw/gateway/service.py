@@ -27,10 +27,10 @@ from llmgw.gateway.limits import Limiter, Ticket, reserve_estimate
 from llmgw.gateway.metrics import Metrics
 from llmgw.gateway.queue import ColdQueue
 from llmgw.gateway.relay import Outbound, outbound, send
-from llmgw.gateway.routes import Plan, Router, resolve
 from llmgw.gateway.snapshot import Refresher
 from llmgw.gateway.traced import TracedTap, asked, ended
 from llmgw.gateway.transport import Transport
+from llmgw.gateway.upstream.router import Plan, Router, resolve
 from llmgw.gateway.usage import Tokens, UsageMeter, UsageTap
 from llmgw.gateway.wire import anthropic_messages, openai_chat, openai_responses, translate
 from llmgw.gateway.wire.dialect import Api, Wire

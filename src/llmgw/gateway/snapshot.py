@@ -15,7 +15,7 @@ from llmgw.core.routes import RouteSpec
 from llmgw.core.types import ApiKey, Limits, Model, RemoteSource, Replica, ReplicaState, Team
 from llmgw.engines import llamacpp, remote
 from llmgw.gateway.auth import KeyCache
-from llmgw.gateway.routing import (
+from llmgw.gateway.upstream.table import (
     Route,
     RoutingTable,
     Upstream,

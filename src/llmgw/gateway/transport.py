@@ -21,7 +21,7 @@ from llmgw.core.errors import LlmgwError, UpstreamError, UpstreamTimeout, Upstre
 from llmgw.core.tracing import Kind, Span
 from llmgw.gateway.h1 import Pool
 from llmgw.gateway.h1_connection import ConnectError, H1Error, Response
-from llmgw.gateway.routing import Route, Upstream, choose
+from llmgw.gateway.upstream.table import Route, Upstream, choose
 from llmgw.gateway.upstream_errors import MAX_ERROR_BODY, upstream_failure
 
 logger = logging.getLogger(__name__)

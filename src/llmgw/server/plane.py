@@ -20,12 +20,12 @@ from llmgw.gateway.limits import Limiter
 from llmgw.gateway.metrics import Metrics
 from llmgw.gateway.queue import ColdQueue
 from llmgw.gateway.route_metrics import RouteMetrics
-from llmgw.gateway.routes import Router
-from llmgw.gateway.routing import RoutingTable
 from llmgw.gateway.service import Gateway
-from llmgw.gateway.shared_cooldowns import CooldownBus
 from llmgw.gateway.snapshot import Refresher
 from llmgw.gateway.transport import Transport
+from llmgw.gateway.upstream.router import Router
+from llmgw.gateway.upstream.shared_cooldowns import CooldownBus
+from llmgw.gateway.upstream.table import RoutingTable
 from llmgw.gateway.usage import UsageMeter
 from llmgw.gateway.windows import LocalWindows, Windows
 from llmgw.guard import shared_slots

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from llmgw.api.console.traffic import WINDOW_S, Traffic
 from llmgw.gateway.metrics import Metrics
-from llmgw.gateway.routing import RoutingTable
+from llmgw.gateway.upstream.table import RoutingTable
 
 
 class Clock:

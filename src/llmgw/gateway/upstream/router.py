@@ -17,10 +17,10 @@ from dataclasses import dataclass, field, replace
 from llmgw.core.clock import Clock
 from llmgw.core.errors import ModelNotFound, NoReadyReplica
 from llmgw.core.routes import FailOn, RouteSpec, Strategy
-from llmgw.gateway.cooldown import Cooldowns
-from llmgw.gateway.routing import Route, RoutingTable
-from llmgw.gateway.shared_cooldowns import CooldownBus
-from llmgw.gateway.strategies import TargetState, order
+from llmgw.gateway.upstream.cooldown import Cooldowns
+from llmgw.gateway.upstream.shared_cooldowns import CooldownBus
+from llmgw.gateway.upstream.strategies import TargetState, order
+from llmgw.gateway.upstream.table import Route, RoutingTable
 
 
 @dataclass(frozen=True)

@@ -5,7 +5,7 @@ A process that starts a cooldown writes it as a key that expires with it (so a p
 starts or reconnects later finds every cooldown under way) and publishes it on a channel every
 process listens to, which copies it into its own `Cooldowns`. Nothing of this is on a request's
 way: the publish is a background call, the listening a background task. Without Redis each
-process keeps the cooldowns it saw itself (see `gateway.cooldown`).
+process keeps the cooldowns it saw itself (see `gateway.upstream.cooldown`).
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ from collections import Counter
 import pytest
 
 from llmgw.core.routes import Strategy
-from llmgw.gateway.strategies import TargetState, order
+from llmgw.gateway.upstream.strategies import TargetState, order
 
 
 def first_picks(targets: list[TargetState], n: int, seed: int = 7) -> Counter[str]:

@@ -26,8 +26,8 @@ from llmgw.core.errors import (
 from llmgw.core.routes import FailOn, Retry
 from llmgw.gateway.call import Exchange, UpstreamCall
 from llmgw.gateway.outbound import Outbound, outbound
-from llmgw.gateway.routes import Plan
 from llmgw.gateway.transport import Connection, Transport
+from llmgw.gateway.upstream.router import Plan
 from llmgw.gateway.upstream_errors import retry_after, upstream_failure
 
 logger = logging.getLogger(__name__)

@@ -21,8 +21,8 @@ from llmgw.core.routes import Cooldown, FailOn, Fallback, Retry, RouteSpec, Stra
 from llmgw.core.types import LocalSource, Model, Profile
 from llmgw.gateway.metrics import Metrics
 from llmgw.gateway.route_metrics import RouteMetrics
-from llmgw.gateway.routes import Router
-from llmgw.gateway.routing import Route, RoutingTable, Upstream
+from llmgw.gateway.upstream.router import Router
+from llmgw.gateway.upstream.table import Route, RoutingTable, Upstream
 from llmgw.store.store import Store
 from tests.factories import remote_model
 from tests.fakes.provider import ANSWER, USAGE, FakeProvider, GatewayRig

@@ -6,7 +6,14 @@ import pytest
 
 from llmgw.core.errors import ModelNotFound, NoReadyReplica
 from llmgw.core.types import ReplicaState
-from llmgw.gateway.routing import Route, RoutingTable, Upstream, failing_reason, pick, unavailable_reason
+from llmgw.gateway.upstream.table import (
+    Route,
+    RoutingTable,
+    Upstream,
+    failing_reason,
+    pick,
+    unavailable_reason,
+)
 from tests.factories import gemma_model, replica_failed, replica_pending, replica_placed
 
 

@@ -5,7 +5,7 @@ The rule is a pure function of a target's recent failures and the time (`after_f
 shared Redis each process judges its targets by the failures it saw itself: a cooldown is not
 shared through the store (it would put a database write on the failing request's path and a
 read on every request's). With one, cooldowns started anywhere arrive here too (`cool`, from
-`gateway.shared_cooldowns`).
+`gateway.upstream.shared_cooldowns`).
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from llmgw.core.routes import Cooldown
-from llmgw.gateway.cooldown import Cooldowns, TargetHealth, after_failure, after_success
+from llmgw.gateway.upstream.cooldown import Cooldowns, TargetHealth, after_failure, after_success
 
 RULE = Cooldown(failures=3, window_s=60, cooldown_s=30)
 

@@ -12,9 +12,9 @@ import redis.asyncio as aioredis
 from llmgw.core.clock import FakeClock
 from llmgw.core.routes import Cooldown, Fallback, RouteSpec, Target
 from llmgw.core.types import LocalSource, Model, Profile
-from llmgw.gateway.routes import Router
-from llmgw.gateway.routing import Route, RoutingTable, Upstream
-from llmgw.gateway.shared_cooldowns import CooldownBus
+from llmgw.gateway.upstream.router import Router
+from llmgw.gateway.upstream.shared_cooldowns import CooldownBus
+from llmgw.gateway.upstream.table import Route, RoutingTable, Upstream
 from tests.redis_server import RedisServer
 
 SPEC = RouteSpec(name="chat", targets=[Target(model="a"), Target(model="b")],
