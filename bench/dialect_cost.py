@@ -28,7 +28,7 @@ from llmgw.core.types import ApiKey, KeyScope, Model, ProviderApi, RemoteSource
 from llmgw.gateway.call import UpstreamCall
 from llmgw.gateway.relay import answer, events, joined, outbound, passthrough
 from llmgw.gateway.service import WIRES
-from llmgw.gateway.upstream.table import Route
+from llmgw.gateway.upstream.table import Serving
 from llmgw.gateway.usage import UsageTap
 from llmgw.gateway.wire.dialect import Api
 
@@ -125,7 +125,7 @@ def _drain(agen: AsyncIterator[bytes]) -> int:
 def one_request(api: Api, provider: ProviderApi, body: bytes, stream: bool,
                 upstream: bytes | list[bytes]) -> Callable[[], int]:
     """A function doing one request's dialect work; it returns the bytes the client would get."""
-    route = Route(Model(name="m", source=RemoteSource(base_url="http://127.0.0.1:9/v1", api=provider)), ())
+    route = Serving(Model(name="m", source=RemoteSource(base_url="http://127.0.0.1:9/v1", api=provider)), ())
     wire = WIRES[api]
 
     def run() -> int:

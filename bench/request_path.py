@@ -38,7 +38,7 @@ from llmgw.gateway.metrics import Metrics
 from llmgw.gateway.service import Gateway
 from llmgw.gateway.snapshot import Refresher, Snapshot
 from llmgw.gateway.transport import Transport
-from llmgw.gateway.upstream.table import Route, RoutingTable, Upstream
+from llmgw.gateway.upstream.table import RoutingTable, Serving, Upstream
 from llmgw.gateway.usage import UsageMeter
 from llmgw.store.store import Store
 
@@ -123,7 +123,7 @@ async def _round(stream: bool, requests: int) -> tuple[float, float]:
         store = Store.open(f"sqlite:///{tmp}/llmgw.db")
         refresher = Refresher(store, SECRET)
         refresher.current = Snapshot(1, KeyCache(SECRET, [key]), RoutingTable(
-            {name: Route(model, (Upstream("replica-1", UPSTREAM, {}),))}))
+            {name: Serving(model, (Upstream("replica-1", UPSTREAM, {}),))}))
         defaults = Limits()
         limiter = Limiter(store, SystemClock().now, lambda: defaults, lambda: refresher.current.keys)
         transport = Transport(timeout_s=600)

@@ -26,7 +26,7 @@ from llmgw.gateway.call import UpstreamCall
 from llmgw.gateway.outbound import outbound
 from llmgw.gateway.service import WIRES
 from llmgw.gateway.upstream.router import Router
-from llmgw.gateway.upstream.table import Route, RoutingTable, Upstream
+from llmgw.gateway.upstream.table import RoutingTable, Serving, Upstream
 from llmgw.gateway.wire.dialect import Api
 
 KEY = ApiKey(id="key-bench", name="bench", prefix="sk-llmgw-bench", last4="abcd", hash="x",
@@ -58,7 +58,7 @@ def main() -> None:
     wire = WIRES[Api.CHAT]
     models = {n: Model(name=n, source=RemoteSource(base_url="http://127.0.0.1:9/v1"))
               for n in ("fake-json", "fake-json-b")}
-    table = RoutingTable({n: Route(m, (Upstream(f"remote:{n}", "http://127.0.0.1:9/v1"),))
+    table = RoutingTable({n: Serving(m, (Upstream(f"remote:{n}", "http://127.0.0.1:9/v1"),))
                           for n, m in models.items()})
 
     def plain() -> object:

@@ -16,7 +16,7 @@ DOCUMENT_URI = "reference/openapi.json"
 
 def document() -> dict[str, Any]:
     """The OpenAPI document, as the server builds it for `/openapi.json`."""
-    from llmgw.api.routes import spec
+    from llmgw.api.registry import spec
 
     return spec()
 

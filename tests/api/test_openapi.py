@@ -13,7 +13,7 @@ from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 from openapi_spec_validator import OpenAPIV31SpecValidator
 
-from llmgw.api.routes import ENDPOINTS, spec
+from llmgw.api.registry import ENDPOINTS, spec
 from llmgw.core.settings import load
 from llmgw.server.app import Server
 from llmgw.server.init import init

@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 
 from llmgw.api.endpoints import Access, Endpoint
+from llmgw.api.registry import ENDPOINTS
 from llmgw.api.roles import refusal
-from llmgw.api.routes import ENDPOINTS
 from llmgw.core.users import Grant, Person, Role, User, acting_key, is_person, who
 
 BY_NAME = {ep.name: ep for ep in ENDPOINTS}

@@ -33,7 +33,7 @@ from schemathesis import Case, CheckContext, Response
 from schemathesis.checks import not_a_server_error
 from schemathesis.specs.openapi.checks import content_type_conformance, response_schema_conformance
 
-from llmgw.api.routes import spec
+from llmgw.api.registry import spec
 from tests.api.test_openapi import build
 
 CONFIG = schemathesis.Config.from_dict({

@@ -26,7 +26,7 @@ from pydantic import BaseModel
 
 from docsgen import cli, reference
 from llmgw.api.edge import EDGE_CODES
-from llmgw.api.routes import spec
+from llmgw.api.registry import spec
 from llmgw.cli.main import app
 from llmgw.core import errors, settings
 from llmgw.core.clock import SystemClock
@@ -34,7 +34,7 @@ from llmgw.gateway.metrics import FAMILIES, LABELS, Metrics
 from llmgw.gateway.route_metrics import RouteMetrics
 from llmgw.gateway.shared_limits import DegradedMetric
 from llmgw.gateway.upstream.router import Router
-from llmgw.gateway.upstream.table import Route, RoutingTable
+from llmgw.gateway.upstream.table import RoutingTable, Serving
 from llmgw.server.node_run import NodeConfig
 from tests.factories import local_model
 
@@ -242,7 +242,7 @@ def test_the_document_is_published_beside_the_page() -> None:
 def scrape() -> str:
     """A scrape of a process with every collector a server registers (a model, a route, the
     shared limit store's gauge)."""
-    table = RoutingTable({"m": Route(local_model("m"), ())})
+    table = RoutingTable({"m": Serving(local_model("m"), ())})
     metrics = Metrics(lambda: table)
     metrics.add_collector(RouteMetrics(Router(SystemClock()), dict, SystemClock()))
     metrics.add_collector(DegradedMetric(cast(Any, SimpleNamespace(degraded=False))))

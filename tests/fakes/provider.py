@@ -37,7 +37,7 @@ from llmgw.gateway.service import Gateway
 from llmgw.gateway.shared_limits import SharedLimits
 from llmgw.gateway.snapshot import Refresher, Snapshot
 from llmgw.gateway.transport import Transport
-from llmgw.gateway.upstream.table import Route, RoutingTable, Upstream
+from llmgw.gateway.upstream.table import RoutingTable, Serving, Upstream
 from llmgw.gateway.usage import UsageMeter
 from llmgw.guard.enforcement import Guard
 from llmgw.server.run import app_runner
@@ -273,7 +273,7 @@ class GatewayRig:
         refresher = self.refresher = Refresher(self.store, KEY_SECRET)
         model = self.model or Model(name="m", source=LocalSource(path="/m.gguf"),
                                     profiles=[Profile(name="cpu")])
-        route = Route(model, (Upstream("replica-1", self.provider.url, dict(self.upstream_headers)),))
+        route = Serving(model, (Upstream("replica-1", self.provider.url, dict(self.upstream_headers)),))
         refresher.current = Snapshot(1, KeyCache(KEY_SECRET, [self.key]), RoutingTable({"m": route}))
         self.limiter = Limiter(self.store, self.now, shared=self.shared)
         self.meter = UsageMeter(self.store, self.now)

@@ -9,7 +9,7 @@ from llmgw.core.demand import Activity, Queued, ReplicaUse
 from llmgw.core.settings import ControlSettings
 from llmgw.gateway.activity import ActivityTracker
 from llmgw.gateway.queue import ColdQueue
-from llmgw.gateway.upstream.table import Route, RoutingTable, Upstream
+from llmgw.gateway.upstream.table import RoutingTable, Serving, Upstream
 from tests.factories import gemma_model, local_model, remote_model
 
 NOW = datetime(2026, 1, 1, 12, tzinfo=UTC)
@@ -21,10 +21,10 @@ async def test_the_snapshot_has_the_queue_and_each_local_replicas_use() -> None:
     never = Upstream("r2", "http://127.0.0.1:39002/v1")
     cold = local_model("cold", replicas=0)
     table = RoutingTable({
-        "gemma3-270m": Route(gemma_model(replicas=2), (used, never)),
-        "cold": Route(cold, ()),
+        "gemma3-270m": Serving(gemma_model(replicas=2), (used, never)),
+        "cold": Serving(cold, ()),
         # A provider is no replica: the leader has nothing to scale there.
-        "gpt-4o-mini": Route(remote_model(),
+        "gpt-4o-mini": Serving(remote_model(),
                              (Upstream("remote:gpt-4o-mini", "https://x/v1", outstanding=5),)),
     })
     t = [50.0]

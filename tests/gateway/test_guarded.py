@@ -25,7 +25,7 @@ from llmgw.gateway.call import Exchange
 from llmgw.gateway.guarded import Judged, forward_guarded
 from llmgw.gateway.relay import outbound
 from llmgw.gateway.transport import Transport
-from llmgw.gateway.upstream.table import Route, Upstream
+from llmgw.gateway.upstream.table import Serving, Upstream
 from llmgw.gateway.usage import UsageTap
 from llmgw.guard.enforcement import Guard, GuardView, RequestInfo
 from llmgw.guard.judge_client import JudgeClient, JudgeTarget
@@ -187,7 +187,7 @@ async def rig() -> AsyncIterator[Rig]:
     guard = Guard(judge_client, lambda: holder[0].view, records.append, lambda: datetime.now(UTC),
                   time.monotonic)
     model = Model(name="m", source=LocalSource(path="/m.gguf"), profiles=[Profile(name="cpu")])
-    route = Route(model, (Upstream("live", str(up_server.make_url("/v1"))),))
+    route = Serving(model, (Upstream("live", str(up_server.make_url("/v1"))),))
 
     async def handler(request: web.Request) -> web.StreamResponse:
         call = upstream_call(route, await request.read())

@@ -18,7 +18,7 @@ from llmgw.core.types import Model, RemoteSource
 from llmgw.gateway.h1 import Pool, target
 from llmgw.gateway.h1_connection import ConnectError, H1Error, Proto, Response
 from llmgw.gateway.transport import Transport
-from llmgw.gateway.upstream.table import Route, Upstream
+from llmgw.gateway.upstream.table import Serving, Upstream
 from tests.fakes.timers import ManualTimers
 from tests.gateway.test_transport import dead_port
 
@@ -289,9 +289,9 @@ async def test_credentials_in_the_url_are_sent_as_basic_auth_unless_the_request_
     assert b"us%40er" not in up.requests[0]  # never in the request line or Host
 
 
-def remote_route(url: str) -> Route:
+def remote_route(url: str) -> Serving:
     model = Model(name="m", source=RemoteSource(base_url=url, model="m"))
-    return Route(model, (Upstream("remote:m", url),))
+    return Serving(model, (Upstream("remote:m", url),))
 
 
 async def test_the_transport_maps_the_clients_errors_once(

@@ -10,15 +10,15 @@ from prometheus_client.registry import Collector
 
 from llmgw.core.guard import JudgeLoad
 from llmgw.gateway.metrics import Metrics
-from llmgw.gateway.upstream.table import Route, RoutingTable, Upstream
+from llmgw.gateway.upstream.table import RoutingTable, Serving, Upstream
 from tests.factories import gemma_model, local_model, remote_model
 
 
 def test_queues_waits_cold_starts_and_evictions_are_shown_per_model() -> None:
     table = RoutingTable({
-        "gemma3-270m": Route(gemma_model(replicas=0), ()),
-        "other": Route(local_model("other"), (Upstream("r1", "http://127.0.0.1:39001/v1"),)),
-        "gpt-4o-mini": Route(remote_model(), ()),
+        "gemma3-270m": Serving(gemma_model(replicas=0), ()),
+        "other": Serving(local_model("other"), (Upstream("r1", "http://127.0.0.1:39001/v1"),)),
+        "gpt-4o-mini": Serving(remote_model(), ()),
     })
     metrics = Metrics(lambda: table, queued=lambda: {"gemma3-270m": 3})
 
@@ -39,14 +39,14 @@ def test_queues_waits_cold_starts_and_evictions_are_shown_per_model() -> None:
 
 
 def test_a_server_without_a_queue_shows_empty_queues() -> None:
-    table = RoutingTable({"gemma3-270m": Route(gemma_model(replicas=0), ())})
+    table = RoutingTable({"gemma3-270m": Serving(gemma_model(replicas=0), ())})
     assert 'llmgw_queue_depth{model="gemma3-270m"} 0.0' in Metrics(lambda: table).render().decode()
 
 
 def test_a_scrape_sums_every_workers_counters_histograms_and_gauges() -> None:
     up = Upstream("r1", "http://127.0.0.1:39001/v1")
-    table = RoutingTable({"gemma3-270m": Route(gemma_model(replicas=0), ()),
-                          "other": Route(local_model("other"), (up,))})
+    table = RoutingTable({"gemma3-270m": Serving(gemma_model(replicas=0), ()),
+                          "other": Serving(local_model("other"), (up,))})
     main = Metrics(lambda: table, queued=lambda: {"gemma3-270m": 1})
     worker = Metrics(lambda: table, queued=lambda: {"gemma3-270m": 2})
     main.request("other", 200, "sk-llmgw-ab", "chat_completions", 0.2, 0.0003, None, "")

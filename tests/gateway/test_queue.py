@@ -19,15 +19,15 @@ from llmgw.core.types import ReplicaState
 from llmgw.gateway.inflight import InFlight, SharedInFlight, entry
 from llmgw.gateway.queue import QUEUE_FULL_RETRY_S, ColdQueue
 from llmgw.gateway.snapshot import Refresher
-from llmgw.gateway.upstream.table import Route, RoutingTable, Upstream
+from llmgw.gateway.upstream.table import RoutingTable, Serving, Upstream
 from llmgw.server.telemetry import OtelTracer
 from llmgw.store.store import Store
 from tests.factories import KEY_SECRET, gemma_model, node, replica_placed
 
 MODEL = gemma_model(replicas=0)
-COLD = Route(MODEL, (), unavailable="no replica is placed yet (the model starts on demand)")
-LOADING = Route(MODEL, (), unavailable="starting", loading_on="node-2")
-READY = Route(MODEL, (Upstream("r1", "http://127.0.0.1:39001/v1"),))
+COLD = Serving(MODEL, (), unavailable="no replica is placed yet (the model starts on demand)")
+LOADING = Serving(MODEL, (), unavailable="starting", loading_on="node-2")
+READY = Serving(MODEL, (Upstream("r1", "http://127.0.0.1:39001/v1"),))
 
 
 class Rig:
@@ -40,13 +40,13 @@ class Rig:
         self.queue = ColdQueue(ControlSettings(**settings), lambda: self.t, self.cold.append,
                                flight)
 
-    def current(self) -> Route:
+    def current(self) -> Serving:
         return self.table.resolve(MODEL.name)
 
-    def waiter(self) -> asyncio.Task[Route]:
+    def waiter(self) -> asyncio.Task[Serving]:
         return asyncio.create_task(self.queue.wait(self.current(), self.current))
 
-    def publish(self, route: Route | None) -> None:
+    def publish(self, route: Serving | None) -> None:
         """A new routing table (without the model for None), as the refresher hands it over."""
         self.table = RoutingTable({MODEL.name: route} if route is not None else {})
         self.queue.refreshed(self.table)
@@ -182,7 +182,7 @@ async def test_a_client_that_leaves_leaves_the_queue_and_frees_its_place() -> No
 
 async def test_a_model_that_fits_nowhere_fails_at_once_and_so_do_its_waiters() -> None:
     rig = Rig()
-    nowhere = Route(MODEL, (), unavailable="pending", nowhere="node big has 1.0 GB free, needs 8.0 GB")
+    nowhere = Serving(MODEL, (), unavailable="pending", nowhere="node big has 1.0 GB free, needs 8.0 GB")
     with pytest.raises(NoReadyReplica, match="fits on no node: node big has 1.0 GB free") as caught:
         await rig.queue.wait(nowhere, rig.current)
     assert caught.value.status == 503
@@ -247,7 +247,7 @@ async def test_a_waiter_is_released_by_the_refreshers_next_snapshot(any_store: S
     refresher = Refresher(any_store, KEY_SECRET, on_refresh=queue.refreshed)
     await refresher.refresh()
 
-    def current() -> Route:
+    def current() -> Serving:
         return refresher.current.table.resolve(MODEL.name)
 
     waiting = asyncio.create_task(queue.wait(current(), current))
@@ -299,7 +299,7 @@ async def test_a_traced_wait_is_a_span_under_the_request_with_its_place_and_time
 
 async def test_a_model_whose_every_replica_failed_is_refused_at_once_and_so_are_its_waiters() -> None:
     rig = Rig()
-    failing = Route(MODEL, (), unavailable="failed: llama-server stopped …",
+    failing = Serving(MODEL, (), unavailable="failed: llama-server stopped …",
                     failing="llama-server stopped with an illegal instruction (SIGILL): rebuild it")
     with pytest.raises(EngineFailing, match="its engine keeps failing: llama-server stopped with an "
                                             "illegal instruction") as caught:

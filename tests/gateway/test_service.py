@@ -20,7 +20,7 @@ from llmgw.core.settings import ControlSettings
 from llmgw.core.types import LocalSource, Model, Profile, Scaling
 from llmgw.gateway.metrics import Metrics
 from llmgw.gateway.queue import QUEUE_FULL_RETRY_S, ColdQueue
-from llmgw.gateway.upstream.table import Route, RoutingTable, Upstream
+from llmgw.gateway.upstream.table import RoutingTable, Serving, Upstream
 from llmgw.store.store import Store
 from tests.fakes.provider import ANSWER, FakeProvider, GatewayRig
 
@@ -37,7 +37,7 @@ class WatchedQueue(ColdQueue):
         self.cold: asyncio.Queue[str] = asyncio.Queue()
         self.left: asyncio.Queue[None] = asyncio.Queue()
 
-    async def wait(self, route: Route, current: Any) -> Route:
+    async def wait(self, route: Serving, current: Any) -> Serving:
         try:
             return await super().wait(route, current)
         finally:
@@ -64,7 +64,7 @@ async def cold_rig(
     rig.metrics = Metrics(lambda: rig.refresher.current.table if rig.refresher else RoutingTable({}),
                           queued=queue.depths)
     await rig.start()
-    publish(rig, Route(ON_DEMAND, (), unavailable="no replica is placed yet (the model starts on demand)"))
+    publish(rig, Serving(ON_DEMAND, (), unavailable="no replica is placed yet (the model starts on demand)"))
     try:
         async with rig.openai() as client:
             yield rig, queue, client
@@ -74,7 +74,7 @@ async def cold_rig(
         store.close()
 
 
-def publish(rig: GatewayRig, route: Route) -> None:
+def publish(rig: GatewayRig, route: Serving) -> None:
     """A new snapshot with `route` for `m`, handed to the queue as the refresher hands it."""
     assert rig.refresher is not None and rig.queue is not None
     snap = rig.refresher.current
@@ -98,8 +98,8 @@ def statuses(rig: GatewayRig) -> dict[str, int]:
     return out
 
 
-def ready(rig: GatewayRig) -> Route:
-    return Route(ON_DEMAND, (Upstream("replica-1", rig.provider.url),))
+def ready(rig: GatewayRig) -> Serving:
+    return Serving(ON_DEMAND, (Upstream("replica-1", rig.provider.url),))
 
 
 @pytest.mark.parametrize("stream", [False, True])
@@ -110,7 +110,7 @@ async def test_a_request_for_a_cold_model_waits_and_is_answered_once_a_replica_i
         call = asyncio.create_task(client.chat.completions.create(
             model="m", messages=MESSAGES, stream=stream))
         assert await next_one(queue.cold, "the model going cold") == "m"
-        publish(rig, Route(ON_DEMAND, (), unavailable="starting", loading_on="node-1"))
+        publish(rig, Serving(ON_DEMAND, (), unavailable="starting", loading_on="node-1"))
         assert not call.done()  # not even a stream's headers: no replica has answered yet
         assert rig.provider.requests == []
 
@@ -176,7 +176,7 @@ async def test_a_request_past_the_queue_timeout_is_a_503_saying_what_it_waited_f
     async with cold_rig(tmp_path, queue_timeout_s=0.2) as (rig, queue, client):
         call = asyncio.create_task(client.chat.completions.create(model="m", messages=MESSAGES))
         await next_one(queue.cold, "the request queueing")
-        publish(rig, Route(ON_DEMAND, (), unavailable="starting", loading_on="node-2"))
+        publish(rig, Serving(ON_DEMAND, (), unavailable="starting", loading_on="node-2"))
 
         with pytest.raises(openai.InternalServerError) as caught:
             await call
@@ -211,7 +211,7 @@ async def test_a_model_that_fits_on_no_node_is_a_503_at_once_with_the_schedulers
     tmp_path: Path,
 ) -> None:
     async with cold_rig(tmp_path) as (rig, queue, client):
-        publish(rig, Route(ON_DEMAND, (), unavailable="pending: node big has 1.0 GB free, needs 8.0 GB",
+        publish(rig, Serving(ON_DEMAND, (), unavailable="pending: node big has 1.0 GB free, needs 8.0 GB",
                            nowhere="node big has 1.0 GB free, needs 8.0 GB"))
 
         with pytest.raises(openai.InternalServerError) as caught:
@@ -242,7 +242,7 @@ def test_a_routes_requests_are_judged_by_policies_of_its_name_and_of_every_targe
                     if (p.input if direction == Direction.INPUT else p.output)]
 
     model = Model(name="x", source=LocalSource(path="/x.gguf"), profiles=[Profile(name="cpu")])
-    table = RoutingTable({n: Route(model.model_copy(update={"name": n}), (Upstream(n, "http://h"),))
+    table = RoutingTable({n: Serving(model.model_copy(update={"name": n}), (Upstream(n, "http://h"),))
                           for n in ("a", "b")})
     spec = RouteSpec(name="chat", targets=[Target(model="a"), Target(model="b")])
     plan = Router(FakeClock()).plan(spec, table)

@@ -9,7 +9,7 @@ import pytest
 from llmgw.core.errors import NoReadyReplica
 from llmgw.core.types import Replica, ReplicaState, Scaling
 from llmgw.gateway.snapshot import Refresher, build_routes
-from llmgw.gateway.upstream.table import Route, RoutingTable, Upstream
+from llmgw.gateway.upstream.table import RoutingTable, Serving, Upstream
 from llmgw.store.store import Store
 from tests.factories import (
     KEY_SECRET,
@@ -28,7 +28,7 @@ from tests.factories import (
 NODES = {"big": "127.0.0.1"}
 
 
-def by_id(routes: dict[str, Route]) -> dict[str, Upstream]:
+def by_id(routes: dict[str, Serving]) -> dict[str, Upstream]:
     return {u.id: u for r in routes.values() for u in r.upstreams}
 
 

@@ -24,7 +24,7 @@ from llmgw.gateway import transport
 from llmgw.gateway.call import Exchange
 from llmgw.gateway.relay import outbound, send
 from llmgw.gateway.transport import Transport
-from llmgw.gateway.upstream.table import Route, Upstream
+from llmgw.gateway.upstream.table import Serving, Upstream
 from llmgw.gateway.usage import UsageTap
 from llmgw.gateway.wire import openai_chat
 from llmgw.store.store import Store
@@ -80,7 +80,7 @@ def local_model() -> Model:
 
 
 async def through(
-    client: Transport, route: Route, body: bytes, stream: bool = False
+    client: Transport, route: Serving, body: bytes, stream: bool = False
 ) -> tuple[int, bytes]:
     """Send a chat call from inside a real aiohttp handler and return what its client got."""
     errors: list[LlmgwError] = []
@@ -109,7 +109,7 @@ async def test_a_refused_replica_is_skipped_and_the_other_answers(
     dead = Upstream("dead", f"http://127.0.0.1:{dead_port()}/v1")
     live = Upstream("live", str(upstream.make_url("/v1")))
     # Each call builds a fresh table whose first pick is the second upstream: the dead one.
-    route = Route(local_model(), (live, dead))
+    route = Serving(local_model(), (live, dead))
     for _ in range(4):
         status, body = await through(client, route, b'{"model": "m"}')
         assert status == 200 and b"chat.completion" in body
@@ -120,7 +120,7 @@ async def test_a_refused_replica_is_skipped_and_the_other_answers(
 
 async def test_two_refusals_are_a_502(gateway_client: Any) -> None:
     client, _ = gateway_client
-    route = Route(
+    route = Serving(
         local_model(),
         (
             Upstream("a", f"http://127.0.0.1:{dead_port()}/v1"),
@@ -133,14 +133,14 @@ async def test_two_refusals_are_a_502(gateway_client: Any) -> None:
 
 async def test_a_stream_arrives_byte_for_byte(upstream: TestServer, gateway_client: Any) -> None:
     client, _ = gateway_client
-    route = Route(local_model(), (Upstream("live", str(upstream.make_url("/v1"))),))
+    route = Serving(local_model(), (Upstream("live", str(upstream.make_url("/v1"))),))
     status, body = await through(client, route, b'{"model": "m", "stream": true}', stream=True)
     assert status == 200 and body == SSE
 
 
 async def test_the_body_is_forwarded_untouched(upstream: TestServer, gateway_client: Any) -> None:
     client, _ = gateway_client
-    route = Route(local_model(), (Upstream("live", str(upstream.make_url("/v1"))),))
+    route = Serving(local_model(), (Upstream("live", str(upstream.make_url("/v1"))),))
     raw = b'{"model": "m", "tools": [{"type": "function"}], "x_custom": 1}'
     await through(client, route, raw)
     assert upstream.app[SEEN] == [raw]

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from llmgw.core.types import ApiKey
-from llmgw.gateway.upstream.table import Route
+from llmgw.gateway.upstream.table import Serving
 from llmgw.gateway.usage import UsageTap
 from llmgw.gateway.wire.dialect import Api, Ask, Wire
 
@@ -28,7 +28,7 @@ logger = logging.getLogger(__name__)
 class UpstreamCall:
     """One client request on its way to an upstream of `route`."""
 
-    route: Route
+    route: Serving
     body: bytes  # the client's body as it came
     payload: dict[str, Any]  # the same, parsed
     api: Api  # what the client called

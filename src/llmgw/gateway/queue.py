@@ -21,7 +21,7 @@ from llmgw.core.demand import Queued
 from llmgw.core.errors import EngineFailing, NoReadyReplica, QueueFull, QueueTimeout
 from llmgw.core.settings import ControlSettings
 from llmgw.gateway.inflight import InFlight, LocalInFlight, entry
-from llmgw.gateway.upstream.table import Route, RoutingTable
+from llmgw.gateway.upstream.table import RoutingTable, Serving
 
 # What a client turned away by a full queue is told to wait: a replica that is loading is often
 # ready within seconds, and the queue drains all at once when it is.
@@ -60,7 +60,7 @@ class ColdQueue:
             for name, line in self._lines.items()
         }
 
-    async def wait(self, route: Route, current: Callable[[], Route]) -> Route:
+    async def wait(self, route: Serving, current: Callable[[], Serving]) -> Serving:
         """A route of the same model with upstreams, once `current()` has one.
 
         QueueFull (429) when `queue_max` requests already wait for the model, QueueTimeout (503)
@@ -103,7 +103,7 @@ class ColdQueue:
             if not line:
                 del self._lines[name]
 
-    async def _until_ready(self, waiter: _Waiter, current: Callable[[], Route]) -> Route:
+    async def _until_ready(self, waiter: _Waiter, current: Callable[[], Serving]) -> Serving:
         try:
             async with asyncio.timeout(self._timeout_s):
                 while True:
@@ -129,7 +129,7 @@ class ColdQueue:
                 if settled or now - waiter.arrived >= self._timeout_s:
                     waiter.woken.set()
 
-    def _timed_out(self, route: Route, waiter: _Waiter) -> QueueTimeout:
+    def _timed_out(self, route: Serving, waiter: _Waiter) -> QueueTimeout:
         waited = round(self._monotonic() - waiter.arrived)
         name = route.model.name
         if route.loading_on:
@@ -137,7 +137,7 @@ class ColdQueue:
         return QueueTimeout(f"{name} is waiting for a replica ({route.unavailable}): waited {waited} s")
 
 
-def _refuse_settled(route: Route) -> None:
+def _refuse_settled(route: Serving) -> None:
     """Refuse a request for a model that no replica is coming for: it fits on no node, or every
     replica of it failed."""
     if route.nowhere:

@@ -16,8 +16,8 @@ from llmgw.core.types import ApiKey, Limits, Model, RemoteSource, Replica, Repli
 from llmgw.engines import llamacpp, remote
 from llmgw.gateway.auth import KeyCache
 from llmgw.gateway.upstream.table import (
-    Route,
     RoutingTable,
+    Serving,
     Upstream,
     failing_reason,
     loading_on,
@@ -46,7 +46,7 @@ def build_routes(
     models: list[Model], replicas: list[Replica], previous: dict[str, Upstream],
     engine_headers: dict[str, str] | None = None,
     provider_key_env: Collection[str] = (), *, addresses: dict[str, str],
-) -> dict[str, Route]:
+) -> dict[str, Serving]:
     """Routes for every catalog model; Upstream objects are reused by id to keep their counters.
     `engine_headers` authenticate this server to its own engines; `provider_key_env` lists the
     variables remote keys may come from besides LLMGW_PROVIDER_*; `addresses` (node id to
@@ -58,16 +58,16 @@ def build_routes(
             return Upstream(uid, base_url, headers)
         return up
 
-    routes: dict[str, Route] = {}
+    routes: dict[str, Serving] = {}
     for m in models:
         if isinstance(m.source, RemoteSource):
             try:
                 headers = remote.auth_headers(m.source, provider_key_env)
             except ConfigError as exc:
-                routes[m.name] = Route(m, (), unavailable=exc.message)
+                routes[m.name] = Serving(m, (), unavailable=exc.message)
                 continue
             up = upstream(f"remote:{m.name}", remote.endpoint(m.source), headers)
-            routes[m.name] = Route(m, (up,), upstream_model=m.source.model)
+            routes[m.name] = Serving(m, (up,), upstream_model=m.source.model)
             continue
         mine = [r for r in replicas if r.model == m.name and r.state != ReplicaState.STOPPING]
         ready = tuple(
@@ -76,12 +76,12 @@ def build_routes(
             if r.state == ReplicaState.READY and r.endpoint and _placed(r, r.endpoint, addresses)
         )
         if ready:
-            routes[m.name] = Route(m, ready)
+            routes[m.name] = Serving(m, ready)
             continue
         why = unavailable_reason(mine, m.scaling)
         if any(r.state == ReplicaState.READY and r.endpoint for r in mine):
             why = "a replica reported ready off its node's address, where nothing is sent"
-        routes[m.name] = Route(m, ready, unavailable=why, loading_on=loading_on(mine),
+        routes[m.name] = Serving(m, ready, unavailable=why, loading_on=loading_on(mine),
                                nowhere=nowhere_reason(mine), failing=failing_reason(mine))
     return routes
 

@@ -21,7 +21,7 @@ from llmgw.core.errors import LlmgwError, UpstreamError, UpstreamTimeout, Upstre
 from llmgw.core.tracing import Kind, Span
 from llmgw.gateway.h1 import Pool
 from llmgw.gateway.h1_connection import ConnectError, H1Error, Response
-from llmgw.gateway.upstream.table import Route, Upstream, choose
+from llmgw.gateway.upstream.table import Serving, Upstream, choose
 from llmgw.gateway.upstream_errors import MAX_ERROR_BODY, upstream_failure
 
 logger = logging.getLogger(__name__)
@@ -190,7 +190,7 @@ class Transport:
         if self._pool is not None:
             await self._pool.close()
 
-    async def connect(self, route: Route, path: str, body: bytes) -> Connection:
+    async def connect(self, route: Serving, path: str, body: bytes) -> Connection:
         """POST `body` to `path` of the least busy upstream of `route` and wait for the answer's
         headers; a refused connection is retried once on another upstream."""
         assert self._pool is not None, "Transport.start() was not called"

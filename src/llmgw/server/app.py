@@ -16,7 +16,7 @@ from llmgw.admin.keys import KeyAdmin
 from llmgw.admin.people import People
 from llmgw.admin.routes import RouteAdmin
 from llmgw.admin.teams import TeamAdmin
-from llmgw.api import routes
+from llmgw.api import registry
 from llmgw.api.appkeys import (
     AGENTS,
     AUDIT,
@@ -206,7 +206,7 @@ class Server:
             return refresher.current.revision
 
         app[CHANGES] = next_revision
-        app.add_routes(bind(routes.ENDPOINTS))
+        app.add_routes(bind(registry.ENDPOINTS))
         sso = wiring.sso_client(s.sso) if s.ui else None
         if s.ui:
             console.mount(app, s.key_secret, sso)

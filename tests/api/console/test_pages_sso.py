@@ -253,10 +253,10 @@ async def test_the_return_address_never_leaves_the_console(sso: SsoInstall, targ
 
 
 async def test_state_changing_forms_need_the_sessions_csrf_token(sso: SsoInstall) -> None:
-    from llmgw.api.console.routes import ROUTES
+    from llmgw.api.console.routes import PAGES
 
     alice = await sso.signed_in(ADMIN)
-    for route in [r for r in ROUTES if r.method == "POST"]:
+    for route in [r for r in PAGES if r.method == "POST"]:
         path = "/ui" + re.sub(r"\{(\w+)(:[^}]*)?\}", "x", route.path)
         resp = await alice.console.post(path, {"name": "x"})
         assert resp.status == 403, f"{path} took a form without its CSRF token"

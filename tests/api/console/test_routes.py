@@ -8,33 +8,33 @@ import re
 import pytest
 
 from llmgw.api.console.access import Need
-from llmgw.api.console.routes import ROUTES, Route
+from llmgw.api.console.routes import PAGES, Page
 from tests.api.console.conftest import Install
 
-SIGNED_IN = [r for r in ROUTES if r.need is not Need.PUBLIC]
+SIGNED_IN = [r for r in PAGES if r.need is not Need.PUBLIC]
 POSTS = [r for r in SIGNED_IN if r.method == "POST"]
-ADMIN = [r for r in ROUTES if r.need is Need.ADMIN]
+ADMIN = [r for r in PAGES if r.need is Need.ADMIN]
 
 
-def url(route: Route) -> str:
+def url(route: Page) -> str:
     """The route's path with its parameters filled in."""
     return "/ui" + re.sub(r"\{(\w+)(:[^}]*)?\}", lambda m: {"action": "cordon"}.get(m.group(1), "x"),
                           route.path)
 
 
-def rid(route: Route) -> str:
+def rid(route: Page) -> str:
     return f"{route.method} {route.path}"
 
 
 @pytest.mark.parametrize("route", SIGNED_IN, ids=rid)
-async def test_without_a_session_every_page_sends_to_sign_in(install: Install, route: Route) -> None:
+async def test_without_a_session_every_page_sends_to_sign_in(install: Install, route: Page) -> None:
     resp = await install.browser.client.request(route.method, url(route), allow_redirects=False,
                                                 data={"csrf_token": "x"})
     assert resp.status == 303 and resp.headers["Location"] == "/ui/signin"
 
 
 @pytest.mark.parametrize("route", POSTS, ids=rid)
-async def test_a_post_without_the_csrf_token_is_refused(install: Install, route: Route) -> None:
+async def test_a_post_without_the_csrf_token_is_refused(install: Install, route: Page) -> None:
     await install.browser.signin(install.admin)
     for sent in ({}, {"csrf_token": "0" * 64}):
         resp = await install.browser.post(url(route), sent)
@@ -47,7 +47,7 @@ async def test_a_post_without_the_csrf_token_is_refused(install: Install, route:
 
 
 @pytest.mark.parametrize("route", ADMIN, ids=rid)
-async def test_a_user_key_gets_a_403_page_on_admin_pages(install: Install, route: Route) -> None:
+async def test_a_user_key_gets_a_403_page_on_admin_pages(install: Install, route: Page) -> None:
     user = await install.mint("alice")
     await install.browser.signin(user["key"])
     token = await install.browser.csrf()
@@ -77,14 +77,14 @@ async def test_a_user_keys_nav_shows_only_its_pages(install: Install) -> None:
 
 async def test_every_page_an_admin_opens_renders(install: Install) -> None:
     await install.browser.signin(install.admin)
-    for route in ROUTES:
+    for route in PAGES:
         if route.method != "GET" or "{" in route.path or route.need is Need.PUBLIC:
             continue
         resp = await install.browser.get(url(route))
         assert resp.status == 200, (route.path, await resp.text())
 
 
-def route_pattern(route: Route) -> re.Pattern[str]:
+def route_pattern(route: Page) -> re.Pattern[str]:
     """A regex for the URLs `route` answers ({name:.+} takes slashes, {id} does not)."""
     def param(m: re.Match[str]) -> str:
         return ".+" if m.group(2) else "[^/]+"
@@ -100,8 +100,8 @@ async def test_every_form_on_every_page_carries_the_token_and_posts_to_a_route(i
     assert status == 200
     await install.browser.signin(install.admin)
     seen = 0
-    posts = [route_pattern(r) for r in ROUTES if r.method == "POST"]
-    pages = [url(r) for r in ROUTES if r.method == "GET" and "{" not in r.path and r.need is not Need.PUBLIC]
+    posts = [route_pattern(r) for r in PAGES if r.method == "POST"]
+    pages = [url(r) for r in PAGES if r.method == "GET" and "{" not in r.path and r.need is not Need.PUBLIC]
     for path in [*pages, "/ui/models/org/m", "/ui/guard/policies/p1"]:
         resp = await install.browser.get(path)
         assert resp.status == 200, path

@@ -22,7 +22,7 @@ from llmgw.core.types import LocalSource, Model, Profile
 from llmgw.gateway.metrics import Metrics
 from llmgw.gateway.route_metrics import RouteMetrics
 from llmgw.gateway.upstream.router import Router
-from llmgw.gateway.upstream.table import Route, RoutingTable, Upstream
+from llmgw.gateway.upstream.table import RoutingTable, Serving, Upstream
 from llmgw.store.store import Store
 from tests.factories import remote_model
 from tests.fakes.provider import ANSWER, USAGE, FakeProvider, GatewayRig
@@ -40,7 +40,7 @@ def local(name: str) -> Model:
 
 
 def route_spec(*targets: str, **over: Any) -> RouteSpec:
-    """Route `chat` in front of `targets`, trying each once by default."""
+    """Serving `chat` in front of `targets`, trying each once by default."""
     return RouteSpec(name="chat", targets=[Target(model=t) for t in targets], **over)
 
 
@@ -82,7 +82,7 @@ class Routed:
 async def routed(store: Store, spec: RouteSpec, *, remote: frozenset[str] = frozenset(),
                  refused: frozenset[str] = frozenset(), timeout_s: float = 30.0,
                  seed: int = 1, **fakes: FakeProvider) -> AsyncIterator[Routed]:
-    """Route `spec` in front of one fake per target (`fakes` by name; a name in `refused` gets a
+    """Serving `spec` in front of one fake per target (`fakes` by name; a name in `refused` gets a
     URL where nothing listens; one in `remote` is a remote provider's model)."""
     providers = {n: await (fakes.get(n) or FakeProvider()).start() for t in spec.targets
                  for n in [t.model]}
@@ -102,9 +102,9 @@ async def routed(store: Store, spec: RouteSpec, *, remote: frozenset[str] = froz
         url = REFUSED if name in refused else fake.url
         if name in remote:
             model = remote_model(name, base_url=url, api_key_env=None)
-            routes[name] = Route(model, (Upstream(f"remote:{name}", url),))
+            routes[name] = Serving(model, (Upstream(f"remote:{name}", url),))
         else:
-            routes[name] = Route(local(name), (Upstream(f"{name}-1", url),))
+            routes[name] = Serving(local(name), (Upstream(f"{name}-1", url),))
     table = RoutingTable(routes)
     rig.refresher.current = replace(rig.refresher.current, table=table,
                                     route_specs={spec.name: spec})
@@ -341,7 +341,7 @@ async def test_a_cooling_route_answers_openais_error_on_responses(store: Store) 
 
 def plain_table(**ready: bool) -> RoutingTable:
     """Local models by name, each with one replica when `ready`, none (cold) otherwise."""
-    return RoutingTable({n: Route(local(n), (Upstream(f"{n}-1", "http://127.0.0.1:1/v1"),) if up
+    return RoutingTable({n: Serving(local(n), (Upstream(f"{n}-1", "http://127.0.0.1:1/v1"),) if up
                                   else (), unavailable="" if up else "starting")
                          for n, up in ready.items()})
 

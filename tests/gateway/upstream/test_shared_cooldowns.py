@@ -1,4 +1,4 @@
-"""Route cooldowns shared through a real Redis: a dead target seen by one process is skipped by
+"""Serving cooldowns shared through a real Redis: a dead target seen by one process is skipped by
 another's next request, and a process that starts later finds the cooldowns under way."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from llmgw.core.routes import Cooldown, Fallback, RouteSpec, Target
 from llmgw.core.types import LocalSource, Model, Profile
 from llmgw.gateway.upstream.router import Router
 from llmgw.gateway.upstream.shared_cooldowns import CooldownBus
-from llmgw.gateway.upstream.table import Route, RoutingTable, Upstream
+from llmgw.gateway.upstream.table import RoutingTable, Serving, Upstream
 from tests.redis_server import RedisServer
 
 SPEC = RouteSpec(name="chat", targets=[Target(model="a"), Target(model="b")],
@@ -22,9 +22,9 @@ SPEC = RouteSpec(name="chat", targets=[Target(model="a"), Target(model="b")],
 
 
 def table() -> RoutingTable:
-    def route(name: str) -> Route:
+    def route(name: str) -> Serving:
         model = Model(name=name, source=LocalSource(path=f"/{name}.gguf"), profiles=[Profile(name="cpu")])
-        return Route(model, (Upstream(f"rep-{name}", f"http://127.0.0.1:1/{name}"),))
+        return Serving(model, (Upstream(f"rep-{name}", f"http://127.0.0.1:1/{name}"),))
     return RoutingTable({"a": route("a"), "b": route("b")})
 
 

@@ -7,8 +7,8 @@ import pytest
 from llmgw.core.errors import ModelNotFound, NoReadyReplica
 from llmgw.core.types import ReplicaState
 from llmgw.gateway.upstream.table import (
-    Route,
     RoutingTable,
+    Serving,
     Upstream,
     failing_reason,
     pick,
@@ -62,12 +62,12 @@ def test_pick_finds_nothing_when_everything_is_excluded_or_there_is_nothing() ->
 
 
 def test_resolve_finds_a_catalog_model() -> None:
-    route = Route(gemma_model(), upstreams(0))
+    route = Serving(gemma_model(), upstreams(0))
     assert RoutingTable({"gemma3-270m": route}).resolve("gemma3-270m") is route
 
 
 def test_resolve_of_an_unknown_model_is_a_404_naming_it() -> None:
-    table = RoutingTable({"gemma3-270m": Route(gemma_model(), upstreams(0))})
+    table = RoutingTable({"gemma3-270m": Serving(gemma_model(), upstreams(0))})
 
     with pytest.raises(ModelNotFound) as caught:
         table.resolve("gpt-5")
@@ -80,19 +80,19 @@ def test_resolve_of_an_unknown_model_is_a_404_naming_it() -> None:
 
 
 def test_choose_spreads_successive_requests_over_idle_replicas() -> None:
-    route = Route(gemma_model(), upstreams(0, 0))
+    route = Serving(gemma_model(), upstreams(0, 0))
     table = RoutingTable({"gemma3-270m": route})
     assert {table.choose(route).id for _ in range(4)} == {"rep-0", "rep-1"}
 
 
 def test_choose_prefers_the_replica_with_fewer_requests_in_flight() -> None:
-    route = Route(gemma_model(), upstreams(2, 0))
+    route = Serving(gemma_model(), upstreams(2, 0))
     table = RoutingTable({"gemma3-270m": route})
     assert [table.choose(route).id for _ in range(3)] == ["rep-1"] * 3
 
 
 def test_choose_retries_on_another_replica() -> None:
-    route = Route(gemma_model(), upstreams(0, 0))
+    route = Serving(gemma_model(), upstreams(0, 0))
     table = RoutingTable({"gemma3-270m": route})
     first = table.choose(route)
     second = table.choose(route, exclude=frozenset({first.id}))
@@ -100,7 +100,7 @@ def test_choose_retries_on_another_replica() -> None:
 
 
 def test_choose_without_any_upstream_is_a_503_with_the_reason() -> None:
-    route = Route(gemma_model(), (), unavailable="pending: needs 4 cores; node small has only 2")
+    route = Serving(gemma_model(), (), unavailable="pending: needs 4 cores; node small has only 2")
     table = RoutingTable({"gemma3-270m": route})
 
     with pytest.raises(NoReadyReplica) as caught:
@@ -114,7 +114,7 @@ def test_choose_without_any_upstream_is_a_503_with_the_reason() -> None:
 
 
 def test_choose_when_every_replica_was_tried_says_there_is_none_left_to_retry() -> None:
-    route = Route(gemma_model(), upstreams(0))
+    route = Serving(gemma_model(), upstreams(0))
     table = RoutingTable({"gemma3-270m": route})
 
     with pytest.raises(NoReadyReplica) as caught:

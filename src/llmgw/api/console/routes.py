@@ -32,64 +32,66 @@ STATIC = Path(__file__).parent / "static"
 
 
 @dataclass(frozen=True)
-class Route:
+class Page:
+    """One page or form of the console: its method, its path and who may reach it."""
+
     method: str
     path: str  # below /ui
     handler: PageHandler
     need: Need
 
 
-ROUTES: tuple[Route, ...] = (
-    Route("GET", "/signin", pages_signin.signin_form, Need.PUBLIC),
-    Route("POST", "/signin", pages_signin.signin, Need.PUBLIC),
+PAGES: tuple[Page, ...] = (
+    Page("GET", "/signin", pages_signin.signin_form, Need.PUBLIC),
+    Page("POST", "/signin", pages_signin.signin, Need.PUBLIC),
     # Public: a person without a role signs out too; it checks the session's CSRF token itself.
-    Route("POST", "/signout", pages_signin.signout, Need.PUBLIC),
-    Route("GET", "/sso/start", pages_sso.start, Need.PUBLIC),
-    Route("GET", "/sso/callback", pages_sso.callback, Need.PUBLIC),
-    Route("GET", "/sso/refresh", pages_sso.refresh, Need.PUBLIC),
-    Route("GET", "/", pages_overview.overview, Need.SIGNED),
-    Route("GET", "/live/overview", pages_overview.live, Need.SIGNED),
-    Route("GET", "/models", pages_models.models, Need.ADMIN),
-    Route("POST", "/models/add", pages_models.add_model, Need.ADMIN),
-    Route("POST", "/models/serve", pages_models.serve, Need.ADMIN),
-    Route("POST", "/models/{name:.+}/scale", pages_models.scale, Need.ADMIN),
-    Route("POST", "/models/{name:.+}/remove", pages_models.remove, Need.ADMIN),
-    Route("GET", "/models/{name:.+}", pages_models.resources, Need.ADMIN),
-    Route("GET", "/jobs/{id}/progress", pages_models.job_progress, Need.ADMIN),
-    Route("GET", "/nodes", pages_nodes.nodes, Need.ADMIN),
-    Route("GET", "/live/nodes", pages_nodes.live, Need.ADMIN),
-    Route("POST", "/nodes/labels", pages_nodes.label, Need.ADMIN),
-    Route("POST", "/nodes/join-token", pages_nodes.join_token, Need.ADMIN),
-    Route("POST", "/nodes/{id}/{action}", pages_nodes.act, Need.ADMIN),
-    Route("GET", "/guard", pages_guard.guard, Need.ADMIN),
-    Route("POST", "/guard/switches", pages_guard.switch, Need.ADMIN),
-    Route("GET", "/guard/new-policy", pages_guard.new_policy, Need.ADMIN),
-    Route("POST", "/guard/policies", pages_guard.save_policy, Need.ADMIN),
-    Route("GET", "/guard/policies/{name}", pages_guard.policy, Need.ADMIN),
-    Route("POST", "/guard/policies/{name}/remove", pages_guard.remove_policy, Need.ADMIN),
-    Route("GET", "/guard/verdicts", pages_guard.verdicts, Need.ADMIN),
-    Route("POST", "/guard/judgment", pages_guard.judgment, Need.ADMIN),
-    Route("GET", "/routes", pages_routes.routes, Need.ADMIN),
-    Route("POST", "/routes", pages_routes.add, Need.ADMIN),
-    Route("POST", "/routes/{name:.+}/remove", pages_routes.remove, Need.ADMIN),
-    Route("GET", "/teams", pages_teams.teams, Need.ADMIN),
-    Route("POST", "/teams", pages_teams.add, Need.ADMIN),
-    Route("POST", "/teams/{name}/remove", pages_teams.remove, Need.ADMIN),
-    Route("GET", "/keys", pages_keys.keys, Need.SIGNED),
-    Route("POST", "/keys", pages_keys.create, Need.SIGNED),
-    Route("POST", "/keys/{id}/revoke", pages_keys.revoke, Need.SIGNED),
-    Route("POST", "/keys/{id}/rotate", pages_keys.rotate, Need.ADMIN),
-    Route("GET", "/usage", pages_usage.usage, Need.SIGNED),
-    Route("GET", "/usage/data", pages_usage.usage_data, Need.SIGNED),
+    Page("POST", "/signout", pages_signin.signout, Need.PUBLIC),
+    Page("GET", "/sso/start", pages_sso.start, Need.PUBLIC),
+    Page("GET", "/sso/callback", pages_sso.callback, Need.PUBLIC),
+    Page("GET", "/sso/refresh", pages_sso.refresh, Need.PUBLIC),
+    Page("GET", "/", pages_overview.overview, Need.SIGNED),
+    Page("GET", "/live/overview", pages_overview.live, Need.SIGNED),
+    Page("GET", "/models", pages_models.models, Need.ADMIN),
+    Page("POST", "/models/add", pages_models.add_model, Need.ADMIN),
+    Page("POST", "/models/serve", pages_models.serve, Need.ADMIN),
+    Page("POST", "/models/{name:.+}/scale", pages_models.scale, Need.ADMIN),
+    Page("POST", "/models/{name:.+}/remove", pages_models.remove, Need.ADMIN),
+    Page("GET", "/models/{name:.+}", pages_models.resources, Need.ADMIN),
+    Page("GET", "/jobs/{id}/progress", pages_models.job_progress, Need.ADMIN),
+    Page("GET", "/nodes", pages_nodes.nodes, Need.ADMIN),
+    Page("GET", "/live/nodes", pages_nodes.live, Need.ADMIN),
+    Page("POST", "/nodes/labels", pages_nodes.label, Need.ADMIN),
+    Page("POST", "/nodes/join-token", pages_nodes.join_token, Need.ADMIN),
+    Page("POST", "/nodes/{id}/{action}", pages_nodes.act, Need.ADMIN),
+    Page("GET", "/guard", pages_guard.guard, Need.ADMIN),
+    Page("POST", "/guard/switches", pages_guard.switch, Need.ADMIN),
+    Page("GET", "/guard/new-policy", pages_guard.new_policy, Need.ADMIN),
+    Page("POST", "/guard/policies", pages_guard.save_policy, Need.ADMIN),
+    Page("GET", "/guard/policies/{name}", pages_guard.policy, Need.ADMIN),
+    Page("POST", "/guard/policies/{name}/remove", pages_guard.remove_policy, Need.ADMIN),
+    Page("GET", "/guard/verdicts", pages_guard.verdicts, Need.ADMIN),
+    Page("POST", "/guard/judgment", pages_guard.judgment, Need.ADMIN),
+    Page("GET", "/routes", pages_routes.routes, Need.ADMIN),
+    Page("POST", "/routes", pages_routes.add, Need.ADMIN),
+    Page("POST", "/routes/{name:.+}/remove", pages_routes.remove, Need.ADMIN),
+    Page("GET", "/teams", pages_teams.teams, Need.ADMIN),
+    Page("POST", "/teams", pages_teams.add, Need.ADMIN),
+    Page("POST", "/teams/{name}/remove", pages_teams.remove, Need.ADMIN),
+    Page("GET", "/keys", pages_keys.keys, Need.SIGNED),
+    Page("POST", "/keys", pages_keys.create, Need.SIGNED),
+    Page("POST", "/keys/{id}/revoke", pages_keys.revoke, Need.SIGNED),
+    Page("POST", "/keys/{id}/rotate", pages_keys.rotate, Need.ADMIN),
+    Page("GET", "/usage", pages_usage.usage, Need.SIGNED),
+    Page("GET", "/usage/data", pages_usage.usage_data, Need.SIGNED),
     # Admin keys and admins only: the page is for `visitor.manages`, and the server refuses
     # every other role the calls it makes.
-    Route("GET", "/users", pages_users.users, Need.ADMIN),
-    Route("POST", "/users/{user}/role", pages_users.set_role, Need.ADMIN),
-    Route("POST", "/users/{user}/signout", pages_users.end_sessions, Need.ADMIN),
-    Route("POST", "/users/{user}/remove", pages_users.remove, Need.ADMIN),
-    Route("GET", "/playground", pages_playground.playground, Need.SIGNED),
-    Route("POST", "/playground/chat", pages_playground.chat, Need.SIGNED),
-    Route("GET", "/playground/verdicts", pages_playground.verdicts, Need.ADMIN),
+    Page("GET", "/users", pages_users.users, Need.ADMIN),
+    Page("POST", "/users/{user}/role", pages_users.set_role, Need.ADMIN),
+    Page("POST", "/users/{user}/signout", pages_users.end_sessions, Need.ADMIN),
+    Page("POST", "/users/{user}/remove", pages_users.remove, Need.ADMIN),
+    Page("GET", "/playground", pages_playground.playground, Need.SIGNED),
+    Page("POST", "/playground/chat", pages_playground.chat, Need.SIGNED),
+    Page("GET", "/playground/verdicts", pages_playground.verdicts, Need.ADMIN),
 )
 
 
@@ -103,7 +105,7 @@ def console(root: web.Application, sessions: Sessions, sso: OidcClient | None = 
     if sso is not None:
         app[SSO] = sso
     app[pages_overview.TRAFFIC] = Traffic()
-    for route in ROUTES:
+    for route in PAGES:
         app.router.add_route(route.method, route.path, guarded(route.need, route.handler))
     app.router.add_static("/static", STATIC)
     app.on_response_prepare.append(security.add_headers)

@@ -1,7 +1,7 @@
 """Choosing where one request goes, in one package and one call path:
 
 1. **resolve** (`router.resolve`, `Router.targets`): the requested name to a catalog model's
-   `table.Route`, or a route's name to its targets;
+   `table.Serving`, or a route's name to its targets;
 2. **candidates** (`Router.states`, `cooldown`, `shared_cooldowns`): what is known of each
    target now (ready, in flight, cooling down after failures);
 3. **pick** (`strategies.order` for a route's targets, `table.pick` for a model's replicas):

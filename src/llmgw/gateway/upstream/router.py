@@ -1,4 +1,4 @@
-"""Route resolution: a route's name to the catalog models one request tries, in order.
+"""Serving resolution: a route's name to the catalog models one request tries, in order.
 
 The `Router` is this server's: it keeps each target's cooldown and counts fallbacks, retries and
 cooldowns for `/metrics`. A route's targets are resolved against the routing table the request
@@ -20,7 +20,7 @@ from llmgw.core.routes import FailOn, RouteSpec, Strategy
 from llmgw.gateway.upstream.cooldown import Cooldowns
 from llmgw.gateway.upstream.shared_cooldowns import CooldownBus
 from llmgw.gateway.upstream.strategies import TargetState, order
-from llmgw.gateway.upstream.table import Route, RoutingTable
+from llmgw.gateway.upstream.table import RoutingTable, Serving
 
 
 @dataclass(frozen=True)
@@ -28,7 +28,7 @@ class Plan:
     """The targets one request of route `spec` may try, in order, each as a catalog route."""
 
     spec: RouteSpec
-    targets: tuple[Route, ...]
+    targets: tuple[Serving, ...]
     router: Router
 
 
@@ -50,13 +50,13 @@ class Router:
     cooldowns_started: dict[tuple[str, str], int] = field(default_factory=lambda: defaultdict(int))
     # Each route's targets as catalog routes, for the table and spec they were made from: made
     # once per refresh, not per request.
-    _resolved: dict[str, tuple[RoutingTable, RouteSpec, dict[str, Route]]] = field(
+    _resolved: dict[str, tuple[RoutingTable, RouteSpec, dict[str, Serving]]] = field(
         default_factory=dict)
     # A priority route's plan while none of its targets has failed: the same for every request
     # until the table, the route or a target's health changes.
-    _steady: dict[str, tuple[dict[str, Route], Plan]] = field(default_factory=dict)
+    _steady: dict[str, tuple[dict[str, Serving], Plan]] = field(default_factory=dict)
 
-    def targets(self, spec: RouteSpec, table: RoutingTable) -> dict[str, Route]:
+    def targets(self, spec: RouteSpec, table: RoutingTable) -> dict[str, Serving]:
         """The route's targets that are in the catalog, by name, as targets (see `_as_target`)."""
         hit = self._resolved.get(spec.name)
         if hit is not None and hit[0] is table and hit[1] is spec:
@@ -96,7 +96,7 @@ class Router:
             self._steady[spec.name] = (targets, plan)
         return plan
 
-    def _plan(self, spec: RouteSpec, table: RoutingTable, targets: dict[str, Route]) -> Plan:
+    def _plan(self, spec: RouteSpec, table: RoutingTable, targets: dict[str, Serving]) -> Plan:
         states = self.states(spec, table)
         names = order(states, spec.strategy, self.random)
         if spec.fallback.attempts is not None:
@@ -145,7 +145,7 @@ class Router:
         self.retries[(spec.name, target, kind.value)] += 1
 
 
-def _as_target(route: Route) -> Route:
+def _as_target(route: Serving) -> Serving:
     """A catalog route as a route's target: the request's `model` is the route's name, so a
     remote provider is told the target's own (it would not know the route's). A local engine
     serves one model whatever the request names, so its body goes as it came."""

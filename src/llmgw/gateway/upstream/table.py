@@ -1,4 +1,5 @@
-"""The routing table: which upstreams serve each model, and the least-outstanding balancer."""
+"""The routing table: how each catalog model is served (`Serving`), and the least-outstanding
+balancer that picks one of its upstreams."""
 
 from __future__ import annotations
 
@@ -33,8 +34,9 @@ class Upstream:
 
 
 @dataclass(frozen=True)
-class Route:
-    """How to serve one catalog model."""
+class Serving:
+    """How one catalog model is served now: its ready upstreams, or why it has none. (A
+    "route" is something else: a public name in front of several models, `core.routes`.)"""
 
     model: Model
     upstreams: tuple[Upstream, ...]
@@ -73,25 +75,25 @@ def pick(
 
 
 class RoutingTable:
-    """An immutable-per-revision map of model name to Route, plus a rotating tie-breaker."""
+    """An immutable-per-revision map of model name to Serving, plus a rotating tie-breaker."""
 
-    def __init__(self, routes: dict[str, Route]) -> None:
+    def __init__(self, routes: dict[str, Serving]) -> None:
         self.routes = routes
         self._turn = 0
 
-    def resolve(self, name: str) -> Route:
+    def resolve(self, name: str) -> Serving:
         route = self.routes.get(name)
         if route is None:
             raise ModelNotFound(f"The model '{name}' does not exist", param="model")
         return route
 
-    def choose(self, route: Route, exclude: frozenset[str] = frozenset()) -> Upstream:
+    def choose(self, route: Serving, exclude: frozenset[str] = frozenset()) -> Upstream:
         """An upstream for one attempt; NoReadyReplica with the reason when there is none."""
         self._turn += 1
         return choose(route, exclude, self._turn)
 
 
-def choose(route: Route, exclude: frozenset[str], turn: int) -> Upstream:
+def choose(route: Serving, exclude: frozenset[str], turn: int) -> Upstream:
     """The upstream `pick` chooses now; NoReadyReplica with the reason when there is none."""
     up = pick(route.upstreams, exclude, turn, time.monotonic())
     if up is None:
