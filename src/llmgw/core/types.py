@@ -238,14 +238,14 @@ class Limits(Frozen):
                          for n in Limits.model_fields})
 
 
-class ApiKey(Frozen):
-    """A stored key: never the key itself, only its hash and a visible prefix."""
+class KeyInfo(Frozen):
+    """A key as it may be shown: everything stored about it but its hash (`ApiKey` adds that;
+    the admin API's `KeyOut` adds how logs name it)."""
 
     id: str
     name: str
     prefix: str
     last4: str
-    hash: str
     scope: KeyScope
     models: list[str] = Field(default_factory=list)
     expires_at: datetime | None = None
@@ -263,6 +263,12 @@ class ApiKey(Frozen):
     team: str | None = None
     # A user key that may mint keys for its team, and see its team's keys and usage.
     team_admin: bool = False
+
+
+class ApiKey(KeyInfo):
+    """A stored key: never the key itself, only its hash and a visible prefix."""
+
+    hash: str
 
     @property
     def label(self) -> str:

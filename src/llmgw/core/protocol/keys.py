@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from datetime import datetime
 from typing import Self
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -10,6 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from llmgw.core.types import (
     TEAM_NAME_PATTERN,
     ApiKey,
+    KeyInfo,
     KeyScope,
     Limits,
     Team,
@@ -50,25 +50,12 @@ class LiveCounts(BaseModel):
     tokens_this_month: int = 0
 
 
-class KeyOut(BaseModel):
+class KeyOut(KeyInfo):
     """A key as lists show it: never its hash; `label` is how logs name it."""
 
-    id: str
-    name: str
-    prefix: str
-    last4: str
-    scope: KeyScope
-    models: list[str] = Field(default_factory=list)
-    expires_at: datetime | None = None
-    revoked: bool = False
-    by: str = ""
-    created_at: datetime | None = None
-    limits: Limits = Field(default_factory=Limits)
-    note: str = ""
-    minted_by: str | None = None
-    node_id: str | None = None
-    team: str | None = None
-    team_admin: bool = False
+    # Lenient, as answers are read by clients that may be older than the server.
+    model_config = ConfigDict(frozen=True, extra="ignore")
+
     label: str
     # Filled in by `show` only (a list would cost a look-up per key).
     live: LiveCounts | None = None
