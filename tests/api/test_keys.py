@@ -14,10 +14,10 @@ from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
 from llmgw.core.settings import load
+from llmgw.core.types import UsageRow
 from llmgw.server.app import Server
 from llmgw.server.init import init
 from llmgw.store.store import Store
-from llmgw.store.usage_repo import UsageRow
 
 MODEL = "m"
 # What the stand-in upstream reports for every answer.
@@ -267,8 +267,9 @@ async def test_a_user_key_revokes_what_it_minted_and_never_a_sibling(api: Api, f
 
 async def test_a_user_key_reads_the_usage_of_its_own_family_only(api: Api, family: Family) -> None:
     day = "2026-01-05"
-    api.store.usage.add_usage([UsageRow(k["id"], MODEL, day, requests=i + 1) for i, k in enumerate(
-        (family.alice, family.child, family.grandchild, family.bob))])
+    api.store.usage.add_usage([UsageRow(key_id=k["id"], model=MODEL, day=day, requests=i + 1)
+                               for i, k in enumerate((family.alice, family.child, family.grandchild,
+                                                      family.bob))])
     status, rows = await api.call("GET", "/admin/v1/usage", key=family.child["key"])
     assert status == 200
     assert {(r["key_id"], r["requests"]) for r in rows["data"]} == {

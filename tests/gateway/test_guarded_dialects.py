@@ -26,11 +26,10 @@ import pytest
 
 from llmgw.core.guard import InputMode, Outcome, Policy, VerdictRecord
 from llmgw.core.judges import DEFAULT_JUDGE, KNOWN
-from llmgw.core.types import Model, ProviderApi
+from llmgw.core.types import Model, ProviderApi, UsageRow
 from llmgw.guard.enforcement import Guard, GuardView
 from llmgw.guard.judge_client import JudgeClient, JudgeTarget
 from llmgw.store.store import Store
-from llmgw.store.usage_repo import UsageRow
 from tests.factories import remote_model
 from tests.fakes.anthropic_provider import API_KEY, TOOL_INPUT, FakeAnthropicProvider
 from tests.fakes.judge import FakeJudge

@@ -9,10 +9,10 @@ from typing import Any
 import pytest
 
 from llmgw.core.clock import FakeClock
+from llmgw.core.types import UsageRow
 from llmgw.gateway.limits import Limiter
 from llmgw.gateway.usage import MAX_COUNT, Tokens, UsageMeter, UsageTap
 from llmgw.store.store import Store
-from llmgw.store.usage_repo import UsageRow
 from tests.factories import NOW
 from tests.fakes.provider import ANSWER, USAGE, FakeProvider, GatewayRig
 
@@ -166,7 +166,8 @@ async def test_the_meter_aggregates_per_key_model_and_day(store: Store) -> None:
         ("key-a", MODEL, "2026-01-02"): (1, 7, 7, 0, 0),
     }
     assert store.usage.usage("key-a", MODEL, "2026-01-02") == [
-        UsageRow("key-a", MODEL, "2026-01-02", 1, 7, 7, 0, 0)
+        UsageRow(key_id="key-a", model=MODEL, day="2026-01-02", requests=1, prompt_tokens=7,
+                 completion_tokens=7)
     ]
 
     await meter.flush()  # nothing new: nothing changes

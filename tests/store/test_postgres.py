@@ -23,11 +23,10 @@ from sqlalchemy.engine import make_url
 from llmgw.core.guard import Direction, JudgeSpec, Outcome, Policy, VerdictRecord
 from llmgw.core.protocol.models import JobState, ServeJob, ServeRequest
 from llmgw.core.settings import ServerSettings, dump
-from llmgw.core.types import ApiKey, KeyScope, Limits, LocalSource, Model, Node, Profile
+from llmgw.core.types import ApiKey, KeyScope, Limits, LocalSource, Model, Node, Profile, UsageRow
 from llmgw.store.db import redact, schema_exists
 from llmgw.store.schema import api_keys, meta, metadata
 from llmgw.store.store import Store
-from llmgw.store.usage_repo import UsageRow
 from tests.pg import free_port, fresh_database
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
@@ -178,9 +177,10 @@ def test_every_repository_round_trips(pg_store: Store) -> None:
     s.guard.add_verdicts(records)
     assert s.guard.verdicts(since=NOW + timedelta(seconds=1)) == records[:0:-1]
 
-    s.usage.add_usage([UsageRow("k1", "m1", "2026-01-01", requests=1, prompt_tokens=3 * 10**9)])
-    s.usage.add_usage([UsageRow("k1", "m1", "2026-01-01", requests=1, completion_tokens=10**9)])
-    assert s.usage.usage() == [UsageRow("k1", "m1", "2026-01-01", requests=2, prompt_tokens=3 * 10**9,
+    row = {"key_id": "k1", "model": "m1", "day": "2026-01-01"}
+    s.usage.add_usage([UsageRow(**row, requests=1, prompt_tokens=3 * 10**9)])
+    s.usage.add_usage([UsageRow(**row, requests=1, completion_tokens=10**9)])
+    assert s.usage.usage() == [UsageRow(**row, requests=2, prompt_tokens=3 * 10**9,
                                         completion_tokens=10**9)]
     assert s.usage.tokens_since(["k1"], "2026-01-01") == {"k1": 4 * 10**9}
     minute = 29_500_000

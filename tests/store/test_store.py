@@ -79,12 +79,13 @@ def test_servers_adding_to_a_new_row_at_once_lose_nothing(store: Store) -> None:
     # Two servers flush the same key's first minute at the same moment: one row, both counted.
     from concurrent.futures import ThreadPoolExecutor
 
-    from llmgw.store.usage_repo import UsageRow
+    from llmgw.core.types import UsageRow
 
     def flush(_: int) -> None:
         for minute in range(20):
             store.usage.add_rates({("key-1", minute): (1, 10)})
-            store.usage.add_usage([UsageRow("key-1", "m1", f"2026-01-{minute + 1:02d}", requests=1)])
+            store.usage.add_usage([UsageRow(key_id="key-1", model="m1", day=f"2026-01-{minute + 1:02d}",
+                                                requests=1)])
 
     with ThreadPoolExecutor(4) as pool:
         list(pool.map(flush, range(4)))

@@ -11,11 +11,10 @@ from llmgw.core.clock import Clock
 from llmgw.core.errors import Forbidden, InvalidRequest, NotFound
 from llmgw.core.ids import hash_key, key_prefix, new_api_key, new_id
 from llmgw.core.protocol.keys import KeyRequest
-from llmgw.core.types import ApiKey, KeyScope, Limits, Team
+from llmgw.core.types import ApiKey, KeyScope, Limits, Team, UsageRow
 from llmgw.core.users import is_person, who
 from llmgw.store.key_repo import MintCaps
 from llmgw.store.store import Store
-from llmgw.store.usage_repo import UsageRow
 
 # What a user key's family (the key an admin made and all minted beneath it) may mint; admin
 # keys mint without a cap.

@@ -5,7 +5,6 @@ keys minted beneath it, and any other key is as unknown to it as one that does n
 
 from __future__ import annotations
 
-from dataclasses import asdict
 from datetime import date, datetime
 from typing import Any
 
@@ -71,7 +70,7 @@ async def put_default_limits(call: Call[Limits, None]) -> Limits:
 async def usage(call: Call[None, UsageQuery]) -> DataList[UsageRowOut]:
     q = call.query
     rows = await call.app[KEYS].usage(q.key, q.model, _day(q.since), call.key, q.team)
-    return DataList(data=[UsageRowOut(**asdict(r)) for r in rows])
+    return DataList(data=[UsageRowOut(**dict(r)) for r in rows])
 
 
 def _day(since: str | None) -> str | None:

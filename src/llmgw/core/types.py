@@ -276,6 +276,20 @@ class ApiKey(KeyInfo):
         return f"{self.prefix}…{self.last4}"
 
 
+class UsageRow(Frozen):
+    """One key's use of one model on one UTC day: the usage meter's counts, as the store adds
+    them up and the admin API shows them."""
+
+    key_id: str
+    model: str
+    day: str  # YYYY-MM-DD
+    requests: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    errors: int = 0
+    blocked: int = 0
+
+
 # Teams share the per-minute store rows with keys, under "team:" + name: 64 characters in all.
 TEAM_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,47}$"
 TEAM_KEY_PREFIX = "team:"

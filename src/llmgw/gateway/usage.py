@@ -16,10 +16,11 @@ from datetime import date, datetime
 import orjson
 
 from llmgw.core.errors import LlmgwError, StoreRefused
+from llmgw.core.types import UsageRow
 from llmgw.gateway.wire import openai_chat
 from llmgw.gateway.wire.dialect import UsageFormat
 from llmgw.store.store import Store
-from llmgw.store.usage_repo import COUNTERS, UsageRow
+from llmgw.store.usage_repo import COUNTERS
 
 logger = logging.getLogger(__name__)
 
@@ -218,7 +219,7 @@ class UsageMeter:
             batch, self._buf = self._buf, defaultdict(lambda: dict.fromkeys(COUNTERS, 0))
             if not batch:
                 return
-            rows = [UsageRow(k, m, d, **c) for (k, m, d), c in batch.items()]
+            rows = [UsageRow(key_id=k, model=m, day=d, **c) for (k, m, d), c in batch.items()]
             try:
                 await asyncio.to_thread(self._store.usage.add_usage, rows)
             except StoreRefused:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import Connection, Engine, Table, delete, func, select
@@ -12,21 +11,10 @@ from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.exc import DataError, IntegrityError
 
 from llmgw.core.errors import StoreRefused
+from llmgw.core.types import UsageRow
 from llmgw.store.schema import rate_windows, usage
 
 COUNTERS = ("requests", "prompt_tokens", "completion_tokens", "errors", "blocked")
-
-
-@dataclass(frozen=True)
-class UsageRow:
-    key_id: str
-    model: str
-    day: str
-    requests: int = 0
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
-    errors: int = 0
-    blocked: int = 0
 
 
 class UsageRepo:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from datetime import UTC, datetime
 
-from llmgw.store.usage_repo import UsageRow
+from llmgw.core.types import UsageRow
 from tests.api.console.conftest import Browser, Install
 
 
@@ -91,8 +91,8 @@ async def test_a_user_sees_only_its_familys_usage(install: Install) -> None:
     alice = await install.mint("alice")
     bob = await install.mint("bob")
     today = datetime.now(UTC).date().isoformat()
-    install.store.usage.add_usage([UsageRow(key["id"], "m", today, requests=1, prompt_tokens=5)
-                                   for key in (alice, bob)])
+    install.store.usage.add_usage([UsageRow(key_id=key["id"], model="m", day=today, requests=1,
+                                            prompt_tokens=5) for key in (alice, bob)])
     await install.browser.signin(alice["key"])
     page = await (await install.browser.get("/ui/usage")).text()
     assert 'id="usage-chart"' in page and 'id="usage"' in page

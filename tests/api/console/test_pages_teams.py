@@ -14,8 +14,8 @@ from llmgw.api.console.visitor import Visitor
 from llmgw.api.endpoints import invoke
 from llmgw.api.teams import ADD_TEAM, LIST_TEAMS, REMOVE_TEAM
 from llmgw.core.errors import Forbidden
+from llmgw.core.types import UsageRow
 from llmgw.core.users import Grant, Person, Role, User
-from llmgw.store.usage_repo import UsageRow
 from tests.api.console.conftest import Install
 
 HERE = "/ui/teams"
@@ -53,8 +53,8 @@ async def test_an_admin_adds_a_team_through_the_form_and_sees_it_listed(install:
                                   "tokens_per_day": 2_000_000, "tokens_per_month": 40_000_000}
     key = await install.mint("r1", team="research")
     today = datetime.now(UTC).date().isoformat()
-    install.store.usage.add_usage([UsageRow(key["id"], "m", today, requests=1, prompt_tokens=1200,
-                                            completion_tokens=34)])
+    install.store.usage.add_usage([UsageRow(key_id=key["id"], model="m", day=today, requests=1,
+                                            prompt_tokens=1200, completion_tokens=34)])
     shown = row(await (await install.browser.get(HERE)).text(), "research")
     assert "gemma*, gpt-4o-mini" in shown and "rpm 600" in shown and "tokens_per_day 2,000,000" in shown
     assert "<td>1</td>" in shown  # its one key

@@ -13,6 +13,7 @@ from llmgw.core.types import (
     KeyScope,
     Limits,
     Team,
+    UsageRow,
     UtcDatetime,
 )
 
@@ -78,17 +79,10 @@ class KeyRevoked(KeyOut):
     revoked_beneath: int
 
 
-class UsageRowOut(BaseModel):
+class UsageRowOut(UsageRow):
     """One key's use of one model on one UTC day."""
 
-    key_id: str
-    model: str
-    day: str
-    requests: int = 0
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
-    errors: int = 0
-    blocked: int = 0
+    model_config = ConfigDict(frozen=True, extra="ignore")
 
 
 class TeamRequest(BaseModel):
