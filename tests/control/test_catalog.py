@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from llmgw.control.catalog import CatalogService, Fit, placement
+from llmgw.control.catalog import CatalogService, placement
 from llmgw.control.sizing import MemoryEstimate
 from llmgw.core.clock import FakeClock
-from llmgw.core.types import Node, Replica, ReplicaState
+from llmgw.core.types import Fit, Node, Replica, ReplicaState
 from llmgw.store.store import Store
 from tests.control.test_scheduler import random_cluster
 from tests.factories import (
@@ -44,11 +44,13 @@ def test_a_running_model_fits_the_node_it_runs_on_and_one_more_does_not() -> Non
     nodes, replicas = demo_on_a_2_core_node()
 
     assert placement(gemma_model(), nodes, replicas, {}, NOW) == [
-        Fit("default", "local", fits=True, reason=None, running=1, one_more=False, one_more_reason=FULL),
+        Fit(profile="default", node_id="local", fits=True, reason=None, running=1, one_more=False,
+            one_more_reason=FULL),
     ]
     # The judge, asked about in turn, sees the demo model's core as taken, not its own.
     assert placement(qwen_guard_model(), nodes, replicas, {}, NOW) == [
-        Fit("default", "local", fits=True, reason=None, running=1, one_more=False, one_more_reason=FULL),
+        Fit(profile="default", node_id="local", fits=True, reason=None, running=1, one_more=False,
+            one_more_reason=FULL),
     ]
 
 
@@ -58,7 +60,8 @@ def test_a_model_that_fits_nowhere_says_so_in_both_columns() -> None:
 
     fit = placement(model, [node_2_cores("local")], [replica_pending()], {}, NOW)
 
-    assert fit == [Fit("default", "local", False, reason, 0, False, reason)]
+    assert fit == [Fit(profile="default", node_id="local", fits=False, reason=reason, running=0,
+                       one_more=False, one_more_reason=reason)]
 
 
 def test_stopping_replicas_and_replicas_on_other_nodes_are_not_running_here() -> None:
@@ -133,5 +136,6 @@ async def test_resources_of_the_running_demo_model_say_it_fits_where_it_runs(sto
 
     res = await CatalogService(store, FakeClock(NOW)).resources("gemma3-270m")
 
-    assert res.placement == [Fit("default", "local", True, None, 1, False, FULL)]
+    assert res.placement == [Fit(profile="default", node_id="local", fits=True, reason=None, running=1,
+                                 one_more=False, one_more_reason=FULL)]
     assert [r.id for r in res.replicas] == ["r-gemma"]

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict
 from typing import Any
 
 from llmgw.api.appkeys import CATALOG, CLUSTER
@@ -63,7 +62,7 @@ async def model_resources(call: Call[None, None]) -> ResourcesOut:
     res = await call.app[CATALOG].resources(call.params["name"])
     return ResourcesOut(
         model=res.model,
-        placement=[FitOut(**asdict(f)) for f in res.placement],
+        placement=[FitOut(**dict(f)) for f in res.placement],
         replicas=res.replicas,
         nodes=res.nodes,
         estimates={name: EstimateOut(total_gb=e.total_gb, parts=e.parts(), describe=e.describe())

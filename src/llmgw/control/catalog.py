@@ -18,29 +18,19 @@ from llmgw.core.clock import Clock
 from llmgw.core.demand import Activity, Evicted
 from llmgw.core.errors import Conflict, InvalidRequest, LlmgwError
 from llmgw.core.names import PROVIDER_KEY_RULE, provider_key_allowed
-from llmgw.core.types import LocalSource, Model, Node, RemoteSource, Replica, ReplicaState, Scaling
+from llmgw.core.types import (
+    Fit,
+    LocalSource,
+    Model,
+    Node,
+    RemoteSource,
+    Replica,
+    ReplicaState,
+    Scaling,
+)
 from llmgw.node.files import local_model_file
 from llmgw.node.gguf_info import read_info
 from llmgw.store.store import Store
-
-
-@dataclass(frozen=True)
-class Fit:
-    """One profile of a model on one node, as an operator asks about it: does the model fit
-    there, does it run there, and would one more replica fit there now."""
-
-    profile: str
-    node_id: str
-    # Whether the model fits the node with its own replicas not counted against it: a node
-    # that runs it fits it. `reason` says why not.
-    fits: bool
-    reason: str | None
-    # Replicas of the model on the node, stopping ones aside.
-    running: int
-    # Whether one more replica fits now, everything counted: the scheduler's answer for a
-    # pending replica. `one_more_reason` says why not.
-    one_more: bool
-    one_more_reason: str | None
 
 
 @dataclass(frozen=True)
@@ -88,8 +78,9 @@ def placement(
     result = []
     for a, m in zip(alone, more, strict=True):
         why, why_more = detailed(a, others), detailed(m, replicas)
-        result.append(Fit(a.profile, a.node_id, why is None, why, running[a.node_id],
-                          why_more is None, why_more))
+        result.append(Fit(profile=a.profile, node_id=a.node_id, fits=why is None, reason=why,
+                          running=running[a.node_id], one_more=why_more is None,
+                          one_more_reason=why_more))
     return result
 
 

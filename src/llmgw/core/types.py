@@ -1,4 +1,5 @@
-"""Domain types shared by every layer: catalog models, profiles, replicas, nodes, keys."""
+"""Domain types shared by every layer: catalog models, profiles, replicas, nodes and how a
+model fits them, keys and their usage."""
 
 from __future__ import annotations
 
@@ -201,6 +202,24 @@ class Node(Frozen):
     # Cordoned: no new replicas. Draining: cordoned, and its replicas move to other nodes.
     cordoned: bool = False
     draining: bool = False
+
+
+class Fit(Frozen):
+    """One profile of a model on one node, as an operator asks about it: does the model fit
+    there, does it run there, and would one more replica fit there now."""
+
+    profile: str
+    node_id: str
+    # Whether the model fits the node with its own replicas not counted against it: a node
+    # that runs it fits it. `reason` says why not.
+    fits: bool
+    reason: str | None
+    # Replicas of the model on the node, stopping ones aside.
+    running: int
+    # Whether one more replica fits now, everything counted: the scheduler's answer for a
+    # pending replica. `one_more_reason` says why not.
+    one_more: bool
+    one_more_reason: str | None
 
 
 class KeyScope(StrEnum):

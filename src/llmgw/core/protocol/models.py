@@ -11,6 +11,7 @@ from llmgw.core import names
 from llmgw.core.demand import Evicted
 from llmgw.core.settings import DEFAULT_CTX_SIZE
 from llmgw.core.types import (
+    Fit,
     Frozen,
     HubSource,
     LocalSource,
@@ -104,16 +105,10 @@ class ModelOut(Model):
                        "(engines keep dying), failed: WHY (given up on), failed or remote")
 
 
-class FitOut(BaseModel):
+class FitOut(Fit):
     """One profile of a model on one node: does it fit, does it run there, would one more fit."""
 
-    profile: str
-    node_id: str
-    fits: bool
-    reason: str | None
-    running: int
-    one_more: bool
-    one_more_reason: str | None
+    model_config = ConfigDict(frozen=True, extra="ignore")
 
 
 class EstimateOut(BaseModel):
