@@ -15,6 +15,7 @@ from selenium import webdriver
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import Select
 
+from llmgw.core import settings
 from llmgw.core.judges import DEMO_JUDGE
 from tests.conftest import DEMO
 from tests.e2e.browser import (
@@ -68,6 +69,12 @@ def server(tmp_path_factory: pytest.TempPathFactory, hub: Hub) -> Iterator[Llmgw
     """One `server run` for the whole file: the demo model and judge ready, the Hub at HF_ENDPOINT."""
     srv = LlmgwServer.init(tmp_path_factory.mktemp("console") / "data", "--demo",
                            env={"HF_ENDPOINT": hub.url})
+    # Every test here signs in from 127.0.0.1, some seconds apart: on a fast host more than the
+    # default 10 a minute. The limit itself is tested in tests/api/console/test_pages_sso.py.
+    config = settings.load(srv.data_dir)
+    sso = config.sso.model_copy(update={"signin_per_minute": 1000})
+    (srv.data_dir / settings.CONFIG_FILE).write_text(
+        settings.dump(config.model_copy(update={"sso": sso})))
     srv.start()
     try:
         srv.wait_ready(DEMO)
