@@ -69,8 +69,8 @@ def server(tmp_path_factory: pytest.TempPathFactory, hub: Hub) -> Iterator[Llmgw
     """One `server run` for the whole file: the demo model and judge ready, the Hub at HF_ENDPOINT."""
     srv = LlmgwServer.init(tmp_path_factory.mktemp("console") / "data", "--demo",
                            env={"HF_ENDPOINT": hub.url})
-    # Every test here signs in from 127.0.0.1, some seconds apart: on a fast host more than the
-    # default 10 a minute. The limit itself is tested in tests/api/console/test_pages_sso.py.
+    # Every test here signs in from 127.0.0.1, failed attempts included: the sign-in limit is not
+    # what they are about, and must not decide them (it is tested in test_pages_sso.py).
     config = settings.load(srv.data_dir)
     sso = config.sso.model_copy(update={"signin_per_minute": 1000})
     (srv.data_dir / settings.CONFIG_FILE).write_text(

@@ -216,9 +216,10 @@ class SsoSettings(BaseModel):
     """Every this many seconds a session asks the provider again (silently, `prompt=none`)
     whether the user may still sign in, and takes their groups anew: a user removed or demoted
     at the provider loses that access then."""
-    signin_per_minute: int = Field(default=10, ge=1)
+    signin_per_minute: int = Field(default=60, ge=1)
     """Sign-in attempts (key or SSO) one client address may make per minute, across every
-    server of the install; one more is answered 429."""
+    server of the install; one more is answered 429. An office behind one NAT address signs in
+    as one client: raise it for a large one (and set `[server] trusted_proxies` behind a proxy)."""
 
     @field_validator("issuer", "redirect_url")
     @classmethod

@@ -104,6 +104,8 @@ async def open_sso_install(tmp_path: Path, provider: OidcProvider, port: int,
         "issuer": provider.issuer, "client_id": provider.client_id,
         "client_secret_file": str(secret),
         "redirect_url": f"http://127.0.0.1:{port}/ui/sso/callback", "roles": ROLES,
+        # Small, so a burst test reaches it.
+        "signin_per_minute": 10,
         "scopes": ["openid", "email", "profile", "groups"], **sso})
     config = load(tmp_path / "data").model_copy(update={"sso": settings})
     store = Store.open(config.database_url(tmp_path / "data"))
