@@ -301,3 +301,11 @@ async def test_a_viewer_is_shown_no_forms_to_change_the_install(sso: SsoInstall)
         assert form not in await page.text(), f"{path} offers a viewer a form"
     operator = await sso.signed_in(OPERATOR)
     assert 'id="serve-form"' in await (await operator.console.get("/ui/models")).text()
+
+
+async def test_a_forged_callback_does_not_sign_its_victim_out(sso: SsoInstall) -> None:
+    person = await sso.signed_in(VIEWER)
+    forged = await person.console.get("/ui/sso/callback", params={"state": "x", "code": "y"})
+    assert forged.status == 401
+    assert "llmgw_console" not in forged.cookies
+    assert (await person.console.get("/ui/models")).status == 200

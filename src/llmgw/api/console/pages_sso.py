@@ -88,12 +88,14 @@ async def callback(request: web.Request) -> web.StreamResponse:
             set_cookie(request, response, COOKIE, sessions.issue_person(token),
                        int(people.max_age_s))
     except SignInRefused as exc:
+        response = render.page(request, "signin.html", status=401, problem=exc.message + ".",
+                               csrf="", sso=True)
         if flow is not None and flow.silent and visit is not None:
             # The provider no longer signs this person in (removed, or signed out there).
             await people.end(visit, "refused at renewal", client_address(request))
-        response = render.page(request, "signin.html", status=401, problem=exc.message + ".",
-                               csrf="", sso=True)
-        clear_cookie(request, response, COOKIE)
+            clear_cookie(request, response, COOKIE)
+        # Otherwise the browser's session stays: a forged or stale callback (a link anyone can
+        # send) must not sign its victim out.
     except IdentityProviderUnavailable as exc:
         response = render.error(request, 502, exc.message + ": try again later.")
     response.del_cookie(FLOW_COOKIE, path=PATH, secure=over_https(request), httponly=True,
