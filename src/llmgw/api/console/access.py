@@ -84,7 +84,8 @@ def guarded(need: Need, handler: PageHandler) -> PageHandler:
                 clear_cookie(request, response, COOKIE)
             return response
         request[VISITOR] = found
-        if request.method == "POST" and not sessions.csrf_ok(session.nonce if session else "",
+        assert session is not None  # a visitor comes only from a session
+        if request.method == "POST" and not sessions.csrf_ok(session.nonce,
                                                              await csrf_token_sent(request)):
             return render.error(request, 403, EXPIRED)
         if need is Need.ADMIN and not found.admin:

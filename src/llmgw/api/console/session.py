@@ -71,6 +71,7 @@ class Sessions:
 
     def __init__(self, secret: bytes, now: Callable[[], float] = time.time) -> None:
         self._secret = secret
+        self._now = now
         signer = _signer(now)
         self._session = URLSafeTimedSerializer(secret, salt="llmgw-console-session", signer=signer)
         self._pre = URLSafeTimedSerializer(secret, salt="llmgw-console-pre", signer=signer)
@@ -88,12 +89,19 @@ class Sessions:
         """The session in a cookie value, or None when it is missing or tampered with; a key's
         older than SESSION_MAX_AGE_S (a person's session ends when the server says: its own
         `[sso] max_age_s`)."""
-        data = _loads(self._session, value, PERSON_MAX_AGE_S)
-        if data is None or not isinstance(data.get("n"), str):
+        if not value:
+            return None
+        try:  # one check of the signature, whichever kind of session it holds
+            data, signed = self._session.loads(value, max_age=PERSON_MAX_AGE_S,
+                                               return_timestamp=True)
+        except BadSignature:  # SignatureExpired is one too
+            return None
+        if not isinstance(data, dict) or not isinstance(data.get("n"), str):
             return None
         if isinstance(data.get("s"), str):
             return Session(None, data["n"], data["s"])
-        if not isinstance(data.get("k"), str) or _loads(self._session, value, SESSION_MAX_AGE_S) is None:
+        if not isinstance(data.get("k"), str) or \
+                int(self._now()) - int(signed.timestamp()) > SESSION_MAX_AGE_S:
             return None
         return Session(data["k"], data["n"])
 
