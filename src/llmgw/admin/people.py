@@ -12,6 +12,7 @@ for that: `resolve(..., fresh=True)` reads the store.
 from __future__ import annotations
 
 import asyncio
+import math
 from collections import Counter
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -95,11 +96,11 @@ class People:
     async def attempt(self, address: str) -> None:
         """Count a sign-in attempt from `address`; RateLimited past `signin_per_minute`."""
         now = self._clock.now()
-        count = await asyncio.to_thread(self._store.signins.attempt, address, now)
+        count, began = await asyncio.to_thread(self._store.signins.attempt, address, now)
         if count > self._sso.signin_per_minute:
-            rest = WINDOW.total_seconds() - now.second
+            rest = (began + WINDOW - now).total_seconds()  # the window is the address's own
             raise RateLimited("Too many sign-in attempts from this address: wait a minute.",
-                              max(1, int(rest)), code="signin_rate_exceeded")
+                              max(1, math.ceil(rest)), code="signin_rate_exceeded")
 
     async def sign_in(self, who: SignedIn, address: str) -> tuple[str, Visit]:
         """A new session for the person the provider signed in: its token and the visit."""

@@ -9,6 +9,7 @@ from sqlalchemy import Engine, case, delete, select
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
+from llmgw.store.db import utc
 from llmgw.store.schema import signin_attempts
 
 WINDOW = timedelta(minutes=1)
@@ -20,10 +21,10 @@ class SigninRepo:
     def __init__(self, engine: Engine) -> None:
         self._engine = engine
 
-    def attempt(self, address: str, now: datetime) -> int:
+    def attempt(self, address: str, now: datetime) -> tuple[int, datetime]:
         """Count one attempt from `address`; how many it made in the current window, this one
-        included. An insert-or-update in one statement: two servers counting a first attempt
-        at once cannot both insert."""
+        included, and when that window started. An insert-or-update in one statement: two
+        servers counting a first attempt at once cannot both insert."""
         table, address = signin_attempts, address[:64]
         with self._engine.begin() as conn:
             insert = pg_insert if conn.dialect.name == "postgresql" else sqlite_insert
@@ -33,8 +34,10 @@ class SigninRepo:
                 "count": case((stale, 1), else_=table.c.count + 1),
                 "window_start": case((stale, now), else_=table.c.window_start),
             }))
-            return int(conn.execute(select(table.c.count).where(table.c.address == address))
-                       .scalar_one())
+            row = conn.execute(select(table.c.count, table.c.window_start)
+                               .where(table.c.address == address)).one()
+            count, began = row  # (Row.count is the tuple method, not the column)
+            return int(count), utc(began) or now
 
     def prune(self, before: datetime) -> int:
         """Forget windows that started before `before`; how many."""
