@@ -40,6 +40,7 @@ class ReceivedSpan:
     parent_id: str
     attributes: dict[str, Any]
     events: list[tuple[str, int]]  # (name, time in ns)
+    event_attributes: list[tuple[str, dict[str, Any]]]  # (name, attributes)
     start_ns: int
     end_ns: int
     error: bool
@@ -78,6 +79,8 @@ class OtlpReceiver:
                         span_id=s.span_id.hex(), parent_id=s.parent_span_id.hex(),
                         attributes={a.key: _value(a.value) for a in s.attributes},
                         events=[(e.name, e.time_unix_nano) for e in s.events],
+                        event_attributes=[(e.name, {a.key: _value(a.value) for a in e.attributes})
+                                          for e in s.events],
                         start_ns=s.start_time_unix_nano, end_ns=s.end_time_unix_nano,
                         error=s.status.code == 2, service=str(resource.get("service.name")),
                     ))

@@ -272,15 +272,19 @@ async def test_a_routes_fallback_is_an_event_and_each_target_an_attempt(tmp_path
                     "name": name, "source": {"kind": "remote", "base_url": url}})
                 assert resp.status == 201
             resp = await client.post("/admin/v1/routes", headers=headers, json={
-                "name": "chat", "targets": [{"model": "down"}, {"model": "up"}]})
+                "name": "chat", "targets": [{"model": "down"}, {"model": "up"}],
+                "fallback": {"cooldown": {"failures": 1}}})
             assert resp.status == 201
-            resp = await client.post("/v1/chat/completions", headers=headers, json={
-                "model": "chat", "messages": [{"role": "user", "content": PROMPT}]})
-            assert resp.status == 200
+            for _ in range(2):  # the second finds `down` cooling down after the first's failure
+                resp = await client.post("/v1/chat/completions", headers=headers, json={
+                    "model": "chat", "messages": [{"role": "user", "content": PROMPT}]})
+                assert resp.status == 200
         await asyncio.to_thread(server.tracer.close)
     await provider.close()
 
-    root = receiver.one("chat chat")
+    root, again = receiver.named("chat chat")
+    assert dict(again.event_attributes)["llmgw.skipped"] == {
+        "llmgw.route": "chat", "llmgw.target": "down", "llmgw.reason": "cooling down after failures"}
     assert root.attributes["llmgw.route"] == "chat" and root.attributes["llmgw.route.target"] == "up"
     assert ("llmgw.fallback" in [name for name, _ in root.events])
     attempts = [s for s in receiver.spans if s.parent_id == root.span_id and s.kind == "client"]

@@ -22,6 +22,7 @@ from llmgw.core.types import LocalSource, Model, Profile
 from llmgw.gateway.metrics import Metrics
 from llmgw.gateway.route_metrics import RouteMetrics
 from llmgw.gateway.upstream.router import Router
+from llmgw.gateway.upstream.strategies import LeftOut
 from llmgw.gateway.upstream.table import RoutingTable, Serving, Upstream
 from llmgw.store.store import Store
 from tests.factories import remote_model
@@ -350,12 +351,23 @@ def test_a_plan_skips_cold_targets_while_another_is_ready() -> None:
     router = Router(FakeClock())
     plan = router.plan(route_spec("a", "b", "c"), plain_table(a=False, b=True, c=True))
     assert [t.model.name for t in plan.targets] == ["b", "c"]
+    assert plan.left_out == {"a": LeftOut.NOT_READY}
 
 
 def test_a_plan_with_no_ready_target_queues_for_the_first_cold_one() -> None:
     router = Router(FakeClock())
     plan = router.plan(route_spec("gone", "a", "b"), plain_table(a=False, b=False))
     assert [t.model.name for t in plan.targets] == ["a"]
+    assert plan.left_out == {"gone": LeftOut.MISSING, "a": LeftOut.NOT_READY, "b": LeftOut.NOT_READY}
+
+
+def test_a_plan_says_which_target_cools_down() -> None:
+    router = Router(FakeClock())
+    spec = route_spec("a", "b", fallback=Fallback(cooldown=Cooldown(failures=1)))
+    router.failed(spec, "a", FailOn.SERVER_ERROR)
+    plan = router.plan(spec, plain_table(a=True, b=True))
+    assert [t.model.name for t in plan.targets] == ["b"]
+    assert plan.left_out == {"a": LeftOut.COOLING}
 
 
 def test_a_route_whose_targets_left_the_catalog_is_a_503_saying_so() -> None:

@@ -8,7 +8,7 @@ from collections import Counter
 import pytest
 
 from llmgw.core.routes import Strategy
-from llmgw.gateway.upstream.strategies import TargetState, order
+from llmgw.gateway.upstream.strategies import LeftOut, TargetState, order, sift
 
 
 def first_picks(targets: list[TargetState], n: int, seed: int = 7) -> Counter[str]:
@@ -50,3 +50,12 @@ def test_weighted_puts_every_healthy_target_in_the_order_once() -> None:
 def test_a_cooling_weighted_target_gets_no_share() -> None:
     targets = [TargetState("a", weight=1, cooling=True), TargetState("b", weight=1)]
     assert first_picks(targets, 200) == Counter({"b": 200})
+
+
+def test_sift_names_why_each_target_is_left_out() -> None:
+    sifted = sift([TargetState("gone", known=False), TargetState("hot", cooling=True),
+                   TargetState("cold", ready=False), TargetState("ok"),
+                   TargetState("both", ready=False, cooling=True)])
+    assert [t.name for t in sifted.kept] == ["ok"]
+    assert sifted.left_out == {"gone": LeftOut.MISSING, "hot": LeftOut.COOLING,
+                               "cold": LeftOut.NOT_READY, "both": LeftOut.COOLING}

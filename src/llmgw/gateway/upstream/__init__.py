@@ -4,8 +4,8 @@
    `table.Serving`, or a route's name to its targets;
 2. **candidates** (`Router.states`, `cooldown`, `shared_cooldowns`): what is known of each
    target now (ready, in flight, cooling down after failures);
-3. **pick** (`strategies.order` for a route's targets, `table.pick` for a model's replicas):
-   the order one request tries them in;
+3. **pick** (`strategies.sift`, then `strategies.rank`, for a route's targets; `table.pick` for
+   a model's replicas): the order one request tries them in, and why each target left out is;
 4. **attempt** (`attempt.reach`): the call on its way, retried and falling back per the route's
    rules until a target answers 2xx.
 

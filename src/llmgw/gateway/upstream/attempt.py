@@ -82,6 +82,12 @@ async def reach(transport: Transport, call: UpstreamCall, out: Outbound,
                 conn.release()
         return conn, call, out
     spec, router = plan.spec, plan.router
+    if plan.left_out:
+        span = tracing.current()
+        if span.recording:
+            for name, why in plan.left_out.items():
+                span.event("llmgw.skipped", {"llmgw.route": spec.name, "llmgw.target": name,
+                                             "llmgw.reason": why.value})
     deadline = call.started + transport.timeout_s
     last: LlmgwError | None = None
     routes = (call.route, *plan.targets[1:])

@@ -19,17 +19,19 @@ from llmgw.core.errors import ModelNotFound, NoReadyReplica
 from llmgw.core.routes import FailOn, RouteSpec, Strategy
 from llmgw.gateway.upstream.cooldown import Cooldowns
 from llmgw.gateway.upstream.shared_cooldowns import CooldownBus
-from llmgw.gateway.upstream.strategies import TargetState, order
+from llmgw.gateway.upstream.strategies import LeftOut, TargetState, rank, sift
 from llmgw.gateway.upstream.table import RoutingTable, Serving
 
 
 @dataclass(frozen=True)
 class Plan:
-    """The targets one request of route `spec` may try, in order, each as a catalog route."""
+    """The targets one request of route `spec` may try, in order, each as a catalog route, and
+    why each other target is left out (for the request's trace)."""
 
     spec: RouteSpec
     targets: tuple[Serving, ...]
     router: Router
+    left_out: Mapping[str, LeftOut] = field(default_factory=dict)
 
 
 @dataclass
@@ -76,7 +78,8 @@ class Router:
             ready = route is not None and bool(route.upstreams)
             busy = sum(u.outstanding for u in route.upstreams) if route is not None else 0
             out.append(TargetState(t.model, t.weight, busy, ready,
-                                   self.cooldowns.cooling(spec.name, t.model, now)))
+                                   self.cooldowns.cooling(spec.name, t.model, now),
+                                   known=route is not None))
         return out
 
     def plan(self, spec: RouteSpec, table: RoutingTable) -> Plan:
@@ -98,18 +101,21 @@ class Router:
 
     def _plan(self, spec: RouteSpec, table: RoutingTable, targets: dict[str, Serving]) -> Plan:
         states = self.states(spec, table)
-        names = order(states, spec.strategy, self.random)
+        sifted = sift(states)
+        names = rank(sifted.kept, spec.strategy, self.random)
         if spec.fallback.attempts is not None:
             names = names[: spec.fallback.attempts]
         if names:
-            return Plan(spec, tuple(targets[n] for n in names), self)
-        for s in states:
-            route = targets.get(s.name)
-            if route is not None and not s.cooling:
-                return Plan(spec, (route,), self)
-        if any(s.cooling for s in states):
+            return Plan(spec, tuple(targets[n] for n in names), self, sifted.left_out)
+        reasons = sifted.left_out
+        # A target that is merely cold may start for this request: it queues as for the model.
+        cold = next((n for n, why in reasons.items() if why == LeftOut.NOT_READY), None)
+        if cold is not None:
+            return Plan(spec, (targets[cold],), self, reasons)
+        cooling = [n for n, why in reasons.items() if why == LeftOut.COOLING]
+        if cooling:
             now = self.clock.monotonic()
-            ends = min(self.cooldowns.get(spec.name, s.name).until - now for s in states if s.cooling)
+            ends = min(self.cooldowns.get(spec.name, n).until - now for n in cooling)
             raise NoReadyReplica(f"route '{spec.name}': every target is cooling down after "
                                  "failures; try again shortly", code="route_cooling_down",
                                  retry_after_s=max(1, math.ceil(ends)))
