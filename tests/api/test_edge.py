@@ -1,5 +1,7 @@
-"""The HTTP edge, over raw sockets to a running server: parser errors in OpenAI's shape that
-echo nothing, header and keep-alive deadlines, and the bound on connections per client."""
+"""The HTTP edge's transport, over raw sockets to a running server, on both edges: parser errors
+in OpenAI's shape that echo nothing, the handler's replies written as it made them, header and
+keep-alive deadlines, and the bound on connections per client. (What the data plane answers is
+the handler's, tested once in `test_handler`.)"""
 
 from __future__ import annotations
 
@@ -18,7 +20,9 @@ from llmgw.api.appkeys import GATEWAY
 from llmgw.api.context import response_headers
 from llmgw.api.edge import Connections, EdgeHandler, EdgeLimits, EdgeRunner
 from llmgw.api.hot_edge import hot_routes
+from llmgw.core.errors import RateLimited
 from llmgw.core.settings import load
+from llmgw.gateway.service import Gateway
 from llmgw.server.app import Server
 from llmgw.server.init import init
 from llmgw.store.store import Store
@@ -147,6 +151,26 @@ async def test_a_body_that_cannot_be_decoded_is_a_400_without_a_traceback(
     status, _, body = parse(answer)
     assert status == 400 and orjson.loads(body)["error"]["code"] == "invalid_request"
     assert [r.getMessage() for r in caplog.records if r.exc_info is not None] == []
+
+
+@pytest.mark.parametrize("path", ["/v1/chat/completions", "/v1/messages"])
+async def test_the_handlers_refusal_is_written_with_its_retry_after_and_the_request_id(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, path: str) -> None:
+    async def limited(*args: object) -> None:
+        raise RateLimited("over the key's requests per minute", code="rate_limit_rpm",
+                          retry_after_s=17)
+
+    monkeypatch.setattr(Gateway, "forward", limited)
+    async with serving(tmp_path, EdgeLimits()) as srv:
+        answer = await exchange(srv.port, (
+            b"POST %s HTTP/1.1\r\nHost: a\r\nAuthorization: Bearer %s\r\nX-Request-Id: "
+            b"req-edge-1\r\nContent-Length: 2\r\nConnection: close\r\n\r\n{}"
+            % (path.encode(), srv.admin_key.encode())))
+    status, headers, body = parse(answer)
+    assert (status, headers["retry-after"], headers["x-request-id"]) == (429, "17", "req-edge-1")
+    error = orjson.loads(body)
+    assert error["type"] == "error" if path == "/v1/messages" else error["error"]["code"] == \
+        "rate_limit_rpm"
 
 
 async def test_every_normal_answer_hides_the_server_version(tmp_path: Path) -> None:

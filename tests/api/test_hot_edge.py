@@ -1,6 +1,7 @@
-"""The data plane's hot routes on llmgw's own connections, over raw sockets: answers in order on
-one connection whichever side serves them, pipelining, what is handed to aiohttp, body bounds in
-the caller's dialect, and the deadlines on a body."""
+"""The data plane's hot routes on llmgw's own connections, over raw sockets: their transport only
+(what they answer is the handler's, tested in `test_handler`): answers in order on one connection
+whichever side serves them, pipelining, what is handed to aiohttp, the body's bound, and the
+deadlines on a body."""
 
 from __future__ import annotations
 

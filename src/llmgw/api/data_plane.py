@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import secrets
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import orjson
@@ -12,11 +13,11 @@ from llmgw.api.appkeys import GATEWAY, GUARD, METRICS, METRICS_PEERS, METRICS_PU
 from llmgw.api.body import read_body, read_json
 from llmgw.api.context import REQUEST_ID, STARTED
 from llmgw.api.endpoints import JSON, Access, Endpoint, Schema, obj, raw
-from llmgw.api.errors import Handler
-from llmgw.api.handler import DataRequest, credentials, handle
+from llmgw.api.errors import Handler, malformed_body, speaks_anthropic
+from llmgw.api.handler import Head, answer, credentials
 from llmgw.api.replies import write
 from llmgw.core import tracing
-from llmgw.core.errors import InvalidRequest, LlmgwError
+from llmgw.core.errors import InvalidRequest
 from llmgw.core.types import ApiKey, KeyScope
 from llmgw.gateway.service import Gateway
 from llmgw.gateway.traced import request_span
@@ -41,17 +42,27 @@ def _proxy(api: Api) -> Handler:
         gw = request.app[GATEWAY]
         if gw.tracer.enabled:
             return await _traced(request, gw, api)
-        return await write(request, await handle(gw, await _parsed(request, api)))
+        return await write(request, await answer(gw, _head(request, api), _body(request)))
 
     return handler
 
 
-async def _parsed(request: web.Request, api: Api) -> DataRequest:
-    """The request as the handler takes it: the caller's key first (no body is read for a
-    caller without one), then the body, bounded and within its deadline."""
-    key = client_key(request)
-    return DataRequest(api, key, await read_body(request), request.get(REQUEST_ID, ""),
-                       request.get(STARTED))
+def _head(request: web.Request, api: Api) -> Head:
+    headers = request.headers
+    return Head(api, request.path, headers.get("Authorization"), headers.get("x-api-key"),
+                speaks_anthropic(request.path, "anthropic-version" in headers),
+                request.get(REQUEST_ID, ""), request.get(STARTED))
+
+
+def _body(request: web.Request) -> Callable[[], Awaitable[bytes]]:
+    """The body, read once the caller is known: bounded and within its deadline."""
+    async def read() -> bytes:
+        try:
+            return await read_body(request)
+        except web.RequestPayloadError as exc:
+            raise malformed_body() from exc
+
+    return read
 
 
 async def _traced(request: web.Request, gw: Gateway, api: Api) -> web.StreamResponse:
@@ -59,11 +70,7 @@ async def _traced(request: web.Request, gw: Gateway, api: Api) -> web.StreamResp
     gateway works and the answer is written, so every span the request makes is its child."""
     span = request_span(gw.tracer, api, request.headers, request.host, request.path)
     with tracing.active(span):
-        try:
-            return await write(request, await handle(gw, await _parsed(request, api)))
-        except LlmgwError as exc:
-            span.set("http.response.status_code", exc.status)
-            raise
+        return await write(request, await answer(gw, _head(request, api), _body(request)))
 
 
 async def list_models(request: web.Request) -> web.Response:

@@ -54,6 +54,19 @@ def _plain(status: int, message: str, type_: str, code: str | None = None) -> Ll
     return error
 
 
+def internal_error() -> LlmgwError:
+    """What a client is told of a fault of llmgw's own: a 500 that says nothing of it (the log
+    has the traceback)."""
+    return _plain(500, "Internal server error", "server_error", "internal_error")
+
+
+def malformed_body() -> LlmgwError:
+    """A body whose framing or encoding is broken (a bad chunk, gzip that is not): the client's
+    fault, told without the parser's message, which may quote the body."""
+    return _plain(400, "Request body is malformed (transfer or content encoding)",
+                  "invalid_request_error", "invalid_request")
+
+
 @web.middleware
 async def openai_errors(request: web.Request, handler: Handler) -> web.StreamResponse:
     """The edge of every request: its id, and every failure as an OpenAI-shaped error (never a
@@ -82,11 +95,8 @@ async def _answer(request: web.Request, handler: Handler) -> web.StreamResponse:
     except ConnectionError:
         raise  # the client went away; nobody to answer
     except web.RequestPayloadError:
-        # The body's framing or encoding is broken (a bad chunk, gzip that is not): the
-        # client's fault, and the parser's message may quote the body.
-        return error_response(request, _plain(400, "Request body is malformed (transfer or content "
-                                              "encoding)", "invalid_request_error", "invalid_request"))
+        return error_response(request, malformed_body())
     except Exception:
         # A database that is down arrives above as StoreUnavailable: the store translates it.
         logger.exception("unhandled error on %s %s", request.method, request.path)
-        return error_response(request, _plain(500, "Internal server error", "server_error"))
+        return error_response(request, internal_error())

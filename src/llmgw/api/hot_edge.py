@@ -32,11 +32,11 @@ from llmgw.api import hot_reply as out
 from llmgw.api.body import BODY_TIMEOUT_S
 from llmgw.api.edge import BUSY, Connections, EdgeLimits, HotRoutes, peer_of
 from llmgw.api.errors import speaks_anthropic
-from llmgw.api.handler import DataRequest, credentials, handle
+from llmgw.api.handler import Head, answer, refusal
 from llmgw.api.hot_handover import HandOver
 from llmgw.api.request_ids import CURRENT_ID, new_id
 from llmgw.core.deadline import Deadline
-from llmgw.core.errors import LlmgwError, PayloadTooLarge
+from llmgw.core.errors import PayloadTooLarge
 from llmgw.gateway.service import Gateway
 from llmgw.gateway.wire.dialect import Api
 
@@ -284,29 +284,19 @@ class HotConnection(asyncio.Protocol):
             rid = new_id(headers.get(b"x-request-id", b"").decode("latin-1"))
             CURRENT_ID.set(rid)
             started = time.monotonic()
-            try:
-                if request.too_large:
-                    raise PayloadTooLarge("request body is too large")
-                key = self._gw.authenticate(credentials(_text(headers.get(b"authorization")),
-                                                        _text(headers.get(b"x-api-key"))))
-                reply = await handle(self._gw, DataRequest(request.api, key,
-                                                           b"".join(request.body), rid, started))
-            except LlmgwError as exc:
-                if exc.status >= 500:
-                    logger.warning("POST %s -> %d: %s", request.path.decode(), exc.status,
-                                   exc.message)
-                anthropic = speaks_anthropic(request.path.decode(),
-                                             b"anthropic-version" in request.headers)
-                self._put(out.refusal(exc, anthropic, rid, self._keep_alive))
-            except Exception:
-                logger.exception("unhandled error on POST %s", request.path.decode())
-                self._put(out.internal_error(rid, self._keep_alive))
+            path = request.path.decode()
+            head = Head(request.api, path, _text(headers.get(b"authorization")),
+                        _text(headers.get(b"x-api-key")),
+                        speaks_anthropic(path, b"anthropic-version" in headers), rid, started)
+            if request.too_large:  # the bound is the edge's: the body was never kept
+                reply = refusal(PayloadTooLarge("request body is too large"), head)
             else:
-                if reply.stream is None:
-                    self._put(out.whole(reply.status, reply.body, reply.content_type.encode(), rid,
-                                    self._keep_alive))
-                elif not out.write_settled(self._write, reply, rid, self._keep_alive):
-                    await out.write_stream(self._write, self._writable, reply, rid, self._keep_alive)
+                reply = await answer(self._gw, head, b"".join(request.body))
+            if reply.stream is None:
+                self._put(out.whole(reply.status, reply.body, reply.content_type.encode(), rid,
+                                    self._keep_alive, out.retry_after(reply)))
+            elif not out.write_settled(self._write, reply, rid, self._keep_alive):
+                await out.write_stream(self._write, self._writable, reply, rid, self._keep_alive)
         except BaseException:  # cancelled: the client left, or shutdown gave up waiting
             if self.transport is not None:
                 self.transport.close()

@@ -12,9 +12,7 @@ from http import HTTPStatus
 
 from llmgw.api.context import SERVER
 from llmgw.api.edge import error_body_bytes
-from llmgw.api.errors import error_body
 from llmgw.api.request_ids import new_id
-from llmgw.core.errors import LlmgwError
 from llmgw.gateway.call import Reply
 
 SSE_HEAD = (b"Content-Type: text/event-stream\r\nCache-Control: no-cache\r\n"
@@ -59,17 +57,9 @@ def whole(status: int, body: bytes, content_type: bytes, rid: str, keep_alive: b
                 % (content_type, len(body), extra)) + body
 
 
-def refusal(exc: LlmgwError, anthropic: bool, rid: str, keep_alive: bool) -> bytes:
-    """llmgw's error as a whole answer in the caller's dialect, with its `Retry-After`."""
-    retry = b"" if exc.retry_after_s is None else b"Retry-After: %d\r\n" % exc.retry_after_s
-    return whole(exc.status, error_body(exc, anthropic), b"application/json", rid, keep_alive,
-                 retry)
-
-
-def internal_error(rid: str, keep_alive: bool) -> bytes:
-    """The answer to a fault of llmgw's own: a 500 that says nothing of it."""
-    return whole(500, error_body_bytes("Internal server error", "server_error", "internal_error"),
-                 b"application/json", rid, keep_alive)
+def retry_after(reply: Reply) -> bytes:
+    """The reply's `Retry-After` header line, or nothing."""
+    return b"" if reply.retry_after_s is None else b"Retry-After: %d\r\n" % reply.retry_after_s
 
 
 def malformed(status: int, message: str, code: str) -> bytes:

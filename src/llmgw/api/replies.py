@@ -26,8 +26,11 @@ async def write(request: web.Request, reply: Reply) -> web.StreamResponse:
     """Send `reply`: whole, or its stream chunk by chunk, closing the stream however it ends (the
     client leaving drops the upstream, so the engine stops generating)."""
     if reply.stream is None:
-        return web.Response(body=reply.body, status=reply.status,
+        resp = web.Response(body=reply.body, status=reply.status,
                             headers={"Content-Type": reply.content_type})
+        if reply.retry_after_s is not None:
+            resp.headers["Retry-After"] = str(reply.retry_after_s)
+        return resp
     stream, completed = reply.stream, False
     settled = stream.settled
     headers = response_headers(request, SSE_HEADERS)

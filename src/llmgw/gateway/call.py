@@ -135,3 +135,5 @@ class Reply:
     body: bytes = b""
     content_type: str = "application/json"
     stream: Stream | None = None
+    # Seconds after which trying again may work (a refusal's `Retry-After`), or None.
+    retry_after_s: int | None = None
