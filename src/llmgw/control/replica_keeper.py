@@ -12,6 +12,7 @@ import logging
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
+from typing import TypedDict
 
 from llmgw.control import eviction
 from llmgw.control.demand import Want, wants
@@ -43,6 +44,24 @@ class Place:
     gpus: int = 0
     # Requests wait for the model and nothing of it was loading: a cold start.
     cold: bool = False
+
+    def placement(self) -> Placement:
+        """The replica's fields this placement sets, on a new replica or a pending one."""
+        return Placement(node_id=self.node_id, profile=self.profile, state=ReplicaState.STARTING,
+                         cpu_cores=self.cpu_cores, memory_gb=self.memory_gb,
+                         gpu_class=self.gpu_class, gpus=self.gpus)
+
+
+class Placement(TypedDict):
+    """What placing a replica on a node writes on it."""
+
+    node_id: str
+    profile: str
+    state: ReplicaState
+    cpu_cores: int
+    memory_gb: float
+    gpu_class: str | None
+    gpus: int
 
 
 @dataclass(frozen=True)
@@ -420,16 +439,6 @@ def _describe(action: Action) -> str:
 def new_replica(action: Place | Pend) -> Replica:
     """The row a Place or Pend without a replica id creates."""
     if isinstance(action, Place):
-        return Replica(
-            id=new_id("rep"),
-            model=action.model,
-            node_id=action.node_id,
-            profile=action.profile,
-            state=ReplicaState.STARTING,
-            cpu_cores=action.cpu_cores,
-            memory_gb=action.memory_gb,
-            gpu_class=action.gpu_class,
-            gpus=action.gpus,
-        )
+        return Replica(id=new_id("rep"), model=action.model, **action.placement())
     return Replica(id=new_id("rep"), model=action.model, last_error=action.reason)
 

@@ -57,19 +57,8 @@ def keeper_applier(
                 store.replicas.create(new_replica(action), now, f)
             case Place():
                 assert action.replica_id is not None
-                store.replicas.update(
-                    action.replica_id,
-                    now,
-                    f,
-                    node_id=action.node_id,
-                    profile=action.profile,
-                    state=ReplicaState.STARTING,
-                    cpu_cores=action.cpu_cores,
-                    memory_gb=action.memory_gb,
-                    gpu_class=action.gpu_class,
-                    gpus=action.gpus,
-                    last_error=None,
-                )
+                store.replicas.update(action.replica_id, now, f, last_error=None,
+                                      **action.placement())
             case Pend():
                 assert action.replica_id is not None
                 store.replicas.update(action.replica_id, now, f, last_error=action.reason)
