@@ -12,7 +12,8 @@ from typer.testing import CliRunner
 from llmgw.cli.client import config_path
 from llmgw.cli.main import app
 
-GROUPS = ["model", "replica", "cluster", "node", "guard", "job", "key", "limits", "route", "team", "user"]
+GROUPS = ["model", "replica", "cluster", "node", "guard", "job", "key", "limits", "route", "team", "user",
+          "cache"]
 
 
 def test_ctl_help_lists_every_group_and_the_usage_command() -> None:
@@ -25,7 +26,8 @@ def test_ctl_help_lists_every_group_and_the_usage_command() -> None:
 def test_nested_groups_and_commands_added_elsewhere_are_reachable() -> None:
     runner = CliRunner()
     for path, command in ((["ctl", "model"], "serve"), (["ctl", "node"], "token"),
-                          (["ctl", "guard"], "policy"), (["ctl", "guard"], "judge")):
+                          (["ctl", "guard"], "policy"), (["ctl", "guard"], "judge"),
+                          (["ctl", "model"], "cache"), (["ctl", "route"], "cache")):
         result = runner.invoke(app, [*path, command, "--help"], env={"COLUMNS": "200"})
         assert result.exit_code == 0, (path, command, result.output)
 

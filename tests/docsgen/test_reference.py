@@ -155,7 +155,7 @@ def models_of(model: type[BaseModel]) -> list[type[BaseModel]]:
 def test_every_key_of_config_toml_has_its_entry_in_its_table() -> None:
     page = sections(reference.render("config"))
     tables = written_config()
-    assert set(tables) == {"server", "control", "telemetry", "limits", "sso"}
+    assert set(tables) == {"server", "control", "telemetry", "limits", "sso", "cache"}
     for table, keys in tables.items():
         assert f"table-{table}" in page, f"no [{table}] table on the page"
         for key in keys:
@@ -169,7 +169,7 @@ def test_every_table_the_page_lists_is_one_the_server_reads(tmp_path: Path) -> N
     # An unknown key is refused only in a table the server reads: one it ignores loads fine.
     listed = [ident.removeprefix("table-") for ident in sections(reference.render("config"))
               if ident.startswith("table-") and ident != "table-node"]
-    assert listed == ["server", "control", "telemetry", "limits", "sso"]
+    assert listed == ["server", "control", "telemetry", "limits", "sso", "cache"]
     for table in listed:
         body = {"server": 'key_secret = "ab"\n'}
         body[table] = body.get(table, "") + "not_a_key = 1\n"

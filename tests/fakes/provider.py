@@ -30,6 +30,7 @@ from llmgw.core.clock import SystemClock
 from llmgw.core.tracing import NOOP_TRACER, Tracer
 from llmgw.core.types import ApiKey, Limits, LocalSource, Model, Profile
 from llmgw.gateway.auth import KeyCache
+from llmgw.gateway.cache.service import ResponseCache
 from llmgw.gateway.limits import Limiter
 from llmgw.gateway.metrics import Metrics
 from llmgw.gateway.queue import ColdQueue
@@ -264,6 +265,9 @@ class GatewayRig:
     shared: SharedLimits | None = None  # the install's Redis, for the limits
     gateway: Gateway | None = None
     tracer: Tracer = NOOP_TRACER
+    cache: ResponseCache | None = None  # the response cache, when the test turns it on
+    # More user keys beside `key`, each (plaintext, key) as `user_key` makes them.
+    others: list[tuple[str, ApiKey]] = field(default_factory=list)
 
     async def start(self) -> GatewayRig:
         self.plaintext, key = user_key()
@@ -274,12 +278,14 @@ class GatewayRig:
         model = self.model or Model(name="m", source=LocalSource(path="/m.gguf"),
                                     profiles=[Profile(name="cpu")])
         route = Serving(model, (Upstream("replica-1", self.provider.url, dict(self.upstream_headers)),))
-        refresher.current = Snapshot(1, KeyCache(KEY_SECRET, [self.key]), RoutingTable({"m": route}))
+        keys = [self.key, *(k for _, k in self.others)]
+        refresher.current = Snapshot(1, KeyCache(KEY_SECRET, keys), RoutingTable({"m": route}),
+                                     caching=model.cache is not None)
         self.limiter = Limiter(self.store, self.now, shared=self.shared)
         self.meter = UsageMeter(self.store, self.now)
         gateway = self.gateway = Gateway(refresher, self._client, SystemClock(), self.guard,
                                          self.limiter, self.meter, self.metrics, queue=self.queue,
-                                         tracer=self.tracer)
+                                         tracer=self.tracer, cache=self.cache)
         app = web.Application(middlewares=[openai_errors])
         app[GATEWAY] = gateway
         app.add_routes(bind(data_plane.ENDPOINTS))

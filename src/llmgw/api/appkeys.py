@@ -6,6 +6,7 @@ from collections.abc import Awaitable, Callable
 
 from aiohttp import web
 
+from llmgw.admin.cache import CacheAdmin
 from llmgw.admin.keys import KeyAdmin
 from llmgw.admin.people import People
 from llmgw.admin.routes import RouteAdmin
@@ -36,6 +37,7 @@ KEYS = web.AppKey("keys", KeyAdmin)
 PEOPLE = web.AppKey("people", People)
 ROUTES = web.AppKey("routes", RouteAdmin)
 TEAMS = web.AppKey("teams", TeamAdmin)
+CACHE = web.AppKey("cache", CacheAdmin)
 NODES = web.AppKey("nodes", NodeAdmin)
 METRICS = web.AppKey("metrics", Metrics)
 # The server's other workers' metrics, summed into each scrape (absent with one worker).

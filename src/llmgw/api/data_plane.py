@@ -51,7 +51,8 @@ def _head(request: web.Request, api: Api) -> Head:
     headers = request.headers
     return Head(api, request.path, headers.get("Authorization"), headers.get("x-api-key"),
                 speaks_anthropic(request.path, "anthropic-version" in headers),
-                request.get(REQUEST_ID, ""), request.get(STARTED))
+                request.get(REQUEST_ID, ""), request.get(STARTED), headers.get("Cache-Control"),
+                headers.get("X-Llmgw-Cache"))
 
 
 def _body(request: web.Request) -> Callable[[], Awaitable[bytes]]:

@@ -14,6 +14,7 @@ from llmgw.api.body import parse_json
 from llmgw.api.errors import error_body, internal_error
 from llmgw.core import tracing
 from llmgw.core.errors import LlmgwError
+from llmgw.gateway.cache.keys import NONE_SAID, directives
 from llmgw.gateway.call import Reply
 from llmgw.gateway.service import Gateway
 from llmgw.gateway.wire.dialect import Api
@@ -25,7 +26,9 @@ logger = logging.getLogger(__name__)
 Body = bytes | Callable[[], Awaitable[bytes]]
 
 
-@dataclass(frozen=True, slots=True)
+# Not frozen: made on every request, and a frozen dataclass sets each field through
+# `object.__setattr__`. Nothing changes one once made.
+@dataclass(slots=True)
 class Head:
     """One generation request as its edge read it before the body."""
 
@@ -36,6 +39,8 @@ class Head:
     anthropic: bool  # the caller speaks Anthropic's dialect (`errors.speaks_anthropic`)
     request_id: str
     started: float | None  # monotonic time it arrived
+    cache_control: str | None = None  # the `Cache-Control` header
+    llmgw_cache: str | None = None  # the `X-Llmgw-Cache` header
 
 
 def credentials(authorization: str | None, api_key: str | None) -> str | None:
@@ -54,8 +59,10 @@ async def answer(gateway: Gateway, head: Head, body: Body) -> Reply:
     try:
         key = gateway.authenticate(credentials(head.authorization, head.api_key))
         data = body if isinstance(body, bytes) else await body()
+        said = NONE_SAID if head.cache_control is None and head.llmgw_cache is None else \
+            directives(head.cache_control, head.llmgw_cache)
         return await gateway.forward(key, head.api, data, parse_json(data), head.request_id,
-                                     head.started)
+                                     head.started, said)
     except LlmgwError as exc:
         if exc.status >= 500:
             logger.warning("POST %s -> %d: %s", head.path, exc.status, exc.message)
@@ -74,5 +81,6 @@ def refusal(error: LlmgwError, head: Head) -> Reply:
     if span.recording:
         span.set("http.response.status_code", error.status)
         span.fail(tracing.error_type(error))
+    retry = error.retry_after_s
     return Reply(error.status, error_body(error, head.anthropic),
-                 retry_after_s=error.retry_after_s)
+                 headers=None if retry is None else {"Retry-After": str(retry)})

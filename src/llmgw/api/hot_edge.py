@@ -31,7 +31,6 @@ from aiohttp import web
 from llmgw.api import hot_reply as out
 from llmgw.api.body import BODY_TIMEOUT_S
 from llmgw.api.edge import BUSY, Connections, EdgeLimits, HotRoutes, peer_of
-from llmgw.api.errors import speaks_anthropic
 from llmgw.api.handler import Head, answer, refusal
 from llmgw.api.hot_handover import HandOver
 from llmgw.api.request_ids import CURRENT_ID, new_id
@@ -49,6 +48,8 @@ HOT: dict[bytes, Api] = {
     b"/v1/messages": Api.MESSAGES,
     b"/v1/responses": Api.RESPONSES,
 }
+# The hot routes whose callers speak Anthropic's dialect (`errors.speaks_anthropic`).
+_ANTHROPIC = frozenset({Api.MESSAGES})
 # A hot request carrying one of these is aiohttp's to answer: rare, and aiohttp handles them.
 _HANDED_OVER = frozenset({b"expect", b"content-encoding", b"transfer-encoding", b"upgrade"})
 # aiohttp's own bounds on a request's head, kept: past them, 431.
@@ -284,17 +285,19 @@ class HotConnection(asyncio.Protocol):
             rid = new_id(headers.get(b"x-request-id", b"").decode("latin-1"))
             CURRENT_ID.set(rid)
             started = time.monotonic()
-            path = request.path.decode()
-            head = Head(request.api, path, _text(headers.get(b"authorization")),
-                        _text(headers.get(b"x-api-key")),
-                        speaks_anthropic(path, b"anthropic-version" in headers), rid, started)
+            api = request.api
+            # Every hot route is under /v1/: Anthropic's are its own, the rest say so by header.
+            anthropic = api in _ANTHROPIC or b"anthropic-version" in headers
+            head = Head(api, request.path.decode(), _text(headers.get(b"authorization")),
+                        _text(headers.get(b"x-api-key")), anthropic, rid, started,
+                        _text(headers.get(b"cache-control")), _text(headers.get(b"x-llmgw-cache")))
             if request.too_large:  # the bound is the edge's: the body was never kept
                 reply = refusal(PayloadTooLarge("request body is too large"), head)
             else:
                 reply = await answer(self._gw, head, b"".join(request.body))
             if reply.stream is None:
                 self._put(out.whole(reply.status, reply.body, reply.content_type.encode(), rid,
-                                    self._keep_alive, out.retry_after(reply)))
+                                    self._keep_alive, out.extra(reply)))
             elif not out.write_settled(self._write, reply, rid, self._keep_alive):
                 await out.write_stream(self._write, self._writable, reply, rid, self._keep_alive)
         except BaseException:  # cancelled: the client left, or shutdown gave up waiting

@@ -57,9 +57,13 @@ def whole(status: int, body: bytes, content_type: bytes, rid: str, keep_alive: b
                 % (content_type, len(body), extra)) + body
 
 
-def retry_after(reply: Reply) -> bytes:
-    """The reply's `Retry-After` header line, or nothing."""
-    return b"" if reply.retry_after_s is None else b"Retry-After: %d\r\n" % reply.retry_after_s
+def extra(reply: Reply) -> bytes:
+    """The reply's own header lines (`Retry-After`, `X-Llmgw-Cache`), or nothing."""
+    headers = reply.headers
+    if not headers:
+        return b""
+    return b"".join(b"%s: %s\r\n" % (k.encode("latin-1"), v.encode("latin-1"))
+                    for k, v in headers.items())
 
 
 def malformed(status: int, message: str, code: str) -> bytes:
@@ -89,7 +93,8 @@ def write_settled(write: Write, reply: Reply, rid: str, keep_alive: bool) -> boo
         return False
     completed = False
     try:
-        write(head(reply.status, rid, keep_alive, SSE_HEAD) + (chunk(rest) if rest else b"") + END)
+        write(head(reply.status, rid, keep_alive, SSE_HEAD + extra(reply))
+              + (chunk(rest) if rest else b"") + END)
         completed = True
     except ConnectionError:
         pass  # the client went away; nobody to answer
@@ -107,7 +112,7 @@ async def write_stream(write: Write, writable: asyncio.Event, reply: Reply, rid:
     completed = False
     settled = stream.settled
     try:
-        first = head(reply.status, rid, keep_alive, SSE_HEAD)
+        first = head(reply.status, rid, keep_alive, SSE_HEAD + extra(reply))
         if settled is not None and settled():
             # The upstream's whole answer is here: one write for all of it.
             write(first + b"".join([chunk(c) async for c in stream.chunks]) + END)

@@ -72,6 +72,8 @@ TAGS = {
     "agent": "What node agents (`llmgw node run`) call with their join tokens.",
     "routes": "Routes: one name in front of several catalog models.",
     "teams": "Teams: keys with shared limits and budgets.",
+    "cache": "The response cache: hits and saved tokens per model, purging it, a model's own "
+             "setting (a route's is part of the route).",
     "users": "People who sign in to the console through the identity provider (`[sso]`): their "
              "roles and sessions. Admins only.",
 }

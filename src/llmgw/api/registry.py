@@ -9,6 +9,7 @@ from llmgw.api import (
     admin,
     agent,
     audit,
+    cache_admin,
     data_plane,
     guard,
     jobs,
@@ -22,8 +23,9 @@ from llmgw.api import (
 from llmgw.api.endpoints import Endpoint
 
 ENDPOINTS: list[Endpoint[Any, Any]] = [
-    *data_plane.ENDPOINTS, *admin.ENDPOINTS, *jobs.ENDPOINTS, *guard.ENDPOINTS, *keys.ENDPOINTS,
-    *agent.ENDPOINTS, *nodes.ENDPOINTS, *route_admin.ENDPOINTS,
+    # The cache's model route has a suffix: before the model routes' greedy name.
+    *data_plane.ENDPOINTS, *cache_admin.ENDPOINTS, *admin.ENDPOINTS, *jobs.ENDPOINTS,
+    *guard.ENDPOINTS, *keys.ENDPOINTS, *agent.ENDPOINTS, *nodes.ENDPOINTS, *route_admin.ENDPOINTS,
     *teams.ENDPOINTS, *audit.ENDPOINTS, *users.ENDPOINTS,
 ]
 OPENAPI = openapi.serve(ENDPOINTS)

@@ -26,14 +26,15 @@ async def write(request: web.Request, reply: Reply) -> web.StreamResponse:
     """Send `reply`: whole, or its stream chunk by chunk, closing the stream however it ends (the
     client leaving drops the upstream, so the engine stops generating)."""
     if reply.stream is None:
-        resp = web.Response(body=reply.body, status=reply.status,
-                            headers={"Content-Type": reply.content_type})
-        if reply.retry_after_s is not None:
-            resp.headers["Retry-After"] = str(reply.retry_after_s)
-        return resp
+        headers = {"Content-Type": reply.content_type}
+        if reply.headers:
+            headers.update(reply.headers)
+        return web.Response(body=reply.body, status=reply.status, headers=headers)
     stream, completed = reply.stream, False
     settled = stream.settled
     headers = response_headers(request, SSE_HEADERS)
+    if reply.headers:
+        headers.update(reply.headers)
     whole = settled is not None and settled()
     out = (_Coalesced if whole else web.StreamResponse)(status=reply.status, headers=headers)
     try:

@@ -3,7 +3,8 @@ the admin API, made on the server for every call (the console's pages only hide 
 refuse).
 
 - admin: every admin and key endpoint.
-- operator: reads everything but keys, usage and users; changes models, nodes, jobs, guard and routes.
+- operator: reads everything but keys, usage and users; changes models, nodes, jobs, guard,
+  routes and the response cache.
 - team-admin: the key endpoints (its team's keys, their limits within the team's, its usage),
   its team, and the model list to pick from.
 - viewer: reads what an operator reads; changes nothing.
@@ -34,7 +35,7 @@ class Operation(Protocol):
 PRIVATE_TAGS = frozenset({"keys", "users"})
 # What an operator changes: the install's serving side (models, nodes, jobs, cluster), the guard
 # and the routes. Teams and default limits are money and access: an admin's.
-OPERATOR_TAGS = frozenset({"admin", "guard", "routes"})
+OPERATOR_TAGS = frozenset({"admin", "guard", "routes", "cache"})
 # A team admin's reads outside the key endpoints (its own team only: `api.teams` checks it).
 TEAM_ADMIN_READS = frozenset({"list_models", "get_team"})
 

@@ -11,6 +11,7 @@ import typer
 
 from llmgw.cli import (
     ctl_audit,
+    ctl_cache,
     ctl_guard,
     ctl_jobs,
     ctl_keys,
@@ -61,5 +62,8 @@ app.add_typer(ctl_keys.limits_app, name="limits")
 app.add_typer(ctl_routes.route_app, name="route")
 app.add_typer(ctl_teams.team_app, name="team")
 app.add_typer(ctl_users.user_app, name="user")
+app.add_typer(ctl_cache.cache_app, name="cache")
+ctl_models.model_app.command("cache")(ctl_cache.model_cache)
+ctl_routes.route_app.command("cache")(ctl_cache.route_cache)
 app.command("usage")(ctl_keys.usage)
 app.command("audit")(ctl_audit.audit)

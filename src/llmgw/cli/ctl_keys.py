@@ -158,14 +158,15 @@ def usage(
     since: Annotated[str | None, Opt(help="First day, YYYY-MM-DD (UTC).")] = None,
     team: Annotated[str | None, Opt(help="The keys of one team.")] = None,
 ) -> None:
-    """Requests, tokens, errors and guard blocks per key, model and day."""
+    """Requests, tokens, errors, guard blocks and cache hits per key, model and day."""
     ctl = CtlContext.of(ctx)
     filters = UsageQuery(**{k: v for k, v in {"key": key, "model": model, "since": since,
                                               "team": team}.items() if v})
     answer = ctl.call("GET", "/admin/v1/usage" + query(filters))
     ctl.show_as(DataList[UsageRowOut], answer, lambda d: render.table(
         "usage",
-        ["day", "key", "model", "requests", "prompt tokens", "completion tokens", "errors", "blocked"],
+        ["day", "key", "model", "requests", "prompt tokens", "completion tokens", "errors", "blocked",
+         "cached", "saved tokens"],
         [[u.day, u.key_id, u.model, u.requests, u.prompt_tokens, u.completion_tokens, u.errors,
-          u.blocked] for u in d.data],
+          u.blocked, u.cache_hits, u.saved_tokens] for u in d.data],
     ))

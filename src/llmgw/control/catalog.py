@@ -14,6 +14,7 @@ from llmgw.control.demand import state
 from llmgw.control.placement import NODE_TIMEOUT, free_on
 from llmgw.control.scheduler import Verdict, explain
 from llmgw.control.sizing import MemoryEstimate, estimate, fits
+from llmgw.core.cache import CacheSpec
 from llmgw.core.clock import Clock
 from llmgw.core.demand import Activity, Evicted
 from llmgw.core.errors import Conflict, InvalidRequest, LlmgwError
@@ -175,6 +176,13 @@ class CatalogService:
         changed = await asyncio.to_thread(
             self._store.catalog.set_scaling, name, scaling, by, self._clock.now()
         )
+        await self._changed()
+        return changed
+
+    async def set_cache(self, name: str, cache: CacheSpec | None, by: str) -> Model:
+        """Set a model's own response cache setting; None leaves it to the install's `[cache]`."""
+        changed = await asyncio.to_thread(
+            self._store.catalog.set_cache, name, cache, by, self._clock.now())
         await self._changed()
         return changed
 

@@ -13,6 +13,7 @@ from enum import StrEnum
 from pydantic import Field, field_validator, model_validator
 
 from llmgw.core import names
+from llmgw.core.cache import CacheSpec
 from llmgw.core.types import Frozen
 
 MAX_TARGETS = 16
@@ -82,6 +83,8 @@ class RouteSpec(Frozen):
     strategy: Strategy = Strategy.PRIORITY
     fallback: Fallback = Field(default_factory=Fallback)
     retry: Retry = Field(default_factory=Retry)
+    # Its own response cache setting; None: the install's `[cache]`.
+    cache: CacheSpec | None = None
     by: str = ""
     created_at: datetime | None = None
     updated_at: datetime | None = None

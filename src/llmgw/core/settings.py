@@ -11,12 +11,13 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from llmgw.core import names
+from llmgw.core.cache import MAX_TTL_S, CacheMode, CacheWhen
 from llmgw.core.errors import ConfigError
 from llmgw.core.users import Grant
 
 CONFIG_FILE = "config.toml"
 # config.toml's tables besides `[server]`: each is a nested settings object of ServerSettings.
-TABLES = ("control", "telemetry", "limits", "sso")
+TABLES = ("control", "telemetry", "limits", "sso", "cache")
 
 # The most worker processes `workers = 0` (one per core) starts. Each worker holds its own copy
 # of the keys and routing table, polls the store every refresh_interval_s and writes its limit
@@ -170,6 +171,40 @@ class LimitsSettings(BaseModel):
             raise ValueError("redis_url must not hold a password: use redis_password_file or "
                              "redis_password_env")
         return v
+
+
+class CacheSettings(BaseModel):
+    """The response cache (`[cache]` in config.toml): answers kept and served again to the same
+    tenant's same request. Off unless `mode` says otherwise; a model or route may set its own
+    (`ctl model cache`, `ctl route cache`). In the install's Redis when `[limits] redis_url` is
+    set, shared by every worker and server; otherwise in each worker's memory."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
+
+    mode: CacheMode = CacheMode.OFF
+    """`off`, `exact` (the same normalised request) or `semantic` (also a request whose last
+    user turn means nearly the same; needs `embedding_model`), for every model and route that
+    does not set its own."""
+    when: CacheWhen = CacheWhen.DETERMINISTIC
+    """Which requests are cached: `deterministic` (`temperature` 0 or a `seed`) or `always`. A
+    client may ask for any request with `X-Llmgw-Cache: on`."""
+    ttl_s: float = Field(default=3600.0, gt=0, le=MAX_TTL_S)
+    """How long an answer is kept, in seconds, unless its model or route says otherwise."""
+    max_entries: int = Field(default=10_000, ge=1, le=10_000_000)
+    """The most answers kept per model (or route); the least recently used go first."""
+    max_memory_mb: int = Field(default=256, ge=1, le=1_048_576)
+    """The most memory the answers kept in one worker take, in MiB (without Redis)."""
+    max_answer_kb: int = Field(default=256, ge=1, le=65_536)
+    """A longer answer is passed on but not kept, in KiB."""
+    charge_hits: bool = False
+    """Whether an answer served from the cache counts its tokens against the key's budgets (it
+    always counts as a request against its requests per minute)."""
+    similarity: float = Field(default=0.95, gt=0, le=1)
+    """`semantic`: how close (cosine similarity) a request's last user turn must be to a kept
+    one's for its answer to be served."""
+    embedding_model: str = ""
+    """`semantic`: the catalog model (served by llmgw, with embeddings) that embeds each
+    request's last user turn."""
 
 
 # Keys of ControlSettings that earlier versions read from `[server]`: still accepted there.
@@ -342,6 +377,8 @@ class ServerSettings(BaseModel):
     """Where limits are counted: the `[limits]` table."""
     sso: SsoSettings = Field(default_factory=SsoSettings)
     """Single sign-on for the console: the `[sso]` table."""
+    cache: CacheSettings = Field(default_factory=CacheSettings)
+    """The response cache: the `[cache]` table."""
 
     @model_validator(mode="before")
     @classmethod

@@ -11,6 +11,7 @@ from urllib.parse import urlsplit
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from llmgw.core import names
+from llmgw.core.cache import CacheSpec
 from llmgw.core.names import _REPO_RE, NAME_PATTERN
 
 __all__ = ["NAME_PATTERN", "_REPO_RE"]  # the API document shows the name rules
@@ -134,6 +135,8 @@ class Model(Frozen):
     profiles: list[Profile] = Field(default_factory=list)
     scaling: Scaling = Field(default_factory=Scaling)
     guard: bool = False
+    # Its own response cache setting; None: the install's `[cache]`.
+    cache: CacheSpec | None = None
     by: str = ""
     created_at: datetime | None = None
     updated_at: datetime | None = None
@@ -307,6 +310,8 @@ class UsageRow(Frozen):
     completion_tokens: int = 0
     errors: int = 0
     blocked: int = 0
+    cache_hits: int = 0  # answered from the response cache
+    saved_tokens: int = 0  # what those answers would have taken
 
 
 # Teams share the per-minute store rows with keys, under "team:" + name: 64 characters in all.

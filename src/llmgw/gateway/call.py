@@ -16,7 +16,9 @@ from llmgw.gateway.upstream.table import Serving
 from llmgw.gateway.usage import UsageTap
 from llmgw.gateway.wire.dialect import Api, Ask, Wire
 
-if TYPE_CHECKING:  # the plan's module imports this one
+if TYPE_CHECKING:  # the plan's and the cache's modules import this one
+    from llmgw.gateway.cache.entry import CachedAnswer
+    from llmgw.gateway.cache.service import Probe
     from llmgw.gateway.upstream.router import Plan
 
 logger = logging.getLogger(__name__)
@@ -49,6 +51,10 @@ class Exchange:
     blocked: bool = False  # the guard stopped the answer mid-stream
     # On a route: the catalog model that answered, which usage and metrics are counted against.
     target: str = ""
+    # With the response cache on for the request: where its answer is kept, and the kept
+    # answer it was served (None: a miss).
+    probe: Probe | None = None
+    hit: CachedAnswer | None = None
 
 
 class Stream:
@@ -135,5 +141,5 @@ class Reply:
     body: bytes = b""
     content_type: str = "application/json"
     stream: Stream | None = None
-    # Seconds after which trying again may work (a refusal's `Retry-After`), or None.
-    retry_after_s: int | None = None
+    # Headers of llmgw's own for the client (a refusal's `Retry-After`, `X-Llmgw-Cache`).
+    headers: dict[str, str] | None = None

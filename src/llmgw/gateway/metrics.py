@@ -82,6 +82,8 @@ LABELS: dict[str, str] = {
     "from_target": "The target the request failed on.",
     "to_target": "The target it moved on to.",
     "reason": "The failure that moved it or retried it: connect, 5xx, timeout, 429 or context-length.",
+    "result": "hit (answered from the response cache) or miss (answered by the upstream, and kept "
+              "when it could be).",
 }
 
 REQUESTS = Family("llmgw_requests", "counter",
@@ -129,6 +131,12 @@ JUDGE_PROMPT_TOKENS = Family("llmgw_guard_judge_prompt_tokens", "counter",
 JUDGE_SERVICE_SECONDS = Family("llmgw_guard_judge_service_seconds", "histogram",
                                "Time a judge took to answer a judgment, from sending to the answer "
                                "(queueing not counted)", ("judge",), JUDGE_SERVICE)
+CACHE_LOOKUPS = Family("llmgw_cache_lookups", "counter",
+                       "Requests the response cache could answer, by model (or route) and result",
+                       ("model", "result"), when="With the response cache on for the model.")
+CACHE_SAVED_TOKENS = Family("llmgw_cache_saved_tokens", "counter",
+                            "Tokens that answers from the response cache spared the upstream",
+                            ("model",), when="With the response cache on for the model.")
 UP = Family("llmgw_up", "gauge", "1 while this server runs")
 # Yielded by other collectors of the process (gateway/route_metrics.py, gateway/shared_limits.py).
 ROUTE_FALLBACKS = Family("llmgw_route_fallbacks", "counter",
@@ -148,14 +156,15 @@ LIMITS_DEGRADED = Family("llmgw_limits_degraded", "gauge",
 FAMILIES: tuple[Family, ...] = (
     REQUESTS, REQUEST_SECONDS, TTFT, GATEWAY_ADDED, UPSTREAM_ERRORS, JUDGMENTS, QUEUE_WAIT_SECONDS,
     COLD_STARTS, EVICTIONS, REPLICAS_READY, REQUESTS_IN_FLIGHT, QUEUE_DEPTH, GUARD_QUEUE_DEPTH,
-    GUARD_IN_FLIGHT, GUARD_JUDGE_SLOTS, GUARD_SHED, JUDGE_PROMPT_TOKENS, JUDGE_SERVICE_SECONDS, UP,
+    GUARD_IN_FLIGHT, GUARD_JUDGE_SLOTS, GUARD_SHED, JUDGE_PROMPT_TOKENS, JUDGE_SERVICE_SECONDS,
+    CACHE_LOOKUPS, CACHE_SAVED_TOKENS, UP,
     ROUTE_FALLBACKS, ROUTE_RETRIES, ROUTE_COOLDOWNS, ROUTE_COOLING_DOWN, LIMITS_DEGRADED,
 )
 
 # One worker's counters, JSON-able: what a worker sends the one that was scraped.
 MetricsState = dict[str, Any]
 _COUNTERS = ("requests", "upstream_errors", "judgments", "cold_starts", "evictions",
-             "judge_prompt_tokens")
+             "judge_prompt_tokens", "cache_lookups", "cache_saved_tokens")
 _HISTOGRAMS = ("queue_waits", "latency", "ttft", "overhead", "judge_service")
 
 
@@ -223,6 +232,8 @@ class Metrics(Collector):
         self.latency = Histogram(REQUEST_SECONDS.buckets)
         self.ttft = Histogram(TTFT.buckets)
         self.overhead = Histogram(GATEWAY_ADDED.buckets)
+        self.cache_lookups: dict[tuple[str, ...], int] = defaultdict(int)
+        self.cache_saved_tokens: dict[tuple[str, ...], int] = defaultdict(int)
         # Requests in flight per model in the other workers (set only on a merged copy).
         self._in_flight_elsewhere: dict[str, int] = {}
         # Collectors of other parts of this process (routes' cooldowns), shown beside these.
@@ -268,6 +279,12 @@ class Metrics(Collector):
         self.judge_prompt_tokens[(judge, "evaluated")] += evaluated
         self.judge_prompt_tokens[(judge, "cached")] += cached
 
+    def cache_lookup(self, model: str, hit: bool, saved: int = 0) -> None:
+        """The response cache answered a request of `model` (sparing `saved` tokens), or not."""
+        self.cache_lookups[(model, "hit" if hit else "miss")] += 1
+        if hit:
+            self.cache_saved_tokens[(model,)] += saved
+
     def judged(self, record: VerdictRecord) -> None:
         self.judgments[(record.policy, record.judge, record.outcome.value)] += 1
 
@@ -312,6 +329,8 @@ class Metrics(Collector):
         yield inflight
         yield depth
         yield from self._judge_families()
+        yield CACHE_LOOKUPS.counter(self.cache_lookups)
+        yield CACHE_SAVED_TOKENS.counter(self.cache_saved_tokens)
         up = UP.gauge()
         up.add_metric([], 1)
         yield up

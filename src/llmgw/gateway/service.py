@@ -5,6 +5,7 @@ It knows no web framework: `api/` hands it a request's parts and writes the `Rep
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import math
 import time
 from collections.abc import Awaitable
@@ -21,6 +22,11 @@ from llmgw.core.guard import Direction, Policy
 from llmgw.core.tracing import NOOP_TRACER, Tracer
 from llmgw.core.types import ApiKey, KeyScope, Model
 from llmgw.gateway.auth import may_use, team_allows
+from llmgw.gateway.cache.capture import CapturingTap
+from llmgw.gateway.cache.entry import CachedAnswer
+from llmgw.gateway.cache.keys import NONE_SAID, Directives
+from llmgw.gateway.cache.replay import replay
+from llmgw.gateway.cache.service import HIT, MISS, Probe, ResponseCache
 from llmgw.gateway.call import Exchange, Reply, UpstreamCall
 from llmgw.gateway.guarded import Judged, forward_guarded
 from llmgw.gateway.limits import Limiter, Ticket, reserve_estimate
@@ -84,6 +90,7 @@ class Gateway:
         queue: ColdQueue | None = None,
         router: Router | None = None,
         tracer: Tracer = NOOP_TRACER,
+        cache: ResponseCache | None = None,
     ) -> None:
         self._refresher = refresher
         # Routes' cooldowns and fallback counts, this server's.
@@ -96,6 +103,7 @@ class Gateway:
         self.limiter = limiter
         self.meter = meter
         self.metrics = metrics
+        self.cache = cache  # the response cache, when the install turned it on anywhere
 
     def authenticate(
         self, authorization: str | None, scopes: frozenset[KeyScope] = CLIENT_SCOPES
@@ -127,9 +135,11 @@ class Gateway:
         return sorted(named.items())
 
     async def forward(self, key: ApiKey, api: Api, body: bytes, payload: dict[str, Any],
-                      request_id: str = "", started: float | None = None) -> Reply:
+                      request_id: str = "", started: float | None = None,
+                      said: Directives = NONE_SAID) -> Reply:
         """Send one request of `api` (its raw `body` and parsed `payload`) to an upstream of its
-        model and return the answer. A streamed reply settles usage when it is closed."""
+        model and return the answer, or the response cache's (`said`: what the client said of
+        it). A streamed reply settles usage when it is closed."""
         wire = WIRES[api]
         ask = wire.read(payload)
         snap = self._refresher.current
@@ -162,21 +172,36 @@ class Gateway:
         else:  # one round trip to the install's shared limit store
             ticket = await limiter.admit_shared(
                 key, 0 if free else reserve_estimate(ask.max_tokens, len(body)))
-        tap = TracedTap if span.recording else UsageTap
-        exchange = Exchange(tap(out.wire.usage, out.wire.answer_text) if out else tap())
+        cache = self.cache
+        probe = None if cache is None or out is None or not (cache.on or snap.caching) \
+            else self._probe(cache, call, said, snap.cache_epochs)
+        tap: UsageTap
+        if out is None:
+            tap = TracedTap() if span.recording else UsageTap()
+        elif probe is not None and probe.store and cache is not None:
+            # Its answer is read again to be kept: it keeps the bytes a plain tap only counts.
+            tap = CapturingTap(out.wire.usage, out.wire.answer_text, out.wire.event_text,
+                               cache.max_answer_bytes)
+        else:
+            tap = (TracedTap if span.recording else UsageTap)(out.wire.usage, out.wire.answer_text)
+        exchange = Exchange(tap, probe=probe)
 
         def account(status: int, code: str = "", blocked: bool = False) -> None:
             self._account(call, exchange, ticket, sent, status, code, blocked)
             if span.recording:
-                free = call.api == Api.COUNT_TOKENS
-                ended(span, exchange, Tokens() if free else
-                      exchange.tap.result(prompt_estimate=math.ceil(len(call.body) / 4)), status, code)
+                ended(span, exchange, self._tokens(call, exchange), status, code)
 
         if out is None:
             account(200)  # counted as a native count is: a request, no tokens
             # About one token per 4 bytes of the request, as for every estimate llmgw makes.
             return Reply(body=orjson.dumps({"input_tokens": math.ceil(len(body) / 4)}))
         try:
+            if probe is not None and probe.lookup and cache is not None:
+                exchange.hit = await cache.get(probe)
+                if exchange.hit is not None:
+                    reply = await self._replayed(call, exchange.hit)
+                    asyncio.get_running_loop().call_soon(account, reply.status)
+                    return reply
             if not route.upstreams:
                 # After admission, so a key over its limits is told at once, not after the wait.
                 # `sent` stays: the wait is the model's cold start, not the gateway's overhead.
@@ -191,6 +216,8 @@ class Gateway:
         except BaseException:
             account(500)
             raise
+        if probe is not None and reply.headers is None:
+            reply.headers = MISS
         if reply.stream is None:
             # Settled on the loop's next turn: the caller writes the answer in this one, so the
             # usage, the limits' counts and the metrics are off the client's wait. Never lost:
@@ -205,21 +232,87 @@ class Gateway:
                  status: int, code: str, blocked: bool) -> None:
         """Settle the reservation and count the request, as it ended (also when the client went
         away mid-stream: what was used is settled and counted)."""
-        free = call.api == Api.COUNT_TOKENS
-        tokens = Tokens() if free else exchange.tap.result(prompt_estimate=math.ceil(len(call.body) / 4))
+        tokens = self._tokens(call, exchange)
         if ticket is not None:
             ticket.settle(tokens.total)
         # On a route, counted against the model that answered (the route's name if none did).
         model, key = exchange.target or call.ask.model, call.key
+        hit, saved = exchange.hit, None
+        if hit is not None:
+            saved = hit.prompt_tokens + hit.completion_tokens
         if self.meter is not None:
             self.meter.record(key.id, model, tokens,
                               error=status >= 400 and status != CLIENT_CLOSED and not blocked,
-                              blocked=blocked)
+                              blocked=blocked, saved=saved)
+        probe = exchange.probe
+        if probe is not None:
+            self._cached(probe, exchange, tokens, status, blocked)
         if self.metrics is not None:
+            if probe is not None and (hit is not None or status < 400):
+                self.metrics.cache_lookup(call.ask.model, hit is not None, saved or 0)
             tap = exchange.tap
             ttft = tap.first_chunk_at - call.started if tap.first_chunk_at is not None else None
             self.metrics.request(model, status, key.prefix, call.api.value, time.monotonic() - call.started,
                                  max(sent - call.started, 0.0), ttft, code)
+
+    def _tokens(self, call: UpstreamCall, exchange: Exchange) -> Tokens:
+        """What the request is counted as having used: what its answer said (or an estimate);
+        for an answer from the cache, nothing unless hits are charged."""
+        hit = exchange.hit
+        if hit is not None:
+            charged = self.cache is not None and self.cache.settings.charge_hits
+            return Tokens(hit.prompt_tokens, hit.completion_tokens) if charged else Tokens()
+        if call.api == Api.COUNT_TOKENS:
+            return Tokens()
+        return exchange.tap.result(prompt_estimate=math.ceil(len(call.body) / 4))
+
+    def _probe(self, cache: ResponseCache, call: UpstreamCall, said: Directives,
+               epochs: dict[str, str]) -> Probe | None:
+        """Where the cache keeps this request's answer, under the output policies that pass
+        it as they stand (a changed policy makes every key it affects a new one)."""
+        spec = call.route.model.cache if call.plan is None else call.plan.spec.cache
+        cache.follow(epochs)
+
+        def guard() -> str:
+            outputs = self._policies(call, Direction.OUTPUT)
+            return hashlib.sha256(b"".join(p.model_dump_json(exclude={"by", "created_at"}).encode()
+                                           for p in outputs)).hexdigest()[:16] if outputs else ""
+
+        return cache.probe(call.api, call.payload, call.key, call.ask.model, spec, said, guard)
+
+    def _cached(self, probe: Probe, exchange: Exchange, tokens: Tokens, status: int,
+                blocked: bool) -> None:
+        """Keep a missed request's answer, when the client had all of it, the output guard
+        passed it, and it can be told again whole."""
+        tap = exchange.tap
+        if (exchange.hit is None and probe.store and status == 200 and not blocked
+                and self.cache is not None and isinstance(tap, CapturingTap)):
+            answer = tap.answer(tokens)
+            if answer is not None:
+                self.cache.keep(probe, answer)
+
+    async def _replayed(self, call: UpstreamCall, hit: CachedAnswer) -> Reply:
+        """A kept answer, once the input guard passed the request that asks for it."""
+        guard, inputs = self.guard, self._policies(call, Direction.INPUT)
+        if guard is not None and inputs and call.ask.turns:
+            key = call.key
+            info = RequestInfo(model=call.route.model.name, key_name=key.name,
+                               key_label=key.label, request_id=call.request_id)
+            await guard.check(inputs, Direction.INPUT, call.ask.turns, info)
+        options = call.payload.get("stream_options")
+        usage = isinstance(options, dict) and options.get("include_usage") is True
+        reply = replay(hit, call.api, call.ask.model, call.ask.stream, usage)
+        reply.headers = HIT
+        return reply
+
+    def _policies(self, call: UpstreamCall, direction: Direction) -> list[Policy]:
+        """The guard's policies that cover the call in `direction` (none for a judge model)."""
+        guard = self.guard
+        if guard is None or call.route.model.guard:
+            return []
+        if call.plan is None:
+            return guard.policies(call.route.model.name, call.key.name, direction)
+        return _route_policies(guard, call.plan, call.key.name)[direction == Direction.OUTPUT]
 
     async def _queued(self, call: UpstreamCall) -> UpstreamCall:
         """`call` on a route with a ready replica, once the queue has one for its local model;

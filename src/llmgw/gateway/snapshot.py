@@ -40,6 +40,11 @@ class Snapshot:
     default_limits: Limits = Limits()
     # Routes by name: public names in front of catalog models.
     route_specs: dict[str, RouteSpec] = field(default_factory=dict)
+    # The response cache's epochs by name (`InstallRepo.cache_epochs`): a purge starts a new one.
+    cache_epochs: dict[str, str] = field(default_factory=dict)
+    # Whether any model or route sets its own cache: when none does and `[cache]` is off, a
+    # request costs the cache nothing.
+    caching: bool = False
 
 
 def build_routes(
@@ -116,7 +121,7 @@ class Refresher:
     def _load(
         self,
     ) -> tuple[int, list[ApiKey], list[Model], list[Replica], dict[str, str], GuardView, Limits,
-               list[RouteSpec], list[Team]]:
+               list[RouteSpec], list[Team], dict[str, str]]:
         # Revision first: a change landing between the reads shows up as a newer revision
         # on the next look, never as a missed one.
         revision = self._store.revision()
@@ -137,6 +142,7 @@ class Refresher:
             self._store.keys.default_limits(),
             self._store.routes.list(),
             self._store.teams.list(),
+            self._store.install.cache_epochs(),
         )
 
     async def refresh(self) -> bool:
@@ -148,7 +154,7 @@ class Refresher:
         revision = await asyncio.to_thread(self._store.revision)
         if revision == self.current.revision:
             return False
-        revision, keys, models, replicas, addresses, guard, limits, specs, teams = \
+        revision, keys, models, replicas, addresses, guard, limits, specs, teams, epoch = \
             await asyncio.to_thread(self._load)
         previous = {u.id: u for r in self.current.table.routes.values() for u in r.upstreams}
         routes = build_routes(models, replicas, previous, self._engine_headers,
@@ -158,7 +164,9 @@ class Refresher:
         self._judge_slots = {r.id: llamacpp.slots(profiles[(r.model, r.profile or "")])
                              for r in replicas if (r.model, r.profile or "") in profiles}
         self.current = Snapshot(revision, KeyCache(self._secret, keys, teams), table, guard, limits,
-                                {r.name: r for r in specs})
+                                {r.name: r for r in specs}, epoch,
+                                any(m.cache is not None for m in models)
+                                or any(r.cache is not None for r in specs))
         if self._on_refresh is not None:
             self._on_refresh(table)
         return True

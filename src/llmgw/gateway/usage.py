@@ -203,7 +203,10 @@ class UsageMeter:
         self._day: date | None = None
         self._day_text = ""
 
-    def record(self, key_id: str, model: str, tokens: Tokens, *, error: bool, blocked: bool) -> None:
+    def record(self, key_id: str, model: str, tokens: Tokens, *, error: bool, blocked: bool,
+               saved: int | None = None) -> None:
+        """Count one request; `saved`: it was answered from the cache, sparing that many
+        tokens."""
         day = self._now().date()
         if day != self._day:
             self._day, self._day_text = day, day.isoformat()
@@ -213,6 +216,9 @@ class UsageMeter:
         row["completion_tokens"] += tokens.completion
         row["errors"] += int(error)
         row["blocked"] += int(blocked)
+        if saved is not None:
+            row["cache_hits"] += 1
+            row["saved_tokens"] += saved
 
     async def flush(self) -> None:
         async with self._lock:

@@ -12,6 +12,7 @@ from typing import Any
 
 from aiohttp import web
 
+from llmgw.admin.cache import CacheAdmin
 from llmgw.admin.keys import KeyAdmin
 from llmgw.admin.people import People
 from llmgw.admin.routes import RouteAdmin
@@ -20,6 +21,7 @@ from llmgw.api import registry
 from llmgw.api.appkeys import (
     AGENTS,
     AUDIT,
+    CACHE,
     CATALOG,
     CHANGES,
     CLUSTER,
@@ -105,6 +107,8 @@ class Server:
     flight: InFlight | None = None
     # Minute windows, shared with those workers.
     windows: Windows | None = None
+    # The response cache's file, shared with those workers (without Redis).
+    answer_file: Path | None = None
     plane: DataPlane | None = None
     tracer: Tracer = NOOP_TRACER  # set by build_app from `[telemetry]`
     # Every change this process's loops hear of goes through it (`control.notifier`); the
@@ -122,7 +126,7 @@ class Server:
         # The request path: a snapshot of the store, rebuilt when its revision moves.
         engine_key = store.install.engine_key()
         plane = build_plane(store, s, clock, leadership.server_id, notifier.changed, self.flight,
-                            tracer, self.windows)
+                            tracer, self.windows, answer_file=self.answer_file)
         self.plane = plane
         refresher, metrics = plane.refresher, plane.metrics
         notifier.watch(refresher.wake)
@@ -185,6 +189,8 @@ class Server:
         app[ROUTES] = RouteAdmin(store, clock, plane.router, lambda: refresher.current.table,
                                  on_change=notifier.settle)
         app[TEAMS] = TeamAdmin(store, clock, on_change=notifier.settle)
+        assert plane.gateway.cache is not None  # the plane always makes one
+        app[CACHE] = CacheAdmin(store, clock, plane.gateway.cache, on_change=notifier.settle)
         app[JUDGE_STATUS] = judges.status(store, judge_keeper, clock, lambda: leadership.leading,
                                           leadership.server_id,
                                           timedelta(seconds=s.server_timeout_s))

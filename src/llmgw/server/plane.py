@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from llmgw.core.clock import Clock
@@ -15,6 +16,11 @@ from llmgw.core.settings import ServerSettings, TelemetrySettings
 from llmgw.core.tracing import NOOP_TRACER, Tracer
 from llmgw.gateway import shared_limits
 from llmgw.gateway.activity import ActivityTracker
+from llmgw.gateway.cache import shared as shared_cache
+from llmgw.gateway.cache.file import InFile
+from llmgw.gateway.cache.memory import MemoryCache
+from llmgw.gateway.cache.service import ResponseCache
+from llmgw.gateway.cache.store import AnswerStore, InMemory
 from llmgw.gateway.inflight import InFlight, JudgeSlots, LocalInFlight, SharedInFlight
 from llmgw.gateway.limits import Limiter
 from llmgw.gateway.metrics import Metrics
@@ -91,6 +97,8 @@ class DataPlane:
         """After the loops are cancelled: write the usage left (a clean stop loses none), close
         the clients."""
         await self.meter.flush()
+        if self.gateway.cache is not None:
+            await self.gateway.cache.close()
         await self.client.close()
         await self.judge_client.close()
         if self.router.bus is not None:
@@ -102,13 +110,15 @@ class DataPlane:
 def build(store: Store, settings: ServerSettings, clock: Clock, activity_id: str,
           on_change: Callable[[], None] = lambda: None, flight: InFlight | None = None,
           tracer: Tracer = NOOP_TRACER, windows: Windows | None = None,
-          on_cold: Callable[[], None] | None = None) -> DataPlane:
+          on_cold: Callable[[], None] | None = None, answer_file: Path | None = None
+          ) -> DataPlane:
     """The data plane over `store`. `activity_id` is the server row its demand is written to;
     `on_change` is told when the snapshot or the demand changed (the main process wakes its
     control loops with it); `on_cold`, when given, is told instead of `on_change` that a queue
     for a cold model was written (an extra worker wakes the main process with it); `flight`
     counts requests in flight and `windows` the minute windows (both shared by a server's
-    workers); `tracer` records the requests' spans."""
+    workers); `tracer` records the requests' spans; `answer_file` is where a server's workers
+    share the response cache, without Redis."""
     s = settings
     engine_key = store.install.engine_key()
     # Requests for a model with no ready replica wait here; the first one of a cold spell is
@@ -129,7 +139,8 @@ def build(store: Store, settings: ServerSettings, clock: Clock, activity_id: str
     # A server's workers share its judges' slots; one process alone needs no lease. With a
     # shared Redis the install's servers share them too.
     lease = JudgeSlots(flight) if isinstance(flight, SharedInFlight) else UNSHARED
-    shared = shared_limits.connect(s.limits, clock.monotonic, scripts=shared_slots.SCRIPTS)
+    shared = shared_limits.connect(s.limits, clock.monotonic,
+                                   scripts=(*shared_slots.SCRIPTS, *shared_cache.SCRIPTS))
     cluster = shared_slots.SharedSlots(shared.pipe) if shared else None
     judge_client = JudgeClient(refresher.locate_judge, clock.monotonic, metrics, lease, cluster)
     tracker = ActivityTracker(lambda: refresher.current.table, queue, judge_client.loads)
@@ -148,7 +159,16 @@ def build(store: Store, settings: ServerSettings, clock: Clock, activity_id: str
     bus = CooldownBus(limiter.shared.client, limiter.shared.timeout_s) if limiter.shared else None
     router = Router(clock, bus=bus)
     metrics.add_collector(RouteMetrics(router, lambda: refresher.current.route_specs, clock))
+    # Made whether or not `[cache]` is on: a model or route may turn it on for itself.
+    answers: AnswerStore
+    if shared is not None:
+        answers = shared_cache.InRedis(shared.pipe, s.cache.max_entries)
+    elif answer_file is not None:
+        answers = InFile(answer_file, s.cache.max_entries)
+    else:
+        answers = InMemory(MemoryCache(s.cache.max_entries, s.cache.max_memory_mb * 2**20,
+                                       clock.monotonic))
     gateway = Gateway(refresher, client, clock, guard, limiter, meter, metrics, queue=queue,
-                      router=router, tracer=tracer)
+                      router=router, tracer=tracer, cache=ResponseCache(s.cache, answers))
     return DataPlane(refresher, queue, tracker, demand, client, judge_client, metrics,
                      verdict_log, guard, meter, limiter, router, gateway)

@@ -26,6 +26,7 @@ from llmgw.gateway.inflight import SharedInFlight
 from llmgw.gateway.windows import SharedWindows
 from llmgw.server.app import Server
 from llmgw.server.workers import (
+    ANSWERS,
     IN_FLIGHT,
     MAIN_SOCKET,
     Peers,
@@ -95,7 +96,8 @@ async def serve(
         peers = Peers([worker_socket(run_dir, i) for i in range(1, count)])
         flight = SharedInFlight(run_dir / IN_FLIGHT, count, 0, create=True)
         windows = SharedWindows(run_dir, count, 0, create=True)
-    server = Server(data_dir, settings, store, peers=peers, flight=flight, windows=windows)
+    server = Server(data_dir, settings, store, peers=peers, flight=flight, windows=windows,
+                    answer_file=run_dir / ANSWERS if run_dir is not None else None)
     logger.info("open files limit: %d (one per connection, engine and database connection)",
                 raise_open_files_limit())
     runner = app_runner(server.build_app(), edge_limits(settings))

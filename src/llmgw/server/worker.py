@@ -36,7 +36,7 @@ from llmgw.server import logs
 from llmgw.server.plane import DataPlane, make_tracer
 from llmgw.server.plane import build as build_plane
 from llmgw.server.run import GC_THRESHOLDS, app_runner, edge_limits, raise_open_files_limit
-from llmgw.server.workers import IN_FLIGHT, MAIN_SOCKET, wake_main, worker_row, worker_socket
+from llmgw.server.workers import ANSWERS, IN_FLIGHT, MAIN_SOCKET, wake_main, worker_row, worker_socket
 from llmgw.store.store import Store
 
 logger = logging.getLogger(__name__)
@@ -105,7 +105,8 @@ async def serve(data_dir: Path, host: str, port: int, index: int, run_dir: Path,
     # A cold queue written here wakes the main process: this server's keeper (when it leads)
     # places the replica now rather than at its refresher's next look at the store.
     plane = build_plane(store, settings, clock, row, flight=flight, tracer=tracer,
-                        windows=windows, on_cold=wake_main(main_pid))
+                        windows=windows, on_cold=wake_main(main_pid),
+                        answer_file=run_dir / ANSWERS)
     tasks: list[asyncio.Task[None]] = []
 
     def spawn(coro: Coroutine[Any, Any, None], name: str) -> None:

@@ -46,6 +46,7 @@ MAX_DELAY_S = 30.0
 PEER_TIMEOUT_S = 2.0
 MAIN_SOCKET = "main.sock"
 IN_FLIGHT = "in-flight"  # the table of requests in flight (`gateway.inflight`)
+ANSWERS = "answers.db"  # the response cache the workers share without Redis (`gateway.cache.file`)
 # An extra worker's "look now" to the main process. The worker's demand is in the store
 # already; without the signal the main process would see it only when its refresher next polls
 # the store's revision (refresh_interval_s), and a cold start through a worker would wait that

@@ -11,17 +11,18 @@ from pydantic import ValidationError
 from sqlalchemy import Engine, delete, select, update
 
 from llmgw.core.audit import AuditKind
+from llmgw.core.cache import CacheSpec
 from llmgw.core.errors import Conflict, ModelNotFound
 from llmgw.core.types import Model, Profile, Scaling
 from llmgw.store.audit_repo import record
 from llmgw.store.db import bump_revision, utc
 from llmgw.store.lease_repo import Fence
 from llmgw.store.schema import models, replicas
-from llmgw.store.upsert import upsert
+from llmgw.store.upsert import spec_of, upsert
 
 logger = logging.getLogger(__name__)
 
-_SPEC_FIELDS = {"source", "profiles", "scaling", "guard"}
+_SPEC_FIELDS = {"source", "profiles", "scaling", "guard", "cache"}
 
 
 def _to_model(row: Any) -> Model:
@@ -65,7 +66,7 @@ class CatalogRepo:
 
     def add(self, model: Model, by: str, now: datetime) -> Model:
         """Add a new entry; a name already taken is a Conflict."""
-        spec = model.model_dump(mode="json", include=_SPEC_FIELDS)
+        spec = spec_of(model, _SPEC_FIELDS)
         with self._engine.begin() as conn:
             upsert(conn, models, model.name, spec, write="insert", kind=AuditKind.MODEL,
                    action="add", by=by, now=now,
@@ -73,37 +74,37 @@ class CatalogRepo:
         return self.get(model.name)
 
     def set_scaling(self, name: str, scaling: Scaling, by: str, now: datetime) -> Model:
-        with self._engine.begin() as conn:
-            row = conn.execute(select(models.c.spec).where(models.c.name == name)).one_or_none()
-            if row is None:
-                raise ModelNotFound(f"model {name!r} is not in the catalog", param="name")
-            spec = dict(row.spec)
-            spec["scaling"] = scaling.model_dump(mode="json")
-            conn.execute(
-                update(models).where(models.c.name == name).values(spec=spec, by=by, updated_at=now)
-            )
-            record(conn, AuditKind.MODEL, "scale", name, {"scaling": row.spec.get("scaling")},
-                   {"scaling": spec["scaling"]}, now)
-            bump_revision(conn)
-        return self.get(name)
+        return self._set(name, "scaling", scaling.model_dump(mode="json"), "scale", by, now)
 
     def set_profiles(
         self, name: str, profiles: Sequence[Profile], by: str, now: datetime,
         fence: Fence | None = None,
     ) -> Model:
+        return self._set(name, "profiles", [p.model_dump(mode="json") for p in profiles],
+                         "set_profiles", by, now, fence)
+
+    def set_cache(self, name: str, cache: CacheSpec | None, by: str, now: datetime) -> Model:
+        """Set the model's own response cache setting (None: the install's)."""
+        return self._set(name, "cache", None if cache is None else cache.model_dump(mode="json"),
+                         "set_cache", by, now)
+
+    def _set(self, name: str, field: str, value: Any, action: str, by: str, now: datetime,
+             fence: Fence | None = None) -> Model:
+        """Change one field of a model's spec, audited (None: the field is left out)."""
         with self._engine.begin() as conn:
             if fence is not None:
                 fence(conn)
             row = conn.execute(select(models.c.spec).where(models.c.name == name)).one_or_none()
             if row is None:
                 raise ModelNotFound(f"model {name!r} is not in the catalog", param="name")
-            spec = dict(row.spec)
-            spec["profiles"] = [p.model_dump(mode="json") for p in profiles]
+            spec = {k: v for k, v in row.spec.items() if k != field}
+            if value is not None:
+                spec[field] = value
             conn.execute(
                 update(models).where(models.c.name == name).values(spec=spec, by=by, updated_at=now)
             )
-            record(conn, AuditKind.MODEL, "set_profiles", name,
-                   {"profiles": row.spec.get("profiles")}, {"profiles": spec["profiles"]}, now)
+            record(conn, AuditKind.MODEL, action, name, {field: row.spec.get(field)},
+                   {field: value}, now)
             bump_revision(conn)
         return self.get(name)
 

@@ -10,6 +10,7 @@ from sqlalchemy import Engine, delete, insert, select
 from sqlalchemy.exc import IntegrityError
 
 from llmgw.core.demand import Evicted
+from llmgw.store.db import bump_revision
 from llmgw.store.lease_repo import Fence
 from llmgw.store.schema import settings
 
@@ -20,6 +21,7 @@ EVICTIONS = "evictions"
 # How many evictions are kept (the newest): enough to explain the last few swaps of every model.
 EVICTIONS_KEPT = 50
 SECRET_CHECK = "key_secret_check"
+CACHE_EPOCH = "cache_epoch"
 JOIN_HINT = ("copy config.toml from a server of this install (it holds the key secret every "
              "server shares) instead")
 
@@ -75,6 +77,27 @@ class InstallRepo:
         with self._engine.connect() as conn:
             row = conn.execute(select(settings.c.value).where(settings.c.name == EVICTIONS)).first()
         return [Evicted.model_validate(e) for e in (row.value if row is not None else [])]
+
+    def cache_epochs(self) -> dict[str, str]:
+        """The response cache's epochs, by model or route name ("*" for all): part of every
+        cache key, so a purge (a new epoch) leaves every answer kept before it out of reach in
+        every process."""
+        with self._engine.connect() as conn:
+            row = conn.execute(select(settings.c.value).where(settings.c.name == CACHE_EPOCH)).first()
+        return dict(row.value) if row is not None else {}
+
+    def new_cache_epoch(self, name: str | None) -> None:
+        """Start a new epoch for `name` (None: every name), random so two purges at once cannot
+        agree on one, and move the revision: every server and worker takes it at its next
+        refresh."""
+        with self._engine.begin() as conn:
+            query = select(settings.c.value).where(settings.c.name == CACHE_EPOCH)
+            row = conn.execute(query.with_for_update()).first()
+            epochs = {} if name is None or row is None else dict(row.value)
+            epochs[name or "*"] = secrets.token_hex(8)
+            conn.execute(delete(settings).where(settings.c.name == CACHE_EPOCH))
+            conn.execute(insert(settings).values(name=CACHE_EPOCH, value=epochs))
+            bump_revision(conn)
 
     def claim_secret(self, check: str) -> bool:
         """Record the install's key-secret check, or compare with the one recorded; False

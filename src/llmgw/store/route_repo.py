@@ -15,11 +15,11 @@ from llmgw.core.routes import RouteSpec
 from llmgw.store.audit_repo import record
 from llmgw.store.db import bump_revision, utc
 from llmgw.store.schema import routes
-from llmgw.store.upsert import upsert
+from llmgw.store.upsert import spec_of, upsert
 
 logger = logging.getLogger(__name__)
 
-_SPEC_FIELDS = {"targets", "strategy", "fallback", "retry"}
+_SPEC_FIELDS = {"targets", "strategy", "fallback", "retry", "cache"}
 
 
 def _to_route(row: Any) -> RouteSpec:
@@ -56,7 +56,7 @@ class RouteRepo:
     def put(self, spec: RouteSpec, by: str, now: datetime, *, replace: bool) -> RouteSpec:
         """Add a route (Conflict when the name is taken), or with `replace` change one that
         exists (ModelNotFound when it does not)."""
-        values = spec.model_dump(mode="json", include=_SPEC_FIELDS)
+        values = spec_of(spec, _SPEC_FIELDS)
         with self._engine.begin() as conn:
             upsert(conn, routes, spec.name, values, write="update" if replace else "insert",
                    kind=AuditKind.ROUTE, action="set" if replace else "add", by=by, now=now,

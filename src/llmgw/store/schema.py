@@ -171,6 +171,9 @@ usage = Table(
     Column("completion_tokens", BigInteger, nullable=False, default=0),
     Column("errors", BigInteger, nullable=False, default=0),
     Column("blocked", BigInteger, nullable=False, default=0),
+    # Answers served from the response cache, and the tokens they would have taken.
+    Column("cache_hits", BigInteger, nullable=False, default=0, server_default="0"),
+    Column("saved_tokens", BigInteger, nullable=False, default=0, server_default="0"),
 )
 
 # Request and token counts per key and minute, shared by every server for rate limits.

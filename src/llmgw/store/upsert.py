@@ -6,6 +6,7 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any, Literal
 
+from pydantic import BaseModel
 from sqlalchemy import Connection, Executable, Table, insert, select, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
@@ -18,6 +19,13 @@ from llmgw.store.db import bump_revision
 # insert: a new row (`taken` when the name is already); update: the row there is (`missing` when
 # there is none); replace: the row there is, or a new one.
 Write = Literal["insert", "update", "replace"]
+
+
+def spec_of(entry: BaseModel, fields: set[str]) -> dict[str, Any]:
+    """What the store keeps of `entry`: its `fields` as JSON, but for those left unset (None),
+    so an entry that sets no new optional field (a cache setting) is stored as before it
+    existed."""
+    return {k: v for k, v in entry.model_dump(mode="json", include=fields).items() if v is not None}
 
 
 def upsert(

@@ -14,7 +14,8 @@ from llmgw.core.errors import StoreRefused
 from llmgw.core.types import UsageRow
 from llmgw.store.schema import rate_windows, usage
 
-COUNTERS = ("requests", "prompt_tokens", "completion_tokens", "errors", "blocked")
+# A usage row's counts: every field of it but the three that name it.
+COUNTERS = tuple(f for f in UsageRow.model_fields if f not in ("key_id", "model", "day"))
 
 
 class UsageRepo:

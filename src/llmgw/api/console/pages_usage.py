@@ -43,7 +43,20 @@ async def usage(request: web.Request) -> web.Response:
     defaults = (await data.call(root(request), who.caller, GET_DEFAULT_LIMITS)) if who.manages \
         else None
     return render.page(request, "usage.html", rows=rows, names=names, days=days, periods=PERIODS,
-                       limits=who.key.limits.model_dump(), defaults=defaults)
+                       limits=who.key.limits.model_dump(), defaults=defaults, cache=cache_rates(rows))
+
+
+def cache_rates(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per model with answers from the response cache: its requests, hits, hit rate and the
+    tokens the hits spared."""
+    per: dict[str, list[int]] = defaultdict(lambda: [0, 0, 0])
+    for r in rows:
+        totals = per[r["model"]]
+        totals[0] += r["requests"]
+        totals[1] += r.get("cache_hits", 0)
+        totals[2] += r.get("saved_tokens", 0)
+    return [{"model": m, "requests": n, "hits": hits, "rate": f"{hits / n:.0%}" if n else "0%",
+             "saved": saved} for m, (n, hits, saved) in sorted(per.items()) if hits]
 
 
 def chart(rows: list[dict[str, Any]]) -> dict[str, Any]:

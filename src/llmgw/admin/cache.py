@@ -1,0 +1,57 @@
+"""The response cache for admins: what it holds and spared, and purging it."""
+
+from __future__ import annotations
+
+import asyncio
+from collections import defaultdict
+from collections.abc import Awaitable, Callable
+from datetime import timedelta
+
+from llmgw.core.clock import Clock
+from llmgw.core.protocol.cache import CacheModelStats, CacheStatsOut, PurgeOut
+from llmgw.gateway.cache.service import ResponseCache
+from llmgw.gateway.cache.store import InMemory
+from llmgw.store.store import Store
+
+
+class CacheAdmin:
+    """Reads usage from the store and entries from the cache's own store."""
+
+    def __init__(self, store: Store, clock: Clock, cache: ResponseCache,
+                 on_change: Callable[[], Awaitable[None]] | None = None) -> None:
+        self._store = store
+        self._clock = clock
+        self._cache = cache
+        self._on_change = on_change
+
+    async def stats(self, days: int) -> CacheStatsOut:
+        """Requests, hits and saved tokens per model over `days` (today the last), with the
+        answers kept now."""
+        since = (self._clock.now() - timedelta(days=days - 1)).strftime("%Y-%m-%d")
+        rows = await asyncio.to_thread(self._store.usage.usage, None, None, since)
+        totals: dict[str, list[int]] = defaultdict(lambda: [0, 0, 0])
+        for r in rows:
+            t = totals[r.model]
+            t[0] += r.requests
+            t[1] += r.cache_hits
+            t[2] += r.saved_tokens
+        entries = await self._cache.store.count()
+        models = []
+        for name in sorted({*totals, *entries}):
+            requests, hits, saved = totals.get(name, [0, 0, 0])
+            models.append(CacheModelStats(model=name, requests=requests, hits=hits,
+                                          hit_rate=round(hits / requests, 4) if requests else 0.0,
+                                          saved_tokens=saved, entries=entries.get(name, 0)))
+        return CacheStatsOut(mode=self._cache.settings.mode,
+                             store="memory" if isinstance(self._cache.store, InMemory) else "redis",
+                             since=since, models=models)
+
+    async def purge(self, model: str | None) -> PurgeOut:
+        """Drop the answers kept for `model` (None: every answer): at once from this server's
+        store (Redis: everyone's), and from every other worker's memory at its next refresh,
+        through a new epoch in the store that leaves them out of reach meanwhile."""
+        await asyncio.to_thread(self._store.install.new_cache_epoch, model)
+        purged = await self._cache.store.purge(model)
+        if self._on_change is not None:
+            await self._on_change()
+        return PurgeOut(model=model, purged=purged)

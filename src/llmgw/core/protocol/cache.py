@@ -1,0 +1,56 @@
+"""The response cache on the wire: what it holds and spares, purging it, a model's setting."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, Field
+
+from llmgw.core.cache import CacheMode, CacheSpec
+
+
+class CacheModelStats(BaseModel):
+    """One model's (or route's) use of the cache over the days asked for."""
+
+    model: str
+    requests: int = Field(description="every request of the model, answered from the cache or not")
+    hits: int = Field(description="requests answered from the cache")
+    hit_rate: float = Field(description="hits over requests, 0 to 1")
+    saved_tokens: int = Field(description="tokens the hits spared the upstream")
+    entries: int | None = Field(
+        default=None, description="answers kept now (this worker's, without Redis)")
+
+
+class CacheStatsOut(BaseModel):
+    """The response cache: where it keeps answers and what it spared."""
+
+    mode: CacheMode = Field(description="the install's `[cache] mode`")
+    store: str = Field(description="`redis` (shared by every worker and server) or `memory` "
+                                   "(each worker's own)")
+    since: str = Field(description="the first day (UTC) the figures count")
+    models: list[CacheModelStats]
+
+
+class CacheStatsQuery(BaseModel):
+    """Which days the figures count."""
+
+    days: int = Field(default=1, ge=1, le=366, description="today and the days before it")
+
+
+class PurgeRequest(BaseModel):
+    """What to purge: one model's (or route's) answers, or every answer."""
+
+    model: str | None = None
+
+
+class PurgeOut(BaseModel):
+    """What a purge dropped."""
+
+    model: str | None
+    purged: int = Field(description="answers dropped from the store this server uses (without "
+                                    "Redis: this worker's; the others drop theirs at their next "
+                                    "refresh)")
+
+
+class ModelCacheRequest(BaseModel):
+    """A model's own cache setting; null gives it back to the install's `[cache]`."""
+
+    cache: CacheSpec | None = None

@@ -1,0 +1,72 @@
+"""Which requests the cache may answer, and the key it keeps their answers under: pure
+functions of the request and the settings that apply to it."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from llmgw.core.cache import CacheWhen
+from llmgw.gateway.wire.dialect import Api
+
+# The APIs whose answers are kept: generation, in every dialect llmgw replays.
+CACHED_APIS = frozenset({Api.CHAT, Api.MESSAGES, Api.RESPONSES})
+
+# Fields that never change the answer: how it is delivered, and who asked (for the provider's
+# abuse tracking). Everything else the client sends is part of the key.
+_IGNORED = frozenset({"stream", "stream_options", "user", "metadata", "store", "service_tier"})
+
+
+@dataclass(frozen=True, slots=True)
+class Directives:
+    """What the client said of the cache for this request."""
+
+    lookup: bool = True  # False: `Cache-Control: no-cache`, answered fresh
+    store: bool = True  # False: `Cache-Control: no-store`, not kept
+    asked: bool = False  # `X-Llmgw-Cache: on`: cached whatever its temperature
+
+
+NONE_SAID = Directives()
+OFF = Directives(lookup=False, store=False)
+
+
+def directives(cache_control: str | None, llmgw_cache: str | None) -> Directives:
+    """The client's `Cache-Control` and `X-Llmgw-Cache` headers, read."""
+    if cache_control is None and llmgw_cache is None:
+        return NONE_SAID
+    said = (llmgw_cache or "").strip().lower()
+    if said == "off":
+        return OFF
+    words = {w.strip().lower() for w in (cache_control or "").split(",")}
+    return Directives(lookup="no-cache" not in words, store="no-store" not in words,
+                      asked=said == "on")
+
+
+def eligible(api: Api, payload: Mapping[str, Any], when: CacheWhen, said: Directives) -> bool:
+    """Whether the answer to this request may come from, or go to, the cache: an API it replays,
+    one answer (no `n` > 1, no log probabilities it could not replay), and a request that asks
+    for the same answer every time (or `when` is always, or the client asked)."""
+    if api not in CACHED_APIS or payload.get("n", 1) != 1 or payload.get("logprobs"):
+        return False
+    if said.asked or when == CacheWhen.ALWAYS:
+        return True
+    temperature = payload.get("temperature")
+    seed = payload.get("seed")
+    return temperature == 0 or (isinstance(seed, int) and not isinstance(seed, bool))
+
+
+def cache_key(api: Api, payload: Mapping[str, Any], scope: str, guard: str) -> str:
+    """The key of this request's answer: its API and every field that changes the answer (the
+    model or route it names among them), within `scope` (the tenant, or "*" for a shared
+    model) and `guard` (the output policies that passed the answer, as they stand)."""
+    fields = {k: v for k, v in payload.items() if k not in _IGNORED}
+    digest = hashlib.sha256()
+    for part in (api.value, scope, guard):
+        digest.update(part.encode())
+        digest.update(b"\0")
+    digest.update(orjson.dumps(fields, option=orjson.OPT_SORT_KEYS))
+    return digest.hexdigest()

@@ -1,0 +1,122 @@
+"""The response cache as the request path sees it: whether it may answer a request (`probe`),
+the answer it kept (`get`), and keeping a new one off the client's wait (`keep`)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from llmgw.core.cache import CacheMode, CacheSpec
+from llmgw.core.errors import LlmgwError
+from llmgw.core.settings import CacheSettings
+from llmgw.core.types import ApiKey
+from llmgw.gateway.cache.entry import CachedAnswer
+from llmgw.gateway.cache.keys import Directives, cache_key, eligible
+from llmgw.gateway.cache.store import AnswerStore, InMemory
+from llmgw.gateway.wire.dialect import Api
+
+logger = logging.getLogger(__name__)
+
+# The header that tells a client where its answer came from.
+HIT = {"X-Llmgw-Cache": "hit"}
+MISS = {"X-Llmgw-Cache": "miss"}
+
+
+@dataclass(frozen=True, slots=True)
+class Probe:
+    """One request's place in the cache."""
+
+    key: str
+    name: str  # the model or route the request names: entries are bounded per name
+    ttl_s: float
+    lookup: bool  # whether a kept answer may answer it
+    store: bool  # whether its own answer may be kept
+
+
+def scope_of(key: ApiKey, spec: CacheSpec | None) -> str:
+    """Whose answers a request may be served: its team's, or its key's when it has no team;
+    everyone's only where the model or route shares them."""
+    if spec is not None and spec.shared:
+        return "*"
+    return f"team:{key.team}" if key.team is not None else f"key:{key.id}"
+
+
+class ResponseCache:
+    """This process's view of the install's response cache."""
+
+    def __init__(self, settings: CacheSettings, store: AnswerStore) -> None:
+        self.settings = settings
+        self.store = store
+        self.max_answer_bytes = settings.max_answer_kb * 1024
+        self._puts: set[asyncio.Task[None]] = set()  # answers on their way to the store
+        self.epochs: dict[str, str] = {}  # the install's, as this process last saw them
+        # Whether the install's own setting turns the cache on (a model or route may still).
+        self.on = settings.mode != CacheMode.OFF
+
+    def probe(self, api: Api, payload: Mapping[str, Any], key: ApiKey, name: str,
+              spec: CacheSpec | None, said: Directives, guard: Callable[[], str]) -> Probe | None:
+        """Where the answer to this request is kept, or None when the cache is not for it (off
+        for its model, a request that asks for a new answer every time, `Cache-Control`).
+        `guard` names the output policies that pass what is kept, as they stand: a changed
+        policy makes every key it affects a new one."""
+        mode = spec.mode if spec is not None and spec.mode is not None else self.settings.mode
+        if mode == CacheMode.OFF or not (said.lookup or said.store):
+            return None
+        if not eligible(api, payload, self.settings.when, said):
+            return None
+        ttl = spec.ttl_s if spec is not None and spec.ttl_s is not None else self.settings.ttl_s
+        epochs = self.epochs
+        mark = f"{epochs.get('*', '')}:{epochs.get(name, '')}:{guard()}"
+        return Probe(cache_key(api, payload, scope_of(key, spec), mark), name, ttl,
+                     said.lookup, said.store)
+
+    def follow(self, epochs: dict[str, str]) -> None:
+        """Take the install's cache epochs: a new one (a purge) empties this process's memory
+        of the answers it makes unreachable."""
+        if epochs is self.epochs or epochs == self.epochs:
+            return
+        old, self.epochs = self.epochs, epochs
+        if isinstance(self.store, InMemory):
+            if epochs.get("*") != old.get("*"):
+                self.store.cache.purge()
+                return
+            for name in {*epochs, *old}:
+                if epochs.get(name) != old.get(name):
+                    self.store.cache.purge(name)
+
+    async def get(self, probe: Probe) -> CachedAnswer | None:
+        """The answer kept for `probe`; None when there is none, or the store does not answer
+        (the request is then served by its upstream, as a miss)."""
+        try:
+            raw = await self.store.get(probe.key)
+        except LlmgwError as exc:
+            logger.warning("response cache: look-up failed, answering from the upstream: %s",
+                           exc.message)
+            return None
+        return None if raw is None else CachedAnswer.decode(raw)
+
+    def keep(self, probe: Probe, answer: CachedAnswer) -> None:
+        """Keep `answer` for `probe`, in the background: the client has its answer already."""
+        task = asyncio.ensure_future(self._put(probe, answer))
+        self._puts.add(task)
+        task.add_done_callback(self._puts.discard)
+
+    async def _put(self, probe: Probe, answer: CachedAnswer) -> None:
+        try:
+            await self.store.put(probe.key, probe.name, answer.encode(), probe.ttl_s)
+        except LlmgwError as exc:
+            logger.warning("response cache: an answer of %s was not kept: %s", probe.name,
+                           exc.message)
+
+    async def settled(self) -> None:
+        """Wait for the answers on their way to the store (tests; shutdown)."""
+        while self._puts:
+            await asyncio.wait(set(self._puts))
+
+    async def close(self) -> None:
+        """Keep the answers on their way, then let go of the store (at shutdown)."""
+        await self.settled()
+        self.store.close()

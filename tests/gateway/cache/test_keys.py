@@ -1,0 +1,65 @@
+"""Which requests the cache may answer, and the keys it keeps them under."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from llmgw.core.cache import CacheWhen
+from llmgw.gateway.cache.keys import NONE_SAID, OFF, cache_key, directives, eligible
+from llmgw.gateway.wire.dialect import Api
+
+ASK: dict[str, Any] = {"model": "m", "messages": [{"role": "user", "content": "hi"}],
+                       "temperature": 0}
+
+
+def key(payload: dict[str, Any], scope: str = "team:a", guard: str = "", api: Api = Api.CHAT) -> str:
+    return cache_key(api, payload, scope, guard)
+
+
+def test_how_an_answer_is_delivered_and_who_asked_are_not_the_key() -> None:
+    same = [ASK, {**ASK, "stream": True, "stream_options": {"include_usage": True}},
+            {**ASK, "user": "alice"}, dict(reversed(list(ASK.items())))]
+    assert len({key(p) for p in same}) == 1
+
+
+@pytest.mark.parametrize("change", [
+    {"temperature": 0.0001}, {"max_tokens": 5}, {"model": "n"}, {"seed": 1},
+    {"messages": [{"role": "user", "content": "hi!"}]}, {"response_format": {"type": "json_object"}},
+])
+def test_a_field_that_changes_the_answer_is_another_key(change: dict[str, Any]) -> None:
+    assert key({**ASK, **change}) != key(ASK)
+
+
+def test_another_tenant_another_dialect_or_another_output_guard_is_another_key() -> None:
+    assert len({key(ASK), key(ASK, scope="team:b"), key(ASK, scope="key:k1"),
+                key(ASK, guard="p1"), key(ASK, api=Api.MESSAGES)}) == 5
+
+
+@pytest.mark.parametrize(("payload", "when", "ok"), [
+    (ASK, CacheWhen.DETERMINISTIC, True),
+    ({**ASK, "temperature": 0.5}, CacheWhen.DETERMINISTIC, False),
+    ({**ASK, "temperature": 0.5, "seed": 7}, CacheWhen.DETERMINISTIC, True),
+    ({**ASK, "temperature": 0.5, "seed": True}, CacheWhen.DETERMINISTIC, False),
+    ({"model": "m", "messages": []}, CacheWhen.DETERMINISTIC, False),
+    ({"model": "m", "messages": []}, CacheWhen.ALWAYS, True),
+    ({**ASK, "n": 2}, CacheWhen.ALWAYS, False),
+    ({**ASK, "logprobs": True}, CacheWhen.ALWAYS, False),
+])
+def test_which_requests_are_cached(payload: dict[str, Any], when: CacheWhen, ok: bool) -> None:
+    assert eligible(Api.CHAT, payload, when, NONE_SAID) is ok
+
+
+def test_embeddings_and_counts_are_not_cached() -> None:
+    for api in (Api.EMBEDDINGS, Api.COUNT_TOKENS, Api.COMPLETIONS, Api.RERANK):
+        assert not eligible(api, ASK, CacheWhen.ALWAYS, NONE_SAID)
+
+
+def test_what_the_client_says() -> None:
+    assert directives(None, "off") == OFF
+    assert directives("no-cache", None).lookup is False
+    assert directives("No-Store, max-age=0", None).store is False
+    asked = directives(None, "on")
+    assert asked.asked and eligible(Api.CHAT, {**ASK, "temperature": 1}, CacheWhen.DETERMINISTIC,
+                                    asked)
