@@ -276,3 +276,40 @@ async def test_a_killed_server_takes_its_workers_along(served: Served) -> None:
     while any(pid_alive(p) for p in workers):
         assert time.monotonic() < deadline, "a worker outlived its server"
         await asyncio.sleep(0.1)
+
+
+async def cached_chat(url: str, key: str) -> tuple[str, str]:
+    """One deterministic chat completion over a connection of its own: which worker answered,
+    and the cache's word on it."""
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(force_close=True)) as s, \
+            s.post(url + "/v1/chat/completions", headers={"Authorization": f"Bearer {key}"},
+                   json={"model": "m", "temperature": 0,
+                         "messages": [{"role": "user", "content": "How wide is the sea?"}]}) as resp:
+        assert resp.status == 200, await resp.text()
+        return (resp.headers["X-Request-Id"].rsplit("-", 1)[0],
+                resp.headers.get("X-Llmgw-Cache", "none"))
+
+
+async def test_the_response_cache_is_one_for_every_worker_and_a_purge_empties_it(
+        served: Served) -> None:
+    key, key_id = await served.key()
+    await both_workers_answer(served, key)
+    await asyncio.to_thread(served.server.ctl, "model", "cache", "m", "--cache", "exact")
+    before = len(served.provider.requests)
+
+    first = await cached_chat(served.url, key)
+    later = [await cached_chat(served.url, key) for _ in range(30)]
+
+    assert first[1] == "miss"
+    assert {word for _, word in later} == {"hit"}, "a worker missed the answer another kept"
+    assert len({worker for worker, _ in [first, *later]}) == WORKERS
+    assert len(served.provider.requests) == before + 1
+    stats = await served.admin("GET", "/admin/v1/cache")
+    (m,) = [row for row in stats["models"] if row["model"] == "m"]
+    assert stats["store"] == "file" and m["entries"] == 1
+
+    await asyncio.to_thread(served.server.ctl, "cache", "purge")
+    after = [await cached_chat(served.url, key) for _ in range(10)]
+    # The first after the purge misses, whichever worker takes it; it is kept again for both.
+    assert [word for _, word in after] == ["miss"] + ["hit"] * 9
+    assert len(served.provider.requests) == before + 2

@@ -10,7 +10,6 @@ from datetime import timedelta
 from llmgw.core.clock import Clock
 from llmgw.core.protocol.cache import CacheModelStats, CacheStatsOut, PurgeOut
 from llmgw.gateway.cache.service import ResponseCache
-from llmgw.gateway.cache.store import InMemory
 from llmgw.store.store import Store
 
 
@@ -42,8 +41,7 @@ class CacheAdmin:
             models.append(CacheModelStats(model=name, requests=requests, hits=hits,
                                           hit_rate=round(hits / requests, 4) if requests else 0.0,
                                           saved_tokens=saved, entries=entries.get(name, 0)))
-        return CacheStatsOut(mode=self._cache.settings.mode,
-                             store="memory" if isinstance(self._cache.store, InMemory) else "redis",
+        return CacheStatsOut(mode=self._cache.settings.mode, store=self._cache.store.kind,
                              since=since, models=models)
 
     async def purge(self, model: str | None) -> PurgeOut:

@@ -15,16 +15,15 @@ class CacheModelStats(BaseModel):
     hits: int = Field(description="requests answered from the cache")
     hit_rate: float = Field(description="hits over requests, 0 to 1")
     saved_tokens: int = Field(description="tokens the hits spared the upstream")
-    entries: int | None = Field(
-        default=None, description="answers kept now (this worker's, without Redis)")
+    entries: int | None = Field(default=None, description="answers kept now")
 
 
 class CacheStatsOut(BaseModel):
     """The response cache: where it keeps answers and what it spared."""
 
     mode: CacheMode = Field(description="the install's `[cache] mode`")
-    store: str = Field(description="`redis` (shared by every worker and server) or `memory` "
-                                   "(each worker's own)")
+    store: str = Field(description="`redis` (shared by every worker and server), `file` (shared "
+                                   "by a server's workers) or `memory` (one process's)")
     since: str = Field(description="the first day (UTC) the figures count")
     models: list[CacheModelStats]
 
@@ -45,9 +44,8 @@ class PurgeOut(BaseModel):
     """What a purge dropped."""
 
     model: str | None
-    purged: int = Field(description="answers dropped from the store this server uses (without "
-                                    "Redis: this worker's; the others drop theirs at their next "
-                                    "refresh)")
+    purged: int = Field(description="answers dropped from the store this server uses (Redis: "
+                                    "every server's)")
 
 
 class ModelCacheRequest(BaseModel):

@@ -33,6 +33,8 @@ BUSY_TIMEOUT_S = 0.5
 class InFile:
     """The store of a server's workers: one SQLite file they all open."""
 
+    kind = "file"
+
     def __init__(self, path: Path, max_entries: int, now: Callable[[], float] = time.time) -> None:
         self.path = path
         self.max_entries = max_entries

@@ -58,6 +58,8 @@ def _index(model: str) -> str:
 class InRedis:
     """The store of an install with a shared Redis."""
 
+    kind = "redis"
+
     def __init__(self, pipe: RedisPipe, max_entries: int,
                  now: Callable[[], float] = time.time) -> None:
         self._pipe = pipe

@@ -11,6 +11,9 @@ from llmgw.gateway.cache.memory import MemoryCache
 class AnswerStore(Protocol):
     """Encoded answers by cache key, each under the model (or route) it answers for."""
 
+    # Where: "memory" (this process's), "file" (a server's workers') or "redis" (the install's).
+    kind: str
+
     async def get(self, key: str) -> bytes | None:
         """The answer kept under `key`, or None."""
         ...
@@ -33,7 +36,9 @@ class AnswerStore(Protocol):
 
 
 class InMemory:
-    """The store of an install without Redis: each worker's own bounded LRU."""
+    """The store of one process with no Redis: its own bounded LRU."""
+
+    kind = "memory"
 
     def __init__(self, cache: MemoryCache) -> None:
         self.cache = cache
