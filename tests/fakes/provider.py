@@ -10,6 +10,7 @@ limiter, usage meter) the way `server run` does, routing model `m` to it.
 from __future__ import annotations
 
 import asyncio
+import re
 import zlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -120,6 +121,7 @@ class FakeProvider:
     arrived: asyncio.Queue[None] = field(default_factory=asyncio.Queue)  # one per request
     left: asyncio.Queue[None] = field(default_factory=asyncio.Queue)  # closed before it finished
     requests: list[dict[str, Any]] = field(default_factory=list)  # every body, in order of arrival
+    embedded: list[Any] = field(default_factory=list)  # every embeddings input, in order
     traceparents: list[str | None] = field(default_factory=list)  # each request's W3C header
     server: TestServer | None = None
 
@@ -131,6 +133,7 @@ class FakeProvider:
     async def start(self) -> FakeProvider:
         app = web.Application()
         app.router.add_post("/v1/chat/completions", self.chat)
+        app.router.add_post("/v1/embeddings", self.embeddings)
         self.server = TestServer(app)  # handler_cancellation on: a closed connection cancels chat
         await self.server.start_server()
         return self
@@ -182,6 +185,17 @@ class FakeProvider:
         elif self.usage is not None:
             last = last[: -len(b"}\n\n")] + b',"usage":' + self.usage + b"}\n\n"
         return [first, *deltas, last, *tail, b"data: [DONE]\n\n"]
+
+    async def embeddings(self, request: web.Request) -> web.Response:
+        """A bag of words as the embedding: texts with the same words, in any order or case,
+        are the same vector; each word more or less moves it away."""
+        body = orjson.loads(await request.read())
+        self.embedded.append(body["input"])
+        vector = [0.0] * 64
+        for word in re.findall(r"[a-z0-9]+", str(body["input"]).lower()):
+            vector[zlib.crc32(word.encode()) % 64] += 1.0
+        return web.json_response({"object": "list", "model": body.get("model"), "data": [
+            {"object": "embedding", "index": 0, "embedding": vector}]})
 
     async def chat(self, request: web.Request) -> web.StreamResponse:
         body = orjson.loads(await request.read())

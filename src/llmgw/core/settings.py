@@ -206,6 +206,13 @@ class CacheSettings(BaseModel):
     """`semantic`: the catalog model (served by llmgw, with embeddings) that embeds each
     request's last user turn."""
 
+    @model_validator(mode="after")
+    def _embeds(self) -> CacheSettings:
+        if self.mode == CacheMode.SEMANTIC and not self.embedding_model:
+            raise ValueError("mode = \"semantic\" needs embedding_model: the catalog model "
+                             "that embeds each request's last user turn")
+        return self
+
 
 # Keys of ControlSettings that earlier versions read from `[server]`: still accepted there.
 _MOVED_TO_CONTROL = ("keeper_interval_s", "node_timeout_s", "judge_grace_s")

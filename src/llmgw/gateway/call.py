@@ -55,6 +55,7 @@ class Exchange:
     # answer it was served (None: a miss).
     probe: Probe | None = None
     hit: CachedAnswer | None = None
+    vector: Any = None  # a semantic look-up's embedding of the request, to index its answer
 
 
 class Stream:

@@ -197,7 +197,7 @@ class Gateway:
             return Reply(body=orjson.dumps({"input_tokens": math.ceil(len(body) / 4)}))
         try:
             if probe is not None and probe.lookup and cache is not None:
-                exchange.hit = await cache.get(probe)
+                exchange.hit, exchange.vector = await cache.lookup(probe)
                 if exchange.hit is not None:
                     reply = await self._replayed(call, exchange.hit)
                     asyncio.get_running_loop().call_soon(account, reply.status)
@@ -278,7 +278,8 @@ class Gateway:
             return hashlib.sha256(b"".join(p.model_dump_json(exclude={"by", "created_at"}).encode()
                                            for p in outputs)).hexdigest()[:16] if outputs else ""
 
-        return cache.probe(call.api, call.payload, call.key, call.ask.model, spec, said, guard)
+        return cache.probe(call.api, call.payload, call.key, call.ask.model, spec, said, guard,
+                           lambda: [(t.role, t.content) for t in call.ask.turns])
 
     def _cached(self, probe: Probe, exchange: Exchange, tokens: Tokens, status: int,
                 blocked: bool) -> None:
@@ -289,7 +290,7 @@ class Gateway:
                 and self.cache is not None and isinstance(tap, CapturingTap)):
             answer = tap.answer(tokens)
             if answer is not None:
-                self.cache.keep(probe, answer)
+                self.cache.keep(probe, answer, exchange.vector)
 
     async def _replayed(self, call: UpstreamCall, hit: CachedAnswer) -> Reply:
         """A kept answer, once the input guard passed the request that asks for it."""

@@ -17,6 +17,7 @@ from llmgw.core.tracing import NOOP_TRACER, Tracer
 from llmgw.gateway import shared_limits
 from llmgw.gateway.activity import ActivityTracker
 from llmgw.gateway.cache import shared as shared_cache
+from llmgw.gateway.cache.embed import Embedder
 from llmgw.gateway.cache.file import InFile
 from llmgw.gateway.cache.memory import MemoryCache
 from llmgw.gateway.cache.service import ResponseCache
@@ -169,6 +170,9 @@ def build(store: Store, settings: ServerSettings, clock: Clock, activity_id: str
         answers = InMemory(MemoryCache(s.cache.max_entries, s.cache.max_memory_mb * 2**20,
                                        clock.monotonic))
     gateway = Gateway(refresher, client, clock, guard, limiter, meter, metrics, queue=queue,
-                      router=router, tracer=tracer, cache=ResponseCache(s.cache, answers))
+                      router=router, tracer=tracer, cache=ResponseCache(
+                          s.cache, answers, Embedder(client, lambda: refresher.current.table,
+                                                     s.cache.embedding_model)
+                          if s.cache.embedding_model else None))
     return DataPlane(refresher, queue, tracker, demand, client, judge_client, metrics,
                      verdict_log, guard, meter, limiter, router, gateway)

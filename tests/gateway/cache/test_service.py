@@ -19,10 +19,13 @@ from llmgw.core.guard import Policy, VerdictRecord
 from llmgw.core.judges import DEFAULT_JUDGE, KNOWN
 from llmgw.core.settings import CacheSettings
 from llmgw.core.types import Limits, ProviderApi
+from llmgw.gateway.cache.embed import Embedder
 from llmgw.gateway.cache.memory import MemoryCache
 from llmgw.gateway.cache.service import ResponseCache
 from llmgw.gateway.cache.store import InMemory
 from llmgw.gateway.metrics import Metrics
+from llmgw.gateway.transport import Transport
+from llmgw.gateway.upstream.table import RoutingTable, Serving, Upstream
 from llmgw.guard.enforcement import Guard, GuardView
 from llmgw.guard.judge_client import JudgeClient, JudgeTarget
 from llmgw.store.store import Store
@@ -403,3 +406,61 @@ async def test_a_changed_output_policy_leaves_the_answers_it_passed_behind(
     await r.close()
     await client.close()
     assert resp.headers["x-llmgw-cache"] == "miss" and len(provider.requests) == 2
+
+
+# --- by meaning ------------------------------------------------------------------------------------
+
+
+async def test_a_request_that_means_the_same_is_served_the_kept_answer(
+        provider: FakeProvider, store: Store) -> None:
+    # The fake's embeddings are bags of words: the same words in any order or case are one
+    # meaning; one word more or less is another.
+    transport = Transport(timeout_s=5)
+    await transport.start()
+    embedder = remote_model("e", api=ProviderApi.OPENAI, api_key_env=None)
+    table = RoutingTable({"e": Serving(embedder, (Upstream("e-1", provider.url),))})
+    settings = CacheSettings(mode=CacheMode.SEMANTIC, embedding_model="e", similarity=0.99)
+    cache = ResponseCache(settings, InMemory(MemoryCache(100, 2**20, time.monotonic)),
+                          Embedder(transport, lambda: table, "e"))
+    other, other_key = user_key(name="other")
+    r = await rig(provider, store, cache=cache, others=[(other, other_key)])
+
+    async def ask(text: str, system: str | None = None, key: str | None = None) -> str:
+        messages: Any = [{"role": "user", "content": text}]
+        if system is not None:
+            messages.insert(0, {"role": "system", "content": system})
+        async with openai.AsyncOpenAI(base_url=r.url + "/v1", api_key=key or r.plaintext,
+                                      max_retries=0) as client:
+            resp = await client.chat.completions.with_raw_response.create(
+                model="m", messages=messages, temperature=0)
+        await settled(r)
+        assert resp.parse().choices[0].message.content == ANSWER
+        return resp.headers["x-llmgw-cache"]
+
+    assert await ask("How wide is the sea?") == "miss"
+    assert await ask("how WIDE is the sea") == "hit"  # the same words: the same meaning
+    assert await ask("How wide is the sea today?") == "miss"  # a word more
+    assert await ask("how WIDE is the sea", system="Answer in French.") == "miss"  # another bucket
+    assert await ask("how WIDE is the sea", key=other) == "miss"  # another tenant
+    await r.close()
+    await transport.close()
+    assert len(provider.requests) == 4
+    assert provider.embedded[:2] == ["How wide is the sea?", "how WIDE is the sea"]
+
+
+async def test_without_its_embedding_model_a_semantic_cache_is_exact(
+        provider: FakeProvider, store: Store) -> None:
+    transport = Transport(timeout_s=5)
+    await transport.start()
+    settings = CacheSettings(mode=CacheMode.SEMANTIC, embedding_model="gone")
+    cache = ResponseCache(settings, InMemory(MemoryCache(100, 2**20, time.monotonic)),
+                          Embedder(transport, lambda: RoutingTable({}), "gone"))
+    r = await rig(provider, store, cache=cache)
+    async with r.openai() as client:
+        for text in ("How wide is the sea?", "how WIDE is the sea", "How wide is the sea?"):
+            await client.chat.completions.create(
+                model="m", messages=[{"role": "user", "content": text}], temperature=0)
+            await settled(r)
+    await r.close()
+    await transport.close()
+    assert len(provider.requests) == 2

@@ -4,7 +4,7 @@ functions of the request and the settings that apply to it."""
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -57,6 +57,28 @@ def eligible(api: Api, payload: Mapping[str, Any], when: CacheWhen, said: Direct
     temperature = payload.get("temperature")
     seed = payload.get("seed")
     return temperature == 0 or (isinstance(seed, int) and not isinstance(seed, bool))
+
+
+# Where each dialect carries the conversation (a bucket replaces them with its turns).
+_CONVERSATION = frozenset({"messages", "input", "system", "instructions", "prompt"})
+
+
+def last_user_turn(turns: Sequence[tuple[str, str]]) -> int | None:
+    """The index of the last user turn of (role, text) turns, or None when there is none."""
+    for i in range(len(turns) - 1, -1, -1):
+        if turns[i][0] == "user":
+            return i
+    return None
+
+
+def bucket_key(api: Api, payload: Mapping[str, Any], turns: Sequence[tuple[str, str]], at: int,
+               scope: str, guard: str) -> str:
+    """The semantic bucket of a request: its key with the conversation read as (role, text)
+    turns and the last user turn (`turns[at]`) left out, so requests that differ only in how
+    they put that turn meet in it."""
+    rest = {k: v for k, v in payload.items() if k not in _CONVERSATION}
+    rest["turns"] = [list(t) for i, t in enumerate(turns) if i != at]
+    return cache_key(api, rest, scope, "semantic:" + guard)
 
 
 def cache_key(api: Api, payload: Mapping[str, Any], scope: str, guard: str) -> str:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -14,11 +14,15 @@ from llmgw.core.errors import LlmgwError
 from llmgw.core.settings import CacheSettings
 from llmgw.core.types import ApiKey
 from llmgw.gateway.cache.entry import CachedAnswer
-from llmgw.gateway.cache.keys import Directives, cache_key, eligible
+from llmgw.gateway.cache.keys import Directives, bucket_key, cache_key, eligible, last_user_turn
+from llmgw.gateway.cache.semantic import SemanticIndex, Vector
 from llmgw.gateway.cache.store import AnswerStore, InMemory
 from llmgw.gateway.wire.dialect import Api
 
 logger = logging.getLogger(__name__)
+
+# Embeds a text as a unit vector (None when it cannot): `embed.Embedder`.
+Embed = Callable[[str], Awaitable["Vector | None"]]
 
 # The header that tells a client where its answer came from.
 HIT = {"X-Llmgw-Cache": "hit"}
@@ -34,6 +38,10 @@ class Probe:
     ttl_s: float
     lookup: bool  # whether a kept answer may answer it
     store: bool  # whether its own answer may be kept
+    # Semantic: the bucket of requests that differ from it only in their last user turn, and
+    # that turn's text; None for an exact look-up alone.
+    bucket: str | None = None
+    text: str = ""
 
 
 def scope_of(key: ApiKey, spec: CacheSpec | None) -> str:
@@ -47,9 +55,12 @@ def scope_of(key: ApiKey, spec: CacheSpec | None) -> str:
 class ResponseCache:
     """This process's view of the install's response cache."""
 
-    def __init__(self, settings: CacheSettings, store: AnswerStore) -> None:
+    def __init__(self, settings: CacheSettings, store: AnswerStore,
+                 embed: Embed | None = None) -> None:
         self.settings = settings
         self.store = store
+        self._embed = embed  # None: no embedding model, so semantic look-ups are exact
+        self.index = SemanticIndex(settings.max_entries)
         self.max_answer_bytes = settings.max_answer_kb * 1024
         self._puts: set[asyncio.Task[None]] = set()  # answers on their way to the store
         self.epochs: dict[str, str] = {}  # the install's, as this process last saw them
@@ -57,7 +68,8 @@ class ResponseCache:
         self.on = settings.mode != CacheMode.OFF
 
     def probe(self, api: Api, payload: Mapping[str, Any], key: ApiKey, name: str,
-              spec: CacheSpec | None, said: Directives, guard: Callable[[], str]) -> Probe | None:
+              spec: CacheSpec | None, said: Directives, guard: Callable[[], str],
+              turns: Callable[[], Sequence[tuple[str, str]]]) -> Probe | None:
         """Where the answer to this request is kept, or None when the cache is not for it (off
         for its model, a request that asks for a new answer every time, `Cache-Control`).
         `guard` names the output policies that pass what is kept, as they stand: a changed
@@ -70,8 +82,16 @@ class ResponseCache:
         ttl = spec.ttl_s if spec is not None and spec.ttl_s is not None else self.settings.ttl_s
         epochs = self.epochs
         mark = f"{epochs.get('*', '')}:{epochs.get(name, '')}:{guard()}"
-        return Probe(cache_key(api, payload, scope_of(key, spec), mark), name, ttl,
-                     said.lookup, said.store)
+        scope = scope_of(key, spec)
+        bucket, text = None, ""
+        if mode == CacheMode.SEMANTIC and self._embed is not None:
+            conversation = turns()
+            at = last_user_turn(conversation)
+            if at is not None:
+                bucket = bucket_key(api, payload, conversation, at, scope, mark)
+                text = conversation[at][1]
+        return Probe(cache_key(api, payload, scope, mark), name, ttl, said.lookup, said.store,
+                     bucket, text)
 
     def follow(self, epochs: dict[str, str]) -> None:
         """Take the install's cache epochs: a new one (a purge) empties this process's memory
@@ -79,6 +99,7 @@ class ResponseCache:
         if epochs is self.epochs or epochs == self.epochs:
             return
         old, self.epochs = self.epochs, epochs
+        self.index.purge()  # its keys are of the old epochs: none would be found again
         if isinstance(self.store, InMemory):
             if epochs.get("*") != old.get("*"):
                 self.store.cache.purge()
@@ -87,29 +108,48 @@ class ResponseCache:
                 if epochs.get(name) != old.get(name):
                     self.store.cache.purge(name)
 
-    async def get(self, probe: Probe) -> CachedAnswer | None:
-        """The answer kept for `probe`; None when there is none, or the store does not answer
-        (the request is then served by its upstream, as a miss)."""
+    async def lookup(self, probe: Probe) -> tuple[CachedAnswer | None, Vector | None]:
+        """The answer kept for `probe`, or for the request nearest it by meaning (semantic);
+        None when there is none or the store does not answer (the request is then served by
+        its upstream, as a miss). The vector is the request's embedding, for keeping its
+        answer."""
+        found = await self.get(probe.key)
+        if found is not None or probe.bucket is None or self._embed is None:
+            return found, None
+        vector = await self._embed(probe.text)
+        if vector is None:
+            return None, None
+        near = self.index.nearest(probe.bucket, vector)
+        if near is None or near[1] < self.settings.similarity:
+            return None, vector
+        return await self.get(near[0]), vector
+
+    async def get(self, key: str) -> CachedAnswer | None:
+        """The answer kept under `key`, or None (also when the store does not answer)."""
         try:
-            raw = await self.store.get(probe.key)
+            raw = await self.store.get(key)
         except LlmgwError as exc:
             logger.warning("response cache: look-up failed, answering from the upstream: %s",
                            exc.message)
             return None
         return None if raw is None else CachedAnswer.decode(raw)
 
-    def keep(self, probe: Probe, answer: CachedAnswer) -> None:
-        """Keep `answer` for `probe`, in the background: the client has its answer already."""
-        task = asyncio.ensure_future(self._put(probe, answer))
+    def keep(self, probe: Probe, answer: CachedAnswer, vector: Vector | None = None) -> None:
+        """Keep `answer` for `probe`, in the background: the client has its answer already;
+        with the request's `vector`, findable by meaning too."""
+        task = asyncio.ensure_future(self._put(probe, answer, vector))
         self._puts.add(task)
         task.add_done_callback(self._puts.discard)
 
-    async def _put(self, probe: Probe, answer: CachedAnswer) -> None:
+    async def _put(self, probe: Probe, answer: CachedAnswer, vector: Vector | None) -> None:
         try:
             await self.store.put(probe.key, probe.name, answer.encode(), probe.ttl_s)
         except LlmgwError as exc:
             logger.warning("response cache: an answer of %s was not kept: %s", probe.name,
                            exc.message)
+            return
+        if vector is not None and probe.bucket is not None:
+            self.index.add(probe.bucket, vector, probe.key)
 
     async def settled(self) -> None:
         """Wait for the answers on their way to the store (tests; shutdown)."""
