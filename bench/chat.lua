@@ -3,7 +3,9 @@
 --
 -- Env: BENCH_API ("chat" for /v1/chat/completions, "messages" for Anthropic's /v1/messages,
 -- "responses" for OpenAI's /v1/responses; default chat), BENCH_MODEL (model name),
--- BENCH_STREAM ("true" or "false"), BENCH_KEY (bearer key).
+-- BENCH_STREAM ("true" or "false"), BENCH_KEY (bearer key), BENCH_CACHE ("hit": a chat request
+-- with temperature 0, which the response cache answers once it has kept it; "miss": the same with
+-- `Cache-Control: no-cache`, always answered by the upstream and kept again).
 -- Output: RESULT rps=<float> p50_ms=<float> p99_ms=<float> requests=<int> errors=<int> ...
 -- errors = non-2xx/3xx responses (wrk counts status > 399) + connect/read/write/timeout errors.
 
@@ -11,6 +13,7 @@ local api = os.getenv("BENCH_API") or "chat"
 local model = os.getenv("BENCH_MODEL") or "fake-json"
 local stream = os.getenv("BENCH_STREAM") == "true" and "true" or "false"
 local key = os.getenv("BENCH_KEY") or ""
+local cache = os.getenv("BENCH_CACHE") or ""
 
 wrk.method = "POST"
 if api == "messages" then
@@ -21,6 +24,13 @@ if api == "messages" then
   wrk.headers["anthropic-version"] = "2023-06-01"
 elseif api == "responses" then
   wrk.body = string.format('{"model": "%s", "input": "hello", "stream": %s}', model, stream)
+elseif cache ~= "" then
+  wrk.body = string.format(
+    '{"model": "%s", "messages": [{"role": "user", "content": "hello"}], "stream": %s, "temperature": 0}',
+    model, stream)
+  if cache == "miss" then
+    wrk.headers["Cache-Control"] = "no-cache"
+  end
 else
   wrk.body = string.format(
     '{"model": "%s", "messages": [{"role": "user", "content": "hello"}], "stream": %s}',

@@ -42,6 +42,9 @@ APIS = {
     "messages_via_chat": "messages → chat",
     "responses_via_chat": "responses → chat",
     "route": "chat → route",  # a two-target priority route; its first target answers
+    # BENCH_CACHE=1: the response cache on; every request a hit, or every one a miss it keeps.
+    "cache_hit": "chat, cache hit",
+    "cache_miss": "chat, cache miss",
 }
 ADDED_P50_GOAL_MS = 0.35
 RPS_SHARE_GOAL = 0.80
@@ -134,6 +137,7 @@ def render(rows: Rows, header: list[str]) -> str:
     out.append("")
     out += verdicts(rows)
     out += route_verdict(rows)
+    out += cache_lines(rows)
     out += redis_verdicts(rows)
     dialects = dialect_table(rows)
     if dialects:
@@ -236,6 +240,22 @@ def route_verdict(rows: Rows) -> list[str]:
     return [f"- {'PASS' if ok else 'FAIL'}: a two-target priority route adds at most "
             f"{ROUTE_P50_SLACK_MS:g} ms at p50 to a plain model's chat completions, concurrency "
             f"{low}: " + "; ".join(parts)]
+
+
+def cache_lines(rows: Rows) -> list[str]:
+    """BENCH_CACHE=1: a hit and a miss beside the plain request and the pass-through floor, at
+    each concurrency: p50 and requests/s."""
+    lines = []
+    for conc in sorted({k[3] for k in rows}):
+        for mode in MODES:
+            cells = [(label, rows.get((api, target, mode, conc))) for label, api, target in (
+                ("hit", "cache_hit", "llmgw"), ("miss", "cache_miss", "llmgw"),
+                ("no cache", "chat", "llmgw"), ("pass-through", "chat", "passthrough"))]
+            if cells[0][1] is None:
+                continue
+            lines.append(f"- response cache, {mode}, concurrency {conc}: " + "; ".join(
+                f"{label} p50 {r.p50:.3f} ms, {r.rps:,.0f} rps" for label, r in cells if r is not None))
+    return lines
 
 
 def redis_verdicts(rows: Rows) -> list[str]:

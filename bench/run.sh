@@ -18,7 +18,9 @@
 # by side with the in-memory rows), BENCH_KEEP_TMP=1 (keep the temp dir with
 # the logs), BENCH_ROUTE (default 1: also chat
 # completions through a two-target priority route, and the failover measurement of
-# bench/failover.py; 0 leaves both out), BENCH_PIN_C1=1 (runs at concurrency 1 with wrk, the
+# bench/failover.py; 0 leaves both out), BENCH_CACHE=1 (also chat completions with the response
+# cache on: every request a hit, and every request a miss that is kept, `Cache-Control:
+# no-cache`; side by side with the rows above and the pass-through floor), BENCH_PIN_C1=1 (runs at concurrency 1 with wrk, the
 # fake upstream and the proxy under test all on one core; see bench/README.md), BENCH_LITELLM=1
 # (also chat completions through LiteLLM's proxy with 1 worker, the anchor, installed at
 # BENCH_LITELLM_VERSION into a venv of its own, BENCH_LITELLM_VENV, default bench/.litellm-venv).
@@ -32,6 +34,7 @@ WARMUP=${BENCH_WARMUP:-2}
 CONCS=${BENCH_CONCS:-"1 32"}
 APIS=${BENCH_APIS:-"chat messages messages_via_chat responses_via_chat"}
 ROUTE=${BENCH_ROUTE:-1}
+CACHE=${BENCH_CACHE:-0}
 PIN_C1=${BENCH_PIN_C1:-0}
 LITELLM=${BENCH_LITELLM:-0}
 # The newest release whose proxy extra installs from PyPI with Python 3.11 when this was written
@@ -251,6 +254,15 @@ for m in json sse; do
     LLMGW_URL=http://127.0.0.1:$GW_PORT LLMGW_ADMIN_KEY=$KEY "$LLMGW" ctl model add "fake-msg-$m" --api anthropic \
         --base-url "http://127.0.0.1:$NGINX_PORT/$m/v1" >>"$TMP/ctl.log" 2>&1 || die "ctl model add fake-msg-$m failed"
 done
+# fake-json-c and fake-sse-c: the same upstreams with the response cache on (BENCH_CACHE=1).
+if [[ $CACHE == 1 ]]; then
+    for m in json sse; do
+        LLMGW_URL=http://127.0.0.1:$GW_PORT LLMGW_ADMIN_KEY=$KEY "$LLMGW" ctl model add "fake-$m-c" \
+            --base-url "http://127.0.0.1:$NGINX_PORT/$m/v1" >>"$TMP/ctl.log" 2>&1 || die "ctl model add fake-$m-c failed"
+        LLMGW_URL=http://127.0.0.1:$GW_PORT LLMGW_ADMIN_KEY=$KEY "$LLMGW" ctl model cache "fake-$m-c" \
+            --cache exact --cache-ttl 1d >>"$TMP/ctl.log" 2>&1 || die "ctl model cache fake-$m-c failed"
+    done
+fi
 # route-json and route-sse: priority routes whose first target is fake-json (fake-sse) and whose
 # fallback is a second model on the same upstream; only the first ever answers here.
 if [[ $ROUTE == 1 ]]; then
@@ -273,6 +285,7 @@ models_listed() {
     out=$(curl -fsS -H "Authorization: Bearer $KEY" "http://127.0.0.1:$GW_PORT/v1/models") || return 1
     [[ $out == *'"fake-json"'* && $out == *'"fake-sse"'* ]] || return 1
     [[ " $APIS " != *" messages "* || ($out == *'"fake-msg-json"'* && $out == *'"fake-msg-sse"'*) ]] || return 1
+    [[ $CACHE != 1 || ($out == *'"fake-json-c"'* && $out == *'"fake-sse-c"'*) ]] || return 1
     [[ $ROUTE != 1 || ($out == *'"route-json"'* && $out == *'"route-sse"'*) ]]
 }
 wait_for "llmgw routing the fake models" 15 "$GW_PID" models_listed
@@ -444,7 +457,7 @@ fi
 # (chat completions both ways), messages (Messages both ways), messages_via_chat and
 # responses_via_chat (the client's dialect, translated by llmgw to chat completions). Direct and
 # passthrough rows exist where the upstream is asked in the client's own dialect.
-client_api() { case $1 in chat | route) echo chat ;; messages | messages_via_chat) echo messages ;; *) echo responses ;; esac; }
+client_api() { case $1 in chat | route | cache_hit | cache_miss) echo chat ;; messages | messages_via_chat) echo messages ;; *) echo responses ;; esac; }
 upstream_api() { [[ $1 == messages ]] && echo messages || echo chat; }
 url_for() { # API TARGET MODE
     local prefix=json path
@@ -470,7 +483,8 @@ url_for() { # API TARGET MODE
 model_for() { # API MODE
     local m=json
     [[ $2 == stream ]] && m=sse
-    case $1 in messages) echo "fake-msg-$m" ;; route) echo "route-$m" ;; *) echo "fake-$m" ;; esac
+    case $1 in messages) echo "fake-msg-$m" ;; route) echo "route-$m" ;; cache_*) echo "fake-$m-c" ;;
+        *) echo "fake-$m" ;; esac
 }
 stream_for() { [[ $1 == stream ]] && echo true || echo false; }
 body_for() { # API MODE: what bench/chat.lua sends, for the smoke check
@@ -478,7 +492,11 @@ body_for() { # API MODE: what bench/chat.lua sends, for the smoke check
     model=$(model_for "$1" "$2")
     stream=$(stream_for "$2")
     case $(client_api "$1") in
-        chat) echo '{"model":"'"$model"'","messages":[{"role":"user","content":"hello"}],"stream":'"$stream"'}' ;;
+        chat) if [[ $1 == cache_* ]]; then
+                echo '{"model":"'"$model"'","messages":[{"role":"user","content":"hello"}],"stream":'"$stream"',"temperature":0}'
+            else
+                echo '{"model":"'"$model"'","messages":[{"role":"user","content":"hello"}],"stream":'"$stream"'}'
+            fi ;;
         messages) echo '{"model":"'"$model"'","max_tokens":64,"messages":[{"role":"user","content":"hello"}],"stream":'"$stream"'}' ;;
         responses) echo '{"model":"'"$model"'","input":"hello","stream":'"$stream"'}' ;;
     esac
@@ -518,6 +536,7 @@ CELLS="chat:direct"
 CELLS+=" chat:llmgw"
 [[ $REDIS == 1 ]] && CELLS+=" chat:llmgw-redis"
 [[ $ROUTE == 1 ]] && CELLS+=" route:llmgw"
+[[ $CACHE == 1 ]] && CELLS+=" cache_hit:llmgw cache_miss:llmgw"
 for a in $APIS; do [[ $a == chat ]] || CELLS+=" $a:llmgw"; done
 CELLS+=" chat:passthrough"
 [[ " $APIS " == *" messages "* ]] && CELLS+=" messages:passthrough"
@@ -574,6 +593,7 @@ wrk_run() {
     # --timeout: wrk's default of 2 s is below LiteLLM's p99 with streams at concurrency 32; a
     # request cut off there would count as an error and leave the latency figures.
     out=$(BENCH_API=$(client_api "$1") BENCH_MODEL=$(model_for "$1" "$3") BENCH_STREAM=$(stream_for "$3") \
+        BENCH_CACHE=$([[ $1 == cache_* ]] && echo "${1#cache_}") \
         BENCH_KEY=$KEY "${pin[@]}" wrk -t"$threads" -c"$4" -d"$5"s --timeout 10s -s bench/chat.lua \
         "$(url_for "$1" "$2" "$3")" 2>&1) \
         || die "wrk failed for $1 $2 $3 c$4: $out"

@@ -202,7 +202,7 @@ def test_model_list_fits_80_columns_with_every_name_whole(offline_ctl: OfflineCt
         assert any(f" {name} " in line for line in lines), out
     # A local model by its file name: the whole path is for --json.
     assert "│ gemma-3-270m-q4" in out and "site-packages" not in out
-    assert "not shown at 80 columns: by, updated" in flat(out)
+    assert "not shown at 80 columns: cache, by, updated" in flat(out)
     wide = offline_ctl(answers, "model", "list", columns=200)
     assert row(wide, DEMO)[1] == "gemma-3-270m-q4_k_m.gguf" and row(wide, DEMO)[-1] == "2026-12-03 07:18"
     assert json.loads(offline_ctl(answers, "--json", "model", "list"))["data"][0]["source"]["path"] == GGUF

@@ -10,7 +10,7 @@ import typer
 from llmgw.cli import render
 from llmgw.cli.client import quote
 from llmgw.cli.context import CtlContext, body
-from llmgw.cli.ctl_models import idle_text, parse_idle
+from llmgw.cli.ctl_models import cache_text, parse_idle
 from llmgw.core.cache import CacheMode, CacheSpec
 from llmgw.core.protocol.cache import CacheStatsOut, ModelCacheRequest, PurgeOut, PurgeRequest
 from llmgw.core.protocol.routes import RouteOut
@@ -47,18 +47,6 @@ def _spec(mode: CacheMode | None, ttl: str | None, shared: bool, inherit: bool) 
     return CacheSpec(mode=mode, ttl_s=ttl_s, shared=shared)
 
 
-def spec_text(spec: CacheSpec | None) -> str:
-    """A cache setting as one cell: `exact 1h shared`, or `install's` when it has none."""
-    if spec is None:
-        return "install's"
-    parts = [spec.mode.value if spec.mode is not None else "install's mode"]
-    if spec.ttl_s is not None:
-        parts.append(idle_text(spec.ttl_s))
-    if spec.shared:
-        parts.append("shared")
-    return " ".join(parts)
-
-
 def model_cache(ctx: typer.Context,
                 name: Annotated[str, typer.Argument(help="The catalog model.")],
                 mode: Mode = None, ttl: Ttl = None, shared: Shared = False,
@@ -69,7 +57,7 @@ def model_cache(ctx: typer.Context,
     request = ModelCacheRequest(cache=_spec(mode, ttl, shared, inherit))
     data = ctl.call("PUT", f"/admin/v1/models/{quote(name)}/cache", body(request))
     ctl.show_as(Model, data, lambda m: render.console.print(
-        f"model {m.name}: cache {spec_text(m.cache)}", highlight=False))
+        f"model {m.name}: cache {cache_text(m.cache)}", highlight=False))
 
 
 def route_cache(ctx: typer.Context,
@@ -85,7 +73,7 @@ def route_cache(ctx: typer.Context,
     spec["cache"] = None if cache is None else cache.model_dump(mode="json")
     data = ctl.call("PUT", f"/admin/v1/routes/{quote(name)}", spec)
     ctl.show_as(RouteOut, data, lambda r: render.console.print(
-        f"route {r.name}: cache {spec_text(r.cache)}", highlight=False))
+        f"route {r.name}: cache {cache_text(r.cache)}", highlight=False))
 
 
 @cache_app.command("stats")

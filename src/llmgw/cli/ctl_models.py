@@ -12,6 +12,7 @@ from llmgw.cli import render
 from llmgw.cli.client import quote
 from llmgw.cli.context import CtlContext, body, options_for, query
 from llmgw.cli.render import Col
+from llmgw.core.cache import CacheSpec
 from llmgw.core.protocol.common import DataList
 from llmgw.core.protocol.models import FitOut, ModelOut, ReplicaQuery, ResourcesOut, ScaleRequest
 from llmgw.core.protocol.nodes import ClusterOut
@@ -60,9 +61,11 @@ def model_list(ctx: typer.Context) -> None:
         lambda d: render.table(
             "models",
             [Col("name", whole=True), Col("source", clip=True), "profiles", "min", "max", "idle",
-             "state", Col("by", optional=True), Col("updated", optional=True)],
+             "state", Col("cache", optional=True), Col("by", optional=True),
+             Col("updated", optional=True)],
             [[m.name, _source(m, short=True), ", ".join(p.name for p in m.profiles) or "-", m.scaling.min,
-              m.scaling.max, idle_text(m.scaling.idle_s), m.state, m.by, render.when(m.updated_at)]
+              m.scaling.max, idle_text(m.scaling.idle_s), m.state, cache_text(m.cache), m.by,
+              render.when(m.updated_at)]
              for m in d.data],
         ),
     )
@@ -164,6 +167,18 @@ def parse_idle(text: str) -> float | None:
     if not value > 0:  # also false for nan
         raise typer.BadParameter(f"expected a duration like 30s, 10m or 2h, or off; got {text!r}")
     return value
+
+
+def cache_text(spec: CacheSpec | None) -> str:
+    """A model's or route's own cache setting as one cell: `exact 1h shared`, or `install's`."""
+    if spec is None:
+        return "install's"
+    parts = [spec.mode.value if spec.mode is not None else "install's mode"]
+    if spec.ttl_s is not None:
+        parts.append(idle_text(spec.ttl_s))
+    if spec.shared:
+        parts.append("shared")
+    return " ".join(parts)
 
 
 def idle_text(idle_s: float | None) -> str:

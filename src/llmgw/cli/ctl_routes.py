@@ -10,6 +10,7 @@ import typer
 from llmgw.cli import render
 from llmgw.cli.client import quote
 from llmgw.cli.context import CtlContext, body, options_for
+from llmgw.cli.ctl_models import cache_text
 from llmgw.core.protocol.common import DataList, Removed
 from llmgw.core.protocol.routes import RouteOut
 from llmgw.core.routes import Cooldown, FailOn, Fallback, Retry, RouteSpec, Strategy, Target
@@ -79,7 +80,8 @@ def _route_detail(r: RouteOut) -> None:
         f"cooldown {c.cooldown_s:g}s after "
         f"{c.failures} failure(s) within {c.window_s:g}s; {retry.attempts} retr"
         f"{'y' if retry.attempts == 1 else 'ies'} from {retry.backoff_ms} ms (at most "
-        f"{retry.max_backoff_ms} ms); by {r.by or '-'}", highlight=False)
+        f"{retry.max_backoff_ms} ms); cache {cache_text(r.cache)}; by {r.by or '-'}",
+        highlight=False)
     render.table(
         "targets (this server's view)",
         ["model", "weight", "ready", "in flight", "recent failures", "cooling down"],

@@ -5,6 +5,7 @@ right to call its model; the client's `Cache-Control` is heard; a purge empties 
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import AsyncIterator, Iterator
 from datetime import UTC, datetime
@@ -464,3 +465,24 @@ async def test_without_its_embedding_model_a_semantic_cache_is_exact(
     await r.close()
     await transport.close()
     assert len(provider.requests) == 2
+
+
+async def test_a_burst_of_hits_gets_exactly_the_keys_rpm(provider: FakeProvider, store: Store) -> None:
+    r = await rig(provider, store, limits=Limits(rpm=10))
+    async with r.openai() as client:
+        await client.chat.completions.create(model="m", messages=ASK, temperature=0)
+        await settled(r)
+
+        async def one() -> int:
+            try:
+                resp = await client.chat.completions.with_raw_response.create(
+                    model="m", messages=ASK, temperature=0)
+            except openai.RateLimitError:
+                return 429
+            assert resp.headers["x-llmgw-cache"] == "hit"
+            return 200
+
+        statuses = await asyncio.gather(*(one() for _ in range(30)))
+    await r.close()
+    assert statuses.count(200) == 9 and statuses.count(429) == 21  # 10 with the miss
+    assert len(provider.requests) == 1
