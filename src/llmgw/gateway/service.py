@@ -237,9 +237,9 @@ class Gateway:
             ticket.settle(tokens.total)
         # On a route, counted against the model that answered (the route's name if none did).
         model, key = exchange.target or call.ask.model, call.key
-        hit, saved = exchange.hit, None
-        if hit is not None:
-            saved = hit.prompt_tokens + hit.completion_tokens
+        # A hit the input guard refused is a refusal, not a hit: it saved nothing.
+        hit = exchange.hit if status < 400 else None
+        saved = None if hit is None else hit.prompt_tokens + hit.completion_tokens
         if self.meter is not None:
             self.meter.record(key.id, model, tokens,
                               error=status >= 400 and status != CLIENT_CLOSED and not blocked,
@@ -248,7 +248,7 @@ class Gateway:
         if probe is not None:
             self._cached(probe, exchange, tokens, status, blocked)
         if self.metrics is not None:
-            if probe is not None and (hit is not None or status < 400):
+            if probe is not None and status < 400:
                 self.metrics.cache_lookup(call.ask.model, hit is not None, saved or 0)
             tap = exchange.tap
             ttft = tap.first_chunk_at - call.started if tap.first_chunk_at is not None else None

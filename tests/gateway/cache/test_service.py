@@ -386,10 +386,14 @@ async def test_a_hit_still_passes_the_input_guard(provider: FakeProvider, store:
         judge.unsafe("Violent")  # the judge now refuses the very prompt whose answer is kept
         with pytest.raises(openai.BadRequestError):
             await oai.chat.completions.create(model="m", messages=ASK, temperature=0)
+    assert r.meter is not None
+    await r.meter.flush()
     await r.close()
     await client.close()
     assert len(provider.requests) == 1
     assert [rec.direction.value for rec in records] == ["input", "input", "input"]
+    (row,) = store.usage.usage()
+    assert (row.requests, row.cache_hits, row.blocked) == (3, 1, 1)  # the refused hit saved nothing
 
 
 async def test_a_changed_output_policy_leaves_the_answers_it_passed_behind(
