@@ -7,9 +7,8 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
 import openai
@@ -45,13 +44,6 @@ def exact_cache(**over: Any) -> ResponseCache:
 
 
 @pytest.fixture
-def store(tmp_path: Path) -> Iterator[Store]:
-    s = Store.open(f"sqlite:///{tmp_path / 'llmgw.db'}")
-    yield s
-    s.close()
-
-
-@pytest.fixture
 async def provider() -> AsyncIterator[FakeProvider]:
     p = await FakeProvider().start()
     yield p
@@ -64,6 +56,16 @@ async def rig(provider: FakeProvider, store: Store, **over: Any) -> GatewayRig:
     over.setdefault("cache", exact_cache())
     over.setdefault("model", remote_model("m", api=ProviderApi.OPENAI, api_key_env=None))
     return await GatewayRig(provider, store, **over).start()
+
+
+async def as_the_other(r: GatewayRig, other: str) -> Any:
+    """The rig's key asks, then `other` asks the same: the other's raw response."""
+    async with r.openai() as client:
+        await client.chat.completions.create(model="m", messages=ASK, temperature=0)
+        await settled(r)
+    async with openai.AsyncOpenAI(base_url=r.url + "/v1", api_key=other, max_retries=0) as client:
+        return await client.chat.completions.with_raw_response.create(
+            model="m", messages=ASK, temperature=0)
 
 
 async def settled(r: GatewayRig) -> None:
@@ -123,12 +125,7 @@ async def test_another_field_that_changes_the_answer_is_another_entry(provider: 
 async def test_another_tenant_misses(provider: FakeProvider, store: Store) -> None:
     other, other_key = user_key(name="other")
     r = await rig(provider, store, others=[(other, other_key)])
-    async with r.openai() as client:
-        await client.chat.completions.create(model="m", messages=ASK, temperature=0)
-        await settled(r)
-    async with openai.AsyncOpenAI(base_url=r.url + "/v1", api_key=other, max_retries=0) as client:
-        resp = await client.chat.completions.with_raw_response.create(
-            model="m", messages=ASK, temperature=0)
+    resp = await as_the_other(r, other)
     await r.close()
     assert resp.headers["x-llmgw-cache"] == "miss" and len(provider.requests) == 2
 
@@ -139,12 +136,7 @@ async def test_a_model_that_shares_its_answers_serves_every_tenant(provider: Fak
     model = remote_model("m", api=ProviderApi.OPENAI, api_key_env=None).model_copy(
         update={"cache": CacheSpec(shared=True)})
     r = await rig(provider, store, model=model, others=[(other, other_key)])
-    async with r.openai() as client:
-        await client.chat.completions.create(model="m", messages=ASK, temperature=0)
-        await settled(r)
-    async with openai.AsyncOpenAI(base_url=r.url + "/v1", api_key=other, max_retries=0) as client:
-        resp = await client.chat.completions.with_raw_response.create(
-            model="m", messages=ASK, temperature=0)
+    resp = await as_the_other(r, other)
     await r.close()
     assert resp.headers["x-llmgw-cache"] == "hit" and len(provider.requests) == 1
 
@@ -155,12 +147,8 @@ async def test_a_key_that_may_not_call_the_model_is_not_served_its_answer(
     model = remote_model("m", api=ProviderApi.OPENAI, api_key_env=None).model_copy(
         update={"cache": CacheSpec(shared=True)})
     r = await rig(provider, store, model=model, others=[(other, other_key)])
-    async with r.openai() as client:
-        await client.chat.completions.create(model="m", messages=ASK, temperature=0)
-        await settled(r)
-    async with openai.AsyncOpenAI(base_url=r.url + "/v1", api_key=other, max_retries=0) as client:
-        with pytest.raises(openai.NotFoundError):
-            await client.chat.completions.create(model="m", messages=ASK, temperature=0)
+    with pytest.raises(openai.NotFoundError):
+        await as_the_other(r, other)
     await r.close()
 
 
