@@ -237,19 +237,16 @@ class Gateway:
             ticket.settle(tokens.total)
         # On a route, counted against the model that answered (the route's name if none did).
         model, key = exchange.target or call.ask.model, call.key
-        # A hit the input guard refused is a refusal, not a hit: it saved nothing.
-        hit = exchange.hit if status < 400 else None
-        saved = None if hit is None else hit.prompt_tokens + hit.completion_tokens
+        probe, saved = exchange.probe, None
+        if probe is not None:  # the response cache's share, only where it is on
+            saved = self._cached(probe, exchange, tokens, status, blocked)
+            if self.metrics is not None and status < 400:
+                self.metrics.cache_lookup(call.ask.model, saved is not None, saved or 0)
         if self.meter is not None:
             self.meter.record(key.id, model, tokens,
                               error=status >= 400 and status != CLIENT_CLOSED and not blocked,
                               blocked=blocked, saved=saved)
-        probe = exchange.probe
-        if probe is not None:
-            self._cached(probe, exchange, tokens, status, blocked)
         if self.metrics is not None:
-            if probe is not None and status < 400:
-                self.metrics.cache_lookup(call.ask.model, hit is not None, saved or 0)
             tap = exchange.tap
             ttft = tap.first_chunk_at - call.started if tap.first_chunk_at is not None else None
             self.metrics.request(model, status, key.prefix, call.api.value, time.monotonic() - call.started,
@@ -282,15 +279,20 @@ class Gateway:
                            lambda: [(t.role, t.content) for t in call.ask.turns])
 
     def _cached(self, probe: Probe, exchange: Exchange, tokens: Tokens, status: int,
-                blocked: bool) -> None:
-        """Keep a missed request's answer, when the client had all of it, the output guard
-        passed it, and it can be told again whole."""
+                blocked: bool) -> int | None:
+        """The tokens a hit saved (None: no hit; a hit the input guard refused saved nothing);
+        for a miss, keep its answer when the client had all of it, the output guard passed it,
+        and it can be told again whole."""
+        hit = exchange.hit
+        if hit is not None:
+            return hit.prompt_tokens + hit.completion_tokens if status < 400 else None
         tap = exchange.tap
-        if (exchange.hit is None and probe.store and status == 200 and not blocked
-                and self.cache is not None and isinstance(tap, CapturingTap)):
+        if (probe.store and status == 200 and not blocked and self.cache is not None
+                and isinstance(tap, CapturingTap)):
             answer = tap.answer(tokens)
             if answer is not None:
                 self.cache.keep(probe, answer, exchange.vector)
+        return None
 
     async def _replayed(self, call: UpstreamCall, hit: CachedAnswer) -> Reply:
         """A kept answer, once the input guard passed the request that asks for it."""
