@@ -6,7 +6,8 @@ kept requests in one bucket: the look-up alone (the embedding is the embedding m
 Vectors are random unit vectors (the worst case for a graph: no clusters to follow); each
 query is a kept vector with noise that puts it at cosine similarity about 0.95 from it (where a
 cache's threshold sits: a request farther away is a miss whatever the index finds), so the right
-answer is known and the recall is measured beside the time. Prints a table and writes bench/results/semantic.json."""
+answer is known and the recall is measured beside the time. Prints a table and writes
+bench/results/semantic.json."""
 
 from __future__ import annotations
 
@@ -21,7 +22,6 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import record  # noqa: E402  (bench/record.py, beside this file)
-
 from llmgw.gateway.cache.semantic import EXACT_UP_TO, SemanticIndex  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
