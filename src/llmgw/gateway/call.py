@@ -18,6 +18,7 @@ from llmgw.gateway.wire.dialect import Api, Ask, Wire
 
 if TYPE_CHECKING:  # the plan's and the cache's modules import this one
     from llmgw.gateway.cache.entry import CachedAnswer
+    from llmgw.gateway.cache.semantic import Vector
     from llmgw.gateway.cache.service import Probe
     from llmgw.gateway.upstream.router import Plan
 
@@ -55,7 +56,7 @@ class Exchange:
     # answer it was served (None: a miss).
     probe: Probe | None = None
     hit: CachedAnswer | None = None
-    vector: Any = None  # a semantic look-up's embedding of the request, to index its answer
+    vector: Vector | None = None  # a semantic look-up's embedding of the request, to index its answer
 
 
 class Stream:

@@ -271,7 +271,7 @@ class Gateway:
         cache.follow(epochs)
 
         def guard() -> str:
-            outputs = self._policies(call, Direction.OUTPUT)
+            outputs = self._policies(call)[1]
             return hashlib.sha256(b"".join(p.model_dump_json(exclude={"by", "created_at"}).encode()
                                            for p in outputs)).hexdigest()[:16] if outputs else ""
 
@@ -296,7 +296,7 @@ class Gateway:
 
     async def _replayed(self, call: UpstreamCall, hit: CachedAnswer) -> Reply:
         """A kept answer, once the input guard passed the request that asks for it."""
-        guard, inputs = self.guard, self._policies(call, Direction.INPUT)
+        guard, inputs = self.guard, self._policies(call)[0]
         if guard is not None and inputs and call.ask.turns:
             key = call.key
             info = RequestInfo(model=call.route.model.name, key_name=key.name,
@@ -308,14 +308,12 @@ class Gateway:
         reply.headers = HIT
         return reply
 
-    def _policies(self, call: UpstreamCall, direction: Direction) -> list[Policy]:
-        """The guard's policies that cover the call in `direction` (none for a judge model)."""
+    def _policies(self, call: UpstreamCall) -> tuple[list[Policy], list[Policy]]:
+        """The guard's input and output policies that cover the call (none for a judge)."""
         guard = self.guard
         if guard is None or call.route.model.guard:
-            return []
-        if call.plan is None:
-            return guard.policies(call.route.model.name, call.key.name, direction)
-        return _route_policies(guard, call.plan, call.key.name)[direction == Direction.OUTPUT]
+            return [], []
+        return _covering(guard, call)
 
     async def _queued(self, call: UpstreamCall) -> UpstreamCall:
         """`call` on a route with a ready replica, once the queue has one for its local model;
@@ -347,17 +345,22 @@ class Gateway:
         name = call.route.model.name
         if guard is not None and not call.route.model.guard:
             key = call.key
-            if call.plan is None:
-                inputs = guard.policies(name, key.name, Direction.INPUT)
-                outputs = guard.policies(name, key.name, Direction.OUTPUT)
-            else:  # whichever target answers, what covers the route or any target applies
-                inputs, outputs = _route_policies(guard, call.plan, key.name)
+            inputs, outputs = _covering(guard, call)
             if (inputs or outputs) and call.ask.turns:
                 info = RequestInfo(model=name, key_name=key.name, key_label=key.label,
                                    request_id=call.request_id)
                 return forward_guarded(self._transport, call, out, exchange,
                                        Judged(guard, info, inputs, outputs))
         return send(self._transport, call, out, exchange)
+
+
+def _covering(guard: Guard, call: UpstreamCall) -> tuple[list[Policy], list[Policy]]:
+    """The input and output policies covering the call: its model's, or on a route (whichever
+    target answers) what covers the route or any of its targets."""
+    if call.plan is None:
+        name, key = call.route.model.name, call.key.name
+        return guard.policies(name, key, Direction.INPUT), guard.policies(name, key, Direction.OUTPUT)
+    return _route_policies(guard, call.plan, call.key.name)
 
 
 def _route_policies(guard: Guard, plan: Plan, key_name: str) -> tuple[list[Policy], list[Policy]]:
