@@ -61,11 +61,17 @@ async def rig(provider: FakeProvider, store: Store, **over: Any) -> GatewayRig:
 async def as_the_other(r: GatewayRig, other: str) -> Any:
     """The rig's key asks, then `other` asks the same: the other's raw response."""
     async with r.openai() as client:
-        await client.chat.completions.create(model="m", messages=ASK, temperature=0)
-        await settled(r)
+        await ask(r, client)
     async with openai.AsyncOpenAI(base_url=r.url + "/v1", api_key=other, max_retries=0) as client:
         return await client.chat.completions.with_raw_response.create(
             model="m", messages=ASK, temperature=0)
+
+
+async def ask(r: GatewayRig, client: openai.AsyncOpenAI, times: int = 1) -> None:
+    """The same deterministic question `times` times, each answer kept before the next asks."""
+    for _ in range(times):
+        await client.chat.completions.create(model="m", messages=ASK, temperature=0)
+        await settled(r)
 
 
 async def settled(r: GatewayRig) -> None:
@@ -158,9 +164,7 @@ async def test_a_model_with_the_cache_off_is_never_cached(provider: FakeProvider
         update={"cache": CacheSpec(mode=CacheMode.OFF)})
     r = await rig(provider, store, model=model)
     async with r.openai() as client:
-        for _ in range(2):
-            await client.chat.completions.create(model="m", messages=ASK, temperature=0)
-            await settled(r)
+        await ask(r, client, times=2)
     await r.close()
     assert len(provider.requests) == 2
 
@@ -171,9 +175,7 @@ async def test_a_model_may_turn_the_cache_on_for_itself(provider: FakeProvider, 
     r = await rig(provider, store, model=model, cache=ResponseCache(
         CacheSettings(), InMemory(MemoryCache(10, 2**20, time.monotonic))))
     async with r.openai() as client:
-        for _ in range(2):
-            await client.chat.completions.create(model="m", messages=ASK, temperature=0)
-            await settled(r)
+        await ask(r, client, times=2)
     await r.close()
     assert len(provider.requests) == 1
 
@@ -247,9 +249,7 @@ async def test_a_hit_counts_against_requests_per_minute_but_spends_no_tokens(
         provider: FakeProvider, store: Store) -> None:
     r = await rig(provider, store, limits=Limits(rpm=2))
     async with r.openai() as client:
-        for _ in range(2):
-            await client.chat.completions.create(model="m", messages=ASK, temperature=0)
-            await settled(r)
+        await ask(r, client, times=2)
         with pytest.raises(openai.RateLimitError):
             await client.chat.completions.create(model="m", messages=ASK, temperature=0)
     assert r.meter is not None
@@ -264,9 +264,7 @@ async def test_a_hit_counts_against_requests_per_minute_but_spends_no_tokens(
 async def test_charged_hits_spend_their_tokens(provider: FakeProvider, store: Store) -> None:
     r = await rig(provider, store, cache=exact_cache(charge_hits=True))
     async with r.openai() as client:
-        for _ in range(2):
-            await client.chat.completions.create(model="m", messages=ASK, temperature=0)
-            await settled(r)
+        await ask(r, client, times=2)
     assert r.meter is not None
     await r.meter.flush()
     await r.close()
@@ -295,8 +293,7 @@ async def test_a_purge_empties_it(provider: FakeProvider, store: Store) -> None:
     r = await rig(provider, store)
     assert r.cache is not None
     async with r.openai() as client:
-        await client.chat.completions.create(model="m", messages=ASK, temperature=0)
-        await settled(r)
+        await ask(r, client)
         assert await r.cache.store.purge(None) == 1
         resp = await client.chat.completions.with_raw_response.create(
             model="m", messages=ASK, temperature=0)
@@ -368,9 +365,7 @@ async def test_a_hit_still_passes_the_input_guard(provider: FakeProvider, store:
     guard, client, _ = await guarded(judge, input=True, output=False, records=records)
     r = await rig(provider, store, guard=guard)
     async with r.openai() as oai:
-        for _ in range(2):
-            await oai.chat.completions.create(model="m", messages=ASK, temperature=0)
-            await settled(r)
+        await ask(r, oai, times=2)
         judge.unsafe("Violent")  # the judge now refuses the very prompt whose answer is kept
         with pytest.raises(openai.BadRequestError):
             await oai.chat.completions.create(model="m", messages=ASK, temperature=0)
@@ -390,8 +385,7 @@ async def test_a_changed_output_policy_leaves_the_answers_it_passed_behind(
     guard, client, views = await guarded(judge, input=False, output=True, records=records)
     r = await rig(provider, store, guard=guard)
     async with r.openai() as oai:
-        await oai.chat.completions.create(model="m", messages=ASK, temperature=0)
-        await settled(r)
+        await ask(r, oai)
         views.append(GuardView(enabled=True, policies=(Policy(
             name="p", judges=["j"], input=False, output=True, block_categories=["Violent"]),)))
         resp = await oai.chat.completions.with_raw_response.create(
@@ -462,8 +456,7 @@ async def test_without_its_embedding_model_a_semantic_cache_is_exact(
 async def test_a_burst_of_hits_gets_exactly_the_keys_rpm(provider: FakeProvider, store: Store) -> None:
     r = await rig(provider, store, limits=Limits(rpm=10))
     async with r.openai() as client:
-        await client.chat.completions.create(model="m", messages=ASK, temperature=0)
-        await settled(r)
+        await ask(r, client)
 
         async def one() -> int:
             try:
