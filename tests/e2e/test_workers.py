@@ -313,3 +313,30 @@ async def test_the_response_cache_is_one_for_every_worker_and_a_purge_empties_it
     # The first after the purge misses, whichever worker takes it; it is kept again for both.
     assert [word for _, word in after] == ["miss"] + ["hit"] * 9
     assert len(served.provider.requests) == before + 2
+
+
+async def test_a_burst_of_cache_hits_over_both_workers_admits_exactly_the_rpm(served: Served) -> None:
+    free, _ = await served.key()
+    await both_workers_answer(served, free)
+    await asyncio.to_thread(served.server.ctl, "model", "cache", "m", "--cache", "exact")
+    await _wait_for_minute_start()
+    key, _ = await served.key(rpm=20)
+
+    async def one() -> tuple[int, str, str]:
+        async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(force_close=True)) as s, \
+                s.post(served.url + "/v1/chat/completions",
+                       headers={"Authorization": f"Bearer {key}"},
+                       json={"model": "m", "temperature": 0,
+                             "messages": [{"role": "user", "content": "How wide is the sea?"}]}
+                       ) as resp:
+            await resp.read()
+            return (resp.status, resp.headers.get("X-Request-Id", "").rsplit("-", 1)[0],
+                    resp.headers.get("X-Llmgw-Cache", ""))
+
+    assert (await one())[2] == "miss"  # kept: every request of the burst is a hit
+    answers = await asyncio.gather(*(one() for _ in range(60)))
+
+    assert {status for status, _, _ in answers} == {200, 429}
+    # 19, not 38: the miss took one of the minute's 20, and hits count like any request.
+    assert len([a for a in answers if a[0] == 200]) == 19
+    assert {word for status, _, word in answers if status == 200} == {"hit"}
