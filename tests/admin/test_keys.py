@@ -436,3 +436,81 @@ async def test_a_burst_of_a_team_admin_persons_mints_stops_at_the_cap(install: I
     refused = [r for r in results if isinstance(r, BaseException)]
     assert all(isinstance(r, Forbidden) and "you already hold 100 live minted keys" in r.message
                for r in refused)
+
+
+# --- a team admin key mints within its team's grants and its own --------------------------------
+
+
+@pytest.fixture
+async def lead(install: Install) -> ApiKey:
+    """Team red's admin key (the team may call gemma3 and qwen3 models, rpm 100), itself
+    limited to gemma3 models, rpm 10, and 30 days."""
+    install.store.teams.put(Team(name="red", models=["gemma3-*", "qwen3-*"], limits=Limits(rpm=100)),
+                            "test", install.clock.now(), replace=False)
+    key, _ = await install.create(name="lead", team="red", team_admin=True, models=["gemma3-*"],
+                                  limits=Limits(rpm=10), expires_in_days=30)
+    return key
+
+
+async def test_a_team_admin_key_grants_only_models_it_may_call_itself(
+        install: Install, lead: ApiKey) -> None:
+    with pytest.raises(Forbidden) as caught:  # the team's, but not the team admin's
+        await install.create(lead, models=["qwen3-8b"])
+    assert caught.value.status == 403 and caught.value.param == "models"
+    assert "qwen3-8b" in caught.value.message
+    made, _ = await install.create(lead)
+    assert made.models == ["gemma3-*"] and made.team == "red" and made.minted_by == lead.id
+
+
+async def test_a_key_a_team_admin_mints_without_limits_gets_its_limits_and_expiry(
+        install: Install, lead: ApiKey) -> None:
+    made, _ = await install.create(lead)
+    assert made.limits.rpm == 10 and made.expires_at == lead.expires_at
+    for asked, param in [({"limits": Limits(rpm=11)}, "limits"),
+                         ({"expires_in_days": 31}, "expires_at")]:
+        with pytest.raises(Forbidden) as caught:
+            await install.create(lead, **asked)
+        assert caught.value.param == param
+
+
+async def test_a_team_admin_persons_keys_are_bound_by_the_team_alone(install: Install) -> None:
+    from llmgw.core.users import Grant, Person, Role, User
+
+    install.store.teams.put(Team(name="red", models=["gemma3-*"], limits=Limits(rpm=100)), "test",
+                            install.clock.now(), replace=False)
+    tara = User(id="usr-0123456789", issuer="https://idp.example", subject="tara",
+                email="tara@example.test", created_at=NOW, signed_in_at=NOW)
+    person = Person(tara, Grant(role=Role.TEAM_ADMIN, team="red")).key
+    made, _ = await install.create(person)
+    assert made.minted_by is None and made.models == ["gemma3-*"] and made.limits == Limits()
+    with pytest.raises(Forbidden) as caught:
+        await install.create(person, limits=Limits(rpm=101))
+    assert caught.value.param == "limits"
+
+
+async def test_revoking_a_team_admin_revokes_the_keys_it_minted(
+        install: Install, lead: ApiKey) -> None:
+    made, secret = await install.create(lead)
+    assert install.authenticate(secret) == made
+    _, beneath = await install.admin.revoke(lead.id)
+    assert beneath == 1 and install.store.keys.get(made.id).revoked
+    with pytest.raises(Unauthenticated):  # as every server's cache has it after its refresh
+        install.authenticate(secret)
+
+
+async def test_a_key_a_team_admin_minted_expires_with_it(
+        install: Install, lead: ApiKey, clock: FakeClock) -> None:
+    made, secret = await install.create(lead)
+    # One minted before team admins' expiry bound what they mint, with no expiry of its own.
+    older = made.model_copy(update={"id": "key-older", "name": "older", "hash": "h",
+                                    "expires_at": None})
+    install.store.keys.create(older)
+    assert lead.expires_at is not None
+    clock.advance((lead.expires_at - clock.now()).total_seconds())
+    with pytest.raises(Unauthenticated) as caught:
+        install.authenticate(secret)
+    assert caught.value.code == "expired_api_key"
+    cache = KeyCache(KEY_SECRET, install.store.keys.list())
+    with pytest.raises(Unauthenticated) as caught:
+        cache.principal(older.id, clock.now())
+    assert caught.value.code == "expired_api_key"

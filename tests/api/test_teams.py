@@ -46,6 +46,16 @@ class Api:
         assert meter is not None
         await meter.flush()
 
+    async def cached_chat(self, as_: dict[str, str]) -> tuple[int, str]:
+        """A deterministic chat completion (the cache may answer it), once its answer is kept:
+        its status and the cache's word on it."""
+        resp = await self.client.post("/v1/chat/completions", headers=as_, json={
+            "model": "alpha", "messages": ASK, "temperature": 0})
+        cache = self.client.app[GATEWAY].cache
+        assert cache is not None
+        await cache.settled()
+        return resp.status, resp.headers.get("X-Llmgw-Cache", "none")
+
     async def chat(self, as_: dict[str, str], model: str = "alpha") -> tuple[int, Any]:
         return await self.call("POST", "/v1/chat/completions", {"model": model, "messages": ASK},
                                as_)
@@ -173,12 +183,71 @@ async def test_a_team_admin_cannot_reach_other_teams_keys_or_usage(
     # A team member that is not its admin sees itself only.
     _, own = await api.call("GET", "/admin/v1/keys", as_=red)
     assert [k["name"] for k in own["data"]] == ["red-1"]
-    # Revoking the team admin leaves the keys it made: they are the team's, not its family.
-    _, admins = await api.call("GET", "/admin/v1/keys")
-    admin_id = next(k["id"] for k in admins["data"] if k["name"] == "red-admin")
-    _, revoked = await api.call("POST", f"/admin/v1/keys/{admin_id}/revoke")
-    assert revoked["revoked_beneath"] == 0
-    assert (await api.chat(red))[0] == 200
+
+
+async def test_a_team_admin_key_mints_within_its_own_grants_and_its_keys_die_with_it(
+        api: Api) -> None:
+    """A team admin key limited to one of its team's models mints nothing for another, its keys
+    get its limits, and once it is revoked they are refused at once, in each caller's dialect."""
+    await api.call("PUT", "/admin/v1/teams/blue", {"models": ["alpha", "beta"]})
+    lead, _ = await api.key({"name": "lead", "team": "blue", "team_admin": True,
+                             "models": ["alpha"], "limits": {"rpm": 7}})
+    status, refused = await api.call("POST", "/admin/v1/keys", {"name": "b", "models": ["beta"]},
+                                     lead)
+    assert status == 403 and refused["error"]["param"] == "models"
+    assert "beta" in refused["error"]["message"]
+    member, made = await api.key({"name": "m"}, as_=lead)
+    assert made["models"] == ["alpha"] and made["limits"]["rpm"] == 7
+    assert (await api.chat(member))[0] == 200
+
+    _, listed = await api.call("GET", "/admin/v1/keys")
+    lead_id = next(k["id"] for k in listed["data"] if k["name"] == "lead")
+    _, revoked = await api.call("POST", f"/admin/v1/keys/{lead_id}/revoke")
+    assert revoked["revoked_beneath"] == 1
+    status, body = await api.chat(member)
+    assert status == 401 and body["error"]["code"] == "invalid_api_key"
+    resp = await api.client.post("/v1/messages", json={"model": "alpha", "max_tokens": 8,
+                                                       "messages": ASK},
+                                 headers={**member, "anthropic-version": "2023-06-01"})
+    body = await resp.json()
+    assert resp.status == 401 and body["type"] == "error"
+    assert body["error"]["type"] == "authentication_error"
+
+
+async def test_a_team_made_again_under_a_removed_ones_name_inherits_nothing(api: Api) -> None:
+    """Team red is removed and made again under its name: the new team is another tenant. It is
+    served none of the old team's cached answers, its admin sees none of the old team's keys or
+    usage, and its limits count from nothing."""
+    status, _ = await api.call("PUT", "/admin/v1/models/alpha/cache", {"cache": {"mode": "exact"}})
+    assert status == 200
+    old, old_key = await api.key({"name": "old", "team": "red"})
+    for _ in range(2):  # the second answer comes from the cache
+        assert (await api.cached_chat(old))[0] == 200
+    assert len(api.provider.requests) == 1
+    await api.flush()
+    await api.call("POST", f"/admin/v1/keys/{old_key['id']}/revoke")
+    assert (await api.call("DELETE", "/admin/v1/teams/red"))[0] == 200
+    status, made = await api.call("POST", "/admin/v1/teams", {"name": "red", "models": ["alpha"],
+                                                              "limits": {"rpm": 100}})
+    assert status == 201
+    _, team = await api.call("GET", "/admin/v1/teams/red")
+    assert team["keys"] == 0 and team["tokens_today"] == 0
+    assert team["live"]["requests_this_minute"] == 0  # not the old team's 2
+
+    lead, lead_key = await api.key({"name": "lead", "team": "red", "team_admin": True})
+    new, new_key = await api.key({"name": "new"}, as_=lead)
+    assert await api.cached_chat(new) == (200, "miss")
+    assert len(api.provider.requests) == 2
+    await api.flush()
+    _, listed = await api.call("GET", "/admin/v1/keys", as_=lead)
+    assert {k["name"] for k in listed["data"]} == {"lead", "new"}
+    assert (await api.call("GET", f"/admin/v1/keys/{old_key['id']}", as_=lead))[0] == 404
+    assert (await api.call("GET", f"/admin/v1/usage?key={old_key['id']}", as_=lead))[0] == 404
+    for path in ("/admin/v1/usage?team=red", "/admin/v1/usage"):
+        _, usage = await api.call("GET", path, as_=lead)
+        assert {r["key_id"] for r in usage["data"]} == {new_key["id"]}, path
+    _, team = await api.call("GET", "/admin/v1/teams/red")
+    assert team["keys"] == 2 and team["tokens_today"] == 14  # the new key's one request
 
 
 async def test_a_team_budget_holds_across_two_servers_on_postgresql(

@@ -1,8 +1,9 @@
 """`llmgw server run --workers 2`, the real processes: limits hold exactly across the workers,
-usage adds up to what clients counted, a killed worker is replaced while the
-other keeps serving, a revoked key is refused by every worker, and `kill -9` of the server takes
-its workers along. Requests go over new connections each time, so the kernel spreads them over
-both workers; the request id's per-process prefix says which worker answered."""
+usage adds up to what clients counted, a killed worker is replaced while the other keeps
+serving, a revoked key (or one whose team admin is revoked) is refused by every worker, and
+`kill -9` of the server takes its workers along. Requests go over new connections each time, so
+the kernel spreads them over both workers; the request id's per-process prefix says which
+worker answered."""
 
 from __future__ import annotations
 
@@ -44,19 +45,21 @@ class Served:
         return [c.pid for c in psutil.Process(self.proc.pid).children()
                 if "llmgw.server.worker" in " ".join(c.cmdline())]
 
-    async def admin(self, method: str, path: str, body: Any = None) -> Any:
+    async def admin(self, method: str, path: str, body: Any = None, key: str | None = None) -> Any:
+        """The admin API's answer, asked with the admin key (or `key`)."""
         async with aiohttp.ClientSession() as s, s.request(
                 method, self.url + path, json=body,
-                headers={"Authorization": f"Bearer {self.server.admin_key}"}) as resp:
+                headers={"Authorization": f"Bearer {key or self.server.admin_key}"}) as resp:
             assert resp.status < 300, await resp.text()
             return await resp.json()
 
-    async def key(self, **limits: int) -> tuple[str, str]:
-        """A new user key's secret and id, once every worker knows it (each refreshes its keys
-        from the store on its own): `/v1/models`, which no limit counts, answers it twenty
-        times in a row on new connections, which land on either worker."""
+    async def key(self, minter: str | None = None, /, **limits: int) -> tuple[str, str]:
+        """A new user key's secret and id (minted by `minter`, else the admin key), once every
+        worker knows it (each refreshes its keys from the store on its own): `/v1/models`,
+        which no limit counts, answers it twenty times in a row on new connections, which land
+        on either worker."""
         made = await self.admin("POST", "/admin/v1/keys", {"name": f"k{time.monotonic_ns()}",
-                                                           "limits": limits})
+                                                           "limits": limits}, minter)
         deadline, good = time.monotonic() + 15, 0
         while good < 20:
             assert time.monotonic() < deadline, "a new key never reached every worker"
@@ -261,6 +264,21 @@ async def test_a_revoked_key_is_refused_by_every_worker(served: Served) -> None:
 
     # An admin change refreshes every worker before its answer, which is sooner than
     # refresh_interval_s: no request after the revoke gets through, whichever worker takes it.
+    assert {a.status for a in answers} == {401}
+    assert len({a.worker for a in answers}) == WORKERS
+
+
+async def test_a_key_minted_by_a_revoked_team_admin_is_refused_by_every_worker(
+        served: Served) -> None:
+    await served.admin("POST", "/admin/v1/teams", {"name": "red"})
+    lead = await served.admin("POST", "/admin/v1/keys", {"name": "lead", "team": "red",
+                                                         "team_admin": True})
+    key, _ = await served.key(lead["key"])
+    await both_workers_answer(served, key)
+
+    await served.admin("POST", f"/admin/v1/keys/{lead['id']}/revoke")
+    answers = await many(served.url, key, 40)
+
     assert {a.status for a in answers} == {401}
     assert len({a.worker for a in answers}) == WORKERS
 

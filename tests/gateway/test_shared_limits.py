@@ -17,7 +17,7 @@ import pytest
 from llmgw.core.clock import FakeClock
 from llmgw.core.errors import LimitsUnavailable, RateLimited
 from llmgw.core.settings import LimitsSettings
-from llmgw.core.types import ApiKey, Limits
+from llmgw.core.types import ApiKey, Limits, Team
 from llmgw.gateway.auth import KeyCache
 from llmgw.gateway.limits import Limiter, Ticket
 from llmgw.gateway.shared_limits import SharedLimits, connect
@@ -97,6 +97,37 @@ async def test_a_family_shares_its_minters_rpm_across_processes(
         limiter.keys = lambda: cache
     tickets = await asyncio.gather(*(burst(servers, child, 6) for child in children))
     assert sum(len(t) for t in tickets) == 6  # not 12, nor 18
+
+
+async def test_keys_a_team_admin_mints_share_its_rpm_across_processes(
+        servers: list[Limiter]) -> None:
+    team = Team(name="t")
+    lead = key_with(rpm=6).model_copy(update={"team": "t", "team_id": team.id, "team_admin": True})
+    children = [minted(lead).model_copy(update={"team": "t", "team_id": team.id})
+                for _ in range(3)]
+    cache = KeyCache(b"", [lead, *children], [team])
+    for limiter in servers:
+        limiter.keys = lambda: cache
+    tickets = await asyncio.gather(*(burst(servers, child, 6) for child in children))
+    assert sum(len(t) for t in tickets) == 6  # the team admin's rpm, not each minted key's
+
+
+async def test_a_team_made_again_under_a_removed_ones_name_counts_from_nothing_in_redis(
+        servers: list[Limiter]) -> None:
+    old = Team(name="t", limits=Limits(rpm=4))
+    old_key = key_with().model_copy(update={"team": "t", "team_id": old.id})
+    old_cache = KeyCache(b"", [old_key], [old])
+    for limiter in servers:
+        limiter.keys = lambda: old_cache
+    assert len(await burst(servers, old_key, 8)) == 4
+
+    new = Team(name="t", limits=Limits(rpm=4))
+    new_key = key_with().model_copy(update={"team": "t", "team_id": new.id})
+    new_cache = KeyCache(b"", [new_key], [new])
+    for limiter in servers:
+        limiter.keys = lambda: new_cache
+    assert len(await burst(servers, new_key, 8)) == 4  # the new team's whole minute
+    assert (await servers[0].live(new.limiter_id)).requests_this_minute == 4
 
 
 async def test_a_day_budget_is_overrun_by_at_most_one_reservation(servers: list[Limiter]) -> None:

@@ -27,9 +27,11 @@ def pg_store(postgres_url: str) -> Iterator[Store]:
     s.close()
 
 
-def member(team: str | None, **limits: int) -> ApiKey:
+def member(team: Team | None, **limits: int) -> ApiKey:
     _, record = user_key()
-    return record.model_copy(update={"team": team, "limits": Limits(**limits)})
+    return record.model_copy(update={"team": team.name if team else None,
+                                     "team_id": team.id if team else None,
+                                     "limits": Limits(**limits)})
 
 
 def refused(limiter: Limiter, key: ApiKey, reserve: int = 0) -> RateLimited:
@@ -40,7 +42,7 @@ def refused(limiter: Limiter, key: ApiKey, reserve: int = 0) -> RateLimited:
 
 def test_a_teams_rpm_holds_on_top_of_each_keys(clock: FakeClock) -> None:
     team = Team(name="research", limits=Limits(rpm=5))
-    a, b, outsider = member("research", rpm=4), member("research"), member(None)
+    a, b, outsider = member(team, rpm=4), member(team), member(None)
     cache = KeyCache(b"", [a, b, outsider], [team])
     limiter = Limiter(None, clock.now, keys=lambda: cache)
     for key in (a, a, a, a):
@@ -55,7 +57,7 @@ def test_a_teams_rpm_holds_on_top_of_each_keys(clock: FakeClock) -> None:
 
 def test_the_installs_default_limits_are_not_a_teams(clock: FakeClock) -> None:
     team = Team(name="big", limits=Limits(concurrent=10))
-    keys = [member("big") for _ in range(5)]
+    keys = [member(team) for _ in range(5)]
     cache = KeyCache(b"", keys, [team])
     limiter = Limiter(None, clock.now, default=lambda: Limits(concurrent=2), keys=lambda: cache)
     for key in keys:  # 2 each by default, 10 for the team together
@@ -66,8 +68,8 @@ def test_the_installs_default_limits_are_not_a_teams(clock: FakeClock) -> None:
 
 def test_keys_minted_beneath_a_team_key_count_against_the_team(clock: FakeClock) -> None:
     team = Team(name="t", limits=Limits(concurrent=2))
-    parent = member("t")
-    child = member("t").model_copy(update={"minted_by": parent.id})
+    parent = member(team)
+    child = member(team).model_copy(update={"minted_by": parent.id})
     cache = KeyCache(b"", [parent, child], [team])
     limiter = Limiter(None, clock.now, keys=lambda: cache)
     limiter.admit(parent, 0)
@@ -76,19 +78,51 @@ def test_keys_minted_beneath_a_team_key_count_against_the_team(clock: FakeClock)
     assert exc.code == "rate_limit_concurrent" and "2 requests of team t in flight" in exc.message
 
 
-def test_a_team_admins_keys_are_no_family_of_it(clock: FakeClock) -> None:
-    admin = member("t", concurrent=1).model_copy(update={"team_admin": True})
-    minted = member("t").model_copy(update={"minted_by": admin.id})
-    cache = KeyCache(b"", [admin, minted], [Team(name="t")])
-    assert [k.id for k in cache.chain(minted)] == [minted.id, "team:t"]
+def test_keys_a_team_admin_mints_share_its_limits(clock: FakeClock) -> None:
+    """A team admin key is a minter like any other: the keys it mints count against its own
+    limits and its team's, so a burst from several of them gets exactly the team admin's."""
+    team = Team(name="t")
+    lead = member(team, concurrent=3).model_copy(update={"team_admin": True})
+    keys = [member(team).model_copy(update={"minted_by": lead.id}) for _ in range(4)]
+    cache = KeyCache(b"", [lead, *keys], [team])
+    assert [k.id for k in cache.chain(keys[0])] == [keys[0].id, lead.id, team.limiter_id]
     limiter = Limiter(None, clock.now, keys=lambda: cache)
-    limiter.admit(admin, 0)
-    limiter.admit(minted, 0)  # the team admin's own concurrency of 1 is not its keys'
+    admitted = 0
+    for i in range(12):
+        try:
+            limiter.admit(keys[i % 4], 0)
+            admitted += 1
+        except RateLimited as exc:
+            assert exc.code == "rate_limit_concurrent"
+    assert admitted == 3
+
+
+def test_a_team_made_again_under_a_removed_ones_name_counts_from_nothing(
+        clock: FakeClock) -> None:
+    """A team removed and made again under its name is another team: the limiter counts it
+    afresh, and the old team's keys are none of its members."""
+    old = Team(name="t", limits=Limits(rpm=2, concurrent=2))
+    old_key = member(old)
+    limiter = Limiter(None, clock.now, keys=lambda: KeyCache(b"", [old_key], [old]))
+    limiter.admit(old_key, 0)
+    limiter.admit(old_key, 0)
+    assert refused(limiter, old_key).code == "rate_limit_rpm"
+
+    new = Team(name="t", limits=Limits(rpm=2, concurrent=2))
+    new_key = member(new)
+    cache = KeyCache(b"", [old_key.model_copy(update={"revoked": True}), new_key], [new])
+    limiter.keys = lambda: cache
+    assert cache.family(new.limiter_id) == (new_key.id,)
+    limiter.admit(new_key, 0)
+    limiter.admit(new_key, 0)  # the new team's whole minute and concurrency
+    assert refused(limiter, new_key).code == "rate_limit_rpm"
+    assert not team_allows(cache, old_key, MODEL)  # its team is gone, whatever has its name
 
 
 def test_a_team_key_may_call_only_the_teams_models() -> None:
-    key = member("t")
-    cache = KeyCache(b"", [key], [Team(name="t", models=["gemma*"])])
+    team = Team(name="t", models=["gemma*"])
+    key = member(team)
+    cache = KeyCache(b"", [key], [team])
     assert team_allows(cache, key, "gemma3-270m")
     assert not team_allows(cache, key, "gpt-4o")
     gone = KeyCache(b"", [key], [])  # its team was removed: nothing
@@ -102,7 +136,7 @@ async def test_a_team_budget_at_its_edge_across_two_servers_on_postgresql(
     at most what was left at its last sync (the stated tolerance); after both sync, every key of
     the team is refused on both, and keys outside it are not."""
     team = Team(name="research", limits=Limits(tokens_per_day=1000))
-    k1, k2, outsider = member("research"), member("research"), member(None)
+    k1, k2, outsider = member(team), member(team), member(None)
     cache = KeyCache(b"", [k1, k2, outsider], [team])
     a = Limiter(pg_store, clock.now, keys=lambda: cache)
     b = Limiter(pg_store, clock.now, keys=lambda: cache)
@@ -144,7 +178,7 @@ async def test_a_team_budget_at_its_edge_across_two_servers_on_postgresql(
 
 async def test_a_teams_rpm_across_two_servers_on_postgresql(pg_store: Store, clock: FakeClock) -> None:
     team = Team(name="ops", limits=Limits(rpm=10))
-    keys = [member("ops") for _ in range(3)]
+    keys = [member(team) for _ in range(3)]
     cache = KeyCache(b"", keys, [team])
     a = Limiter(pg_store, clock.now, keys=lambda: cache)
     b = Limiter(pg_store, clock.now, keys=lambda: cache)

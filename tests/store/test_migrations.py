@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from importlib import resources
 from pathlib import Path
 
@@ -25,8 +25,10 @@ def empty_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     return f"sqlite:///{tmp_path / 'llmgw.db'}"
 
 
-def upgrade_to(url: str, revision: str, rows: list[dict[str, object]]) -> None:
-    """Migrate an empty database to `revision` and write `rows` to api_keys, as that version did."""
+def upgrade_to(url: str, revision: str, rows: list[dict[str, object]],
+               teams: tuple[tuple[str, datetime], ...] = ()) -> None:
+    """Migrate an empty database to `revision` and write `rows` to api_keys (and `teams`, each
+    a name and when it was made), as that version did."""
     cfg = Config(str(resources.files("llmgw.store") / "alembic.ini"))
     cfg.set_main_option("script_location", str(resources.files("llmgw.store") / "migrations"))
     engine = create_engine(url)
@@ -34,12 +36,18 @@ def upgrade_to(url: str, revision: str, rows: list[dict[str, object]]) -> None:
         with engine.begin() as conn:
             cfg.attributes["connection"] = conn
             command.upgrade(cfg, revision)
+            for name, made in teams:
+                conn.execute(text("INSERT INTO teams (name, spec, by, created_at, updated_at) "
+                                  "VALUES (:name, '{}', 'admin', :made, :made)"),
+                             {"name": name, "made": made})
             for row in rows:
+                team = {"team": row.pop("team")} if "team" in row else {}
                 conn.execute(text(
                     "INSERT INTO api_keys (id, name, prefix, last4, hash, scope, models, revoked,"
-                    " by, created_at, limits, note, minted_by) VALUES (:id, :name, :prefix,"
-                    " :last4, :id, 'user', '[]', :revoked, :by, :now, '{}', '', :minted_by)"),
-                    {"now": NOW, **row})
+                    " by, created_at, limits, note, minted_by" + (", team" if team else "") +
+                    ") VALUES (:id, :name, :prefix, :last4, :id, 'user', '[]', :revoked, :by,"
+                    " :now, '{}', '', :minted_by" + (", :team" if team else "") + ")"),
+                    {"now": NOW, **row, **team})
     finally:
         engine.dispose()
 
@@ -69,3 +77,24 @@ def test_keys_minted_by_a_key_rotated_before_the_upgrade_keep_working(empty_url:
     assert keys["bob"].minted_by == "alice3" and keys["carol"].minted_by == "alice3"
     assert keys["dave"].minted_by == "gone"
     assert keys["bob"].scope == KeyScope.USER and not keys["bob"].revoked
+
+
+def test_each_team_gets_an_id_and_only_keys_made_since_it_was_made_are_its(
+        empty_url: str) -> None:
+    # "red" was made an hour before NOW (when every key here was made); "blue" was made after
+    # them, so its keys belong to an earlier blue, removed since: they belong to no team now.
+    upgrade_to(empty_url, "0016", [
+        {**key_row("r1"), "team": "red"},
+        {**key_row("b1", revoked=True), "team": "blue"},
+        {**key_row("loner")},
+    ], teams=(("red", NOW - timedelta(hours=1)), ("blue", NOW + timedelta(hours=1))))
+    store = Store.open(empty_url)
+    try:
+        teams = {t.name: t for t in store.teams.list()}
+        keys = {k.id: k for k in store.keys.list()}
+    finally:
+        store.close()
+    assert teams["red"].id.startswith("team-") and teams["red"].id != teams["blue"].id
+    assert keys["r1"].team == "red" and keys["r1"].team_id == teams["red"].id
+    assert keys["b1"].team == "blue" and keys["b1"].team_id is None
+    assert keys["loner"].team_id is None

@@ -42,7 +42,17 @@ class KeyAdmin:
 
     async def keys(self, viewer: ApiKey | None = None) -> list[ApiKey]:
         """Every key `viewer` may see (see `visible`); all of them without a viewer."""
-        return visible(viewer, await asyncio.to_thread(self._store.keys.list))
+        keys = await asyncio.to_thread(self._store.keys.list)
+        if viewer is not None and viewer.team_admin and viewer.team_id is None \
+                and viewer.team is not None:
+            # A person's grant names a team: the team of that name as it is now.
+            team = await self._team_named(viewer.team)
+            viewer = viewer.model_copy(update={"team_id": team.id if team else None})
+        return visible(viewer, keys)
+
+    async def _team_named(self, name: str) -> Team | None:
+        return next((t for t in await asyncio.to_thread(self._store.teams.list)
+                     if t.name == name), None)
 
     async def find(self, ref: str, viewer: ApiKey | None = None) -> ApiKey:
         """A key by id, name (a live key's first, as names are unique among live keys; then an
@@ -63,7 +73,8 @@ class KeyAdmin:
         """A new key within the minter's scope and limits; returns it and its secret.
 
         An admin key mints any scope, including `node` (a node agent's join token); a user key
-        mints only user keys within its own grants, and its family within MINT_CAPS; a node
+        (a team admin key too) mints only user keys within its own grants and its team's, and
+        its family within MINT_CAPS; a team admin person, within its team's grants; a node
         join token or a metrics key mints nothing. Conflict (409) when a live key already has
         the name."""
         if minter.scope not in (KeyScope.ADMIN, KeyScope.USER):
@@ -80,10 +91,14 @@ class KeyAdmin:
             raise InvalidRequest("the key would expire before it is made", param="expires_at")
         models, limits = req.models, req.limits
         team = await self._team_of(req, minter)
-        if minter.scope != KeyScope.ADMIN and team is not None and minter.team_admin:
-            models, limits = _within_team(team, req)
-        elif minter.scope != KeyScope.ADMIN:
-            models, limits, expires = self._within(minter, req, expires)
+        if minter.scope != KeyScope.ADMIN:
+            # Within both the minter's grants and its team's: a team admin key's own models,
+            # limits and expiry bind what it mints; a person (a team admin signed in to the
+            # console) is no key, so only the team bounds theirs.
+            if not is_person(minter):
+                models, limits, expires = self._within(minter, req, expires)
+            if team is not None:
+                models = _within_team(team, models, req.limits)
         elif team is not None:
             outside = [m for m in models if team.models and not _granted(m, team.models)]
             if outside:
@@ -94,11 +109,12 @@ class KeyAdmin:
             id=new_id("key"), name=req.name, prefix=key_prefix(secret), last4=secret[-4:],
             hash=hash_key(self._secret, secret), scope=req.scope, models=models,
             expires_at=expires, by=who(minter), created_at=now,
-            # A person's keys start families of their own (a team admin's are the team's): the
-            # person is no key, and a key's fate follows only keys above it.
+            # A person's keys start families of their own (a team admin key's are its family):
+            # the person is no key, and a key's fate follows only keys above it.
             limits=limits, note=req.note, minted_by=None if is_person(minter) else minter.id,
             node_id=req.node_id,
-            team=team.name if team is not None else None, team_admin=req.team_admin,
+            team=team.name if team is not None else None,
+            team_id=team.id if team is not None else None, team_admin=req.team_admin,
         )
         caps = self._caps if minter.scope == KeyScope.USER else None
         await asyncio.to_thread(self._store.keys.create, key, None, caps)
@@ -126,9 +142,9 @@ class KeyAdmin:
             return None
         if req.scope != KeyScope.USER:
             raise InvalidRequest("only user keys belong to teams", param="team")
-        teams = {t.name: t for t in await asyncio.to_thread(self._store.teams.list)}
-        team = teams.get(wanted)
-        if team is None:
+        team = await self._team_named(wanted)
+        # A key of a team mints for that team itself, not for a later one of its name.
+        if team is None or (minter.team_id is not None and team.id != minter.team_id):
             raise InvalidRequest(f"team {wanted!r} does not exist", param="team")
         return team
 
@@ -193,12 +209,12 @@ class KeyAdmin:
         """Usage rows, of one key when `key` names one, of one team's keys when `team` does;
         only of keys `viewer` may see (another team is as unknown as one that does not exist)."""
         if team:
-            members = {k.id for k in await self.keys(viewer) if k.team == team}
-            if not members and not any(t.name == team for t in
-                                       await asyncio.to_thread(self._store.teams.list)):
+            # The team of that name as it is now: a removed one's keys are none of its.
+            current = await self._team_named(team)
+            if current is None or (viewer is not None and viewer.scope != KeyScope.ADMIN
+                                   and viewer.team != team):
                 raise NotFound(f"team {team!r} does not exist", param="team")
-            if viewer is not None and viewer.scope != KeyScope.ADMIN and viewer.team != team:
-                raise NotFound(f"team {team!r} does not exist", param="team")
+            members = {k.id for k in await self.keys(viewer) if k.team_id == current.id}
             rows = await asyncio.to_thread(self._store.usage.usage, None, model, since)
             return [r for r in rows if r.key_id in members]
         if key:
@@ -211,18 +227,17 @@ class KeyAdmin:
         return [r for r in rows if r.key_id in mine]
 
 
-def _within_team(team: Team, req: KeyRequest) -> tuple[list[str], Limits]:
-    """A team admin mints user keys for its team, for the team's models, within its limits."""
-    if req.scope != KeyScope.USER:
-        raise Forbidden("a team admin mints only user keys", param="scope")
-    models = req.models or team.models
+def _within_team(team: Team, models: list[str], limits: Limits) -> list[str]:
+    """The models a key minted for `team` gets (`models`, else the team's), Forbidden when they
+    or the `limits` asked for go past the team's."""
+    models = models or team.models
     outside = [m for m in models if team.models and not _granted(m, team.models)]
     if outside:
         raise Forbidden(f"team {team.name} may not use models {', '.join(outside)}", param="models")
-    over = req.limits.merged(team.limits).within(team.limits)
+    over = limits.merged(team.limits).within(team.limits)
     if over:
         raise Forbidden(f"limits above team {team.name}'s: {', '.join(over)}", param="limits")
-    return models, req.limits
+    return models
 
 
 def visible(viewer: ApiKey | None, keys: list[ApiKey]) -> list[ApiKey]:
@@ -231,8 +246,8 @@ def visible(viewer: ApiKey | None, keys: list[ApiKey]) -> list[ApiKey]:
     minted beneath it."""
     if viewer is None or viewer.scope == KeyScope.ADMIN:
         return keys
-    if viewer.team_admin and viewer.team is not None:
-        return [k for k in keys if k.team == viewer.team or k.id == viewer.id]
+    if viewer.team_admin and viewer.team_id is not None:
+        return [k for k in keys if k.team_id == viewer.team_id or k.id == viewer.id]
     minted: dict[str, list[str]] = {}
     for k in keys:
         if k.minted_by is not None:

@@ -46,14 +46,15 @@ class TeamAdmin:
         teams = [t for t in self._store.teams.list() if only is None or t.name == only]
         keys = self._store.keys.list()
         now = self._clock.now()
-        members = {t.name: [k.id for k in keys if k.team == t.name] for t in teams}
+        # By id: the keys of a removed team of the same name are none of this one's.
+        members = {t.id: [k.id for k in keys if k.team_id == t.id] for t in teams}
         everyone = sorted({k for ids in members.values() for k in ids})
         today = self._store.usage.tokens_since(everyone, now.strftime("%Y-%m-%d"))
         month = self._store.usage.tokens_since(everyone, now.strftime("%Y-%m-01"))
         out = []
         for t in teams:
-            ids = members[t.name]
-            live = sum(1 for k in keys if k.team == t.name and not k.revoked
+            ids = members[t.id]
+            live = sum(1 for k in keys if k.team_id == t.id and not k.revoked
                        and (k.expires_at is None or k.expires_at > now))
             out.append(TeamOut(**dict(t), keys=live, tokens_today=sum(today.get(i, 0) for i in ids),
                                tokens_this_month=sum(month.get(i, 0) for i in ids)))

@@ -20,7 +20,7 @@ TAG = "teams"
 
 def _named(payload: dict[str, Any], params: object) -> dict[str, Any]:
     """A team body without what the server sets, named by the path when it has a name."""
-    drop = ("by", "created_at", "updated_at", "keys", "tokens_today", "tokens_this_month")
+    drop = ("id", "by", "created_at", "updated_at", "keys", "tokens_today", "tokens_this_month")
     out = {k: v for k, v in payload.items() if k not in drop}
     if isinstance(params, dict) and "name" in params:
         out["name"] = params["name"]
@@ -41,10 +41,12 @@ async def replace_team(call: Call[TeamRequest, None]) -> TeamOut:
 
 async def get_team(call: Call[None, None]) -> TeamOut:
     name, caller = call.params["name"], call.caller
-    if caller.scope != KeyScope.ADMIN and caller.team != name:
-        # A team admin reaches its own team only; another is as unknown as one that is not.
+    mine = caller.scope == KeyScope.ADMIN or caller.team == name
+    team = await call.app[TEAMS].get(name) if mine else None
+    if team is None or (caller.team_id is not None and caller.team_id != team.id):
+        # A team admin reaches its own team only (not a later one of its name); another is as
+        # unknown as one that is not.
         raise NotFound(f"team {name!r} does not exist", param="name")
-    team = await call.app[TEAMS].get(name)
     return team.model_copy(update={"live": await live_counts(call, team.limiter_id)})
 
 

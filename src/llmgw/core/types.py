@@ -12,6 +12,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validat
 
 from llmgw.core import names
 from llmgw.core.cache import CacheSpec
+from llmgw.core.ids import new_id
 from llmgw.core.names import _REPO_RE, NAME_PATTERN
 
 __all__ = ["NAME_PATTERN", "_REPO_RE"]  # the API document shows the name rules
@@ -281,8 +282,11 @@ class KeyInfo(Frozen):
     # A node join token's node: the only one it may report as (None until its first report).
     node_id: str | None = None
     # The team the key belongs to (at most one): the team's limits and budgets hold on top of
-    # the key's own, and a key may call only the team's models.
+    # the key's own, and a key may call only the team's models. `team` is its name, as shown;
+    # `team_id` is the team itself (`Team.id`): a team removed and made again under the same
+    # name is another team, and this key is none of its.
     team: str | None = None
+    team_id: str | None = None
     # A user key that may mint keys for its team, and see its team's keys and usage.
     team_admin: bool = False
 
@@ -314,8 +318,9 @@ class UsageRow(Frozen):
     saved_tokens: int = 0  # what those answers would have taken
 
 
-# Teams share the per-minute store rows with keys, under "team:" + name: 64 characters in all.
 TEAM_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,47}$"
+# Teams share the per-minute store rows and the shared limit store with keys, under "team:" +
+# the team's id.
 TEAM_KEY_PREFIX = "team:"
 
 
@@ -323,6 +328,9 @@ class Team(Frozen):
     """A group of keys with its own limits and token budgets, on top of each key's."""
 
     name: str = Field(pattern=TEAM_NAME_PATTERN)
+    # The team itself, never reused: what keys, limit counters and cached answers name it by.
+    # The store gives each team it adds one of its own (this default is for teams not stored).
+    id: str = Field(default_factory=lambda: new_id("team"))
     # Models (names or patterns) the team's keys may call; empty: any the key may.
     models: list[str] = Field(default_factory=list)
     limits: Limits = Field(default_factory=Limits)
@@ -334,4 +342,4 @@ class Team(Frozen):
     @property
     def limiter_id(self) -> str:
         """The id the limiter counts the team's requests and tokens under."""
-        return TEAM_KEY_PREFIX + self.name
+        return TEAM_KEY_PREFIX + self.id

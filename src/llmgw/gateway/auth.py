@@ -25,20 +25,22 @@ class KeyCache:
     A key of a team has the team last in its chain, as a key of its own (`team_key`: the team's
     limits, counted under `Team.limiter_id`), whose family is every key of the team: the limiter
     then holds the team's limits and budgets on top of each key's with the same reservations.
+    Teams are known by id (`teams`): a key of a removed team belongs to no team of its name made
+    since.
     """
 
     def __init__(self, secret: bytes, keys: list[ApiKey], teams: Iterable[Team] = ()) -> None:
         self._secret = secret
-        self.teams = {t.name: t for t in teams}
-        team_keys = {name: team_key(t) for name, t in self.teams.items()}
+        self.teams = {t.id: t for t in teams}
+        team_keys = {tid: team_key(t) for tid, t in self.teams.items()}
         by_id = {k.id: k for k in keys}
         self._chains = {k.id: _chain(k, by_id) for k in keys}
         members: dict[str, list[str]] = {}
         for k in keys:
             for above in self._chains[k.id]:
                 members.setdefault(above.id, []).append(k.id)
-            if k.team is not None and k.team in team_keys:
-                members.setdefault(team_keys[k.team].id, []).append(k.id)
+            if k.team_id is not None and k.team_id in team_keys:
+                members.setdefault(team_keys[k.team_id].id, []).append(k.id)
         self._families = {kid: tuple(ids) for kid, ids in members.items()}
         # Each key with the earliest expiry in its chain; a chain holding a revoked key is out.
         self._by_hash: dict[str, tuple[ApiKey, datetime | None]] = {}
@@ -51,7 +53,7 @@ class KeyCache:
             self._by_hash[k.hash] = self._by_id[k.id] = (k, min(ends) if ends else None)
         # After the fate checks: a team is no key's minter, it only limits them.
         for k in keys:
-            team = team_keys.get(k.team) if k.team is not None else None
+            team = team_keys.get(k.team_id) if k.team_id is not None else None
             if team is not None:
                 self._chains[k.id] = (*self._chains[k.id], team)
         # Tokens of keys let in since this cache was built (it is rebuilt, empty, on every
@@ -107,13 +109,12 @@ def _unexpired(found: tuple[ApiKey, datetime | None], now: datetime) -> ApiKey:
 
 def _chain(key: ApiKey, by_id: dict[str, ApiKey]) -> tuple[ApiKey, ...]:
     """`key` and its minters while they are user keys: a key an admin made starts a family (an
-    admin's own limits and fate are not its keys')."""
+    admin's own limits and fate are not its keys'). A team admin is a user key like any other:
+    the keys it mints share its limits and die with it."""
     chain = [key]
     while key.minted_by is not None and len(chain) <= len(by_id):  # bounded even on a bad cycle
         minter = by_id.get(key.minted_by)
-        # A team admin mints for its team, as an admin does: its keys start families of their own.
-        if minter is None or minter.scope != KeyScope.USER or key.scope != KeyScope.USER \
-                or minter.team_admin:
+        if minter is None or minter.scope != KeyScope.USER or key.scope != KeyScope.USER:
             break
         chain.append(minter)
         key = minter
@@ -149,10 +150,10 @@ def may_use(key: ApiKey, model: str) -> bool:
 
 def team_allows(cache: KeyCache, key: ApiKey, model: str) -> bool:
     """Whether `key`'s team (if it has one) lets its keys call `model`; a key whose team is gone
-    may call nothing until an admin moves or revokes it."""
-    if key.team is None:
+    (even if a team of its name was made since) may call nothing until an admin revokes it."""
+    if key.team is None and key.team_id is None:
         return True
-    team = cache.teams.get(key.team)
+    team = cache.teams.get(key.team_id) if key.team_id is not None else None
     if team is None:
         return False
     return not team.models or any(fnmatch.fnmatchcase(model, p) for p in team.models)

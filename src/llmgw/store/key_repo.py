@@ -36,6 +36,7 @@ def _to_key(row: Any) -> ApiKey:
         minted_by=row.minted_by,
         node_id=row.node_id,
         team=row.team,
+        team_id=row.team_id,
         team_admin=bool(row.team_admin),
     )
 
@@ -110,9 +111,8 @@ class KeyRepo:
             target = next((r for r in rows if r.id == key_id), None)
             if target is None:
                 raise NotFound(f"key {key_id!r} does not exist", param="id")
-            # A team admin's keys are its team's, not its family: they stay (as an admin's do).
-            family = target.scope == "user" and not target.team_admin
-            beneath = [r.id for r in _beneath(rows, key_id)] if family else []
+            # An admin key's keys start families of their own: they stay.
+            beneath = [r.id for r in _beneath(rows, key_id)] if target.scope == "user" else []
             conn.execute(update(api_keys).where(api_keys.c.id.in_([key_id, *beneath]))
                          .values(revoked=True))
             if not target.revoked:
@@ -149,7 +149,7 @@ def audited(key: ApiKey) -> dict[str, Any]:
 def _rows(conn: Connection) -> Sequence[Any]:
     return conn.execute(select(api_keys.c.id, api_keys.c.name, api_keys.c.scope,
                                api_keys.c.minted_by, api_keys.c.revoked, api_keys.c.expires_at,
-                               api_keys.c.created_at, api_keys.c.team_admin, api_keys.c.by)).all()
+                               api_keys.c.created_at, api_keys.c.by)).all()
 
 
 def _live(row: Any, now: datetime) -> bool:

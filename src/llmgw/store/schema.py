@@ -96,6 +96,8 @@ api_keys = Table(
     Column("node_id", String(128), nullable=True),
     Column("team", String(64), nullable=True, index=True),
     Column("team_admin", Boolean, nullable=False, default=False),
+    # The team itself (teams.id): its name alone could be a later team's.
+    Column("team_id", String(64), nullable=True, index=True),
 )
 
 serve_jobs = Table(
@@ -225,6 +227,8 @@ teams = Table(
     "teams",
     metadata,
     Column("name", String(64), primary_key=True),
+    # Never reused: a team removed and made again under its name gets a new one.
+    Column("id", String(64), nullable=False, unique=True, index=True),
     Column("spec", JSON, nullable=False),
     Column("by", String(256), nullable=False),
     Column("created_at", DateTime(timezone=True), nullable=False),

@@ -9,6 +9,7 @@ from sqlalchemy import Engine, delete, select
 
 from llmgw.core.audit import AuditKind
 from llmgw.core.errors import Conflict, NotFound
+from llmgw.core.ids import new_id
 from llmgw.core.types import Team
 from llmgw.store.audit_repo import record
 from llmgw.store.db import bump_revision, utc
@@ -19,7 +20,7 @@ _SPEC_FIELDS = {"models", "limits", "note"}
 
 
 def _to_team(row: Any) -> Team:
-    return Team.model_validate({"name": row.name, **row.spec, "by": row.by,
+    return Team.model_validate({"name": row.name, "id": row.id, **row.spec, "by": row.by,
                                 "created_at": utc(row.created_at),
                                 "updated_at": utc(row.updated_at)})
 
@@ -43,24 +44,29 @@ class TeamRepo:
         return _to_team(row)
 
     def put(self, team: Team, by: str, now: datetime, *, replace: bool) -> Team:
-        """Add a team (Conflict when the name is taken), or with `replace` change one."""
+        """Add a team (Conflict when the name is taken) under a new id, or with `replace` change
+        one (its id stays)."""
         spec = team.model_dump(mode="json", include=_SPEC_FIELDS)
         with self._engine.begin() as conn:
             upsert(conn, teams, team.name, spec, write="update" if replace else "insert",
                    kind=AuditKind.TEAM, action="set" if replace else "add", by=by, now=now,
                    taken=Conflict(f"team {team.name!r} already exists", param="name"),
-                   missing=NotFound(f"team {team.name!r} does not exist", param="team"))
+                   missing=NotFound(f"team {team.name!r} does not exist", param="team"),
+                   fixed={"id": new_id("team")})
         return self.get(team.name)
 
     def remove(self, name: str) -> None:
-        """Remove a team that no live key belongs to (Conflict otherwise: revoke them first)."""
+        """Remove a team that no live key belongs to (Conflict otherwise: revoke them first).
+        Its id goes with it: a team made later under its name is another team."""
         with self._engine.begin() as conn:
             bump_revision(conn)  # first: a key being made for the team meanwhile waits
+            old = conn.execute(select(teams.c.id, teams.c.spec)
+                               .where(teams.c.name == name)).one_or_none()
+            if old is None:
+                raise NotFound(f"team {name!r} does not exist", param="team")
             live = conn.execute(select(api_keys.c.id).where(
-                api_keys.c.team == name, api_keys.c.revoked.is_(False))).first()
+                api_keys.c.team_id == old.id, api_keys.c.revoked.is_(False))).first()
             if live is not None:
                 raise Conflict(f"team {name!r} still has keys; revoke them first", param="name")
-            old = conn.execute(select(teams.c.spec).where(teams.c.name == name)).one_or_none()
-            if not conn.execute(delete(teams).where(teams.c.name == name)).rowcount:
-                raise NotFound(f"team {name!r} does not exist", param="team")
-            record(conn, AuditKind.TEAM, "remove", name, old.spec if old else None, None)
+            conn.execute(delete(teams).where(teams.c.name == name))
+            record(conn, AuditKind.TEAM, "remove", name, old.spec, None)

@@ -32,8 +32,10 @@ def upsert(
     conn: Connection, table: Table, name: str, spec: Mapping[str, Any], *, write: Write,
     kind: AuditKind, action: str, by: str, now: datetime,
     taken: Exception | None = None, missing: Exception | None = None,
+    fixed: Mapping[str, Any] | None = None,
 ) -> None:
-    """Write `spec` as `table`'s row `name` by `by` at `now`, audit it, bump the revision."""
+    """Write `spec` as `table`'s row `name` by `by` at `now`, audit it, bump the revision.
+    `fixed` are columns a new row takes and no later write changes (a team's id)."""
     where = table.c.name == name
     # Every table written here has name, spec and by; created_at (a new row's time) and
     # updated_at (every write's) where it has them.
@@ -50,7 +52,8 @@ def upsert(
         conn.execute(_replace(conn, table, {"name": name, "spec": spec, "by": by, **stamps}))
     else:
         try:
-            conn.execute(insert(table).values(name=name, spec=spec, by=by, **stamps))
+            conn.execute(insert(table).values(name=name, spec=spec, by=by, **stamps,
+                                              **(fixed or {})))
         except IntegrityError as exc:
             if taken is None:
                 raise

@@ -46,10 +46,11 @@ class Probe:
 
 def scope_of(key: ApiKey, spec: CacheSpec | None) -> str:
     """Whose answers a request may be served: its team's, or its key's when it has no team;
-    everyone's only where the model or route shares them."""
+    everyone's only where the model or route shares them. A team is named by its id, never
+    reused: a team made again under a removed one's name is a new tenant."""
     if spec is not None and spec.shared:
         return "*"
-    return f"team:{key.team}" if key.team is not None else f"key:{key.id}"
+    return f"team:{key.team_id}" if key.team_id is not None else f"key:{key.id}"
 
 
 class ResponseCache:
