@@ -101,7 +101,8 @@ async def forward_guarded(
             client_raw = answer(call, out, raw)
             if judged.outputs:
                 said = Turn("assistant", call.wire.answer_text(client_raw))
-                await guard.check(judged.outputs, Direction.OUTPUT, [*turns, said], info)
+                exchange.verdict(
+                    await guard.check(judged.outputs, Direction.OUTPUT, [*turns, said], info))
             return Reply(conn.status, client_raw, conn.content_type)
         await verdict  # nothing of the answer leaves before the input verdict
         streaming = True
@@ -131,7 +132,7 @@ async def _connect(transport: Transport, call: UpstreamCall, out: Outbound,
 
 
 async def _unless_blocked(
-    conn: Connection, verdict: asyncio.Task[None], read: Coroutine[Any, Any, Any]
+    conn: Connection, verdict: asyncio.Task[bool], read: Coroutine[Any, Any, Any]
 ) -> Any:
     """What `read` reads, unless the input verdict blocks first (then the upstream is dropped)."""
     reading = asyncio.ensure_future(read)
@@ -162,7 +163,8 @@ async def _windowed(
         if window.unjudged:
             said = Turn("assistant", window.text)
             try:
-                await judged.guard.check(outputs, Direction.OUTPUT, [*turns, said], judged.info)
+                exchange.verdict(await judged.guard.check(outputs, Direction.OUTPUT,
+                                                          [*turns, said], judged.info))
             except LlmgwError as exc:
                 exchange.blocked = True
                 conn.drop()  # stop the upstream generating what nobody will read

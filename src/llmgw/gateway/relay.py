@@ -81,6 +81,7 @@ def relayed(conn: Connection, call: UpstreamCall, out: Outbound, exchange: Excha
 def streamed(conn: Connection, chunks: AsyncGenerator[bytes, None]) -> Reply:
     """A streamed reply that gives the connection back when it is closed."""
     stream = Stream(chunks)
+    stream.broke = conn.broke
     stream.on_close(lambda _completed: conn.release())
     return Reply(200, content_type=SSE, stream=stream)
 
