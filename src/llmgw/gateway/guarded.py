@@ -16,7 +16,7 @@ from typing import Any
 from llmgw.core.errors import LlmgwError
 from llmgw.core.guard import Direction, InputMode, Policy
 from llmgw.gateway.call import Exchange, Reply, UpstreamCall
-from llmgw.gateway.relay import Outbound, answer, events, relayed, send, streamed
+from llmgw.gateway.relay import Outbound, answer, event_stream, events, relayed, send, streamed
 from llmgw.gateway.transport import Connection, Transport
 from llmgw.gateway.upstream import attempt as fallback
 from llmgw.gateway.wire.dialect import SentSoFar
@@ -103,8 +103,9 @@ async def forward_guarded(
                 said = Turn("assistant", call.wire.answer_text(client_raw))
                 exchange.verdict(
                     await guard.check(judged.outputs, Direction.OUTPUT, [*turns, said], info))
-            return Reply(conn.status, client_raw, conn.content_type)
+            return Reply(conn.status, client_raw)
         await verdict  # nothing of the answer leaves before the input verdict
+        event_stream(call, conn)
         streaming = True
         if not judged.outputs:
             return relayed(conn, call, out, exchange)

@@ -57,12 +57,12 @@ class Connection:
         return self._resp.headers
 
     @property
-    def content_type(self) -> str:
-        return self._resp.content_type or "application/json"
-
-    @property
     def name(self) -> str:
         return shown(self.up)
+
+    def streams(self) -> bool:
+        """Whether the answer says it is an event stream (its `Content-Type`)."""
+        return "text/event-stream" in (self._resp.content_type or "").lower()
 
     def broke(self) -> bool:
         """Whether the answer's stream broke before its end: whatever came before it, the
