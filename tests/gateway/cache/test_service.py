@@ -23,8 +23,8 @@ from llmgw.core.types import Limits, ProviderApi
 from llmgw.gateway.cache.embed import Embedder
 from llmgw.gateway.cache.memory import MemoryCache
 from llmgw.gateway.cache.service import Probe, ResponseCache, admits
-from llmgw.gateway.call import Exchange
 from llmgw.gateway.cache.store import InMemory
+from llmgw.gateway.call import Exchange
 from llmgw.gateway.metrics import Metrics
 from llmgw.gateway.transport import Transport
 from llmgw.gateway.upstream.table import RoutingTable, Serving, Upstream
