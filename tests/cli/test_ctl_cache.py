@@ -42,8 +42,30 @@ def test_a_routes_own_cache_keeps_the_rest_of_the_route(bare_server: LlmgwServer
 def test_stats_and_purge(bare_server: LlmgwServer) -> None:
     stats = ctl_json(bare_server, "cache", "stats", "--days", "7")
     assert stats["mode"] == "off" and stats["store"] == "memory"
-    assert "mode off, kept in memory" in flat(bare_server.ctl("cache", "stats").stdout)
+    assert "install's mode off (a model or route may set its own), kept in memory" in flat(
+        bare_server.ctl("cache", "stats").stdout)
     assert "purged 0 answers of every model" in flat(bare_server.ctl("cache", "purge").stdout)
     out = bare_server.ctl("cache", "purge", "--model", "down-1").stdout
     assert "purged 0 answers of down-1" in flat(out)
     assert bare_server.ctl("cache", "stats", "--days", "0", check=False).returncode == 2
+
+
+def test_stats_show_each_models_and_routes_own_mode_beside_the_installs(
+        bare_server: LlmgwServer) -> None:
+    # The install's cache is off, yet this model's and this route's answers are cached.
+    bare_server.ctl("model", "cache", "down-2", "--cache", "exact", "--cache-ttl", "1h")
+    bare_server.ctl("route", "add", "faq", "--to", "down-1")
+    bare_server.ctl("route", "cache", "faq", "--cache", "semantic", "--shared")
+    try:
+        stats = ctl_json(bare_server, "cache", "stats")
+        modes = {m["model"]: (m["mode"], m["own"]) for m in stats["models"]}
+        assert stats["mode"] == "off"
+        assert modes["down-2"] == ("exact", {"mode": "exact", "ttl_s": 3600.0, "shared": False})
+        assert modes["faq"] == ("semantic", {"mode": "semantic", "ttl_s": None, "shared": True})
+        shown = run_cli("ctl", "cache", "stats", env={**bare_server.env, "COLUMNS": "200"}).stdout
+        assert "install's mode off" in flat(shown)
+        assert row(shown, "down-2")[1:3] == ["exact", "exact 1h"]
+        assert row(shown, "faq")[1:3] == ["semantic", "semantic shared"]
+    finally:
+        bare_server.ctl("model", "cache", "down-2", "--inherit")
+        bare_server.ctl("route", "remove", "faq")

@@ -117,6 +117,9 @@ class FakeProvider:
     fail_next: list[int] = field(default_factory=list)
     cut_after: int | None = None  # a stream: send this many events, then drop the connection
     body: bytes | None = None  # a whole answer to send instead of the usual one
+    # A 200 that is no API's answer: this HTML page, whatever was asked, on every path (a login
+    # portal in front of the provider, a web UI at the wrong port).
+    page: bytes | None = None
     accept_encodings: list[str | None] = field(default_factory=list)
     arrived: asyncio.Queue[None] = field(default_factory=asyncio.Queue)  # one per request
     left: asyncio.Queue[None] = field(default_factory=asyncio.Queue)  # closed before it finished
@@ -134,6 +137,7 @@ class FakeProvider:
         app = web.Application()
         app.router.add_post("/v1/chat/completions", self.chat)
         app.router.add_post("/v1/embeddings", self.embeddings)
+        app.router.add_post("/v1/messages", self.portal)
         self.server = TestServer(app)  # handler_cancellation on: a closed connection cancels chat
         await self.server.start_server()
         return self
@@ -197,7 +201,16 @@ class FakeProvider:
         return web.json_response({"object": "list", "model": body.get("model"), "data": [
             {"object": "embedding", "index": 0, "embedding": vector}]})
 
+    async def portal(self, request: web.Request) -> web.Response:
+        """The `page`, where the provider serves nothing else."""
+        self.requests.append(orjson.loads(await request.read()))
+        if self.page is None:
+            raise web.HTTPNotFound()
+        return web.Response(body=self.page, content_type="text/html")
+
     async def chat(self, request: web.Request) -> web.StreamResponse:
+        if self.page is not None:
+            return await self.portal(request)
         body = orjson.loads(await request.read())
         self.requests.append(body)
         self.traceparents.append(request.headers.get("traceparent"))

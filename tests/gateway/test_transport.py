@@ -11,6 +11,7 @@ from email.utils import format_datetime
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import openai
 import orjson
 import pytest
@@ -276,6 +277,34 @@ async def test_an_upstream_error_that_is_not_the_clients_is_a_502_without_its_bo
         assert leaked not in text
     assert len(provider.accept_encodings) == 1  # a redirect is not followed
     assert await usage_rows(rig) == [(1, 0, 0, 1)]
+
+
+PORTAL = b"<!doctype html><html><body><h1>Sign in to the portal</h1><form action=/login></form></html>"
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "stream"])
+@pytest.mark.parametrize(("path", "question"), [
+    ("/v1/chat/completions", {"messages": [QUESTION]}),  # passed through as it came
+    ("/v1/messages", {"messages": [QUESTION], "max_tokens": 16}),  # passed through (llama.cpp's)
+    ("/v1/responses", {"input": "how wide is the sea?"}),  # translated to chat completions
+], ids=["chat", "messages", "responses"])
+async def test_a_200_that_is_an_html_page_is_a_502_in_the_callers_dialect(
+    provider: FakeProvider, rig: GatewayRig, stream: bool, path: str, question: dict[str, Any]
+) -> None:
+    provider.page = PORTAL  # a login portal, or a web UI at the wrong port, answering 200
+    async with aiohttp.ClientSession() as session, session.post(
+            rig.url + path, json={"model": "m", "stream": stream, **question},
+            headers={"Authorization": f"Bearer {rig.plaintext}"}) as resp:
+        status, content_type, body = resp.status, resp.content_type, await resp.read()
+    assert (status, content_type) == (502, "application/json")
+    error = orjson.loads(body)
+    if path == "/v1/messages":
+        assert error["type"] == "error" and error["error"]["type"] == "api_error"
+    else:
+        assert error["error"]["code"] == "upstream_error"
+    assert b"portal" not in body and b"<" not in body
+    assert len(provider.requests) == 1
+    assert [(n, errors) for n, _, _, errors in await usage_rows(rig)] == [(1, 1)]
 
 
 @pytest.mark.parametrize("stream", [False, True], ids=["whole", "stream"])

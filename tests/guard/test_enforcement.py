@@ -47,8 +47,8 @@ class Rig:
     view: GuardView = field(default_factory=lambda: GuardView(enabled=True))
 
     async def check(self, p: Policy | list[Policy], turns: list[Turn] = HELLO,
-                    direction: Direction = Direction.INPUT) -> None:
-        await self.guard.check(p if isinstance(p, list) else [p], direction, turns, INFO)
+                    direction: Direction = Direction.INPUT) -> bool:
+        return await self.guard.check(p if isinstance(p, list) else [p], direction, turns, INFO)
 
 
 @pytest.fixture
@@ -75,7 +75,7 @@ async def rig() -> AsyncIterator[Rig]:
 
 
 async def test_a_safe_prompt_passes_and_is_logged(rig: Rig) -> None:
-    await rig.check(policy())
+    assert await rig.check(policy()) is True  # judged: every judge gave its verdict
     [rec] = rig.records
     assert rec.outcome == Outcome.SAFE and rec.policy == "p" and rec.judge == "j1"
     assert rec.direction == Direction.INPUT and not rec.let_through and rec.categories == []
@@ -169,7 +169,8 @@ async def test_a_judge_that_never_answers_fails_closed_within_budget(rig: Rig) -
 async def test_a_judge_that_never_answers_fails_open_when_the_policy_says_so(rig: Rig) -> None:
     judge = rig.judges["j1"].never()
     start = time.monotonic()
-    await rig.check(policy(budget_ms=200, on_failure=OnFailure.OPEN))
+    # Let through, and said to be unjudged (what the cache must not keep).
+    assert await rig.check(policy(budget_ms=200, on_failure=OnFailure.OPEN)) is False
     assert time.monotonic() - start < WELL_UNDER_S
     await asyncio.wait_for(judge.gone.wait(), 5)
     [rec] = rig.records
@@ -205,7 +206,7 @@ async def test_a_garbage_verdict_is_unparseable(rig: Rig) -> None:
 
 async def test_a_garbage_verdict_fails_open_when_the_policy_says_so(rig: Rig) -> None:
     rig.judges["j1"].garbage()
-    await rig.check(policy(on_failure=OnFailure.OPEN))
+    assert await rig.check(policy(on_failure=OnFailure.OPEN)) is False
     [rec] = rig.records
     assert rec.let_through and rec.outcome == Outcome.FAILED_UNPARSEABLE
 

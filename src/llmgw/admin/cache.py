@@ -7,6 +7,7 @@ from collections import defaultdict
 from collections.abc import Awaitable, Callable
 from datetime import timedelta
 
+from llmgw.core.cache import CacheSpec
 from llmgw.core.clock import Clock
 from llmgw.core.protocol.cache import CacheModelStats, CacheStatsOut, PurgeOut
 from llmgw.gateway.cache.service import ResponseCache
@@ -25,7 +26,7 @@ class CacheAdmin:
 
     async def stats(self, days: int) -> CacheStatsOut:
         """Requests, hits and saved tokens per model over `days` (today the last), with the
-        answers kept now."""
+        answers kept now and the mode each model's (or route's) requests get."""
         since = (self._clock.now() - timedelta(days=days - 1)).strftime("%Y-%m-%d")
         rows = await asyncio.to_thread(self._store.usage.usage, None, None, since)
         totals: dict[str, list[int]] = defaultdict(lambda: [0, 0, 0])
@@ -35,14 +36,24 @@ class CacheAdmin:
             t[1] += r.cache_hits
             t[2] += r.saved_tokens
         entries = await self._cache.store.count()
+        own = await asyncio.to_thread(self._own)
+        mode = self._cache.settings.mode
         models = []
-        for name in sorted({*totals, *entries}):
+        for name in sorted({*totals, *entries, *own}):
             requests, hits, saved = totals.get(name, [0, 0, 0])
-            models.append(CacheModelStats(model=name, requests=requests, hits=hits,
-                                          hit_rate=round(hits / requests, 4) if requests else 0.0,
-                                          saved_tokens=saved, entries=entries.get(name, 0)))
-        return CacheStatsOut(mode=self._cache.settings.mode, store=self._cache.store.kind,
-                             since=since, models=models)
+            spec = own.get(name)
+            models.append(CacheModelStats(
+                model=name, mode=spec.mode if spec is not None and spec.mode is not None else mode,
+                own=spec, requests=requests, hits=hits,
+                hit_rate=round(hits / requests, 4) if requests else 0.0, saved_tokens=saved,
+                entries=entries.get(name, 0)))
+        return CacheStatsOut(mode=mode, store=self._cache.store.kind, since=since, models=models)
+
+    def _own(self) -> dict[str, CacheSpec]:
+        """The models' and routes' own cache settings (a model's wins over a route of its name,
+        as on the data plane)."""
+        routes = {r.name: r.cache for r in self._store.routes.list() if r.cache is not None}
+        return routes | {m.name: m.cache for m in self._store.catalog.list() if m.cache is not None}
 
     async def purge(self, model: str | None) -> PurgeOut:
         """Drop the answers kept for `model` (None: every answer): at once from this server's

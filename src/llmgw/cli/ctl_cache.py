@@ -79,15 +79,18 @@ def route_cache(ctx: typer.Context,
 @cache_app.command("stats")
 def cache_stats(ctx: typer.Context, days: Annotated[int, Opt(
         min=1, max=366, help="Count today and the days before it, this many in all.")] = 1) -> None:
-    """Requests, hits, hit rate and saved tokens per model, and the answers kept now."""
+    """The install's mode; per model (or route): the mode its requests get and its own setting,
+    requests, hits, hit rate and saved tokens, and the answers kept now."""
     ctl = CtlContext.of(ctx)
     data = ctl.call("GET", f"/admin/v1/cache?days={days}")
 
     def show(stats: CacheStatsOut) -> None:
-        render.console.print(f"mode {stats.mode.value}, kept in {stats.store}, since {stats.since}",
-                             highlight=False)
-        render.table("cache", ["model", "requests", "hits", "hit rate", "saved tokens", "kept"],
-                     [[m.model, m.requests, m.hits, f"{m.hit_rate:.0%}", m.saved_tokens,
+        render.console.print(f"install's mode {stats.mode.value} (a model or route may set its "
+                             f"own), kept in {stats.store}, since {stats.since}", highlight=False)
+        render.table("cache", ["model", "mode", "own setting", "requests", "hits", "hit rate",
+                               "saved tokens", "kept"],
+                     [[m.model, m.mode.value, cache_text(m.own), m.requests, m.hits,
+                       f"{m.hit_rate:.0%}", m.saved_tokens,
                        m.entries if m.entries is not None else "-"] for m in stats.models])
 
     ctl.show_as(CacheStatsOut, data, show)

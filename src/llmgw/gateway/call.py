@@ -50,6 +50,10 @@ class Exchange:
 
     tap: UsageTap
     blocked: bool = False  # the guard stopped the answer mid-stream
+    # The output guard's word on the answer: None while no output judgment ran, True while
+    # every one had each judge's verdict, False once one let it through without (fail-open).
+    judged: bool | None = None
+    broke: bool = False  # the upstream's stream broke (the client got the dialect's error event)
     # On a route: the catalog model that answered, which usage and metrics are counted against.
     target: str = ""
     # With the response cache on for the request: where its answer is kept, and the kept
@@ -57,6 +61,11 @@ class Exchange:
     probe: Probe | None = None
     hit: CachedAnswer | None = None
     vector: Vector | None = None  # a semantic look-up's embedding of the request, to index its answer
+
+    def verdict(self, judged: bool) -> None:
+        """Note an output judgment: `judged` when every judge gave a verdict. One pass let
+        through unjudged leaves the whole answer unjudged."""
+        self.judged = judged and self.judged is not False
 
 
 class Stream:
@@ -72,6 +81,9 @@ class Stream:
         # True once the rest of `chunks` comes without waiting on anything (the upstream's whole
         # answer has arrived): the writer may then send what is left at once. None: never known.
         self.settled: Callable[[], bool] | None = None
+        # Whether the upstream broke the stream (it then ended with the dialect's error event):
+        # read when it is closed, so a stream sent to its end still counts as failed.
+        self.broke: Callable[[], bool] = _never
         # The rest of `chunks` as one block without iterating them, once the upstream's whole
         # answer is here (None before then, or when it cannot be had so): set where nothing
         # stands between the upstream and the client. Taken with `take_rest`.
@@ -133,6 +145,10 @@ class Stream:
                 closer(completed)
             except Exception:
                 logger.exception("closing a stream failed")
+
+
+def _never() -> bool:
+    return False
 
 
 @dataclass

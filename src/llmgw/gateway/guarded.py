@@ -16,7 +16,7 @@ from typing import Any
 from llmgw.core.errors import LlmgwError
 from llmgw.core.guard import Direction, InputMode, Policy
 from llmgw.gateway.call import Exchange, Reply, UpstreamCall
-from llmgw.gateway.relay import Outbound, answer, events, relayed, send, streamed
+from llmgw.gateway.relay import Outbound, answer, event_stream, events, relayed, send, streamed
 from llmgw.gateway.transport import Connection, Transport
 from llmgw.gateway.upstream import attempt as fallback
 from llmgw.gateway.wire.dialect import SentSoFar
@@ -101,9 +101,11 @@ async def forward_guarded(
             client_raw = answer(call, out, raw)
             if judged.outputs:
                 said = Turn("assistant", call.wire.answer_text(client_raw))
-                await guard.check(judged.outputs, Direction.OUTPUT, [*turns, said], info)
-            return Reply(conn.status, client_raw, conn.content_type)
+                exchange.verdict(
+                    await guard.check(judged.outputs, Direction.OUTPUT, [*turns, said], info))
+            return Reply(conn.status, client_raw)
         await verdict  # nothing of the answer leaves before the input verdict
+        event_stream(call, conn)
         streaming = True
         if not judged.outputs:
             return relayed(conn, call, out, exchange)
@@ -131,7 +133,7 @@ async def _connect(transport: Transport, call: UpstreamCall, out: Outbound,
 
 
 async def _unless_blocked(
-    conn: Connection, verdict: asyncio.Task[None], read: Coroutine[Any, Any, Any]
+    conn: Connection, verdict: asyncio.Task[bool], read: Coroutine[Any, Any, Any]
 ) -> Any:
     """What `read` reads, unless the input verdict blocks first (then the upstream is dropped)."""
     reading = asyncio.ensure_future(read)
@@ -162,7 +164,8 @@ async def _windowed(
         if window.unjudged:
             said = Turn("assistant", window.text)
             try:
-                await judged.guard.check(outputs, Direction.OUTPUT, [*turns, said], judged.info)
+                exchange.verdict(await judged.guard.check(outputs, Direction.OUTPUT,
+                                                          [*turns, said], judged.info))
             except LlmgwError as exc:
                 exchange.blocked = True
                 conn.drop()  # stop the upstream generating what nobody will read

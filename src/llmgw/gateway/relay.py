@@ -4,6 +4,7 @@ translated into the client's dialect; streams chunk by chunk."""
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import AsyncGenerator, AsyncIterator
 
 import orjson
@@ -19,25 +20,42 @@ from llmgw.gateway.wire.sse import SseSplitter
 from llmgw.gateway.wire.translate import Translation
 
 # Where the request path has always found them.
-__all__ = ["Outbound", "answer", "events", "joined", "outbound", "passthrough", "relayed", "send",
-           "streamed"]
+__all__ = ["Outbound", "answer", "event_stream", "events", "joined", "outbound", "passthrough",
+           "relayed", "send", "streamed"]
 
 logger = logging.getLogger(__name__)
 
 SSE = "text/event-stream"
+# How every whole answer of the APIs llmgw serves starts: a JSON object (or array). Read from
+# its first bytes: a body passed through is never decoded.
+_JSON = re.compile(rb"\s*[{\[]")
 
 
 def answer(call: UpstreamCall, out: Outbound, raw: bytes) -> bytes:
-    """A whole upstream answer in the client's dialect."""
+    """A whole upstream answer (2xx) in the client's dialect; UpstreamError (502, its body not
+    echoed) for one that is not JSON: an HTML page, a login portal's, a web UI's."""
     if out.translation is None:
+        if _JSON.match(raw) is None:
+            raise _not(call, "JSON")
         return raw
     try:
         obj = orjson.loads(raw)
     except orjson.JSONDecodeError as exc:
-        raise UpstreamError(f"upstream for '{call.ask.model}' answered something that is not JSON") from exc
+        raise _not(call, "JSON") from exc
     if not isinstance(obj, dict):
         raise UpstreamError(f"upstream for '{call.ask.model}' answered something that is not an object")
     return orjson.dumps(out.translation.answer(obj, call.ask.model))
+
+
+def event_stream(call: UpstreamCall, conn: Connection) -> None:
+    """Refuse (502, its body not read) an upstream's 200 to a stream that is not an event
+    stream: a page relayed as SSE would reach the client as neither."""
+    if not conn.streams():
+        raise _not(call, "an event stream")
+
+
+def _not(call: UpstreamCall, what: str) -> UpstreamError:
+    return UpstreamError(f"upstream for '{call.ask.model}' answered something that is not {what}")
 
 
 async def send(transport: Transport, call: UpstreamCall, out: Outbound, exchange: Exchange) -> Reply:
@@ -51,6 +69,7 @@ async def send(transport: Transport, call: UpstreamCall, out: Outbound, exchange
         if not 200 <= conn.status < 300:
             raise await conn.failure()
         if call.ask.stream and conn.status == 200:  # the stream owns the connection from here
+            event_stream(call, conn)
             return relayed(conn, call, out, exchange)
         raw = await conn.whole()
     except BaseException:
@@ -58,7 +77,7 @@ async def send(transport: Transport, call: UpstreamCall, out: Outbound, exchange
         raise
     conn.release()
     exchange.tap.whole(raw)
-    return Reply(conn.status, answer(call, out, raw), conn.content_type)
+    return Reply(conn.status, answer(call, out, raw))
 
 
 def relayed(conn: Connection, call: UpstreamCall, out: Outbound, exchange: Exchange) -> Reply:
@@ -81,6 +100,7 @@ def relayed(conn: Connection, call: UpstreamCall, out: Outbound, exchange: Excha
 def streamed(conn: Connection, chunks: AsyncGenerator[bytes, None]) -> Reply:
     """A streamed reply that gives the connection back when it is closed."""
     stream = Stream(chunks)
+    stream.broke = conn.broke
     stream.on_close(lambda _completed: conn.release())
     return Reply(200, content_type=SSE, stream=stream)
 

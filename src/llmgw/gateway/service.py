@@ -17,7 +17,14 @@ import orjson
 
 from llmgw.core import tracing
 from llmgw.core.clock import Clock
-from llmgw.core.errors import Forbidden, GuardBlocked, LlmgwError, ModelNotFound, QueueFull
+from llmgw.core.errors import (
+    Forbidden,
+    GuardBlocked,
+    LlmgwError,
+    ModelNotFound,
+    QueueFull,
+    UpstreamError,
+)
 from llmgw.core.guard import Direction, Policy
 from llmgw.core.tracing import NOOP_TRACER, Tracer
 from llmgw.core.types import ApiKey, KeyScope, Model
@@ -26,7 +33,7 @@ from llmgw.gateway.cache.capture import CapturingTap
 from llmgw.gateway.cache.entry import CachedAnswer
 from llmgw.gateway.cache.keys import NONE_SAID, Directives
 from llmgw.gateway.cache.replay import replay
-from llmgw.gateway.cache.service import HIT, MISS, Probe, ResponseCache
+from llmgw.gateway.cache.service import HIT, MISS, Probe, ResponseCache, admits
 from llmgw.gateway.call import Exchange, Reply, UpstreamCall
 from llmgw.gateway.guarded import Judged, forward_guarded
 from llmgw.gateway.limits import Limiter, Ticket, reserve_estimate
@@ -224,8 +231,18 @@ class Gateway:
             # the loop runs it whether or not the client stays.
             asyncio.get_running_loop().call_soon(account, reply.status)
         else:
-            reply.stream.on_close(
-                lambda completed: account(200 if completed else CLIENT_CLOSED, blocked=exchange.blocked))
+            broke = reply.stream.broke
+
+            def closed(completed: bool) -> None:
+                # A stream its upstream broke was sent to its end, the dialect's error event
+                # last: it failed, as one whose upstream failed before its first byte.
+                exchange.broke = completed and broke()
+                if exchange.broke:
+                    account(UpstreamError.status, UpstreamError.code or "")
+                else:
+                    account(200 if completed else CLIENT_CLOSED, blocked=exchange.blocked)
+
+            reply.stream.on_close(closed)
         return reply
 
     def _account(self, call: UpstreamCall, exchange: Exchange, ticket: Ticket | None, sent: float,
@@ -239,7 +256,7 @@ class Gateway:
         model, key = exchange.target or call.ask.model, call.key
         probe, saved = exchange.probe, None
         if probe is not None:  # the response cache's share, only where it is on
-            saved = self._cached(probe, exchange, tokens, status, blocked)
+            saved = self._cached(probe, exchange, tokens, status)
             if self.metrics is not None and status < 400:
                 self.metrics.cache_lookup(call.ask.model, saved is not None, saved or 0)
         if self.meter is not None:
@@ -278,17 +295,17 @@ class Gateway:
         return cache.probe(call.api, call.payload, call.key, call.ask.model, spec, said, guard,
                            lambda: [(t.role, t.content) for t in call.ask.turns])
 
-    def _cached(self, probe: Probe, exchange: Exchange, tokens: Tokens, status: int,
-                blocked: bool) -> int | None:
+    def _cached(self, probe: Probe, exchange: Exchange, tokens: Tokens,
+                status: int) -> int | None:
         """The tokens a hit saved (None: no hit; a hit the input guard refused saved nothing);
-        for a miss, keep its answer when the client had all of it, the output guard passed it,
-        and it can be told again whole."""
+        for a miss, keep its answer when the cache admits it (`admits`) and it can be told
+        again whole."""
         hit = exchange.hit
         if hit is not None:
             return hit.prompt_tokens + hit.completion_tokens if status < 400 else None
         tap = exchange.tap
-        if (probe.store and status == 200 and not blocked and self.cache is not None
-                and isinstance(tap, CapturingTap)):
+        if (self.cache is not None and isinstance(tap, CapturingTap)
+                and admits(probe, exchange, status)):
             answer = tap.answer(tokens)
             if answer is not None:
                 self.cache.keep(probe, answer, exchange.vector)

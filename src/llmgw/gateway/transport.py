@@ -46,6 +46,7 @@ class Connection:
         self._resp = resp
         self._released = False
         self._span = span  # the attempt's: it lasts until the answer is given back
+        self._broke = False  # its stream broke before its end (see `chunks`)
 
     @property
     def status(self) -> int:
@@ -56,12 +57,17 @@ class Connection:
         return self._resp.headers
 
     @property
-    def content_type(self) -> str:
-        return self._resp.content_type or "application/json"
-
-    @property
     def name(self) -> str:
         return shown(self.up)
+
+    def streams(self) -> bool:
+        """Whether the answer says it is an event stream (its `Content-Type`)."""
+        return "text/event-stream" in (self._resp.content_type or "").lower()
+
+    def broke(self) -> bool:
+        """Whether the answer's stream broke before its end: whatever came before it, the
+        answer is a failed one."""
+        return self._broke
 
     def finished(self) -> bool:
         """Whether the whole answer has arrived (what is left to read is in memory)."""
@@ -136,6 +142,7 @@ class Connection:
                 chunk = await read()
             except (TimeoutError, H1Error) as exc:
                 logger.warning("upstream %s stream broke: %s", self.name, type(exc).__name__)
+                self._broke = True
                 yield broke
                 return
             if not chunk:

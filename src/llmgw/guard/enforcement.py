@@ -134,14 +134,17 @@ class Guard:
 
     async def check(
         self, policies: list[Policy], direction: Direction, turns: list[Turn], info: RequestInfo
-    ) -> None:
-        """Return when every policy lets the turns through; raise GuardBlocked or GuardUnavailable."""
+    ) -> bool:
+        """Return when every policy lets the turns through; raise GuardBlocked or GuardUnavailable.
+        True when each judge of each policy gave a verdict; False when a policy let the turns
+        through without one (`on_failure: open`): a pass the judges never gave."""
         if not policies:
-            return
+            return True
         results = await asyncio.gather(*(self._policy(p, direction, turns, info) for p in policies))
-        for blocked in results:
+        for blocked, _ in results:
             if blocked is not None:
                 raise blocked
+        return all(judged for _, judged in results)
 
     def moderation_judges(self, key_name: str) -> tuple[list[str], int]:
         """The judges of the input policies covering this key (any model), and the tightest
@@ -183,7 +186,9 @@ class Guard:
 
     async def _policy(
         self, policy: Policy, direction: Direction, turns: list[Turn], info: RequestInfo
-    ) -> LlmgwError | None:
+    ) -> tuple[LlmgwError | None, bool]:
+        """What `policy` makes of the turns: the error that refuses them (None: they pass), and
+        whether every judge gave a verdict."""
         answers = await asyncio.gather(
             *(self.ask(j, direction, turns, policy.budget_ms, policy.name)
               for j in self._answering(policy.judges))
@@ -217,7 +222,7 @@ class Guard:
                 )
             )
         if blocked is not None:
-            return blocked
+            return blocked, failed is None
         if failed is not None and policy.on_failure == OnFailure.CLOSED:
             refused = GuardUnavailable(
                 f"guard policy '{policy.name}' could not judge the "
@@ -226,8 +231,8 @@ class Guard:
             )
             if failed.retry_after_ms is not None:  # shed: the client is told when to come back
                 refused.retry_after_s = max(1, math.ceil(failed.retry_after_ms / 1000))
-            return refused
-        return None
+            return refused, False
+        return None, failed is None
 
     async def ask(self, judge: str, direction: Direction, turns: list[Turn], budget_ms: int,
                   policy: str = "") -> Answer:

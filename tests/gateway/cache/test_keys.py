@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from llmgw.core.cache import CacheWhen
-from llmgw.gateway.cache.keys import NONE_SAID, OFF, cache_key, directives, eligible
+from llmgw.gateway.cache.keys import NONE_SAID, OFF, bucket_key, cache_key, directives, eligible
 from llmgw.gateway.wire.dialect import Api
 
 ASK: dict[str, Any] = {"model": "m", "messages": [{"role": "user", "content": "hi"}],
@@ -63,3 +63,45 @@ def test_what_the_client_says() -> None:
     asked = directives(None, "on")
     assert asked.asked and eligible(Api.CHAT, {**ASK, "temperature": 1}, CacheWhen.DETERMINISTIC,
                                     asked)
+
+
+def bucket(api: Api, payload: dict[str, Any], turns: list[tuple[str, str]]) -> str:
+    return bucket_key(api, payload, turns, len(turns) - 1, "team:a", "")
+
+
+IMAGE_A = {"type": "base64", "media_type": "image/png", "data": "AAAA"}
+IMAGE_B = {**IMAGE_A, "data": "BBBB"}
+
+
+def messages(text: str, image: dict[str, Any]) -> dict[str, Any]:
+    """An Anthropic Messages request about `image`."""
+    return {"model": "m", "max_tokens": 9, "system": [{"type": "text", "text": "Be brief."}],
+            "messages": [{"role": "user", "content": [{"type": "image", "source": image},
+                                                      {"type": "text", "text": text}]}]}
+
+
+def responses(text: str, url: str) -> dict[str, Any]:
+    """A Responses request about the file at `url`."""
+    return {"model": "m", "instructions": "Be brief.", "input": [{
+        "type": "message", "role": "user", "content": [
+            {"type": "input_text", "text": text}, {"type": "input_file", "file_url": url}]}]}
+
+
+def test_a_bucket_holds_every_part_that_is_not_text_in_each_dialect() -> None:
+    turns = [("system", "Be brief."), ("user", "What is it?")]
+    worded = [("system", "Be brief."), ("user", "what IS it")]
+    assert bucket(Api.MESSAGES, messages("What is it?", IMAGE_A), turns) \
+        == bucket(Api.MESSAGES, messages("what IS it", IMAGE_A), worded)
+    assert bucket(Api.MESSAGES, messages("What is it?", IMAGE_A), turns) \
+        != bucket(Api.MESSAGES, messages("What is it?", IMAGE_B), turns)
+    assert bucket(Api.RESPONSES, responses("What is it?", "https://x/a.pdf"), turns) \
+        == bucket(Api.RESPONSES, responses("what IS it", "https://x/a.pdf"), worded)
+    assert bucket(Api.RESPONSES, responses("What is it?", "https://x/a.pdf"), turns) \
+        != bucket(Api.RESPONSES, responses("What is it?", "https://x/b.pdf"), turns)
+
+
+def test_text_is_one_bucket_however_it_is_put() -> None:
+    turns = [("user", "hi")]
+    plain = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
+    parts = {"model": "m", "messages": [{"role": "user", "content": [{"type": "text", "text": "hello"}]}]}
+    assert bucket(Api.CHAT, plain, turns) == bucket(Api.CHAT, parts, turns)

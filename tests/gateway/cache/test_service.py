@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -15,17 +16,19 @@ import openai
 import pytest
 
 from llmgw.core.cache import CacheMode, CacheSpec
-from llmgw.core.guard import Policy, VerdictRecord
+from llmgw.core.guard import OnFailure, Policy, VerdictRecord
 from llmgw.core.judges import DEFAULT_JUDGE, KNOWN
 from llmgw.core.settings import CacheSettings
 from llmgw.core.types import Limits, ProviderApi
 from llmgw.gateway.cache.embed import Embedder
 from llmgw.gateway.cache.memory import MemoryCache
-from llmgw.gateway.cache.service import ResponseCache
+from llmgw.gateway.cache.service import Probe, ResponseCache, admits
 from llmgw.gateway.cache.store import InMemory
+from llmgw.gateway.call import Exchange
 from llmgw.gateway.metrics import Metrics
 from llmgw.gateway.transport import Transport
 from llmgw.gateway.upstream.table import RoutingTable, Serving, Upstream
+from llmgw.gateway.usage import UsageTap
 from llmgw.guard.enforcement import Guard, GuardView
 from llmgw.guard.judge_client import JudgeClient, JudgeTarget
 from llmgw.store.store import Store
@@ -301,6 +304,28 @@ async def test_a_purge_empties_it(provider: FakeProvider, store: Store) -> None:
     assert resp.headers["x-llmgw-cache"] == "miss" and len(provider.requests) == 2
 
 
+async def test_a_stream_its_upstream_broke_after_its_last_token_is_a_failure_never_kept(
+        store: Store) -> None:
+    # Every event but `[DONE]`: the last token, the finish and the usage came, then the
+    # connection broke, and the client got the dialect's error event.
+    provider = await FakeProvider(cut_after=len(FakeProvider().events()) - 1).start()
+    r = await rig(provider, store)
+    async with r.openai() as client:
+        events = await client.chat.completions.create(model="m", messages=ASK, temperature=0,
+                                                      stream=True)
+        with pytest.raises(openai.APIError):
+            async for _ in events:
+                pass
+    await r.close()  # every request has ended, and was counted
+    await settled(r)
+    await provider.close()
+    assert r.cache is not None and await r.cache.store.count() == {}
+    assert r.meter is not None
+    await r.meter.flush()
+    (row,) = store.usage.usage()
+    assert (row.requests, row.errors) == (1, 1)
+
+
 async def test_a_tool_call_is_passed_on_and_never_kept(provider: FakeProvider, store: Store) -> None:
     tools: Any = [{"type": "function", "function": {
         "name": "get_weather", "parameters": {"type": "object", "properties": {}}}}]
@@ -395,20 +420,71 @@ async def test_a_changed_output_policy_leaves_the_answers_it_passed_behind(
     assert resp.headers["x-llmgw-cache"] == "miss" and len(provider.requests) == 2
 
 
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "stream"])
+async def test_an_answer_let_through_while_the_judge_was_down_is_never_kept(
+        provider: FakeProvider, store: Store, judge: FakeJudge, stream: bool) -> None:
+    records: list[VerdictRecord] = []
+    guard, client, views = await guarded(judge, input=False, output=True, records=records)
+    views.append(GuardView(enabled=True, policies=(Policy(
+        name="p", judges=["j"], input=False, output=True, on_failure=OnFailure.OPEN),)))
+    r = await rig(provider, store, guard=guard)
+
+    async def cached_as() -> str:
+        resp = await oai.chat.completions.with_raw_response.create(
+            model="m", messages=ASK, temperature=0, stream=stream)
+        if stream:
+            assert "".join([c.choices[0].delta.content or "" async for c in resp.parse()
+                            if c.choices]) == ANSWER
+        else:
+            assert resp.parse().choices[0].message.content == ANSWER
+        await settled(r)
+        return str(resp.headers["x-llmgw-cache"])
+
+    async with r.openai() as oai:
+        judge.error()  # the judge is down: the policy lets the answer through unjudged
+        let_through = await cached_as()
+        judge.safe()  # back: the same request is judged, not served what nobody judged
+        judged = [await cached_as(), await cached_as()]
+    await r.close()
+    await client.close()
+    assert (let_through, judged) == ("miss", ["miss", "hit"])
+    assert len(provider.requests) == 2
+    assert [(rec.outcome.value, rec.let_through) for rec in records] == [
+        ("failed_error", True), ("safe", False)]
+
+
+def test_only_an_answer_every_covering_output_policy_judged_is_admitted() -> None:
+    guarded_probe = Probe("k", "m", 60, lookup=True, store=True, guarded=True)
+    judged, let_through, never = (Exchange(UsageTap(), judged=j) for j in (True, False, None))
+    assert admits(guarded_probe, judged, 200)
+    assert not admits(guarded_probe, let_through, 200)
+    assert not admits(guarded_probe, never, 200)  # a judgment that never ran is no pass
+    assert admits(replace(guarded_probe, guarded=False), never, 200)  # nothing covers it
+    assert not admits(guarded_probe, Exchange(UsageTap(), judged=True, broke=True), 200)
+    assert not admits(guarded_probe, Exchange(UsageTap(), judged=True, blocked=True), 200)
+    assert not admits(replace(guarded_probe, store=False), judged, 200)  # `no-store`
+    assert not admits(guarded_probe, judged, 502)
+
+
 # --- by meaning ------------------------------------------------------------------------------------
 
 
-async def test_a_request_that_means_the_same_is_served_the_kept_answer(
-        provider: FakeProvider, store: Store) -> None:
-    # The fake's embeddings are bags of words: the same words in any order or case are one
-    # meaning; one word more or less is another.
-    transport = Transport(timeout_s=5)
+async def semantic_cache(provider: FakeProvider, transport: Transport) -> ResponseCache:
+    """A semantic cache for every model, embedding with `provider` (as model `e`). The fake's
+    embeddings are bags of words: the same words in any order or case are one meaning; one
+    word more or less is another."""
     await transport.start()
     embedder = remote_model("e", api=ProviderApi.OPENAI, api_key_env=None)
     table = RoutingTable({"e": Serving(embedder, (Upstream("e-1", provider.url),))})
     settings = CacheSettings(mode=CacheMode.SEMANTIC, embedding_model="e", similarity=0.99)
-    cache = ResponseCache(settings, InMemory(MemoryCache(100, 2**20, time.monotonic)),
-                          Embedder(transport, lambda: table, "e"))
+    return ResponseCache(settings, InMemory(MemoryCache(100, 2**20, time.monotonic)),
+                         Embedder(transport, lambda: table, "e"))
+
+
+async def test_a_request_that_means_the_same_is_served_the_kept_answer(
+        provider: FakeProvider, store: Store) -> None:
+    transport = Transport(timeout_s=5)
+    cache = await semantic_cache(provider, transport)
     other, other_key = user_key(name="other")
     r = await rig(provider, store, cache=cache, others=[(other, other_key)])
 
@@ -433,6 +509,40 @@ async def test_a_request_that_means_the_same_is_served_the_kept_answer(
     await transport.close()
     assert len(provider.requests) == 4
     assert provider.embedded[:2] == ["How wide is the sea?", "how WIDE is the sea"]
+
+
+PNG_A, PNG_B = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAAB", "iVBORw0KGgoAAAANSUhEUgAAAAIAAAAC"
+
+
+@pytest.mark.parametrize("part", [
+    lambda data: {"type": "image_url", "image_url": {"url": f"data:image/png;base64,{data}"}},
+    lambda data: {"type": "input_audio", "input_audio": {"data": data, "format": "wav"}},
+    lambda data: {"type": "file", "file": {"file_data": data, "filename": "a.pdf"}},
+], ids=["image", "audio", "file"])
+async def test_the_same_words_about_another_image_are_another_question(
+        provider: FakeProvider, store: Store, part: Callable[[str], Any]) -> None:
+    transport = Transport(timeout_s=5)
+    r = await rig(provider, store, cache=await semantic_cache(provider, transport))
+
+    async def ask(text: str, data: str, earlier: str | None = None) -> str:
+        messages: Any = [{"role": "user", "content": [{"type": "text", "text": text}, part(data)]}]
+        if earlier is not None:  # the same words, the other image in an earlier turn
+            messages[:0] = [{"role": "user", "content": [part(earlier)]},
+                            {"role": "assistant", "content": "I see."}]
+        async with r.openai() as client:
+            resp = await client.chat.completions.with_raw_response.create(
+                model="m", messages=messages, temperature=0)
+        await settled(r)
+        return str(resp.headers["x-llmgw-cache"])
+
+    assert await ask("What is in this picture?", PNG_A) == "miss"
+    assert await ask("What is in this picture?", PNG_B) == "miss"  # another image: its own answer
+    assert await ask("what IS in this picture", PNG_A) == "hit"  # the same image, by meaning
+    assert await ask("what IS in this picture", PNG_A, earlier=PNG_A) == "miss"
+    assert await ask("What is in this picture?", PNG_A, earlier=PNG_B) == "miss"
+    await r.close()
+    await transport.close()
+    assert len(provider.requests) == 4
 
 
 async def test_without_its_embedding_model_a_semantic_cache_is_exact(

@@ -11,6 +11,9 @@ class CacheModelStats(BaseModel):
     """One model's (or route's) use of the cache over the days asked for."""
 
     model: str
+    mode: CacheMode = Field(description="the mode its requests get: its own, else the install's")
+    own: CacheSpec | None = Field(default=None, description="its own setting (`ctl model cache`, "
+                                                            "`ctl route cache`); null: the install's")
     requests: int = Field(description="every request of the model, answered from the cache or not")
     hits: int = Field(description="requests answered from the cache")
     hit_rate: float = Field(description="hits over requests, 0 to 1")
@@ -21,11 +24,13 @@ class CacheModelStats(BaseModel):
 class CacheStatsOut(BaseModel):
     """The response cache: where it keeps answers and what it spared."""
 
-    mode: CacheMode = Field(description="the install's `[cache] mode`")
+    mode: CacheMode = Field(description="the install's `[cache] mode`; a model or route may set "
+                                        "its own (each model's `mode`)")
     store: str = Field(description="`redis` (shared by every worker and server), `file` (shared "
                                    "by a server's workers) or `memory` (one process's)")
     since: str = Field(description="the first day (UTC) the figures count")
-    models: list[CacheModelStats]
+    models: list[CacheModelStats] = Field(description="each model or route that has its own "
+                                                      "setting, was asked or keeps answers")
 
 
 class CacheStatsQuery(BaseModel):

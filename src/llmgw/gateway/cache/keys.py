@@ -61,6 +61,8 @@ def eligible(api: Api, payload: Mapping[str, Any], when: CacheWhen, said: Direct
 
 # Where each dialect carries the conversation (a bucket replaces them with its turns).
 _CONVERSATION = frozenset({"messages", "input", "system", "instructions", "prompt"})
+# The content parts that are text, in each dialect: a bucket reads them as its turns' text.
+_TEXT_PARTS = frozenset({"text", "input_text", "output_text"})
 
 
 def last_user_turn(turns: Sequence[tuple[str, str]]) -> int | None:
@@ -74,11 +76,30 @@ def last_user_turn(turns: Sequence[tuple[str, str]]) -> int | None:
 def bucket_key(api: Api, payload: Mapping[str, Any], turns: Sequence[tuple[str, str]], at: int,
                scope: str, guard: str) -> str:
     """The semantic bucket of a request: its key with the conversation read as (role, text)
-    turns and the last user turn (`turns[at]`) left out, so requests that differ only in how
-    they put that turn meet in it."""
+    turns and the last user turn's text (`turns[at]`) left out, so requests that differ only in
+    how they word that turn meet in it. Everything of the conversation that is not text (images,
+    documents, files, audio, tool calls: the last user turn's too) is in it as it came: the
+    same words about another image are another question."""
     rest = {k: v for k, v in payload.items() if k not in _CONVERSATION}
     rest["turns"] = [list(t) for i, t in enumerate(turns) if i != at]
+    rest["parts"] = {k: _beyond_text(v) for k, v in payload.items() if k in _CONVERSATION}
     return cache_key(api, rest, scope, "semantic:" + guard)
+
+
+def _beyond_text(value: Any) -> Any:
+    """A conversation field (or a message's content) with its text taken out and all else kept.
+    Text, a plain string or text parts alone, is None however it was put: the turns have it."""
+    if isinstance(value, str):
+        return None
+    if isinstance(value, list):
+        if all(isinstance(v, dict) and v.get("type") in _TEXT_PARTS for v in value):
+            return None
+        return [_beyond_text(v) for v in value]
+    if isinstance(value, dict):
+        if value.get("type") in _TEXT_PARTS:
+            return {k: v for k, v in value.items() if k != "text"}
+        return {k: _beyond_text(v) if k == "content" else v for k, v in value.items()}
+    return value
 
 
 def cache_key(api: Api, payload: Mapping[str, Any], scope: str, guard: str) -> str:

@@ -17,6 +17,7 @@ from llmgw.gateway.cache.entry import CachedAnswer
 from llmgw.gateway.cache.keys import Directives, bucket_key, cache_key, eligible, last_user_turn
 from llmgw.gateway.cache.semantic import SemanticIndex, Vector
 from llmgw.gateway.cache.store import AnswerStore, InMemory
+from llmgw.gateway.call import Exchange
 from llmgw.gateway.wire.dialect import Api
 
 logger = logging.getLogger(__name__)
@@ -42,6 +43,17 @@ class Probe:
     # that turn's text; None for an exact look-up alone.
     bucket: str | None = None
     text: str = ""
+    guarded: bool = False  # whether output policies cover it: its answer is kept once judged
+
+
+def admits(probe: Probe, exchange: Exchange, status: int) -> bool:
+    """Whether a missed request's answer may be kept, the one place this is said: the client
+    let it be kept, it ended well (a 200, not blocked, its stream not broken by its upstream),
+    and where output policies cover it, every judgment of it had each judge's verdict. A pass
+    let through because a judge failed (`on_failure: open`), or a judgment that never ran, is
+    not the guard's: such an answer is served once and never again."""
+    return (probe.store and status == 200 and not exchange.blocked and not exchange.broke
+            and (exchange.judged is True or not probe.guarded))
 
 
 def scope_of(key: ApiKey, spec: CacheSpec | None) -> str:
@@ -73,16 +85,16 @@ class ResponseCache:
               turns: Callable[[], Sequence[tuple[str, str]]]) -> Probe | None:
         """Where the answer to this request is kept, or None when the cache is not for it (off
         for its model, a request that asks for a new answer every time, `Cache-Control`).
-        `guard` names the output policies that pass what is kept, as they stand: a changed
-        policy makes every key it affects a new one."""
+        `guard` names the output policies that pass what is kept, as they stand ("" for none):
+        a changed policy makes every key it affects a new one."""
         mode = spec.mode if spec is not None and spec.mode is not None else self.settings.mode
         if mode == CacheMode.OFF or not (said.lookup or said.store):
             return None
         if not eligible(api, payload, self.settings.when, said):
             return None
         ttl = spec.ttl_s if spec is not None and spec.ttl_s is not None else self.settings.ttl_s
-        epochs = self.epochs
-        mark = f"{epochs.get('*', '')}:{epochs.get(name, '')}:{guard()}"
+        epochs, outputs = self.epochs, guard()
+        mark = f"{epochs.get('*', '')}:{epochs.get(name, '')}:{outputs}"
         scope = scope_of(key, spec)
         bucket, text = None, ""
         if mode == CacheMode.SEMANTIC and self._embed is not None:
@@ -92,7 +104,7 @@ class ResponseCache:
                 bucket = bucket_key(api, payload, conversation, at, scope, mark)
                 text = conversation[at][1]
         return Probe(cache_key(api, payload, scope, mark), name, ttl, said.lookup, said.store,
-                     bucket, text)
+                     bucket, text, guarded=outputs != "")
 
     def follow(self, epochs: dict[str, str]) -> None:
         """Take the install's cache epochs: a new one (a purge) empties this process's memory
