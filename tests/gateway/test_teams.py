@@ -95,6 +95,21 @@ def test_a_team_key_may_call_only_the_teams_models() -> None:
     assert not team_allows(gone, key, "gemma3-270m")
 
 
+async def test_a_teams_budget_counts_what_was_counted_under_the_teams_own_id(
+        store: Store, clock: FakeClock) -> None:
+    """What a team's admins send from the console is counted under the team's own id
+    (`person_key`): the team's budget, read back from the usage table, counts it."""
+    team = Team(name="t", limits=Limits(tokens_per_day=100))
+    key = member("t")
+    cache = KeyCache(b"", [key], [team])
+    limiter = Limiter(store, clock.now, keys=lambda: cache)
+    limiter.admit(key, 0).settle(1)  # the team's budget is now read at every sync
+    meter = UsageMeter(store, clock.now)
+    meter.record(team.limiter_id, MODEL, Tokens(40, 60), error=False, blocked=False)
+    await limiter.sync(meter.flush)
+    assert refused(limiter, key).code == "budget_exceeded"
+
+
 async def test_a_team_budget_at_its_edge_across_two_servers_on_postgresql(
     pg_store: Store, clock: FakeClock,
 ) -> None:

@@ -11,7 +11,7 @@ from llmgw.core.clock import Clock
 from llmgw.core.errors import Forbidden, InvalidRequest, NotFound
 from llmgw.core.ids import hash_key, key_prefix, new_api_key, new_id
 from llmgw.core.protocol.keys import KeyRequest
-from llmgw.core.types import ApiKey, KeyScope, Limits, Team, UsageRow
+from llmgw.core.types import TEAM_KEY_PREFIX, ApiKey, KeyScope, Limits, Team, UsageRow
 from llmgw.core.users import is_person, who
 from llmgw.store.key_repo import MintCaps
 from llmgw.store.store import Store
@@ -200,6 +200,8 @@ class KeyAdmin:
             if viewer is not None and viewer.scope != KeyScope.ADMIN and viewer.team != team:
                 raise NotFound(f"team {team!r} does not exist", param="team")
             rows = await asyncio.to_thread(self._store.usage.usage, None, model, since)
+            # With what its team admins sent from the console, counted under the team's own id.
+            members.add(TEAM_KEY_PREFIX + team)
             return [r for r in rows if r.key_id in members]
         if key:
             return await asyncio.to_thread(self._store.usage.usage, (await self.find(key, viewer)).id,
@@ -208,6 +210,8 @@ class KeyAdmin:
         if viewer is None or viewer.scope == KeyScope.ADMIN:
             return rows
         mine = {k.id for k in await self.keys(viewer)}
+        if viewer.team_admin and viewer.team is not None:
+            mine.add(TEAM_KEY_PREFIX + viewer.team)
         return [r for r in rows if r.key_id in mine]
 
 

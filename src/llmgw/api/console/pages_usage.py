@@ -12,6 +12,7 @@ from llmgw.api.console import data, render
 from llmgw.api.console.access import root, visitor
 from llmgw.api.keys import GET_DEFAULT_LIMITS, LIST_KEYS, USAGE
 from llmgw.core.errors import InvalidRequest
+from llmgw.core.types import TEAM_KEY_PREFIX
 
 PERIODS = (1, 7, 30, 90)
 
@@ -31,6 +32,9 @@ async def _rows(request: web.Request, days: int) -> tuple[list[dict[str, Any]], 
     since = (today - timedelta(days=days - 1)).isoformat()
     rows = (await data.call(app, key, USAGE, query={"since": since}))["data"]
     names = {k["id"]: k["name"] for k in (await data.call(app, key, LIST_KEYS))["data"]}
+    # What a team's admins sent from the playground is the team's, counted under its own id.
+    names.update({r["key_id"]: f"team {r['key_id'].removeprefix(TEAM_KEY_PREFIX)} (playground)"
+                  for r in rows if r["key_id"].startswith(TEAM_KEY_PREFIX)})
     return sorted(rows, key=lambda r: (r["day"], r["model"], r["key_id"]), reverse=True), names
 
 
