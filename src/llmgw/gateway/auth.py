@@ -138,9 +138,9 @@ def person_key(cache: KeyCache, person: Person, limits: Limits) -> ApiKey:
 
     - a team admin acts as its team: the team's models, limits and budgets, and its use counted
       under the team's own id (`Team.limiter_id`, in the team's family), so the team is charged;
-    - an admin or an operator as themselves, with any model, within `limits` (the install's
-      `[sso] playground_limits`; a kind it leaves unset takes the install's default limit), its
-      use counted under their user id;
+    - an admin or an operator as themselves, with any model, within `limits` (`[sso]`'s
+      `playground_rpm`, `playground_concurrent` and `playground_tokens_per_day`; the kinds they
+      leave unset take the install's default limits), its use counted under their user id;
     - a viewer sends nothing: Forbidden.
     """
     grant = person.grant
