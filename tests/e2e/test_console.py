@@ -186,6 +186,9 @@ def test_the_playground_streams_an_answer_and_the_guard_page_shows_its_verdict(
     sign_in(browser, server, server.admin_key)
     visit(browser, server, "/ui/playground")
     Select(find(browser, "select#pg-model")).select_by_value(DEMO)
+    length = find(browser, "input#pg-max-tokens")  # a long answer: long enough to be seen growing
+    length.clear()
+    length.send_keys("512")
     find(browser, "textarea#pg-input").send_keys("Name three colours.")
     # Every length the answer had, so a stream is told from one answer arriving whole.
     browser.execute_script(
