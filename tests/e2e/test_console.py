@@ -186,6 +186,9 @@ def test_the_playground_streams_an_answer_and_the_guard_page_shows_its_verdict(
     sign_in(browser, server, server.admin_key)
     visit(browser, server, "/ui/playground")
     Select(find(browser, "select#pg-model")).select_by_value(DEMO)
+    length = find(browser, "input#pg-max-tokens")  # a long answer: long enough to be seen growing
+    length.clear()
+    length.send_keys("512")
     find(browser, "textarea#pg-input").send_keys("Name three colours.")
     # Every length the answer had, so a stream is told from one answer arriving whole.
     browser.execute_script(
@@ -217,6 +220,37 @@ def test_the_playground_streams_an_answer_and_the_guard_page_shows_its_verdict(
     find(browser, "form#judgment-form textarea[name=text]").send_keys("How do I bake bread?")
     find(browser, "form#judgment-form button[type=submit]").click()
     assert DEMO_JUDGE in text(browser, "#judgment-result", 60)
+
+
+def test_the_playground_sends_its_max_tokens_and_stops_an_answer_in_flight(
+        browser: webdriver.Chrome, server: LlmgwServer) -> None:
+    sign_in(browser, server, server.admin_key)
+    visit(browser, server, "/ui/playground")
+    assert find(browser, "input#pg-max-tokens").get_attribute("value") == "64"
+    assert not find(browser, "button#pg-stop").is_enabled()  # nothing in flight yet
+    Select(find(browser, "select#pg-model")).select_by_value(DEMO)
+    # A long answer, stopped at its first words: the page says so and sends again at once.
+    field = find(browser, "input#pg-max-tokens")
+    field.clear()
+    field.send_keys("512")
+    find(browser, "textarea#pg-input").send_keys("Write a long story about a lighthouse keeper.")
+    find(browser, "button#pg-send").click()
+    wait_until(browser, "the answer's first words", lambda d: text(d, "#pg-output"), 120)
+    assert find(browser, "button#pg-stop").is_enabled()
+    find(browser, "button#pg-stop").click()
+    wait_until(browser, "the answer stopped",
+               lambda d: find(d, "#pg-output").get_attribute("data-stopped") == "1", 10)
+    assert text(browser, "#pg-output").endswith("[stopped]")
+    assert find(browser, "button#pg-send").is_enabled()
+    assert not find(browser, "button#pg-stop").is_enabled()
+    # Three tokens asked for: the model's answer ends there.
+    field.clear()
+    field.send_keys("3")
+    find(browser, "button#pg-send").click()
+    wait_until(browser, "the short answer's end",
+               lambda d: find(d, "#pg-output").get_attribute("data-done") == "1", 120)
+    short = text(browser, "#pg-output")
+    assert short and "[stopped]" not in short and len(short.split()) <= 3, short
 
 
 def test_the_overview_counts_requests_live(browser: webdriver.Chrome, server: LlmgwServer) -> None:

@@ -4,10 +4,14 @@ sees and may do what it should; sign-out ends the session for any copy of its co
 
 from __future__ import annotations
 
+import asyncio
 import re
+import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
+import aiohttp
 import pytest
 from selenium import webdriver
 from selenium.webdriver.common.by import By
@@ -17,6 +21,7 @@ from llmgw.core.settings import SsoSettings
 from tests.api.console.sso import ACCOUNTS, OPERATOR, ROLES, TEAM_ADMIN, VIEWER
 from tests.e2e.browser import DESKTOP, chrome, console_errors, cookies, find, text, wait_until
 from tests.e2e.server_process import LlmgwServer
+from tests.fakes.provider import FakeProvider
 from tests.oidc_provider import ADMIN, Account, OidcProvider, running_provider
 
 SESSION = "llmgw_console"
@@ -150,3 +155,52 @@ def test_sign_out_ends_the_session_for_every_copy_of_its_cookie(
     browser.get(srv.url + "/ui/models")
     find(browser, "#sso-start")
     assert browser.current_url.endswith("/ui/signin")
+
+
+async def _minute_start() -> None:
+    """A burst well inside one clock minute: limits count clock minutes."""
+    second = time.time() % 60
+    if second > 45:
+        await asyncio.sleep(61 - second)
+
+
+async def test_a_team_admins_playground_burst_gets_exactly_the_teams_rpm_in_the_default_install(
+        browser: webdriver.Chrome, server: tuple[LlmgwServer, OidcProvider]) -> None:
+    """The default install runs a worker per core. A team admin signed in through the provider
+    bursts the playground, each request on a new connection (so landing on any worker): exactly
+    the team's rpm is answered, the rest 429. Every console request is relayed to the main
+    process, so the playground's admissions are one process's."""
+    srv, _ = server
+    provider = await FakeProvider().start()
+    await asyncio.to_thread(srv.call, "PUT", "/admin/v1/teams/research",
+                            {"name": "research", "limits": {"rpm": 3}})
+    try:
+        # After the team's change: a worker that knows the model knows the team's new rpm.
+        await asyncio.to_thread(srv.call, "POST", "/admin/v1/models", {
+            "name": "burst", "source": {"kind": "remote", "base_url": provider.url}})
+        await asyncio.to_thread(sign_in, browser, srv, TEAM_ADMIN)
+        await asyncio.to_thread(browser.get, srv.url + "/ui/playground")
+        token = await asyncio.to_thread(
+            lambda: find(browser, 'meta[name="csrf-token"]').get_attribute("content"))
+        session = (await asyncio.to_thread(browser.get_cookie, SESSION) or {})["value"]
+        headers = {"Cookie": f"{SESSION}={session}", "X-CSRF-Token": str(token)}
+
+        async def fresh(method: str, path: str, **kw: Any) -> tuple[int, str]:
+            async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(force_close=True)) as s, \
+                    s.request(method, srv.url + path, headers=headers, **kw) as resp:
+                return resp.status, await resp.text()
+
+        # Every worker has the model: the page (which no limit counts) offers it 20 times in a
+        # row on new connections.
+        deadline, good = time.monotonic() + 15, 0
+        while good < 20:
+            assert time.monotonic() < deadline, "the model never reached every worker"
+            good = good + 1 if 'value="burst"' in (await fresh("GET", "/ui/playground"))[1] else 0
+        await _minute_start()
+        answers = await asyncio.gather(*(fresh("POST", "/ui/playground/chat", json={
+            "model": "burst", "messages": [{"role": "user", "content": "hi"}]}) for _ in range(8)))
+        assert sorted(status for status, _ in answers) == [200] * 3 + [429] * 5
+    finally:
+        await asyncio.to_thread(srv.call, "PUT", "/admin/v1/teams/research",
+                                {"name": "research", "limits": {"rpm": 100}})
+        await provider.close()

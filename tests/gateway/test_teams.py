@@ -112,7 +112,7 @@ def test_a_team_made_again_under_a_removed_ones_name_counts_from_nothing(
     new_key = member(new)
     cache = KeyCache(b"", [old_key.model_copy(update={"revoked": True}), new_key], [new])
     limiter.keys = lambda: cache
-    assert cache.family(new.limiter_id) == (new_key.id,)
+    assert cache.family(new.limiter_id) == (new.limiter_id, new_key.id)
     limiter.admit(new_key, 0)
     limiter.admit(new_key, 0)  # the new team's whole minute and concurrency
     assert refused(limiter, new_key).code == "rate_limit_rpm"
@@ -127,6 +127,21 @@ def test_a_team_key_may_call_only_the_teams_models() -> None:
     assert not team_allows(cache, key, "gpt-4o")
     gone = KeyCache(b"", [key], [])  # its team was removed: nothing
     assert not team_allows(gone, key, "gemma3-270m")
+
+
+async def test_a_teams_budget_counts_what_was_counted_under_the_teams_own_id(
+        store: Store, clock: FakeClock) -> None:
+    """What a team's admins send from the console is counted under the team's own id
+    (`person_key`): the team's budget, read back from the usage table, counts it."""
+    team = Team(name="t", limits=Limits(tokens_per_day=100))
+    key = member(team)
+    cache = KeyCache(b"", [key], [team])
+    limiter = Limiter(store, clock.now, keys=lambda: cache)
+    limiter.admit(key, 0).settle(1)  # the team's budget is now read at every sync
+    meter = UsageMeter(store, clock.now)
+    meter.record(team.limiter_id, MODEL, Tokens(40, 60), error=False, blocked=False)
+    await limiter.sync(meter.flush)
+    assert refused(limiter, key).code == "budget_exceeded"
 
 
 async def test_a_team_budget_at_its_edge_across_two_servers_on_postgresql(

@@ -216,6 +216,8 @@ class KeyAdmin:
                 raise NotFound(f"team {team!r} does not exist", param="team")
             members = {k.id for k in await self.keys(viewer) if k.team_id == current.id}
             rows = await asyncio.to_thread(self._store.usage.usage, None, model, since)
+            # With what its team admins sent from the console, counted under the team's own id.
+            members.add(current.limiter_id)
             return [r for r in rows if r.key_id in members]
         if key:
             return await asyncio.to_thread(self._store.usage.usage, (await self.find(key, viewer)).id,
@@ -224,6 +226,10 @@ class KeyAdmin:
         if viewer is None or viewer.scope == KeyScope.ADMIN:
             return rows
         mine = {k.id for k in await self.keys(viewer)}
+        if viewer.team_admin and viewer.team is not None:
+            current = await self._team_named(viewer.team)
+            if current is not None:
+                mine.add(current.limiter_id)
         return [r for r in rows if r.key_id in mine]
 
 

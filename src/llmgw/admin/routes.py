@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Awaitable, Callable
 
 from llmgw.core.clock import Clock
@@ -66,7 +67,7 @@ class RouteAdmin:
             health = self._router.cooldowns.get(spec.name, t.model)
             status.append(TargetStatusOut(
                 model=t.model, weight=t.weight, in_catalog=route is not None,
-                ready=len(route.upstreams) if route is not None else 0,
+                ready=route.answering(time.monotonic()) if route is not None else 0,
                 in_flight=sum(u.outstanding for u in route.upstreams) if route is not None else 0,
                 recent_failures=len(health.failures),
                 cooling_down_s=round(max(health.until - now, 0.0), 3)))

@@ -13,6 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from llmgw.core import names
 from llmgw.core.cache import MAX_TTL_S, CacheMode, CacheWhen
 from llmgw.core.errors import ConfigError
+from llmgw.core.types import Limits
 from llmgw.core.users import Grant
 
 CONFIG_FILE = "config.toml"
@@ -214,6 +215,13 @@ class CacheSettings(BaseModel):
         return self
 
 
+# What an admin or operator may send from the console's playground when `[sso]` says nothing:
+# enough to try a model, never unlimited by accident (their acting key in the admin API is).
+PLAYGROUND_RPM, PLAYGROUND_CONCURRENT, PLAYGROUND_TOKENS_PER_DAY = 20, 2, 100_000
+PLAYGROUND_LIMITS = Limits(rpm=PLAYGROUND_RPM, concurrent=PLAYGROUND_CONCURRENT,
+                           tokens_per_day=PLAYGROUND_TOKENS_PER_DAY)
+
+
 # Keys of ControlSettings that earlier versions read from `[server]`: still accepted there.
 _MOVED_TO_CONTROL = ("keeper_interval_s", "node_timeout_s", "judge_grace_s")
 
@@ -262,6 +270,15 @@ class SsoSettings(BaseModel):
     """Sign-in attempts (key or SSO) one client address may make per minute, across every
     server of the install; one more is answered 429. An office behind one NAT address signs in
     as one client: raise it for a large one (and set `[server] trusted_proxies` behind a proxy)."""
+    playground_rpm: int = Field(default=PLAYGROUND_RPM, ge=1)
+    """Requests per minute each admin and operator signed in here may send from the console's
+    playground (a team admin sends as its team, within the team's limits; a viewer sends
+    nothing)."""
+    playground_concurrent: int = Field(default=PLAYGROUND_CONCURRENT, ge=1)
+    """Requests each admin and operator may have in flight from the playground at once."""
+    playground_tokens_per_day: int = Field(default=PLAYGROUND_TOKENS_PER_DAY, ge=1)
+    """Tokens each admin and operator may use in the playground per UTC day, counted under their
+    user id (tokens per minute and per month: the install's default limits)."""
 
     @field_validator("issuer", "redirect_url")
     @classmethod
@@ -306,6 +323,12 @@ class SsoSettings(BaseModel):
     def mapping(self) -> dict[str, Grant]:
         """The groups' grants."""
         return {group: Grant.parse(role) for group, role in self.roles.items()}
+
+    @property
+    def playground_limits(self) -> Limits:
+        """An admin's or operator's limits in the playground (`gateway.auth.person_key`)."""
+        return Limits(rpm=self.playground_rpm, concurrent=self.playground_concurrent,
+                      tokens_per_day=self.playground_tokens_per_day)
 
     @property
     def default_grant(self) -> Grant | None:

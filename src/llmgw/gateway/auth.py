@@ -8,7 +8,8 @@ from datetime import datetime
 
 from llmgw.core.errors import Forbidden, Unauthenticated
 from llmgw.core.ids import hash_key
-from llmgw.core.types import TEAM_KEY_PREFIX, ApiKey, KeyScope, Team
+from llmgw.core.types import TEAM_KEY_PREFIX, ApiKey, KeyScope, Limits, Team
+from llmgw.core.users import Person, Role
 
 # Tokens a key cache remembers; more live keys than this only cost the hash again.
 SEEN_MAX = 4096
@@ -23,10 +24,11 @@ class KeyCache:
     minted, below any depth, for budgets). A key whose minter is revoked or expired is refused.
 
     A key of a team has the team last in its chain, as a key of its own (`team_key`: the team's
-    limits, counted under `Team.limiter_id`), whose family is every key of the team: the limiter
-    then holds the team's limits and budgets on top of each key's with the same reservations.
-    Teams are known by id (`teams`): a key of a removed team belongs to no team of its name made
-    since.
+    limits, counted under `Team.limiter_id`), whose family is every key of the team and the
+    team's own id (what its team admins send from the console is counted under it, see
+    `person_key`): the limiter then holds the team's limits and budgets on top of each key's with
+    the same reservations. Teams are known by id (`teams`): a key of a removed team belongs to no
+    team of its name made since.
     """
 
     def __init__(self, secret: bytes, keys: list[ApiKey], teams: Iterable[Team] = ()) -> None:
@@ -41,6 +43,8 @@ class KeyCache:
                 members.setdefault(above.id, []).append(k.id)
             if k.team_id is not None and k.team_id in team_keys:
                 members.setdefault(team_keys[k.team_id].id, []).append(k.id)
+        for tk in team_keys.values():
+            members[tk.id] = [tk.id, *members.get(tk.id, ())]
         self._families = {kid: tuple(ids) for kid, ids in members.items()}
         # Each key with the earliest expiry in its chain; a chain holding a revoked key is out.
         self._by_hash: dict[str, tuple[ApiKey, datetime | None]] = {}
@@ -59,6 +63,10 @@ class KeyCache:
         # Tokens of keys let in since this cache was built (it is rebuilt, empty, on every
         # revision: a revoked key's token is gone with the cache that knew it).
         self._seen: dict[str, tuple[ApiKey, datetime | None]] = {}
+
+    def team_named(self, name: str) -> Team | None:
+        """The team that has `name` now (a person's grant names its team)."""
+        return next((t for t in self.teams.values() if t.name == name), None)
 
     def chain(self, key: ApiKey) -> tuple[ApiKey, ...]:
         """`key`, then the key that minted it, and so on up to its family's first key."""
@@ -125,6 +133,33 @@ def team_key(team: Team) -> ApiKey:
     """The team as the limiter sees it: a key with the team's limits that no request bears."""
     return ApiKey(id=team.limiter_id, name=team.name, prefix=TEAM_KEY_PREFIX, last4=team.name,
                   hash="", scope=KeyScope.USER, limits=team.limits)
+
+
+def person_key(cache: KeyCache, person: Person, limits: Limits) -> ApiKey:
+    """The key a signed-in person's requests reach the data plane as (from the console's
+    playground: a person holds no key of their own). Never their admin API acting key, which is
+    admin-scoped and counted nowhere.
+
+    - a team admin acts as its team: the team's models, limits and budgets, and its use counted
+      under the team's own id (`Team.limiter_id`, in the team's family), so the team is charged;
+    - an admin or an operator as themselves, with any model, within `limits` (`[sso]`'s
+      `playground_rpm`, `playground_concurrent` and `playground_tokens_per_day`; the kinds they
+      leave unset take the install's default limits), its use counted under their user id;
+    - a viewer sends nothing: Forbidden.
+    """
+    grant = person.grant
+    if grant.role is Role.VIEWER:
+        raise Forbidden("a viewer sends no requests: the playground needs another role or a key")
+    base = person.key.model_copy(update={"scope": KeyScope.USER, "team_admin": False})
+    if grant.role is not Role.TEAM_ADMIN:
+        return base.model_copy(update={"limits": limits, "team": None})
+    team = cache.team_named(grant.team or "")
+    if team is None:  # as for a key whose team is gone: nothing until an admin moves them
+        raise Forbidden(f"team {grant.team} does not exist: ask an admin")
+    # Named as the team, as its limits' refusals name it (`limit_refusals`).
+    return base.model_copy(update={"id": team.limiter_id, "name": team.name, "limits": team.limits,
+                                   "team": team.name, "team_id": team.id,
+                                   "by": f"{base.by}, for team {team.name}"})
 
 
 def is_team(key: ApiKey) -> bool:

@@ -26,9 +26,11 @@ from llmgw.core.errors import (
     UpstreamError,
 )
 from llmgw.core.guard import Direction, Policy
+from llmgw.core.settings import PLAYGROUND_LIMITS
 from llmgw.core.tracing import NOOP_TRACER, Tracer
-from llmgw.core.types import ApiKey, KeyScope, Model
-from llmgw.gateway.auth import may_use, team_allows
+from llmgw.core.types import ApiKey, KeyScope, Limits, Model, Team
+from llmgw.core.users import Person
+from llmgw.gateway.auth import may_use, person_key, team_allows
 from llmgw.gateway.cache.capture import CapturingTap
 from llmgw.gateway.cache.entry import CachedAnswer
 from llmgw.gateway.cache.keys import NONE_SAID, Directives
@@ -98,6 +100,7 @@ class Gateway:
         router: Router | None = None,
         tracer: Tracer = NOOP_TRACER,
         cache: ResponseCache | None = None,
+        people_limits: Limits = PLAYGROUND_LIMITS,
     ) -> None:
         self._refresher = refresher
         # Routes' cooldowns and fallback counts, this server's.
@@ -111,6 +114,7 @@ class Gateway:
         self.meter = meter
         self.metrics = metrics
         self.cache = cache  # the response cache, when the install turned it on anywhere
+        self._people_limits = people_limits  # what an admin or operator may send (`person_key`)
 
     def authenticate(
         self, authorization: str | None, scopes: frozenset[KeyScope] = CLIENT_SCOPES
@@ -123,6 +127,22 @@ class Gateway:
         """The key with this id, as `authenticate` would let it in now: 401 when it is unknown,
         revoked, expired or minted beneath a revoked or expired key; 403 outside `scopes`."""
         return _in_scopes(self._refresher.current.keys.principal(key_id, self._clock.now()), scopes)
+
+    def sender(self, caller: ApiKey | Person) -> ApiKey:
+        """The key `caller`'s requests go to the data plane as: a key is itself; a signed-in
+        person goes as `person_key` says (Forbidden for a viewer)."""
+        if isinstance(caller, ApiKey):
+            return caller
+        return person_key(self._refresher.current.keys, caller, self._people_limits)
+
+    def team(self, name: str) -> Team | None:
+        """The team named `name` as the request path sees it now (None: there is none)."""
+        return self._refresher.current.keys.teams.get(name)
+
+    def answering(self, name: str) -> bool:
+        """Whether catalog model `name` takes a request now (`Serving.answering`)."""
+        route = self._refresher.current.table.routes.get(name)
+        return route is not None and route.answering(time.monotonic()) > 0
 
     def models(self, key: ApiKey) -> list[Model]:
         """Catalog models this key may use."""

@@ -170,7 +170,8 @@ def build(store: Store, settings: ServerSettings, clock: Clock, activity_id: str
         answers = InMemory(MemoryCache(s.cache.max_entries, s.cache.max_memory_mb * 2**20,
                                        clock.monotonic))
     gateway = Gateway(refresher, client, clock, guard, limiter, meter, metrics, queue=queue,
-                      router=router, tracer=tracer, cache=ResponseCache(
+                      router=router, tracer=tracer, people_limits=s.sso.playground_limits,
+                      cache=ResponseCache(
                           s.cache, answers, Embedder(client, lambda: refresher.current.table,
                                                      s.cache.embedding_model)
                           if s.cache.embedding_model else None))

@@ -118,3 +118,29 @@ async def test_the_keys_page_shows_what_each_key_uses_now(install: Install) -> N
     assert row is not None
     assert re.search(r'title="counted by this server">\d+ req, [\d,]+ tok this min · \d+ in flight · '
                      r'[\d,]+ tok today', row.group(0)), row.group(0)
+
+
+def row(page: str, name: str) -> str:
+    found = re.search(rf'<tr data-key-name="{re.escape(name)}".*?</tr>', page, re.S)
+    assert found, f"no row for key {name}"
+    return found.group(0)
+
+
+async def test_the_keys_team_its_team_admins_and_the_models_its_team_allows_are_shown(
+        install: Install) -> None:
+    status, body = await install.api("POST", "/admin/v1/teams",
+                                     {"name": "research", "models": ["gemma*"]})
+    assert status == 201, body
+    await install.mint("lead", team="research", team_admin=True)
+    await install.mint("member", team="research")
+    await install.mint("narrow", team="research", models=["gemma3-270m"])
+    await install.mint("loner")
+    await install.browser.signin(install.admin)
+    page = await (await install.browser.get("/ui/keys")).text()
+    lead, member = row(page, "lead"), row(page, "member")
+    assert '<td class="team">research <span class="badge">team admin</span></td>' in lead
+    assert '<td class="team">research</td>' in member
+    # A key with no list of its own may call its team's models, not "any".
+    assert "gemma* (team research&#39;s)" in member
+    assert '<td class="wrap models">gemma3-270m</td>' in row(page, "narrow")
+    assert '<td class="wrap models">any</td>' in row(page, "loner")

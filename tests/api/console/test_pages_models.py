@@ -147,3 +147,21 @@ async def test_engine_arguments_with_an_open_quote_are_refused_and_start_nothing
     assert resp.status == 400
     assert "'args' is not shell-quoted right: no closing quotation" in html.unescape(await resp.text())
     assert (await install.api("GET", "/admin/v1/jobs"))[1]["data"] == []
+
+
+async def test_a_remote_model_that_refuses_connections_is_shown_failing(install: Install) -> None:
+    """A remote provider has no replica to health-check: once it refuses a connection the page
+    says so, in the failing colour, instead of listing it as any other remote model."""
+    for name, url in (("dead", "http://127.0.0.1:9/v1"), ("alive", "https://api.example.com/v1")):
+        status, body = await install.api("POST", "/admin/v1/models", {
+            "name": name, "source": {"kind": "remote", "base_url": url}})
+        assert status == 201, body
+    status, _ = await install.api("POST", "/v1/chat/completions",
+                                  {"model": "dead", "messages": [{"role": "user", "content": "hi"}]})
+    assert status == 502
+    await install.browser.signin(install.admin)
+    page = await (await install.browser.get("/ui/models")).text()
+    dead = page.split('<tr data-model="dead">', 1)[1].split("</tr>", 1)[0]
+    assert '<td class="state state-failing">failing: it refused a connection just now</td>' in dead
+    alive = page.split('<tr data-model="alive">', 1)[1].split("</tr>", 1)[0]
+    assert '<td class="state state-remote">remote</td>' in alive

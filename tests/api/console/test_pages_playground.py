@@ -65,7 +65,7 @@ async def test_the_answer_streams_through_the_gateway_with_the_visitors_key(
     user = await with_model.mint("alice", models=["m"])
     await with_model.browser.signin(user["key"])
     page = await (await with_model.browser.get("/ui/playground")).text()
-    assert '<option value="m">' in page and '<option value="other">' not in page
+    assert '<option value="m" selected>' in page and '<option value="other"' not in page
     assert 'id="pg-verdicts"' not in page  # verdicts are the admin's to see
     resp = await chat(with_model, "m", await with_model.browser.csrf("/ui/playground"))
     assert resp.status == 200
@@ -120,3 +120,54 @@ async def test_an_admin_sees_the_verdicts_of_one_request_only(install: Install) 
     assert text.count('class="verdict"') == 1
     text = await (await install.browser.get("/ui/playground/verdicts?request_id=")).text()
     assert 'class="verdict"' not in text
+
+
+async def chat_with(install: Install, token: str, **payload: Any) -> ClientResponse:
+    return await install.browser.client.post(
+        "/ui/playground/chat", headers={"X-CSRF-Token": token},
+        json={"messages": [{"role": "user", "content": "hi"}], **payload})
+
+
+async def test_the_answers_length_is_64_tokens_unless_the_form_says_otherwise(
+        with_model: Install, upstream: dict[str, Any]) -> None:
+    await with_model.browser.signin(with_model.admin)
+    page = await (await with_model.browser.get("/ui/playground")).text()
+    assert 'id="pg-max-tokens" name="max_tokens" type="number" min="1" max="512" value="64"' in page
+    token = await with_model.browser.csrf("/ui/playground")
+    for given, sent in ((None, 64), (200, 200)):
+        extra = {} if given is None else {"max_tokens": given}
+        resp = await chat_with(with_model, token, model="m", **extra)
+        assert resp.status == 200
+        await resp.read()
+        assert upstream["seen"]["max_tokens"] == sent
+    for bad in (0, 513, "64", True):
+        resp = await chat_with(with_model, token, model="m", max_tokens=bad)
+        assert resp.status == 400
+        assert "Max tokens must be a whole number from 1 to 512." in await resp.text()
+
+
+async def test_routes_are_offered_beside_models(with_model: Install, upstream: dict[str, Any]) -> None:
+    status, body = await with_model.api("POST", "/admin/v1/routes",
+                                        {"name": "chat", "targets": [{"model": "m"}]})
+    assert status == 201, body
+    await with_model.browser.signin(with_model.admin)
+    page = await (await with_model.browser.get("/ui/playground")).text()
+    routes = page.split('<optgroup label="Routes">', 1)[1].split("</optgroup>", 1)[0]
+    assert '<option value="chat">chat</option>' in routes
+    resp = await chat_with(with_model, await with_model.browser.csrf("/ui/playground"), model="chat")
+    assert resp.status == 200
+    await resp.read()
+    assert upstream["seen"]["messages"][-1]["content"] == "hi"
+
+
+async def test_the_model_chosen_first_is_one_that_answers(with_model: Install) -> None:
+    status, body = await with_model.api("POST", "/admin/v1/models", {
+        "name": "a-dead", "source": {"kind": "remote", "base_url": "http://127.0.0.1:9/v1"}})
+    assert status == 201, body
+    status, _ = await with_model.api("POST", "/v1/chat/completions", {
+        "model": "a-dead", "messages": [{"role": "user", "content": "hi"}]})
+    assert status == 502  # it refuses connections: first by name, yet not chosen
+    await with_model.browser.signin(with_model.admin)
+    page = await (await with_model.browser.get("/ui/playground")).text()
+    assert '<option value="a-dead">a-dead (not ready)</option>' in page
+    assert '<option value="m" selected>m</option>' in page

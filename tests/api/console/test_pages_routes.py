@@ -150,3 +150,24 @@ def test_a_viewer_is_shown_no_forms_an_operator_is() -> None:
     assert "<form" not in viewer.split("<main>", 1)[1] and "remove-route" not in viewer
     operator = page_for(person(Role.OPERATOR), listed)
     assert 'id="route-add-form"' in operator and "remove-route" in operator
+
+
+async def test_a_target_that_refuses_every_connection_is_not_shown_ready(install: Install) -> None:
+    """A remote provider has no replica to health-check: its answers say whether it is up. One
+    that refuses connections is shown with none ready and cooling down, never green."""
+    for name in ("dead", "also-dead"):
+        status, body = await install.api("POST", "/admin/v1/models", {
+            "name": name, "source": {"kind": "remote", "base_url": "http://127.0.0.1:9/v1"}})
+        assert status == 201, body
+    status, body = await install.api("POST", "/admin/v1/routes", {
+        "name": "chat", "targets": [{"model": "dead"}, {"model": "also-dead"}],
+        "fallback": {"cooldown": {"failures": 1, "window_s": 60, "cooldown_s": 600}}})
+    assert status == 201, body
+    status, _ = await install.api("POST", "/v1/chat/completions",
+                                  {"model": "chat", "messages": [{"role": "user", "content": "hi"}]})
+    assert status == 502
+    await install.browser.signin(install.admin)
+    shown = row(await (await install.browser.get(HERE)).text(), "chat")
+    for target in ("dead", "also-dead"):
+        state = shown.split(f'data-target="{target}"', 1)[1].split("</span></span>", 1)[0]
+        assert 'class="state state-failed"' in state and "0 ready, cooling down" in state, state

@@ -58,10 +58,11 @@ async def test_an_admin_signs_in_through_the_provider_and_lands_where_they_were_
 
 
 @pytest.mark.parametrize(("account", "shown", "hidden"), [
-    (ADMIN, ["/ui/models", "/ui/keys", "/ui/users"], ["/ui/playground"]),
-    (OPERATOR, ["/ui/models", "/ui/nodes", "/ui/guard"], ["/ui/keys", "/ui/usage", "/ui/users"]),
-    (VIEWER, ["/ui/models", "/ui/nodes"], ["/ui/keys", "/ui/usage", "/ui/users"]),
-    (TEAM_ADMIN, ["/ui/keys", "/ui/usage"], ["/ui/models", "/ui/nodes", "/ui/users"]),
+    (ADMIN, ["/ui/models", "/ui/keys", "/ui/users", "/ui/playground"], []),
+    (OPERATOR, ["/ui/models", "/ui/nodes", "/ui/guard", "/ui/playground"],
+     ["/ui/keys", "/ui/usage", "/ui/users"]),
+    (VIEWER, ["/ui/models", "/ui/nodes"], ["/ui/keys", "/ui/usage", "/ui/users", "/ui/playground"]),
+    (TEAM_ADMIN, ["/ui/keys", "/ui/usage", "/ui/playground"], ["/ui/models", "/ui/nodes", "/ui/users"]),
 ])
 async def test_each_role_is_shown_its_pages(sso: SsoInstall, account: object, shown: list[str],
                                             hidden: list[str]) -> None:

@@ -14,7 +14,7 @@ from llmgw.api.endpoints import Endpoint
 from llmgw.api.keys import CREATE_KEY, LIST_KEYS, REVOKE_KEY, ROTATE_KEY
 from llmgw.core.errors import NotFound
 from llmgw.core.protocol.keys import LiveCounts
-from llmgw.core.types import KeyScope
+from llmgw.core.types import KeyScope, Team
 
 HERE = "/ui/keys"
 # The create form's choices, the default first (a user key may mint user keys only).
@@ -39,8 +39,25 @@ async def keys(request: web.Request, created: dict[str, Any] | None = None, acti
     if limiter is not None:
         for k in [k for k in listed if not k["revoked"]][:LIVE_MAX]:
             live[k["id"]] = await limiter.live(k["id"])
+    gateway = root(request)[GATEWAY]
+    models = {k["id"]: may_call(k, gateway.team(k["team"]) if k.get("team") else None)
+              for k in listed}
     return render.page(request, "keys.html", keys=listed, names=names, created=created, action=action,
-                       scopes=SCOPES if visitor(request).admin else (KeyScope.USER,), live=live)
+                       scopes=SCOPES if visitor(request).admin else (KeyScope.USER,), live=live,
+                       models=models)
+
+
+def may_call(key: dict[str, Any], team: Team | None) -> str:
+    """The models a key may call, as the page says them: its own list, else its team's, else
+    any (a key's list is within its team's: minting keeps it so)."""
+    if key["models"]:
+        return ", ".join(key["models"])
+    if key.get("team"):
+        if team is None:
+            return "none: its team is gone"
+        if team.models:
+            return ", ".join(team.models) + f" (team {team.name}'s)"
+    return "any"
 
 
 async def create(request: web.Request) -> web.Response:

@@ -8,6 +8,7 @@ from typing import Any
 from aiohttp import web
 
 from llmgw.api.admin import ADD_MODEL, LIST_MODELS, MODEL_RESOURCES, REMOVE_MODEL, SCALE_MODEL
+from llmgw.api.appkeys import GATEWAY
 from llmgw.api.console import data, forms, render
 from llmgw.api.console.access import root, visitor
 from llmgw.api.endpoints import Endpoint
@@ -18,6 +19,7 @@ HERE = "/ui/models"
 JOBS_SHOWN = 20
 FINISHED = ("running", "failed", "cancelled", "gave_way")
 STOP_POLLING = 286
+REFUSING = "failing: it refused a connection just now"
 
 
 async def _call(request: web.Request, ep: Endpoint[Any, Any], **kw: Any) -> Any:
@@ -35,6 +37,12 @@ def latest_jobs(jobs: list[dict[str, Any]]) -> list[dict[str, Any]]:
 async def models(request: web.Request) -> web.Response:
     """The catalog table, the forms, and the recent serve jobs."""
     catalog = (await _call(request, LIST_MODELS))["data"]
+    gateway = root(request)[GATEWAY]
+    for m in catalog:
+        # A remote provider has no replica to health-check: its answers are the check, as this
+        # server's request path saw them.
+        if m["source"]["kind"] == "remote" and not gateway.answering(m["name"]):
+            m["state"] = REFUSING
     jobs = latest_jobs((await _call(request, LIST_JOBS))["data"])
     states = {m["name"]: m["state"] for m in catalog}
     return render.page(request, "models.html", models=catalog,

@@ -1,5 +1,7 @@
 """The playground: chat with one of the key's models through the gateway itself, streamed, and
-(admin keys) the guard's verdicts on that request."""
+(admin keys) the guard's verdicts on that request. A signed-in person sends as the gateway's
+`sender` says (a team admin as its team, an admin or operator within the install's playground
+limits; a viewer is refused), never with their admin API acting key."""
 
 from __future__ import annotations
 
@@ -21,16 +23,26 @@ from llmgw.gateway.wire.dialect import Api
 ROLES = ("system", "user", "assistant")
 # One request's verdicts: input and output windows of each policy; more would be a page of noise.
 MAX_VERDICTS = 100
-# A try-out: one click may not cost more than this many tokens of answer.
+# A try-out: one click may not cost more than this many tokens of answer; it asks for this few
+# unless told otherwise.
 MAX_TOKENS = 512
+DEFAULT_MAX_TOKENS = 64
 MAX_MESSAGES = 100
 
 
 async def playground(request: web.Request) -> web.Response:
-    """The form: the key's models, a prompt, the answer as it streams in."""
-    who = visitor(request)
-    models = [m for m in root(request)[GATEWAY].models(who.key) if not m.guard]
-    return render.page(request, "playground.html", models=models)
+    """The form: the models and routes the visitor may send to (a model that answers now chosen
+    first), the answer's length, a prompt, the answer as it streams in."""
+    gateway = root(request)[GATEWAY]
+    key = gateway.sender(visitor(request).caller)
+    callable_models = gateway.models(key)
+    models = [m.name for m in callable_models if not m.guard]
+    every = {m.name for m in callable_models}
+    routes = [name for name, _ in gateway.listed(key) if name not in every]
+    ready = {name for name in models if gateway.answering(name)}
+    chosen = next((name for name in models if name in ready), models[0] if models else None)
+    return render.page(request, "playground.html", models=models, routes=routes, ready=ready,
+                       chosen=chosen, max_tokens=DEFAULT_MAX_TOKENS, max_tokens_cap=MAX_TOKENS)
 
 
 def _messages(payload: dict[str, Any]) -> tuple[str, list[dict[str, str]]]:
@@ -51,15 +63,26 @@ def _messages(payload: dict[str, Any]) -> tuple[str, list[dict[str, str]]]:
     return model, out
 
 
+def _max_tokens(payload: dict[str, Any]) -> int:
+    value = payload.get("max_tokens", DEFAULT_MAX_TOKENS)
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_TOKENS:
+        raise InvalidRequest(f"Max tokens must be a whole number from 1 to {MAX_TOKENS}.",
+                             param="max_tokens")
+    return value
+
+
 async def chat(request: web.Request) -> web.StreamResponse:
-    """`{model, messages}` in, the gateway's SSE stream of chat completion chunks out: the same
-    path (auth, limits, guard, usage) as `/v1/chat/completions` with the visitor's key."""
+    """`{model, messages, max_tokens}` in (a model or a route), the gateway's SSE stream of chat
+    completion chunks out: the same path (auth, limits, guard, usage) as `/v1/chat/completions`
+    with the key the gateway's `sender` gives the visitor."""
     _, payload = await read_json(request)
     model, messages = _messages(payload)
-    upstream = {"model": model, "messages": messages, "stream": True, "max_tokens": MAX_TOKENS,
+    upstream = {"model": model, "messages": messages, "stream": True,
+                "max_tokens": _max_tokens(payload),
                 "stream_options": {"include_usage": True}}
-    reply = await root(request)[GATEWAY].forward(
-        visitor(request).key, Api.CHAT, orjson.dumps(upstream), upstream,
+    gateway = root(request)[GATEWAY]
+    reply = await gateway.forward(
+        gateway.sender(visitor(request).caller), Api.CHAT, orjson.dumps(upstream), upstream,
         request.get(REQUEST_ID, ""), request.get(STARTED))
     return await write(request, reply)
 

@@ -11,7 +11,10 @@ from aiohttp import web
 from llmgw.api.console import data, render
 from llmgw.api.console.access import root, visitor
 from llmgw.api.keys import GET_DEFAULT_LIMITS, LIST_KEYS, USAGE
+from llmgw.api.teams import LIST_TEAMS
 from llmgw.core.errors import InvalidRequest
+from llmgw.core.types import TEAM_KEY_PREFIX
+from llmgw.core.users import Person
 
 PERIODS = (1, 7, 30, 90)
 
@@ -31,6 +34,17 @@ async def _rows(request: web.Request, days: int) -> tuple[list[dict[str, Any]], 
     since = (today - timedelta(days=days - 1)).isoformat()
     rows = (await data.call(app, key, USAGE, query={"since": since}))["data"]
     names = {k["id"]: k["name"] for k in (await data.call(app, key, LIST_KEYS))["data"]}
+    # What a team's admins sent from the playground is the team's, counted under its own id.
+    # Its id names the team; a team admin sees its own team's alone (and may not list teams).
+    if any(r["key_id"].startswith(TEAM_KEY_PREFIX) for r in rows):
+        acting = key.key if isinstance(key, Person) else key
+        if acting.team_admin:
+            teams: dict[str, str] = {}
+        else:
+            listed = (await data.call(app, key, LIST_TEAMS))["data"]
+            teams = {TEAM_KEY_PREFIX + t["id"]: t["name"] for t in listed}
+        names.update({r["key_id"]: f"team {teams.get(r['key_id'], acting.team or 'removed')} (playground)"
+                      for r in rows if r["key_id"].startswith(TEAM_KEY_PREFIX)})
     return sorted(rows, key=lambda r: (r["day"], r["model"], r["key_id"]), reverse=True), names
 
 

@@ -62,8 +62,8 @@ class Visitor:
 
     @property
     def plays(self) -> bool:
-        """Whether the playground is shown: it sends requests as a key, so keys only."""
-        return self.person is None
+        """Whether the playground is shown: a viewer sends no requests (`Gateway.sender`)."""
+        return self.role is not Role.VIEWER
 
 
 VISITOR = web.RequestKey("console_visitor", Visitor)

@@ -13,7 +13,8 @@ class TargetStatusOut(BaseModel):
     model: str
     weight: int
     in_catalog: bool
-    ready: int = Field(description="ready upstreams (replicas, or 1 for a remote provider)")
+    ready: int = Field(description="ready upstreams (replicas, or 1 for a remote provider), "
+                                   "less any that refused a connection in the last few seconds")
     in_flight: int = Field(description="requests in flight to it from this server")
     recent_failures: int = Field(description="failures counted towards its next cooldown")
     cooling_down_s: float = Field(description="seconds until its cooldown ends; 0: not cooling")

@@ -53,6 +53,13 @@ class Serving:
     # refused at once, not queued for the queue's whole timeout.
     failing: str = ""
 
+    def answering(self, now: float) -> int:
+        """How many of its upstreams take a request now (`now`: `time.monotonic()`): ready, and
+        none that refused a connection in the last few seconds. A remote provider is always
+        "ready"; its answers are its only health check, so one that refuses every connection
+        counts as none."""
+        return sum(1 for u in self.upstreams if u.down_until <= now)
+
 
 def pick(
     upstreams: tuple[Upstream, ...], exclude: frozenset[str], turn: int, now: float = 0.0

@@ -58,21 +58,33 @@ function setupPlayground() {
   if (!form) return;
   const output = document.getElementById("pg-output");
   const send = document.getElementById("pg-send");
+  const stop = document.getElementById("pg-stop");
+  let inFlight = null;  // the AbortController of the request in flight
+  stop.addEventListener("click", () => {
+    if (inFlight) inFlight.abort();
+  });
   form.addEventListener("submit", async (event) => {
     event.preventDefault();
     const model = document.getElementById("pg-model").value;
     const input = document.getElementById("pg-input").value;
+    const maxTokens = Number(document.getElementById("pg-max-tokens").value);
     output.textContent = "";
     output.classList.remove("problem");
     delete output.dataset.done;
+    delete output.dataset.stopped;
     send.disabled = true;
+    stop.disabled = false;
+    const controller = new AbortController();
+    inFlight = controller;
     let requestId = "";
     try {
       const response = await fetch("/ui/playground/chat", {
         method: "POST",
         credentials: "same-origin",
         headers: {"Content-Type": "application/json", "X-CSRF-Token": csrfToken()},
-        body: JSON.stringify({model: model, messages: [{role: "user", content: input}]}),
+        body: JSON.stringify({model: model, max_tokens: maxTokens,
+                              messages: [{role: "user", content: input}]}),
+        signal: controller.signal,
       });
       requestId = response.headers.get("X-Request-Id") || "";
       if (!response.ok) {
@@ -82,11 +94,19 @@ function setupPlayground() {
         await readStream(response, output);
       }
     } catch (err) {
-      output.classList.add("problem");
-      output.textContent = "The connection failed: " + err;
+      if (controller.signal.aborted) {
+        // Stopped: the server drops the upstream call with the connection.
+        output.dataset.stopped = "1";
+        output.textContent += (output.textContent ? "\n" : "") + "[stopped]";
+      } else {
+        output.classList.add("problem");
+        output.textContent = "The connection failed: " + err;
+      }
     } finally {
+      inFlight = null;
       output.dataset.done = "1";
       send.disabled = false;
+      stop.disabled = true;
     }
     pollVerdicts(requestId);
   });
