@@ -54,8 +54,9 @@ class Account:
 
     def to_json(self) -> dict[str, Any]:
         """The account as the provider's config and admin API take it."""
-        account = {"sub": self.sub, "password": self.password, "email": self.email,
-                   "name": self.name, "groups": list(self.groups)}
+        account: dict[str, Any] = {"sub": self.sub, "password": self.password,
+                                   "email": self.email, "name": self.name,
+                                   "groups": list(self.groups)}
         if self.email_verified is not None:
             account["email_verified"] = self.email_verified
         return account
