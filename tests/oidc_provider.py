@@ -49,12 +49,17 @@ class Account:
     email: str
     name: str
     groups: tuple[str, ...] = ()
-    email_verified: bool = True
+    # None: the ID token carries no email_verified claim at all.
+    email_verified: bool | None = True
 
     def to_json(self) -> dict[str, Any]:
         """The account as the provider's config and admin API take it."""
-        return {"sub": self.sub, "password": self.password, "email": self.email,
-                "email_verified": self.email_verified, "name": self.name, "groups": list(self.groups)}
+        account: dict[str, Any] = {"sub": self.sub, "password": self.password,
+                                   "email": self.email, "name": self.name,
+                                   "groups": list(self.groups)}
+        if self.email_verified is not None:
+            account["email_verified"] = self.email_verified
+        return account
 
 
 ADMIN = Account("alice", "alice-password", "alice@example.test", "Alice Admin", ("llmgw-admins",))

@@ -425,7 +425,8 @@ async def test_a_burst_of_a_team_admin_persons_mints_stops_at_the_cap(install: I
 
     install.store.teams.put(Team(name="red"), "test", install.clock.now(), replace=False)
     tara = User(id="usr-0123456789", issuer="https://idp.example", subject="tara",
-                email="tara@example.test", created_at=NOW, signed_in_at=NOW)
+                email="tara@example.test", email_verified=True, created_at=NOW,
+                signed_in_at=NOW)
     person = Person(tara, Grant(role=Role.TEAM_ADMIN, team="red")).key
     results = await asyncio.gather(*(install.create(person, name=f"k{i}") for i in range(110)),
                                    return_exceptions=True)

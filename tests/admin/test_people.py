@@ -10,7 +10,7 @@ import pytest
 
 from llmgw.admin.people import TOUCH_S, People, SignedIn
 from llmgw.core.clock import FakeClock
-from llmgw.core.errors import RateLimited, SignInRefused
+from llmgw.core.errors import NotFound, RateLimited, SignInRefused
 from llmgw.core.settings import SsoSettings
 from llmgw.core.users import Grant, Role
 from llmgw.store.store import Store
@@ -82,6 +82,26 @@ async def test_only_verified_emails_of_allowed_domains_sign_in(
     assert store.sessions.list() == []
     _, visit = await people.sign_in(alice_admin(email="alice@Corp.Example"), "10.0.0.7")
     assert visit.person is not None
+
+
+async def test_a_role_set_by_email_never_lands_on_an_account_that_only_claims_it(
+        store: Store, clock: FakeClock) -> None:
+    # No allowed_domains (the default): anyone the provider signs in gets a user. Mallory's
+    # account claims alice's email without the provider verifying it.
+    people = server(store, clock)
+    _, visit = await people.sign_in(alice_admin(subject="mallory", name="Mallory", groups=(),
+                                                email_verified=False), "10.0.0.66")
+    assert (visit.user.email, visit.user.email_verified) == (None, False)
+    with pytest.raises(NotFound):
+        await people.set_grant("alice@example.test", Grant(role=Role.ADMIN))
+    [entry] = [e for e in store.audit.entries() if e.action == "sign-in"]
+    assert entry.by == "mallory (sso)"  # not in alice's name either
+    # The real alice, verified, is the one the admin's command finds.
+    _, alice = await people.sign_in(alice_admin(groups=()), "10.0.0.7")
+    assert alice.user.email_verified
+    assert (await people.set_grant("ALICE@example.test", Grant(role=Role.ADMIN))).id == alice.user.id
+    mallory = store.users.get(visit.user.id)
+    assert mallory.grant is None and mallory.email is None
 
 
 async def test_a_page_reads_the_store_only_when_its_revision_moved(store: Store, clock: FakeClock) -> None:

@@ -233,6 +233,36 @@ async def test_traffic_and_the_engine_key_never_go_off_the_nodes_address(
         caplog.text)
 
 
+async def test_each_node_gets_its_own_engine_key_and_requests_carry_their_nodes(
+    api: Any, install: Install,
+) -> None:
+    client, keys = api
+    node_a, node_b = {**NODE, "address": "127.0.0.1"}, {**NODE, "id": "node-b", "address": "127.0.0.1"}
+    status, a = await sync(client, keys["node"], node_a)
+    assert status == 200
+    status, b = await sync(client, keys["other"], node_b, agent="agent-b")
+    assert status == 200
+    # Neither is the other's key, nor the one every engine used to share.
+    assert len({a["engine_key"], b["engine_key"], install.store.install.engine_key()}) == 3
+    install.store.catalog.add(local_model("m1"), "test", NOW)
+    install.store.replicas.create(
+        Replica(id="r1", model="m1", node_id="node-b", profile="cpu",
+                state=ReplicaState.STARTING), NOW)
+    recorder = Recorder()
+    await recorder.server.start_server()
+    try:
+        status, _ = await sync(client, keys["other"], node_b, agent="agent-b", replicas=[
+            {"id": "r1", "state": "ready", "endpoint": str(recorder.server.make_url("/v1"))}])
+        assert status == 200
+        resp = await client.post("/v1/chat/completions", headers=bearer(keys["user"]), json={
+            "model": "m1", "messages": [{"role": "user", "content": "hi"}]})
+        assert resp.status == 200, await resp.text()
+    finally:
+        await recorder.server.close()
+    # Node B's replica is called with node B's key: node A's (a leaked token's) opens nothing there.
+    assert recorder.seen == [f"Bearer {b['engine_key']}"]
+
+
 async def test_a_node_learns_of_a_change_as_it_happens_not_at_its_next_round(api: Any) -> None:
     client, keys = api
     now = await (await client.get("/agent/v1/changes", headers=bearer(keys["node"]))).json()

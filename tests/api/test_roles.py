@@ -25,7 +25,8 @@ def allowed(grant: Grant | None, name: str) -> bool:
 def user_alice() -> User:
     at = datetime(2026, 1, 1, tzinfo=UTC)
     return User(id="usr-0a1b2c3d4e", issuer="https://idp.example", subject="alice",
-                email="alice@example.test", created_at=at, signed_in_at=at)
+                email="alice@example.test", email_verified=True, created_at=at,
+                signed_in_at=at)
 
 
 @pytest.mark.parametrize("name", ["list_models", "list_nodes", "guard_overview", "list_routes",

@@ -88,6 +88,21 @@ def test_list_show_role_signout_and_remove(bare_server: LlmgwServer, store: Stor
     assert ctl_json(bare_server, "user", "list") == {"data": []}
 
 
+def test_only_a_verified_email_finds_a_user(bare_server: LlmgwServer, store: Store) -> None:
+    alice = signed_in(store, "alice", None)
+    # An account whose email the provider did not verify is stored without it.
+    mallory = store.users.signed_in(ISSUER, "mallory", None, "Mallory", None, datetime.now(UTC))
+    listed = bare_server.ctl("user", "list").stdout
+    assert row(listed, "alice@x")[7] == "yes"
+    assert row(listed, "")[1:3] + row(listed, "")[7:8] == [mallory.id, "Mallory", "no"]
+    assert {u["id"]: (u["email"], u["email_verified"]) for u in
+            ctl_json(bare_server, "user", "list")["data"]} == {alice: ("alice@x", True),
+                                                               mallory.id: (None, False)}
+    assert ctl_json(bare_server, "user", "role", "alice@x", "viewer")["id"] == alice
+    for who in (alice, mallory.id):
+        bare_server.ctl("user", "remove", who)
+
+
 @pytest.mark.parametrize("role", ["boss", "team-admin", "team-admin:", "viewer:research", ""])
 def test_an_unknown_role_is_a_usage_error_before_any_call(bare_server: LlmgwServer,
                                                           role: str) -> None:

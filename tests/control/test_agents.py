@@ -11,6 +11,7 @@ import pytest
 from llmgw.control.agents import AgentService
 from llmgw.core.agent_wire import ReplicaReport, SyncRequest
 from llmgw.core.clock import FakeClock
+from llmgw.core.engine_keys import EngineKeys
 from llmgw.core.errors import Forbidden, NodeIdTaken
 from llmgw.core.types import ApiKey, KeyScope, Replica, ReplicaState
 from llmgw.store.store import Store
@@ -36,8 +37,12 @@ class Changes:
         self.count += 1
 
 
+# The install's engine-key root, which only servers hold.
+KEYS = EngineKeys("llmgw-engine-root")
+
+
 def service(store: Store, changes: Changes) -> AgentService:
-    return AgentService(store, FakeClock(NOW), "engine-secret", changes)
+    return AgentService(store, FakeClock(NOW), KEYS, changes)
 
 
 def join_token(store: Store, node_id: str | None = None) -> ApiKey:
@@ -58,7 +63,7 @@ async def test_a_first_sync_registers_the_node_and_hands_out_its_replicas(store:
 
     assert [a.replica.id for a in answer.assignments] == ["r1"]
     assert answer.assignments[0].model is not None and answer.assignments[0].model.name == "m1"
-    assert answer.engine_key == "engine-secret"
+    assert answer.engine_key == KEYS.for_node("node-a")
     registered = {n.id: n for n in store.nodes.list()}["node-a"]
     assert registered.labels["role"] == "judge" and registered.heartbeat_at == NOW
 
@@ -106,7 +111,7 @@ async def test_stopped_replicas_marked_stopping_are_forgotten(store: Store) -> N
 
 async def test_a_second_machine_claiming_a_live_nodes_id_is_refused(store: Store) -> None:
     clock = FakeClock(NOW)
-    svc = AgentService(store, clock, "k", Changes(), node_timeout=timedelta(seconds=30))
+    svc = AgentService(store, clock, KEYS, Changes(), node_timeout=timedelta(seconds=30))
     token = join_token(store)
     await svc.sync(SyncRequest(node=node("gpu-1"), agent="agent-first"), token)
 
@@ -135,6 +140,23 @@ async def test_a_token_reports_only_as_the_node_its_first_report_bound(store: St
         await svc.sync(SyncRequest(node=node("node-b"), agent="agent-a"), token)
     assert store.nodes.get("node-b") is None
     assert store.keys.get(token.id).node_id == "node-a"
+
+
+async def test_a_nodes_token_gets_its_own_nodes_engine_key_and_no_other(store: Store) -> None:
+    svc = service(store, Changes())
+    token_a, token_b = join_token(store), join_token(store)
+    key_a = (await svc.sync(SyncRequest(node=node("node-a"), agent="agent-a"), token_a)).engine_key
+    key_b = (await svc.sync(SyncRequest(node=node("node-b"), agent="agent-b"), token_b)).engine_key
+    # Each node's own, none the install's root: a leaked token opens its own node's engines.
+    assert key_a == KEYS.for_node("node-a") and key_b == KEYS.for_node("node-b")
+    assert len({key_a, key_b, KEYS.root}) == 3
+    # Node A's token asking as node B, or as a server's own node, gets no key at all.
+    for other in ("node-b", "local"):
+        with pytest.raises(Forbidden):
+            await svc.sync(SyncRequest(node=node(other), agent="agent-a"), token_a)
+    # The same node asking again (its agent restarted) gets the same key.
+    again = await svc.sync(SyncRequest(node=node("node-a"), agent="agent-a"), token_a)
+    assert again.engine_key == key_a
 
 
 async def test_a_token_cannot_rewrite_another_tokens_node_even_as_its_agent(store: Store) -> None:

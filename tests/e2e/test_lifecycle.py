@@ -8,6 +8,9 @@ import signal
 import time
 from pathlib import Path
 
+import openai
+from sqlalchemy import create_engine, text
+
 from llmgw.core.settings import ServerSettings, dump, load
 from tests.conftest import DEMO
 from tests.e2e.cluster import hold
@@ -81,6 +84,34 @@ def test_restart_serves_again_without_losing_the_catalog(tmp_path: Path) -> None
         model = next(m for m in models if m["name"] == DEMO)
         assert model["scaling"] == {"min": 1, "max": 2, "idle_s": None}
         assert model["by"].startswith("admin (sk-llmgw-")
+    finally:
+        server.stop()
+
+
+def test_a_single_machine_install_serves_across_the_upgrade_to_engine_keys_per_node(
+        tmp_path: Path) -> None:
+    server = LlmgwServer.init(tmp_path / "data", "--demo")
+    server.start()
+    try:
+        before = server.wait_ready(DEMO)
+    finally:
+        server.stop()
+    # The database as the version before engine keys per node left it: its replica recorded.
+    engine = create_engine(load(tmp_path / "data").database_url(tmp_path / "data"))
+    try:
+        with engine.begin() as conn:
+            conn.execute(text("UPDATE alembic_version SET version_num = '0018'"))
+    finally:
+        engine.dispose()
+    server.start()
+    try:
+        after = server.wait_ready(DEMO)
+        assert after["id"] != before["id"]  # replaced once, started with the node's own key
+        client = openai.OpenAI(base_url=server.url + "/v1", api_key=server.admin_key,
+                               max_retries=0, timeout=60)
+        reply = client.chat.completions.create(
+            model=DEMO, max_tokens=4, messages=[{"role": "user", "content": "hi"}])
+        assert reply.usage is not None and reply.usage.completion_tokens > 0
     finally:
         server.stop()
 

@@ -1,9 +1,11 @@
-"""A node agent on its own: it keeps serving while no server is reachable, and catches up after."""
+"""A node agent on its own: it keeps serving while no server is reachable, and catches up after;
+its engines take its own node's key only."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
+import httpx2
 import openai
 import pytest
 
@@ -52,3 +54,30 @@ def test_replicas_keep_running_while_every_server_is_down(postgres_url: str, tmp
         assert after["restarts"] == 0
         for server in cluster.servers:
             assert chat(server.url, server.admin_key) == answer
+
+
+@pytest.mark.timeout(180)
+def test_a_leaked_join_token_opens_no_other_nodes_engines(postgres_url: str, tmp_path: Path) -> None:
+    model_file = tmp_path / "m.gguf"
+    model_file.write_bytes(b"GGUF")
+    with Cluster.up(tmp_path, fresh_database(postgres_url), servers=1) as cluster:
+        cluster.add_node("node-b", cores=2, memory_gb=4)
+        # Node A's token leaked before its agent ever ran: the thief reports as node A.
+        leaked = cluster.add_node("node-a", cores=2, memory_gb=4, start=False).token
+        cluster.wait_nodes_ready("node-b")
+        server = cluster.servers[0]
+        server.ctl("model", "add", "m", "--path", str(model_file), "--min", "1")
+        [replica] = cluster.wait_ready_replicas("m", 1)
+        assert replica["node_id"] == "node-b"
+        answer = server.call("POST", "/agent/v1/sync", key=leaked, body={
+            "node": {"id": "node-a", "address": "127.0.0.66", "cores": 0, "memory_gb": 0},
+            "agent": "thief"})
+        node_a_key = answer["engine_key"]
+        request = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
+        refused = httpx2.post(replica["endpoint"] + "/chat/completions", json=request,
+                              headers={"Authorization": f"Bearer {node_a_key}"}, timeout=10,
+                              trust_env=False)
+        assert refused.status_code == 401
+        # The servers, with node B's own key, are served by it.
+        cluster.wait_routed("m", server.admin_key)
+        assert chat(server.url, server.admin_key).startswith("fake reply from port")

@@ -6,6 +6,7 @@ from datetime import UTC, datetime
 
 import pytest
 
+from llmgw.core.engine_keys import EngineKeys
 from llmgw.core.errors import NoReadyReplica
 from llmgw.core.types import Replica, ReplicaState, Scaling
 from llmgw.gateway.snapshot import Refresher, build_routes
@@ -201,8 +202,21 @@ def test_a_rotated_provider_key_is_picked_up(monkeypatch: pytest.MonkeyPatch) ->
 # --- the engine key goes only where the servers placed a replica --------------------------------
 
 
+def test_each_replica_gets_the_engine_key_of_the_node_it_runs_on() -> None:
+    keys = EngineKeys("llmgw-engine-root")
+    replicas = [replica_ready("r-a", node_id="gpu-a", endpoint="http://10.0.0.7:9000/v1"),
+                replica_ready("r-b", node_id="gpu-b", endpoint="http://10.0.0.8:9000/v1")]
+    route = build_routes([gemma_model(replicas=2)], replicas, {}, keys,
+                         addresses={"gpu-a": "10.0.0.7", "gpu-b": "10.0.0.8"})["gemma3-270m"]
+    sent = {u.id: u.headers["Authorization"] for u in route.upstreams}
+    assert sent == {"r-a": f"Bearer {keys.for_node('gpu-a')}",
+                    "r-b": f"Bearer {keys.for_node('gpu-b')}"}
+    assert keys.for_node("gpu-a") != keys.for_node("gpu-b")
+    assert keys.root not in str(sent) and keys.root not in repr(keys)
+
+
 def test_a_ready_replica_off_its_nodes_address_is_no_upstream() -> None:
-    engine = {"Authorization": "Bearer llmgw-engine-secret"}
+    keys = EngineKeys("llmgw-engine-secret")
     replicas = [
         replica_ready("r-placed", node_id="gpu-1", endpoint="http://10.0.0.7:9000/v1"),
         # A node reported this one listening on another machine: neither requests nor the
@@ -212,10 +226,10 @@ def test_a_ready_replica_off_its_nodes_address_is_no_upstream() -> None:
         replica_ready("r-gone", node_id="removed", endpoint="http://10.0.0.8:9000/v1"),
     ]
 
-    route = build_routes([gemma_model(replicas=4)], replicas, {}, engine,
+    route = build_routes([gemma_model(replicas=4)], replicas, {}, keys,
                          addresses={"gpu-1": "10.0.0.7", "other": "10.6.6.6"})["gemma3-270m"]
 
-    assert [(u.id, u.headers) for u in route.upstreams] == [("r-placed", engine)]
+    assert [(u.id, u.headers) for u in route.upstreams] == [("r-placed", keys.headers("gpu-1"))]
 
 
 def test_a_model_whose_only_ready_replica_is_off_its_node_says_so() -> None:

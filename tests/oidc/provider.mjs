@@ -31,7 +31,8 @@
 // The client must use PKCE with S256 (a request without code_challenge is refused). ID tokens are
 // signed with RS256 by an RSA key generated at start (published at /jwks, as discovery says) and
 // carry the claims of the scopes asked for: openid -> sub, email -> email and email_verified,
-// profile -> name, groups -> groups.
+// profile -> name, groups -> groups. An account without email_verified gets a token without
+// that claim (a provider that does not say).
 //
 // Sign-in: /interaction/UID shows a login form (input[name=login] takes the sub or the email,
 // input[name=password], a submit button #sign-in); a wrong login or password shows the form
@@ -322,13 +323,10 @@ function providerFor(issuer) {
       return {
         accountId: sub,
         async claims() {
-          return {
-            sub,
-            email: account.email,
-            email_verified: account.email_verified,
-            name: account.name,
-            groups: account.groups ?? [],
-          };
+          const claims = { sub, email: account.email, name: account.name,
+                           groups: account.groups ?? [] };
+          if (account.email_verified !== undefined) claims.email_verified = account.email_verified;
+          return claims;
         },
       };
     },

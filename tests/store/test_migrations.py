@@ -98,3 +98,25 @@ def test_each_team_gets_an_id_and_only_keys_made_since_it_was_made_are_its(
     assert keys["r1"].team == "red" and keys["r1"].team_id == teams["red"].id
     assert keys["b1"].team == "blue" and keys["b1"].team_id is None
     assert keys["loner"].team_id is None
+
+
+def test_replicas_running_with_the_shared_engine_key_are_replaced(empty_url: str) -> None:
+    # Their engines hold the key every node shared; servers now call each with its node's own.
+    upgrade_to(empty_url, "0018", [])
+    engine = create_engine(empty_url)
+    try:
+        with engine.begin() as conn:
+            for rid, node_id, state in (("r-ready", "gpu-1", "ready"), ("r-failed", "gpu-2", "failed"),
+                                        ("r-pending", None, "pending")):
+                conn.execute(text(
+                    "INSERT INTO replicas (id, model, node_id, profile, state, restarts, cpu_cores,"
+                    " memory_gb, gpus, updated_at) VALUES (:id, 'm', :node, 'cpu', :state, 0, 1,"
+                    " 1.0, 0, :now)"), {"id": rid, "node": node_id, "state": state, "now": NOW})
+    finally:
+        engine.dispose()
+    store = Store.open(empty_url)
+    try:
+        states = {r.id: r.state.value for r in store.replicas.list()}
+    finally:
+        store.close()
+    assert states == {"r-ready": "stopping", "r-failed": "stopping", "r-pending": "pending"}

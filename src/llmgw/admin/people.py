@@ -129,7 +129,7 @@ class People:
         """The user as the provider says now (email, name, and the grant of their groups)."""
         self._check_domain(who)
         return await asyncio.to_thread(self._store.users.signed_in, who.issuer, who.subject,
-                                       who.email, who.name, self._grant(who), now)
+                                       _verified(who), who.name, self._grant(who), now)
 
     def _refresh_at(self, now: datetime) -> datetime:
         return now + timedelta(seconds=self._sso.refresh_s)
@@ -180,7 +180,7 @@ class People:
     async def end(self, visit: Visit, reason: str, address: str) -> None:
         """End a session everywhere (sign-out, or a refresh the provider refused)."""
         self._cache.pop(visit.token, None)
-        who = f"{visit.user.email or visit.user.subject} (sso)"
+        who = f"{visit.user.verified_email or visit.user.subject} (sso)"
         with audit.acting(who), audit.from_address(address):
             await asyncio.to_thread(self._store.sessions.end, visit.session.id, reason,
                                     self._clock.now())
@@ -196,9 +196,10 @@ class People:
         return await asyncio.to_thread(self._store.users.list)
 
     async def user(self, ref: str) -> User:
-        """A user by id or email (in any case)."""
+        """A user by id or verified email (in any case): a role set by email can never land
+        on an account that only claims that email."""
         found = [u for u in await self.users()
-                 if ref == u.id or ref.lower() == (u.email or "").lower()]
+                 if ref == u.id or ref.lower() == (u.verified_email or "").lower()]
         if len(found) != 1:
             raise NotFound(f"no single user matches {ref!r} (give its id)" if found else
                            f"user {ref!r} does not exist", param="user")
@@ -237,6 +238,10 @@ class People:
         return user
 
 
+def _verified(who: SignedIn) -> str | None:
+    return who.email if who.email_verified else None
+
+
 def _by(who: SignedIn) -> str:
-    return f"{who.email or who.subject} (sso)"
+    return f"{_verified(who) or who.subject} (sso)"
 

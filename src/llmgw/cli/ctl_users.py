@@ -19,7 +19,8 @@ user_app = typer.Typer(help="People who sign in to the console through the ident
                             "their roles and console sessions. Admin keys only.",
                        no_args_is_help=True)
 
-UserRef = Annotated[str, typer.Argument(help="The user's id or email.")]
+UserRef = Annotated[str, typer.Argument(
+    help="The user's id, or their email if the identity provider verified it.")]
 # What `role` takes for "signed in, no access" (sent as null).
 NO_ROLE = "none"
 ROLES = f"admin, operator, viewer, team-admin:TEAM or {NO_ROLE}"
@@ -39,15 +40,17 @@ def _users_table(users: Sequence[UserOut]) -> None:
     render.table(
         "users",
         [render.Col("email", whole=True), render.Col("id", whole=True), "name", "role",
-         "role from", "sessions", "signed in", render.Col("issuer", optional=True)],
+         "role from", "sessions", "signed in", "verified", render.Col("issuer", optional=True)],
         [[u.email, u.id, u.name, u.role or NO_ROLE, u.role_source, u.sessions,
-          render.when(u.signed_in_at), u.issuer] for u in users],
+          render.when(u.signed_in_at), "yes" if u.email_verified else "no", u.issuer]
+         for u in users],
     )
 
 
 @user_app.command("list")
 def user_list(ctx: typer.Context) -> None:
-    """Everyone who signed in to the console: role, where it came from and live sessions."""
+    """Everyone who signed in to the console: role, where it came from, live sessions, and
+    whether the provider verified the email (only a verified one finds a user)."""
     ctl = CtlContext.of(ctx)
     ctl.show_as(DataList[UserOut], ctl.call("GET", "/admin/v1/users"), lambda d: _users_table(d.data))
 

@@ -16,6 +16,7 @@ from llmgw.core.agent_wire import (
     on_address,
 )
 from llmgw.core.clock import Clock
+from llmgw.core.engine_keys import EngineKeys
 from llmgw.core.errors import Forbidden
 from llmgw.core.types import ApiKey, Replica, ReplicaState
 from llmgw.store.store import Store
@@ -30,7 +31,7 @@ class AgentService:
     agent writes only its own node's row and the state of replicas already placed on it."""
 
     def __init__(
-        self, store: Store, clock: Clock, engine_key: str,
+        self, store: Store, clock: Clock, engine_keys: EngineKeys,
         on_change: Callable[[], Awaitable[None]], node_timeout: timedelta = timedelta(seconds=30),
         servers_nodes: frozenset[str] = frozenset({"local"}),
     ) -> None:
@@ -39,19 +40,22 @@ class AgentService:
         self._servers_nodes = servers_nodes
         self._store = store
         self._clock = clock
-        self._engine_key = engine_key
+        self._engine_keys = engine_keys
         self._on_change = on_change
 
     async def sync(self, req: SyncRequest, token: ApiKey) -> SyncResponse:
         """Record the heartbeat and reports of the node `token` is bound to; answer with the
-        node's assignments."""
+        node's assignments and its own engine key (never another node's: a leaked token opens
+        no engine elsewhere)."""
         if req.node.id in self._servers_nodes:
             raise Forbidden(f"node {req.node.id} is a server's own node: no join token may report "
                             "as it", param="node.id")
         changed, assigned = await asyncio.to_thread(self._sync, req, token.id)
         if changed:
             await self._on_change()
-        return SyncResponse(assignments=assigned, engine_key=self._engine_key)
+        # After the report: it refuses a token bound to another node.
+        return SyncResponse(assignments=assigned,
+                            engine_key=self._engine_keys.for_node(req.node.id))
 
     def _sync(self, req: SyncRequest, token_id: str) -> tuple[bool, list[Assigned]]:
         store, now, node = self._store, self._clock.now(), req.node.id

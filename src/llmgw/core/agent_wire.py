@@ -46,7 +46,7 @@ class Changes(Frozen):
 
 
 class SyncResponse(Frozen):
-    """The node's replicas and the key its engines require."""
+    """The node's replicas and the key its engines require (this node's own)."""
 
     assignments: list[Assigned]
     engine_key: str

@@ -78,11 +78,20 @@ class User(BaseModel):
     issuer: str
     subject: str
     email: str | None = None
+    # Whether the provider said it verified `email`. Only a verified email is stored since
+    # 0018; a row from before it keeps its email, unverified, until the person signs in again.
+    email_verified: bool = False
     name: str | None = None
     grant: Grant | None = None
     role_source: Literal["provider", "admin"] = "provider"
     created_at: datetime
     signed_in_at: datetime
+
+    @property
+    def verified_email(self) -> str | None:
+        """The email an admin may find this user by, and who they are in the audit log: only
+        one the provider verified (an unverified one is anybody's claim to a name)."""
+        return self.email if self.email_verified else None
 
 
 class ConsoleSession(BaseModel):
@@ -131,7 +140,7 @@ def acting_key(user: User, grant: Grant) -> ApiKey:
     what the person may call, and inside those calls an admin, operator or viewer sees as an
     admin key does, a team admin as its team's admin key does."""
     team_admin = grant.role is Role.TEAM_ADMIN
-    return ApiKey(id=user.id, name=user.email or user.subject, prefix="sso", last4="",
+    return ApiKey(id=user.id, name=user.verified_email or user.subject, prefix="sso", last4="",
                   hash="", scope=KeyScope.USER if team_admin else KeyScope.ADMIN,
                   team=grant.team, team_admin=team_admin, created_at=user.created_at,
                   by=f"signed in through {user.issuer}")

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 
 from llmgw.core import judges
 from llmgw.core.agent_wire import on_address
+from llmgw.core.engine_keys import EngineKeys
 from llmgw.core.errors import ConfigError, ModelNotFound
 from llmgw.core.loops import every
 from llmgw.core.routes import RouteSpec
@@ -49,13 +50,14 @@ class Snapshot:
 
 def build_routes(
     models: list[Model], replicas: list[Replica], previous: dict[str, Upstream],
-    engine_headers: dict[str, str] | None = None,
+    engine_keys: EngineKeys | None = None,
     provider_key_env: Collection[str] = (), *, addresses: dict[str, str],
 ) -> dict[str, Serving]:
     """Routes for every catalog model; Upstream objects are reused by id to keep their counters.
-    `engine_headers` authenticate this server to its own engines; `provider_key_env` lists the
-    variables remote keys may come from besides LLMGW_PROVIDER_*; `addresses` (node id to
-    address) are where engines listen: a replica's endpoint elsewhere is no upstream."""
+    `engine_keys` authenticate this server to each replica's engine with its node's own key
+    (None: engines need no key); `provider_key_env` lists the variables remote keys may come
+    from besides LLMGW_PROVIDER_*; `addresses` (node id to address) are where engines listen: a
+    replica's endpoint elsewhere is no upstream."""
 
     def upstream(uid: str, base_url: str, headers: dict[str, str]) -> Upstream:
         up = previous.get(uid)
@@ -76,7 +78,7 @@ def build_routes(
             continue
         mine = [r for r in replicas if r.model == m.name and r.state != ReplicaState.STOPPING]
         ready = tuple(
-            upstream(r.id, r.endpoint, engine_headers or {})
+            upstream(r.id, r.endpoint, engine_keys.headers(r.node_id or "") if engine_keys else {})
             for r in mine
             if r.state == ReplicaState.READY and r.endpoint and _placed(r, r.endpoint, addresses)
         )
@@ -101,7 +103,7 @@ def _placed(replica: Replica, endpoint: str, addresses: dict[str, str]) -> bool:
 class Refresher:
     """Holds the current Snapshot and swaps in a new one when the revision moves."""
 
-    def __init__(self, store: Store, secret: bytes, engine_key: str | None = None,
+    def __init__(self, store: Store, secret: bytes, engine_keys: EngineKeys | None = None,
                  provider_key_env: Collection[str] = (), *,
                  on_refresh: Callable[[RoutingTable], None] | None = None) -> None:
         self._store = store
@@ -109,7 +111,7 @@ class Refresher:
         self._on_refresh = on_refresh
         self._provider_key_env = frozenset(provider_key_env)
         self._secret = secret
-        self._engine_headers = {"Authorization": f"Bearer {engine_key}"} if engine_key else {}
+        self._engine_keys = engine_keys
         self.current = Snapshot(-1, KeyCache(secret, []), RoutingTable({}))
         # Judge replicas' slots (`--parallel` of the profile each runs), by replica id.
         self._judge_slots: dict[str, int | None] = {}
@@ -157,7 +159,7 @@ class Refresher:
         revision, keys, models, replicas, addresses, guard, limits, specs, teams, epoch = \
             await asyncio.to_thread(self._load)
         previous = {u.id: u for r in self.current.table.routes.values() for u in r.upstreams}
-        routes = build_routes(models, replicas, previous, self._engine_headers,
+        routes = build_routes(models, replicas, previous, self._engine_keys,
                               self._provider_key_env, addresses=addresses)
         table = RoutingTable(routes)
         profiles = {(m.name, p.name): p for m in models if m.guard for p in m.profiles}

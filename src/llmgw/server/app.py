@@ -52,6 +52,7 @@ from llmgw.control.notifier import Notifier
 from llmgw.control.replica_keeper import ReplicaKeeper
 from llmgw.control.serve_jobs import ServeJobs
 from llmgw.core.clock import Clock, SystemClock
+from llmgw.core.engine_keys import EngineKeys
 from llmgw.core.errors import LlmgwError
 from llmgw.core.protocol.nodes import ClusterOut, LeaseOut
 from llmgw.core.settings import ServerSettings
@@ -124,7 +125,9 @@ class Server:
         self.server_id = leadership.server_id
 
         # The request path: a snapshot of the store, rebuilt when its revision moves.
-        engine_key = store.install.engine_key()
+        # The embedded node's engines take that node's own key, as a remote node's do.
+        engine_keys = EngineKeys(store.install.engine_key())
+        engine_key = engine_keys.for_node(s.node_id)
         plane = build_plane(store, s, clock, leadership.server_id, notifier.changed, self.flight,
                             tracer, self.windows, answer_file=self.answer_file)
         self.plane = plane
@@ -194,7 +197,7 @@ class Server:
         app[JUDGE_STATUS] = judges.status(store, judge_keeper, clock, lambda: leadership.leading,
                                           leadership.server_id,
                                           timedelta(seconds=s.server_timeout_s))
-        app[AGENTS] = AgentService(store, clock, engine_key, on_change=notifier.settle,
+        app[AGENTS] = AgentService(store, clock, engine_keys, on_change=notifier.settle,
                                    node_timeout=node_timeout,
                                    servers_nodes=frozenset({"local", s.node_id}))
         app[NODES] = NodeAdmin(store, clock, control.node_timeout_s, on_change=notifier.settle)

@@ -12,6 +12,7 @@ from typing import Any
 
 from llmgw.core.clock import Clock
 from llmgw.core.demand import REPORT_S
+from llmgw.core.engine_keys import EngineKeys
 from llmgw.core.settings import ServerSettings, TelemetrySettings
 from llmgw.core.tracing import NOOP_TRACER, Tracer
 from llmgw.gateway import shared_limits
@@ -121,7 +122,7 @@ def build(store: Store, settings: ServerSettings, clock: Clock, activity_id: str
     workers); `tracer` records the requests' spans; `answer_file` is where a server's workers
     share the response cache, without Redis."""
     s = settings
-    engine_key = store.install.engine_key()
+    engine_keys = EngineKeys(store.install.engine_key())
     # Requests for a model with no ready replica wait here; the first one of a cold spell is
     # reported to the store at once, which wakes the leader's keeper.
     demand = ActivityReporter(store, activity_id, clock, on_cold or on_change)
@@ -132,7 +133,7 @@ def build(store: Store, settings: ServerSettings, clock: Clock, activity_id: str
         queue.refreshed(table)
         on_change()  # a change another process made reaches this one's loops too
 
-    refresher = Refresher(store, bytes.fromhex(s.key_secret), engine_key, s.provider_key_env,
+    refresher = Refresher(store, bytes.fromhex(s.key_secret), engine_keys, s.provider_key_env,
                           on_refresh=refreshed)
     client = Transport(timeout_s=s.upstream_timeout_s)
     metrics = Metrics(lambda: refresher.current.table, queued=queue.depths,

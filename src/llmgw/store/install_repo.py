@@ -1,4 +1,4 @@
-"""Install-wide values every server shares: the engine key, the judge machine, and what the
+"""Install-wide values every server shares: the engine keys' root, the judge machine, and what the
 leader's judge keeper remembers."""
 
 from __future__ import annotations
@@ -33,8 +33,8 @@ class InstallRepo:
         self._engine = engine
 
     def engine_key(self) -> str:
-        """The key engines require on every request; made on first use. Servers send it and
-        node agents hand it to their engines; clients never see it."""
+        """The root every node's engine key is derived from (`core.engine_keys`); made on first
+        use. Only servers read it: nodes get their own node's key, clients nothing."""
         return self._first(ENGINE_KEY, "llmgw-engine-" + secrets.token_urlsafe(32))
 
     def judge_node_selector(self) -> dict[str, str]:

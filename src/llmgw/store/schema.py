@@ -259,6 +259,7 @@ users = Table(
     Column("issuer", String(512), nullable=False),
     Column("subject", String(255), nullable=False),
     Column("email", String(320), nullable=True),
+    Column("email_verified", Boolean, nullable=False, default=False),
     Column("name", String(256), nullable=True),
     Column("role", String(16), nullable=True),
     Column("team", String(64), nullable=True),

@@ -19,7 +19,7 @@ from llmgw.store.schema import console_sessions, users
 def _to_user(row: Any) -> User:
     grant = Grant(role=Role(row.role), team=row.team) if row.role else None
     return User(id=row.id, issuer=row.issuer, subject=row.subject, email=row.email,
-                name=row.name, grant=grant, role_source=row.role_source,
+                email_verified=row.email_verified, name=row.name, grant=grant, role_source=row.role_source,
                 created_at=utc(row.created_at), signed_in_at=utc(row.signed_in_at))
 
 
@@ -46,19 +46,21 @@ class UserRepo:
                   grant: Grant | None, now: datetime) -> User:
         """The user the provider just signed in, added or brought up to date: email and name as
         the provider says now, and `grant` (from the provider's groups) unless an admin set the
-        role by hand."""
+        role by hand. `email` is one the provider verified, or None: it is what an admin finds
+        the user by."""
+        verified = {"email": email, "email_verified": email is not None}
         with self._engine.begin() as conn:
             row = conn.execute(select(users).where(users.c.issuer == issuer,
                                                    users.c.subject == subject)).one_or_none()
             if row is None:
                 user_id = new_id("usr")
                 conn.execute(insert(users).values(
-                    id=user_id, issuer=issuer, subject=subject, email=email, name=name,
+                    id=user_id, issuer=issuer, subject=subject, name=name, **verified,
                     role_source="provider", created_at=now, signed_in_at=now,
                     **_grant_columns(grant)))
             else:
                 user_id = row.id
-                values: dict[str, Any] = {"email": email, "name": name, "signed_in_at": now}
+                values: dict[str, Any] = {**verified, "name": name, "signed_in_at": now}
                 if row.role_source == "provider":
                     values.update(_grant_columns(grant))
                     if (row.role, row.team) != (values["role"], values["team"]):

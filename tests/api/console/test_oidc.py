@@ -82,6 +82,14 @@ async def test_a_user_signs_in_through_the_provider_and_comes_back_with_their_gr
     assert flow.return_to == "/ui/keys"
 
 
+@pytest.mark.parametrize("verified", [False, None])  # said false, or not said at all
+async def test_an_email_the_provider_did_not_verify_comes_back_unverified(
+        oidc_provider: OidcProvider, http: aiohttp.ClientSession, verified: bool | None) -> None:
+    oidc_provider.set_account(replace(ADMIN, email_verified=verified))
+    _, _, who = await signed_in(client(oidc_provider, http), oidc_provider)
+    assert (who.email, who.email_verified) == (ADMIN.email, False)
+
+
 async def test_an_answer_with_another_state_is_refused(
         oidc_provider: OidcProvider, http: aiohttp.ClientSession) -> None:
     oidc = client(oidc_provider, http)

@@ -11,6 +11,7 @@ from urllib.parse import parse_qs, urlsplit
 
 import pytest
 
+from llmgw.api.console.session import FLOW_COOKIE
 from tests.api.console.conftest import csrf_of
 from tests.api.console.sso import (
     ACCOUNTS,
@@ -24,7 +25,7 @@ from tests.api.console.sso import (
     sso,
     sso_port,
 )
-from tests.oidc_provider import ADMIN, OidcProvider
+from tests.oidc_provider import ADMIN, Account, OidcProvider
 
 __all__ = ["provider", "sso", "sso_port"]  # fixtures
 
@@ -275,6 +276,31 @@ async def test_sign_in_starts_are_limited_per_address(sso: SsoInstall) -> None:
     assert resp.status == 429
 
 
+async def test_a_burst_of_refreshes_without_a_session_starts_no_flow(sso: SsoInstall) -> None:
+    stranger = await sso.person(VIEWER)
+    refreshes = await asyncio.gather(*(stranger.console.get("/ui/sso/refresh",
+                                                            params={"return_to": "/ui/"})
+                                       for _ in range(30)))
+    # Sent to sign in here, never on to the provider, and no flow to come back to.
+    assert {(r.status, r.headers["Location"]) for r in refreshes} == {(303, "/ui/signin")}
+    assert not any(FLOW_COOKIE in r.cookies for r in refreshes)
+    # A forged session cookie is no session either.
+    stranger.console.set_cookie("llmgw_console", "forged")
+    forged = await stranger.console.get("/ui/sso/refresh")
+    assert forged.headers["Location"] == "/ui/signin" and FLOW_COOKIE not in forged.cookies
+
+
+async def test_refreshes_count_against_the_sign_in_limit_like_starts(sso: SsoInstall) -> None:
+    alice = await sso.signed_in(ADMIN)  # one attempt of this address
+    starts = await asyncio.gather(*(alice.console.get("/ui/sso/start") for _ in range(9)))
+    assert {r.status for r in starts} == {303}
+    refreshes = await asyncio.gather(*(alice.console.get("/ui/sso/refresh") for _ in range(30)))
+    assert {r.status for r in refreshes} == {429}
+    assert not any(FLOW_COOKIE in r.cookies for r in refreshes)
+    assert int(refreshes[0].headers["Retry-After"]) >= 1
+    assert (await alice.console.get("/ui/sso/start")).status == 429
+
+
 async def test_key_sign_in_stays_for_break_glass(sso: SsoInstall) -> None:
     resp = await sso.install.browser.signin(sso.install.admin)
     assert resp.status == 303
@@ -291,6 +317,34 @@ async def test_an_email_outside_the_allowed_domains_is_refused(
         assert back.status == 401
         assert "not of a domain allowed to sign in" in await back.text()
         assert install.install.store.sessions.list() == []
+
+
+@pytest.mark.parametrize("verified", [False, None])  # said false, or not said at all
+async def test_a_role_set_by_email_never_lands_on_an_account_that_only_claims_it(
+        sso: SsoInstall, verified: bool | None) -> None:
+    # No allowed_domains (the default). Mallory's account at the provider claims carol's email,
+    # unverified; the admin then gives carol a role by email, as the guide shows.
+    claimant = Account("mallory", "mallory-password", "carol@example.test", "Mallory",
+                       email_verified=verified)
+    owner = Account("carol", "carol-password", "carol@example.test", "Carol")
+    for account in (claimant, owner):
+        sso.provider.set_account(account)
+    mallory = await sso.signed_in(claimant)
+    install = sso.install
+    status, _ = await install.api("PUT", "/admin/v1/users/carol@example.test/role",
+                                  {"role": "admin"})
+    assert status == 404
+    assert (await mallory.console.get("/ui/")).status == 403  # still no access
+    status, users = await install.api("GET", "/admin/v1/users")
+    assert [(u["subject"], u["email"], u["email_verified"], u["role"]) for u in users["data"]] \
+        == [("mallory", None, False, None)]
+    # Once carol herself has signed in, with her verified email, the role lands on her alone.
+    carol = await sso.signed_in(owner)
+    status, body = await install.api("PUT", "/admin/v1/users/carol@example.test/role",
+                                     {"role": "admin"})
+    assert status == 200 and (body["subject"], body["email_verified"]) == ("carol", True)
+    assert (await carol.console.get("/ui/users")).status == 200
+    assert (await mallory.console.get("/ui/")).status == 403
 
 
 async def test_a_viewer_is_shown_no_forms_to_change_the_install(sso: SsoInstall) -> None:

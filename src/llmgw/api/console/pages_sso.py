@@ -44,12 +44,19 @@ async def start(request: web.Request) -> web.StreamResponse:
 
 
 async def refresh(request: web.Request) -> web.StreamResponse:
-    """Ask the provider, without a page, whether the signed-in person may still sign in."""
+    """Ask the provider, without a page, whether the signed-in person may still sign in. Only a
+    live session is renewed, and each renewal is a sign-in attempt of this address: otherwise
+    anyone could send the provider flows in this install's name, past `signin_per_minute`."""
     client = request.app.get(SSO)
-    if client is None:
+    current = request.app[SESSIONS].read(request.cookies.get(COOKIE))
+    people = root(request)[PEOPLE]
+    if client is None or current is None or await people.resolve(current.token) is None:
         return render.done(request, SIGNIN)
     try:
+        await people.attempt(client_address(request))
         url, flow = await client.begin(request.query.get("return_to"), silent=True)
+    except RateLimited as exc:
+        return _retry_later(request, exc)
     except IdentityProviderUnavailable as exc:
         return render.error(request, 502, exc.message + ": try again later.")
     return _to_provider(request, url, request.app[SESSIONS].issue_flow(flow))

@@ -15,6 +15,8 @@ class UserOut(BaseModel):
 
     id: str
     email: str | None = None
+    # Whether the provider verified `email`: only a verified one finds the user by email.
+    email_verified: bool = False
     name: str | None = None
     issuer: str
     subject: str
@@ -26,7 +28,8 @@ class UserOut(BaseModel):
 
     @classmethod
     def of(cls, user: User, sessions: int = 0) -> UserOut:
-        return cls(id=user.id, email=user.email, name=user.name, issuer=user.issuer,
+        return cls(id=user.id, email=user.email, email_verified=user.email_verified,
+                   name=user.name, issuer=user.issuer,
                    subject=user.subject, role=str(user.grant) if user.grant else None,
                    role_source=user.role_source, created_at=user.created_at,
                    signed_in_at=user.signed_in_at, sessions=sessions)
