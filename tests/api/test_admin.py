@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -12,6 +13,7 @@ import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
 from llmgw.core.settings import load
+from llmgw.core.types import STORED, Model
 from llmgw.server.app import Server
 from llmgw.server.init import init
 from llmgw.store.store import Store
@@ -328,3 +330,24 @@ async def test_a_base_url_whose_port_does_not_parse_is_a_400_naming_the_field(
     assert body["error"]["param"] == "source.remote.base_url"
     assert "port" in body["error"]["message"] and "pw" not in body["error"]["message"]
     assert await api.names() == set()
+
+
+async def test_an_entry_stored_with_a_port_that_does_not_parse_stays_readable_and_answers_a_502(
+        api: Api) -> None:
+    """Stored by a version that took such URLs: listed (hidden as ever), its requests the
+    upstream's 502 rather than a 500, and removable."""
+    old = Model.model_validate({"name": "old", "source": {
+        "kind": "remote", "base_url": "https://u:pw-s3cret@api.example.com:99999/v1"}}, context=STORED)
+    api.store.catalog.add(old, "an earlier version", datetime.now(UTC))
+    status, body = await api.post("/admin/v1/models", remote("new", "LLMGW_PROVIDER_X"))
+    assert status == 201, body  # a change through the API: the data plane reads the catalog again
+    resp = await api.client.get("/admin/v1/models", headers=api.headers)
+    listed = {m["name"]: m for m in (await resp.json())["data"]}
+    assert listed["old"]["source"]["base_url"] == "https://***@api.example.com:99999/v1"
+    status, answer = await api.post("/v1/chat/completions", {
+        "model": "old", "messages": [{"role": "user", "content": "hi"}]})
+    assert status == 502 and answer["error"]["code"] == "upstream_error", answer
+    assert "s3cret" not in str(answer)
+    resp = await api.client.delete("/admin/v1/models/old", headers=api.headers)
+    assert resp.status == 200
+    assert await api.names() == {"new"}

@@ -8,7 +8,15 @@ from enum import StrEnum
 from typing import Annotated, Literal
 from urllib.parse import urlsplit
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from llmgw.core import names, redact
 from llmgw.core.cache import CacheSpec
@@ -31,6 +39,11 @@ def as_utc(value: datetime) -> datetime:
 
 # A datetime from a client: naive means UTC, so comparing it with the clock never raises.
 UtcDatetime = Annotated[datetime, AfterValidator(as_utc)]
+
+
+# The validation context of what the store reads back: rules added since it was written are not
+# applied to it again (`RemoteSource`'s port).
+STORED = {"stored": True}
 
 
 class Engine(StrEnum):
@@ -90,11 +103,15 @@ class RemoteSource(Frozen):
 
     @field_validator("base_url")
     @classmethod
-    def _http_url(cls, v: str) -> str:
+    def _http_url(cls, v: str, info: ValidationInfo) -> str:
         v = v.rstrip("/")
         parts = urlsplit(v)
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise ValueError("base_url must be an http:// or https:// URL with a host")
+        if info.context == STORED:
+            # An entry an earlier version took stays readable (listed, removable); its requests
+            # answer the transport's 502.
+            return v
         # A port that does not parse would fail every request to the model; the message never
         # echoes the URL, which may carry a credential.
         try:
