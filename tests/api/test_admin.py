@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -12,6 +13,7 @@ import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
 from llmgw.core.settings import load
+from llmgw.core.types import STORED, Model
 from llmgw.server.app import Server
 from llmgw.server.init import init
 from llmgw.store.store import Store
@@ -24,6 +26,7 @@ class Api:
     headers: dict[str, str]
     data: Path  # the data dir
     extra_root: Path  # listed in config.toml's model_roots
+    store: Store
 
     async def post(self, path: str, body: Any) -> tuple[int, dict[str, Any]]:
         resp = await self.client.post(path, json=body, headers=self.headers)
@@ -44,7 +47,7 @@ async def api(tmp_path: Path) -> AsyncIterator[Api]:
     store = Store.open(settings.database_url(data))
     app = Server(data, settings, store).build_app()
     async with TestClient(TestServer(app)) as client:
-        yield Api(client, {"Authorization": f"Bearer {result.admin_key}"}, data, extra)
+        yield Api(client, {"Authorization": f"Bearer {result.admin_key}"}, data, extra, store)
 
 
 def remote(name: str, variable: str) -> dict[str, Any]:
@@ -128,7 +131,8 @@ async def test_a_dialect_is_for_remote_sources_only(api: Api) -> None:
 
 
 def refused_paths(api: Api, tmp_path: Path) -> list[str]:
-    """Paths that exist and paths that do not, outside the roots or not GGUF files."""
+    """Paths that exist and paths that do not, outside the roots or not GGUF files. (A path with
+    NUL is refused before any look at the disk, as every text with NUL is: `test_hardening`.)"""
     models = api.data / "models"
     models.mkdir(exist_ok=True)
     outside = tmp_path / "outside"
@@ -139,7 +143,7 @@ def refused_paths(api: Api, tmp_path: Path) -> list[str]:
     return ["/etc/passwd", "/etc/no-such-file", str(outside / "real.gguf"),
             str(outside / "missing.gguf"), str(models / "text.gguf"), str(models / "missing.gguf"),
             str(models / "link.gguf"), str(models / ".." / ".." / "outside" / "real.gguf"),
-            "models/tiny.gguf", "tiny.gguf", str(models) + "/x\x00.gguf"]
+            "models/tiny.gguf", "tiny.gguf"]
 
 
 async def test_model_add_answers_the_same_for_every_refused_path(api: Api, tmp_path: Path) -> None:
@@ -289,3 +293,61 @@ async def test_a_judge_cannot_be_scaled_to_zero(api: Api) -> None:
     status, body = await api.post("/admin/v1/models/judge/scale", {"min": 0, "max": 1})
     assert status == 400 and body["error"]["param"] == "min"
     assert "judge" in body["error"]["message"]
+
+
+SECRET_URL = "https://alice:pw-s3cret@api.example.com/v1?api-version=2024&api_key=sk-q-s3cret"
+SHOWN_URL = "https://***@api.example.com/v1?api-version=***&api_key=***"
+
+
+async def test_no_catalog_read_shows_a_provider_urls_credentials(api: Api) -> None:
+    """A remote model's `user:password@` and query values are the provider's credentials: no
+    answer of the admin API shows them (ctl and the console read these answers)."""
+    status, added = await api.post("/admin/v1/models", {
+        "name": "r", "source": {"kind": "remote", "base_url": SECRET_URL}})
+    assert status == 201, added
+    answers = [added]
+    for method, path, body in [("GET", "/admin/v1/models", None), ("GET", "/admin/v1/models/r", None),
+                               ("GET", "/admin/v1/models/r/resources", None),
+                               ("POST", "/admin/v1/models/r/scale", {"min": 0, "max": 1}),
+                               ("PUT", "/admin/v1/models/r/cache", {"cache": None})]:
+        resp = await api.client.request(method, path, json=body, headers=api.headers)
+        assert resp.status == 200, await resp.text()
+        answers.append(await resp.json())
+    for answer in answers:
+        assert "s3cret" not in str(answer)
+    assert added["source"]["base_url"] == SHOWN_URL
+    # The catalog itself keeps the URL whole: the upstream call needs it.
+    source = api.store.catalog.get("r").source
+    assert getattr(source, "base_url", None) == SECRET_URL
+
+
+@pytest.mark.parametrize("port", ["99999", "abc", "0", "-1"])
+async def test_a_base_url_whose_port_does_not_parse_is_a_400_naming_the_field(
+        api: Api, port: str) -> None:
+    status, body = await api.post("/admin/v1/models", {
+        "name": "r", "source": {"kind": "remote", "base_url": f"https://u:pw@api.example.com:{port}/v1"}})
+    assert status == 400, body
+    assert body["error"]["param"] == "source.remote.base_url"
+    assert "port" in body["error"]["message"] and "pw" not in body["error"]["message"]
+    assert await api.names() == set()
+
+
+async def test_an_entry_stored_with_a_port_that_does_not_parse_stays_readable_and_answers_a_502(
+        api: Api) -> None:
+    """Stored by a version that took such URLs: listed (hidden as ever), its requests the
+    upstream's 502 rather than a 500, and removable."""
+    old = Model.model_validate({"name": "old", "source": {
+        "kind": "remote", "base_url": "https://u:pw-s3cret@api.example.com:99999/v1"}}, context=STORED)
+    api.store.catalog.add(old, "an earlier version", datetime.now(UTC))
+    status, body = await api.post("/admin/v1/models", remote("new", "LLMGW_PROVIDER_X"))
+    assert status == 201, body  # a change through the API: the data plane reads the catalog again
+    resp = await api.client.get("/admin/v1/models", headers=api.headers)
+    listed = {m["name"]: m for m in (await resp.json())["data"]}
+    assert listed["old"]["source"]["base_url"] == "https://***@api.example.com:99999/v1"
+    status, answer = await api.post("/v1/chat/completions", {
+        "model": "old", "messages": [{"role": "user", "content": "hi"}]})
+    assert status == 502 and answer["error"]["code"] == "upstream_error", answer
+    assert "s3cret" not in str(answer)
+    resp = await api.client.delete("/admin/v1/models/old", headers=api.headers)
+    assert resp.status == 200
+    assert await api.names() == {"new"}

@@ -183,3 +183,13 @@ async def test_routes_and_teams_are_logged_with_before_and_after(api: Api) -> No
     teams = await api.audit("?kind=team")
     assert what(teams) == [("team", "add", "red"), ("team", "remove", "red")]
     assert teams[0]["after"]["limits"]["rpm"] == 10
+
+
+async def test_a_cache_purge_is_logged_with_who_what_and_from_where(api: Api) -> None:
+    await api.ok("POST", "/admin/v1/models", remote("gpt"))
+    await api.ok("POST", "/admin/v1/cache/purge", {"model": "gpt"})
+    await api.ok("POST", "/admin/v1/cache/purge", {})
+    log = await api.audit("?kind=cache")
+    assert what(log) == [("cache", "purge", "gpt"), ("cache", "purge", "*")]
+    assert [e["after"] for e in log] == [{"model": "gpt"}, {"model": None}]
+    assert {(e["by"].split(" ")[0], e["address"]) for e in log} == {(ADMIN_NAME, "127.0.0.1")}

@@ -139,6 +139,24 @@ async def test_parser_errors_are_openai_errors_that_echo_nothing_and_log_one_lin
     assert len(refused) == 1
 
 
+@pytest.mark.parametrize("garbage", [BAD_REQUESTS["bad method"][0], b"\x16\x03\x01\x00 not http"])
+async def test_a_request_pipelined_before_bytes_the_parser_refuses_is_answered_first(
+        tmp_path: Path, garbage: bytes) -> None:
+    """One write: a valid request, then bytes no request starts with. The client reads the
+    valid request's answer, then the refusal (or the connection's end), never the refusal alone."""
+    async with serving(tmp_path, EdgeLimits()) as srv:
+        reader, writer = await asyncio.open_connection("127.0.0.1", srv.port)
+        try:
+            writer.write(b"GET /health HTTP/1.1\r\nHost: a\r\n\r\n" + garbage)
+            async with asyncio.timeout(5):
+                status, body = await read_response(reader)
+                rest = await reader.read()
+        finally:
+            writer.close()
+    assert (status, orjson.loads(body)) == (200, {"status": "ok"})
+    assert rest == b"" or parse(rest)[0] == 400, rest[:200]
+
+
 async def test_a_body_that_cannot_be_decoded_is_a_400_without_a_traceback(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:

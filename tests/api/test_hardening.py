@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
@@ -16,16 +19,37 @@ from llmgw.core.settings import load
 from llmgw.server.app import Server
 from llmgw.server.init import init
 from llmgw.store.store import Store
+from tests.pg import fresh_database
+
+
+@asynccontextmanager
+async def serving(data: Path, database: str = "",
+                  ) -> AsyncIterator[tuple[TestClient[Any, Any], dict[str, str]]]:
+    """A fresh install's app (on `database`, else SQLite) and its admin key's headers."""
+    result = init(data, database=database, guard=False)
+    settings = load(data)
+    store = Store.open(settings.database_url(data))
+    app = Server(data, settings, store).build_app()
+    async with TestClient(TestServer(app)) as client:
+        yield client, {"Authorization": f"Bearer {result.admin_key}"}
+    store.close()
 
 
 @pytest.fixture
 async def api(tmp_path: Path) -> AsyncIterator[tuple[TestClient[Any, Any], dict[str, str]]]:
-    result = init(tmp_path / "data", guard=False)
-    settings = load(tmp_path / "data")
-    store = Store.open(settings.database_url(tmp_path / "data"))
-    app = Server(tmp_path / "data", settings, store).build_app()
-    async with TestClient(TestServer(app)) as client:
-        yield client, {"Authorization": f"Bearer {result.admin_key}"}
+    async with serving(tmp_path / "data") as served:
+        yield served
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+async def any_api(request: pytest.FixtureRequest, tmp_path: Path,
+                  ) -> AsyncIterator[tuple[TestClient[Any, Any], dict[str, str]]]:
+    """`api` on SQLite, then on a real PostgreSQL."""
+    database = ""
+    if request.param == "postgresql":
+        database = fresh_database(request.getfixturevalue("postgres_url"))
+    async with serving(tmp_path / "data", database) as served:
+        yield served
 
 
 def chat(**extra: Any) -> dict[str, Any]:
@@ -215,3 +239,66 @@ async def test_a_metrics_key_reaches_nothing_but_metrics(api: Any) -> None:
     resp = await client.post("/admin/v1/keys", headers=headers,
                              json={"name": "p2", "scope": "metrics", "models": ["m"]})
     assert resp.status == 400
+
+
+# The calendar's edges with a zone: in UTC, a day before year 1 and a day after year 9999.
+EDGES = ["0001-01-01T00:00:00+14:00", "9999-12-31T23:59:59-14:00"]
+
+
+@pytest.mark.parametrize("edge", EDGES)
+async def test_a_time_past_the_calendars_edge_in_utc_is_a_400_naming_it(api: Any, edge: str) -> None:
+    client, headers = api
+    resp = await client.post("/admin/v1/keys", json={"name": "u"}, headers=headers)
+    user = {"Authorization": f"Bearer {(await resp.json())['key']}"}
+    since = quote(edge)
+    for who, method, path, body, param in [
+        (headers, "GET", f"/admin/v1/audit?since={since}", None, "since"),
+        (headers, "GET", f"/admin/v1/guard/verdicts?since={since}", None, "since"),
+        (user, "GET", f"/admin/v1/usage?since={since}", None, "since"),
+        (user, "POST", "/admin/v1/keys", {"name": "k", "expires_at": edge}, "expires_at"),
+    ]:
+        resp = await client.request(method, path, json=body, headers=who)
+        assert resp.status == 400, (path, await resp.text())
+        error = (await resp.json())["error"]
+        assert error["param"] == param, (path, error)
+
+
+@pytest.mark.parametrize("field", ["name", "note"])
+async def test_nul_in_a_new_keys_text_is_a_400_and_no_store_error_logs_the_key(
+        any_api: Any, field: str, caplog: pytest.LogCaptureFixture) -> None:
+    """PostgreSQL cannot store NUL: refused at the wire, before the key is made, and had a write
+    failed, its error would carry no bound value (the new key's hash among them)."""
+    client, headers = any_api
+    body = {"name": "ok", field: "a\x00b"}
+    with caplog.at_level(logging.DEBUG):
+        resp = await client.post("/admin/v1/keys", json=body, headers=headers)
+    assert resp.status == 400, await resp.text()
+    error = (await resp.json())["error"]
+    assert error["param"] == field and "NUL" in error["message"]
+    resp = await client.get("/admin/v1/keys", headers=headers)
+    assert [k["name"] for k in (await resp.json())["data"]] == ["admin"]
+    assert "INSERT" not in caplog.text
+
+
+@pytest.mark.parametrize(("path", "body", "param"), [
+    ("/admin/v1/keys", {"name": "bell\x07"}, "name"),
+    ("/admin/v1/keys", {"name": "k", "note": "esc\x1b[31m"}, "note"),
+    ("/admin/v1/models", {"name": "m", "source": {"kind": "remote",
+                                                  "base_url": "https://a.example/v1\x7f"}},
+     "source.base_url"),
+    ("/admin/v1/teams", {"name": "red", "limits": {"rpm": 1, "\x01": 1}}, "limits"),
+])
+async def test_control_characters_in_stored_text_are_a_400_naming_the_field(
+        api: Any, path: str, body: dict[str, Any], param: str) -> None:
+    client, headers = api
+    resp = await client.post(path, json=body, headers=headers)
+    assert resp.status == 400, await resp.text()
+    error = (await resp.json())["error"]
+    assert error["param"] == param and "control characters" in error["message"]
+
+
+async def test_a_note_may_hold_tabs_and_line_breaks(api: Any) -> None:
+    client, headers = api
+    resp = await client.post("/admin/v1/keys", json={"name": "k", "note": "a\tb\r\nc"},
+                             headers=headers)
+    assert resp.status == 201, await resp.text()

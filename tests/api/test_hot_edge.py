@@ -116,6 +116,25 @@ async def test_pipelined_requests_are_answered_in_the_order_sent(tmp_path: Path)
             writer.close()
 
 
+async def test_a_hot_request_pipelined_before_bytes_the_parser_refuses_is_answered_first(
+        tmp_path: Path) -> None:
+    """The refusal waits for the answer owed before it: the client reads the completion, then
+    the 400, then the connection's end."""
+    async with rig(tmp_path) as r:
+        reader, writer = await connect(r)
+        try:
+            writer.write(post("/v1/chat/completions", r.plaintext, CHAT)
+                         + b"GE(T / HTTP/1.1\r\nHost: a\r\n\r\n")
+            status, _, body = await response(reader)
+            assert status == 200 and orjson.loads(body)["object"] == "chat.completion"
+            status, headers, body = await response(reader)
+            assert status == 400 and orjson.loads(body)["error"]["code"] == "invalid_request"
+            async with asyncio.timeout(5):
+                assert await reader.read() == b""
+        finally:
+            writer.close()
+
+
 async def test_streams_on_one_connection_each_arrive_whole_and_each_is_counted(
     tmp_path: Path,
 ) -> None:

@@ -294,6 +294,22 @@ def remote_route(url: str) -> Serving:
     return Serving(model, (Upstream("remote:m", url),))
 
 
+@pytest.mark.parametrize("port", ["99999", "abc"])
+async def test_an_upstream_whose_port_does_not_parse_is_a_502_not_a_fault(port: str) -> None:
+    """An entry stored before the catalog refused such URLs (or a replica's endpoint): clients
+    get the upstream's 502, never a 500."""
+    client = Transport(timeout_s=0.3)
+    await client.start()
+    try:
+        route = Serving(Model(name="m", source=RemoteSource(base_url="http://127.0.0.1/v1")),
+                        (Upstream("remote:m", f"http://127.0.0.1:{port}/v1"),))
+        with pytest.raises(UpstreamError) as refused:
+            await client.connect(route, "/chat/completions", b"{}")
+        assert refused.value.status == 502
+    finally:
+        await client.close()
+
+
 async def test_the_transport_maps_the_clients_errors_once(
     raw: Callable[[Answer], Awaitable[RawUpstream]]
 ) -> None:

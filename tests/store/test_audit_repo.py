@@ -9,8 +9,9 @@ import pytest
 from sqlalchemy import select
 
 from llmgw.core.audit import AuditKind, acting
+from llmgw.core.redact import scrubbed
 from llmgw.core.types import Profile, Scaling
-from llmgw.store.audit_repo import record, scrubbed
+from llmgw.store.audit_repo import record
 from llmgw.store.schema import models
 from llmgw.store.store import Store
 from tests.factories import local_model as make_model
@@ -52,7 +53,7 @@ def test_secrets_are_dropped_at_any_depth(store: Store) -> None:
 
 def test_a_url_keeps_neither_its_credentials_nor_its_query() -> None:
     assert scrubbed({"base_url": "https://user:pw@api.example.com:8443/v1?key=sk-live"}) == {
-        "base_url": "https://api.example.com:8443/v1?***"}
+        "base_url": "https://***@api.example.com:8443/v1?key=***"}
     assert scrubbed({"base_url": "https://api.example.com/v1"}) == {
         "base_url": "https://api.example.com/v1"}
 

@@ -1,4 +1,5 @@
-"""The admin API's catalog routes: `/admin/v1/models`, replicas and the cluster, admin keys only."""
+"""The admin API's catalog routes: `/admin/v1/models`, replicas and the cluster, admin keys only.
+Every model answered is `Model.shown()`: a provider URL's credentials never leave the server."""
 
 from __future__ import annotations
 
@@ -33,15 +34,15 @@ async def list_models(call: Call[None, None]) -> DataList[ModelOut]:
     catalog = call.app[CATALOG]
     models = await catalog.models()
     states = await catalog.states(models)
-    return DataList(data=[ModelOut(**dict(m), state=states[m.name]) for m in models])
+    return DataList(data=[ModelOut(**dict(m.shown()), state=states[m.name]) for m in models])
 
 
 async def add_model(call: Call[Model, None]) -> Model:
-    return await call.app[CATALOG].add(call.body, by(call.key))
+    return (await call.app[CATALOG].add(call.body, by(call.key))).shown()
 
 
 async def get_model(call: Call[None, None]) -> Model:
-    return await call.app[CATALOG].get(call.params["name"])
+    return (await call.app[CATALOG].get(call.params["name"])).shown()
 
 
 async def remove_model(call: Call[None, None]) -> Removed:
@@ -55,13 +56,14 @@ async def scale_model(call: Call[ScaleRequest, None]) -> Model:
     if req.max is not None and req.max < req.min:
         raise InvalidRequest(f"max ({req.max}) is below min ({req.min})", param="max")
     idle = req.idle_s if "idle_s" in req.model_fields_set else ...
-    return await call.app[CATALOG].scale(call.params["name"], req.min, req.max, by(call.key), idle)
+    model = await call.app[CATALOG].scale(call.params["name"], req.min, req.max, by(call.key), idle)
+    return model.shown()
 
 
 async def model_resources(call: Call[None, None]) -> ResourcesOut:
     res = await call.app[CATALOG].resources(call.params["name"])
     return ResourcesOut(
-        model=res.model,
+        model=res.model.shown(),
         placement=[FitOut(**dict(f)) for f in res.placement],
         replicas=res.replicas,
         nodes=res.nodes,

@@ -28,7 +28,8 @@ async def purge_cache(call: Call[PurgeRequest, None]) -> PurgeOut:
 
 
 async def set_model_cache(call: Call[ModelCacheRequest, None]) -> Model:
-    return await call.app[CATALOG].set_cache(call.params["name"], call.body.cache, by(call.key))
+    model = await call.app[CATALOG].set_cache(call.params["name"], call.body.cache, by(call.key))
+    return model.shown()
 
 
 CACHE_STATS = Endpoint("cache_stats", "GET", "/admin/v1/cache",

@@ -18,6 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+import httptools
 import orjson
 from aiohttp import web
 from aiohttp.http_exceptions import BadHttpMessage, HttpProcessingError, LineTooLong
@@ -140,13 +141,65 @@ def peer_of(transport: asyncio.BaseTransport) -> str:
     return str(peer or "")
 
 
+class Framing:
+    """Where the requests a client sends end, by llhttp (the parser inside aiohttp's too).
+
+    aiohttp parses a read whole: when bytes it refuses follow whole requests in the same read,
+    it drops those requests and answers only the refusal. Told where they end (`split`), the
+    handler gives it the requests and the rest apart, so it answers them in the order sent."""
+
+    __slots__ = ("_parser", "_begun", "_ended")
+
+    def __init__(self) -> None:
+        self._begun = self._ended = 0
+        self._parser = httptools.HttpRequestParser(self)
+
+    def on_message_begin(self) -> None:
+        self._begun += 1
+
+    def on_message_complete(self) -> None:
+        self._ended += 1
+
+    def split(self, data: bytes) -> int | None:
+        """Read `data`, the connection's next bytes: where in it the whole requests end that bytes
+        the parser refuses follow; None when nothing in it is refused, or no request before that
+        began in it (a request begun in an earlier read is answered as aiohttp answers it)."""
+        between = self._begun == self._ended
+        ended = self._ended
+        try:
+            self._parser.feed_data(data)
+        except httptools.HttpParserError:
+            whole = self._ended - ended
+            return _end_of(data, whole) if between and whole else None
+        return None
+
+
+def _end_of(data: bytes, requests: int) -> int:
+    """Where the first `requests` requests of `data` end: the shortest start of it that holds
+    them all (found by halves: the error path only)."""
+    low, high = 0, len(data)
+    while low < high:
+        middle = (low + high) // 2
+        counted = Framing()
+        try:
+            counted._parser.feed_data(data[:middle])
+        except httptools.HttpParserError:
+            pass
+        if counted._ended >= requests:
+            high = middle
+        else:
+            low = middle + 1
+    return low
+
+
 class EdgeHandler(web.RequestHandler):
     """aiohttp's connection handler with the edge's answers and bounds."""
 
-    __slots__ = ("_connections", "_header_timeout_s", "_peer", "_deadline", "_armed_at", "_busy")
+    __slots__ = ("_connections", "_header_timeout_s", "_peer", "_deadline", "_armed_at", "_busy",
+                 "_framing")
 
     def __init__(self, manager: web.Server, connections: Connections, header_timeout_s: float,
-                 **kwargs: Any) -> None:
+                 framing: bool = True, **kwargs: Any) -> None:
         super().__init__(manager, **kwargs)
         self._connections = connections
         self._header_timeout_s = header_timeout_s
@@ -154,6 +207,8 @@ class EdgeHandler(web.RequestHandler):
         self._deadline: asyncio.TimerHandle | None = None
         self._armed_at = 0
         self._busy = False
+        # A client's own connection; a hot connection hands its handler whole requests only.
+        self._framing = Framing() if framing else None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         super().connection_made(transport)
@@ -182,6 +237,17 @@ class EdgeHandler(web.RequestHandler):
             return
         if self._deadline is None and data and self._awaiting_request():
             self._arm()  # the first bytes of a request on a kept-alive connection
+        if self._framing is not None:
+            try:
+                cut = self._framing.split(data)
+            except httptools.HttpParserUpgrade:
+                cut = None
+                self._framing = None  # what follows an upgrade is not HTTP: aiohttp's alone
+            if cut is not None:
+                # The requests first (aiohttp answers them), then the refused bytes (its 400).
+                self._framing = None
+                super().data_received(data[:cut])
+                data = data[cut:]
         super().data_received(data)
         if self._deadline is not None and self._request_count != self._armed_at:
             self._disarm()  # a whole request's headers came in time
@@ -282,7 +348,7 @@ class _EdgeServer(web.Server):
                            loop=asyncio.get_running_loop(), **self._handler_kwargs)
 
     def _inner(self) -> web.RequestHandler:
-        return EdgeHandler(self, self._uncounted, self._limits.header_timeout_s,
+        return EdgeHandler(self, self._uncounted, self._limits.header_timeout_s, framing=False,
                            loop=asyncio.get_running_loop(), **self._handler_kwargs)
 
 

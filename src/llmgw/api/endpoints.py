@@ -4,6 +4,7 @@ made from these, so none of them can drift from another."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
@@ -136,13 +137,45 @@ def invalid(exc: ValidationError) -> InvalidRequest:
     return InvalidRequest(f"{where + ': ' if where else ''}{first['msg']}", param=where)
 
 
-def validate(model: type[M], data: Any) -> M:
+def validate(model: type[M], data: Any, *, controls: bool = False) -> M:
     """`data` as `model`, or a 400 naming the first field that is wrong: the one place a client's
-    input becomes a model."""
+    input becomes a model. No text in it may hold NUL, and, unless `controls`, no other control
+    character than tab and line breaks (`plain_text`)."""
+    plain_text(data, "", controls=controls)
     try:
         return model.model_validate(data)
     except ValidationError as exc:
         raise invalid(exc) from exc
+
+
+# Every text a client sends may end up stored: PostgreSQL refuses NUL in text and JSON columns
+# (an error that must not be a 500), and the other control characters are never meant in a
+# name, a note or a URL, where they would reach terminals and logs as they came.
+_CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
+
+
+def plain_text(value: Any, where: str, *, controls: bool = False) -> None:
+    """Raise a 400 naming the first field (`where`, dotted) of JSON-like `value` whose text (a
+    value, or a name in an object: then the object is named) holds NUL or, unless `controls`,
+    another control character than tab, line feed and carriage return; the message never
+    quotes the text."""
+    if isinstance(value, str):
+        if "\x00" in value:
+            what = "NUL"
+        elif not controls and _CONTROL.search(value):
+            what = "control characters (other than tab and line breaks)"
+        else:
+            return
+        raise InvalidRequest(f"{where + ': ' if where else ''}must not contain {what}",
+                             param=where or None)
+    elif isinstance(value, Mapping):
+        for k, v in value.items():
+            # A bad name is told by where it is, never quoted.
+            plain_text(str(k), where, controls=controls)
+            plain_text(v, f"{where}.{k}" if where else str(k), controls=controls)
+    elif isinstance(value, list | tuple):
+        for i, v in enumerate(value):
+            plain_text(v, f"{where}.{i}" if where else str(i), controls=controls)
 
 
 def _permit(access: Access, key: ApiKey) -> None:
@@ -178,7 +211,8 @@ def _call(ep: Endpoint[B, Q], app: web.Application, key: ApiKey | None, payload:
     if ep.body is not None:
         if ep.shape is not None and isinstance(payload, dict):
             payload = ep.shape(payload, params)
-        body = validate(cast(type[BaseModel], ep.body), payload)
+        # A node agent's report quotes its engines' errors, which may carry a terminal's escapes.
+        body = validate(cast(type[BaseModel], ep.body), payload, controls=ep.access == Access.NODE)
     q: Any = validate(cast(type[BaseModel], ep.query), query) if ep.query is not None else None
     return Call(app, key, body, q, params, request)
 

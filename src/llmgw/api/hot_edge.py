@@ -99,6 +99,9 @@ class HotConnection(asyncio.Protocol):
         self._closing = False
         self._keep_alive = True  # of the request being answered
         self._paused = False  # reading, while a client has pipelined too many requests
+        # The parser's refusal of what came after requests still to be answered: written (and
+        # the connection closed) once they are.
+        self._refusal: bytes | None = None
         self._writable = asyncio.Event()
         self._writable.set()
         # The request being parsed.
@@ -270,6 +273,10 @@ class HotConnection(asyncio.Protocol):
         self._task_handler = None
         if self._handover is not None and self._handover.held:
             self._handover.release()
+            if self._refusal is not None:
+                self._end_refused(self._refusal)
+        elif self._refusal is not None:
+            self._end_refused(self._refusal)
         elif self._closing and self.transport is not None:
             self.transport.close()
         elif self._handover is None and self._awaiting_head:
@@ -339,13 +346,29 @@ class HotConnection(asyncio.Protocol):
 
     def _refuse(self, status: int, message: str, code: str, why: str) -> None:
         """Answer a request the parser refused, never quoting it (the log names the kind of
-        error, never the bytes, which may hold a key), and close."""
-        if self.transport is None or self.transport.is_closing():
+        error, never the bytes, which may hold a key), and close: after the answers owed to
+        the requests before it, so a client reads them in the order it asked."""
+        if self.transport is None or self.transport.is_closing() or self._refusal is not None:
             return
         logger.info("refused a malformed request from %s: %s (%d)", self._peer or "a worker",
                     why, status)
-        self.transport.write(out.malformed(status, message, code))
-        self.transport.close()
+        refusal = out.malformed(status, message, code)
+        if self._task_handler is None:
+            self._end_refused(refusal)
+            return
+        # Nothing after the refused bytes is read: the parser cannot go on past them.
+        self._refusal = refusal
+        self._paused = False
+        self.transport.pause_reading()
+
+    def _end_refused(self, refusal: bytes) -> None:
+        """The parser's refusal, once every request before it is answered; then the end."""
+        if self._handover is not None and not self._handover.idle:
+            # aiohttp answers what it was handed, then closes: the refusal is that close.
+            self._handover.close()
+        elif self.transport is not None:
+            self.transport.write(refusal)
+            self.transport.close()
 
     def _arm(self, seconds: float) -> None:
         self._deadline.arm(self._loop, self._loop.time() + seconds)

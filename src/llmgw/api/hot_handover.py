@@ -64,5 +64,12 @@ class HandOver:
     def resume_writing(self) -> None:
         self._inner.resume_writing()
 
+    @property
+    def idle(self) -> bool:
+        """Whether aiohttp has answered all it was handed and waits for more."""
+        waiter = self._inner._waiter
+        return not self.held and waiter is not None and not waiter.done()
+
     def close(self) -> None:
+        """Answer what was handed over, then close the connection."""
         self._inner.close()

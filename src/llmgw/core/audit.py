@@ -36,6 +36,7 @@ class AuditKind(StrEnum):
     TEAM = "team"  # keys' team: its limits and budgets
     USER = "user"  # a person's role set by an admin, or the person removed
     SESSION = "session"  # a console sign-in, and its end (sign-out, ended by an admin, expiry)
+    CACHE = "cache"  # the response cache purged, for one model or route or all ("*")
 
 
 class AuditEntry(BaseModel):

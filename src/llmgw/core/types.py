@@ -8,9 +8,17 @@ from enum import StrEnum
 from typing import Annotated, Literal
 from urllib.parse import urlsplit
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
-from llmgw.core import names
+from llmgw.core import names, redact
 from llmgw.core.cache import CacheSpec
 from llmgw.core.ids import new_id
 from llmgw.core.names import _REPO_RE, NAME_PATTERN
@@ -19,12 +27,24 @@ __all__ = ["NAME_PATTERN", "_REPO_RE"]  # the API document shows the name rules
 
 
 def as_utc(value: datetime) -> datetime:
-    """`value` in UTC; a time without a zone is taken as UTC (as the docs promise)."""
-    return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+    """`value` in UTC; a time without a zone is taken as UTC (as the docs promise). A ValueError
+    (a client's 400) for a time whose UTC falls outside the calendar (years 1 to 9999), as
+    `0001-01-01T00:00:00+14:00` does."""
+    if value.tzinfo is None:
+        return value.replace(tzinfo=UTC)
+    try:
+        return value.astimezone(UTC)
+    except OverflowError as exc:
+        raise ValueError("the time in UTC falls outside years 1 to 9999") from exc
 
 
 # A datetime from a client: naive means UTC, so comparing it with the clock never raises.
 UtcDatetime = Annotated[datetime, AfterValidator(as_utc)]
+
+
+# The validation context of what the store reads back: rules added since it was written are not
+# applied to it again (`RemoteSource`'s port).
+STORED = {"stored": True}
 
 
 class Engine(StrEnum):
@@ -37,7 +57,8 @@ class Engine(StrEnum):
 class Frozen(BaseModel):
     """Immutable, and strict about unknown fields: the base of domain and wire types."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    # Errors never quote the input: a logged one must not show a URL's credential.
+    model_config = ConfigDict(frozen=True, extra="forbid", hide_input_in_errors=True)
 
 
 class LocalSource(Frozen):
@@ -83,12 +104,29 @@ class RemoteSource(Frozen):
 
     @field_validator("base_url")
     @classmethod
-    def _http_url(cls, v: str) -> str:
+    def _http_url(cls, v: str, info: ValidationInfo) -> str:
         v = v.rstrip("/")
         parts = urlsplit(v)
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise ValueError("base_url must be an http:// or https:// URL with a host")
+        if info.context == STORED:
+            # An entry an earlier version took stays readable (listed, removable); its requests
+            # answer the transport's 502.
+            return v
+        # A port that does not parse would fail every request to the model; the message never
+        # echoes the URL, which may carry a credential.
+        try:
+            port = parts.port
+        except ValueError:
+            port = 0
+        if port == 0:
+            raise ValueError("base_url's port must be a number from 1 to 65535")
         return v
+
+    def shown(self) -> RemoteSource:
+        """This source as readers of the catalog see it: the URL without its credentials and
+        query values (`core.redact.url`); the upstream call uses the stored one."""
+        return self.model_copy(update={"base_url": redact.url(self.base_url)})
 
 
 Source = Annotated[LocalSource | HubSource | RemoteSource, Field(discriminator="kind")]
@@ -161,6 +199,13 @@ class Model(Frozen):
     def is_remote(self) -> bool:
         """True when the model is proxied to a remote provider rather than run on a node."""
         return isinstance(self.source, RemoteSource)
+
+    def shown(self) -> Model:
+        """This entry as the admin API, the console and `ctl` show it: a remote provider's URL
+        without the credentials and query values it may carry."""
+        if not isinstance(self.source, RemoteSource):
+            return self
+        return self.model_copy(update={"source": self.source.shown()})
 
 
 class ReplicaState(StrEnum):

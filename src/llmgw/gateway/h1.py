@@ -57,7 +57,11 @@ def target(base_url: str) -> Target:
         raise ConnectError(f"not an http(s) URL: {parts.scheme}://…")
     tls = parts.scheme == "https"
     default = 443 if tls else 80
-    port = parts.port or default
+    try:
+        port = parts.port or default
+    except ValueError as exc:
+        # A stored URL from before the catalog refused such ports: a 502, never a 500.
+        raise ConnectError("the upstream's URL has no valid port") from exc
     host = parts.hostname
     shown = f"[{host}]" if ":" in host else host
     host_header = shown if port == default else f"{shown}:{port}"

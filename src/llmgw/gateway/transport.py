@@ -14,12 +14,10 @@ import logging
 import time
 from collections.abc import AsyncGenerator, Callable, Iterator, Mapping
 
-from yarl import URL
-
 from llmgw.core import tracing
 from llmgw.core.errors import LlmgwError, UpstreamError, UpstreamTimeout, UpstreamUnreachable
 from llmgw.core.tracing import Kind, Span
-from llmgw.gateway.h1 import Pool
+from llmgw.gateway.h1 import Pool, Target, target
 from llmgw.gateway.h1_connection import ConnectError, H1Error, Response
 from llmgw.gateway.upstream.table import Serving, Upstream, choose
 from llmgw.gateway.upstream_errors import MAX_ERROR_BODY, upstream_failure
@@ -153,11 +151,13 @@ class Connection:
 
 def attempt(span: Span, up: Upstream, path: str, retry: int) -> None:
     """What an upstream attempt's span says: where it went and whether it is a retry."""
-    url = URL(up.base_url)
     span.rename(f"POST {shown(up)}")
-    span.update({"server.address": url.host or "", "server.port": url.port or 0,
-                 "url.path": url.path.rstrip("/") + path, "llmgw.upstream": shown(up),
-                 "llmgw.retry": retry})
+    try:
+        t = target(up.base_url)
+    except ConnectError:  # a URL no connection is made to: the attempt fails next, and says so
+        t = Target(False, "", 0, "", "")
+    span.update({"server.address": t.host, "server.port": t.port, "url.path": t.prefix + path,
+                 "llmgw.upstream": shown(up), "llmgw.retry": retry})
 
 
 def shown(up: Upstream) -> str:

@@ -2,8 +2,8 @@
 the transaction of the change itself, so a change that fails (or is rolled back) leaves none.
 
 Any repository write adds its entry with `record(conn, kind, action, target, before, after)`
-inside its `engine.begin()` block; `before` and `after` go through `scrubbed` first, which drops
-every field that could hold a secret, whatever the caller passed.
+inside its `engine.begin()` block; `before` and `after` go through `core.redact.scrubbed` first,
+which drops every field that could hold a secret, whatever the caller passed.
 """
 
 from __future__ import annotations
@@ -11,41 +11,14 @@ from __future__ import annotations
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
 
 from sqlalchemy import Connection, Engine, delete, insert, select
 
 from llmgw.core.audit import AuditEntry, AuditKind, actor
 from llmgw.core.audit import address as client_address
+from llmgw.core.redact import scrubbed
 from llmgw.store.db import utc
 from llmgw.store.schema import audit_log
-
-# Fields never written to the log, at any depth: key hashes and secrets, provider keys, join
-# tokens, passwords. A field is dropped when its name is one of these or ends with one.
-SECRET_FIELDS = ("hash", "secret", "api_key", "token", "password", "plaintext", "authorization")
-
-
-def scrubbed(value: Any) -> Any:
-    """`value` (JSON-like) without the fields that could hold a secret, and URLs (`…url`
-    fields) without their credentials and query, where a provider's key may ride."""
-    if isinstance(value, Mapping):
-        return {k: _url(v) if str(k).lower().endswith("url") and isinstance(v, str) else scrubbed(v)
-                for k, v in value.items()
-                if not any(str(k).lower().endswith(s) for s in SECRET_FIELDS)}
-    if isinstance(value, list | tuple):
-        return [scrubbed(v) for v in value]
-    return value
-
-
-def _url(value: str) -> str:
-    parts = urlsplit(value)
-    if not (parts.username or parts.password or parts.query):
-        return value
-    host = parts.hostname or ""
-    netloc = f"[{host}]" if ":" in host else host
-    if parts.port is not None:
-        netloc += f":{parts.port}"
-    return urlunsplit((parts.scheme, netloc, parts.path, "***" if parts.query else "", ""))
 
 
 def record(conn: Connection, kind: AuditKind, action: str, target: str,

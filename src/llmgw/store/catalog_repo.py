@@ -13,7 +13,7 @@ from sqlalchemy import Engine, delete, select, update
 from llmgw.core.audit import AuditKind
 from llmgw.core.cache import CacheSpec
 from llmgw.core.errors import Conflict, ModelNotFound
-from llmgw.core.types import Model, Profile, Scaling
+from llmgw.core.types import STORED, Model, Profile, Scaling
 from llmgw.store.audit_repo import record
 from llmgw.store.db import bump_revision, utc
 from llmgw.store.lease_repo import Fence
@@ -33,7 +33,8 @@ def _to_model(row: Any) -> Model:
             "by": row.by,
             "created_at": utc(row.created_at),
             "updated_at": utc(row.updated_at),
-        }
+        },
+        context=STORED,
     )
 
 

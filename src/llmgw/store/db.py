@@ -29,7 +29,10 @@ def open_engine(url: str) -> Engine:
     # minutes: the leader must be able to give up on renewing its lease before it expires.
     connect_args = {"connect_timeout": 5} if url.startswith("postgresql") else {}
     try:
-        engine = create_engine(url, future=True, pool_pre_ping=True, connect_args=connect_args)
+        # hide_parameters: a failed statement's error (logged by whoever catches it) must not
+        # carry its bound values, among them key hashes, names and notes.
+        engine = create_engine(url, future=True, pool_pre_ping=True, connect_args=connect_args,
+                               hide_parameters=True)
     except (SQLAlchemyError, ValueError, ImportError) as exc:
         raise ConfigError(f"cannot open database {redact(url)}: {exc}") from exc
     where = redact(url)

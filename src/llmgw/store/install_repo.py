@@ -9,7 +9,9 @@ from typing import Any
 from sqlalchemy import Engine, delete, insert, select
 from sqlalchemy.exc import IntegrityError
 
+from llmgw.core.audit import AuditKind
 from llmgw.core.demand import Evicted
+from llmgw.store.audit_repo import record
 from llmgw.store.db import bump_revision
 from llmgw.store.lease_repo import Fence
 from llmgw.store.schema import settings
@@ -89,7 +91,7 @@ class InstallRepo:
     def new_cache_epoch(self, name: str | None) -> None:
         """Start a new epoch for `name` (None: every name), random so two purges at once cannot
         agree on one, and move the revision: every server and worker takes it at its next
-        refresh."""
+        refresh. A purge is a change like any other: the audit log has it."""
         with self._engine.begin() as conn:
             query = select(settings.c.value).where(settings.c.name == CACHE_EPOCH)
             row = conn.execute(query.with_for_update()).first()
@@ -97,6 +99,7 @@ class InstallRepo:
             epochs[name or "*"] = secrets.token_hex(8)
             conn.execute(delete(settings).where(settings.c.name == CACHE_EPOCH))
             conn.execute(insert(settings).values(name=CACHE_EPOCH, value=epochs))
+            record(conn, AuditKind.CACHE, "purge", name or "*", None, {"model": name})
             bump_revision(conn)
 
     def claim_secret(self, check: str) -> bool:

@@ -9,7 +9,10 @@ from aiohttp import ClientResponse
 
 from llmgw.api.console.pages_models import latest_jobs, progress_view
 from tests.api.console.conftest import Install
+from tests.api.console.sso import OPERATOR, VIEWER, SsoInstall, provider, sso, sso_port
 from tests.fakes.gguf_files import write_gguf
+
+__all__ = ["provider", "sso", "sso_port"]  # fixtures
 
 
 def job(model: str, state: str, created: str, **over: Any) -> dict[str, Any]:
@@ -165,3 +168,20 @@ async def test_a_remote_model_that_refuses_connections_is_shown_failing(install:
     assert '<td class="state state-failing">failing: it refused a connection just now</td>' in dead
     alive = page.split('<tr data-model="alive">', 1)[1].split("</tr>", 1)[0]
     assert '<td class="state state-remote">remote</td>' in alive
+
+
+async def test_no_reader_of_the_models_page_sees_a_provider_urls_credentials(sso: SsoInstall) -> None:
+    """A viewer and an operator read the catalog; neither sees the password in a remote model's
+    URL nor its query's key, but both see where it goes."""
+    status, body = await sso.install.api("POST", "/admin/v1/models", {"name": "far", "source": {
+        "kind": "remote", "base_url": "https://alice:pw-s3cret@api.example.com/v1?key=sk-s3cret"}})
+    assert status == 201, body
+    for account in (VIEWER, OPERATOR):
+        person = await sso.signed_in(account)
+        pages = []
+        for path in ("/ui/models", "/ui/models/far"):
+            resp = await person.console.get(path)
+            pages.append(html.unescape(await resp.text()))
+            assert resp.status == 200, pages[-1]
+            assert "s3cret" not in pages[-1]
+        assert "https://***@api.example.com/v1?key=***" in pages[0]
