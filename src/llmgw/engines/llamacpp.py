@@ -11,6 +11,8 @@ from llmgw.core.settings import DEFAULT_CTX_SIZE
 from llmgw.core.types import Profile
 
 HEALTH_PATH = "/health"
+# Raw-prompt completions (a judge's prompt is sent as its model was trained to read it).
+COMPLETION_PATH = "/completion"
 # llama-server reads its API key from here; an env var keeps it out of `ps` (argv is public).
 API_KEY_ENV = "LLAMA_API_KEY"
 
