@@ -188,7 +188,7 @@ class Refresher:
         if not route.upstreams:
             snap.table.choose(route)  # raises with the reason
         return [JudgeTarget(spec=spec, base_url=up.base_url.removesuffix("/v1"), headers=up.headers,
-                            id=up.id, slots=self._judge_slots.get(up.id))
+                            id=up.id, slots=self._judge_slots.get(up.id), used=up.touch)
                 for up in route.upstreams]
 
     async def run(self, interval_s: float) -> None:
