@@ -33,6 +33,7 @@ class JudgeTarget:
 
     `slots` is the replica's `--parallel`; None when its profile does not say, and then
     judgments are admitted as if it had `DEFAULT_SLOTS` and llama-server picks the slot.
+    `lanes` is how many of them it runs at once when fewer (`llamacpp.lanes`); None: all.
     `used` is told when a judgment goes to the replica and when its answer comes back: a judge
     that judges every request is in use, not idle, to the console and to the replica keeper.
     """
@@ -42,6 +43,7 @@ class JudgeTarget:
     headers: dict[str, str] = field(default_factory=dict)
     id: str = ""
     slots: int | None = None
+    lanes: int | None = None
     used: Callable[[], None] = field(default=lambda: None, compare=False, repr=False)
 
 
@@ -189,7 +191,8 @@ class JudgeClient:
                                                      self._observe.judge_served, self._lease,
                                                      self._cluster)
         self._targets[judge] = {t.id: t for t in targets}
-        queue.sync({t.id: t.slots or DEFAULT_SLOTS for t in targets})
+        queue.sync({t.id: t.slots or DEFAULT_SLOTS for t in targets},
+                   {t.id: t.lanes for t in targets if t.lanes is not None})
         return queue
 
     async def start(self) -> None:
