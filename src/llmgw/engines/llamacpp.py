@@ -77,7 +77,7 @@ def lanes(profile: Profile) -> int | None:
     if n is None or n == 1 or profile.gpu > 0:
         return None
     layers = _value(list(profile.args), "--n-gpu-layers", "-ngl", "--gpu-layers")
-    if layers is not None and layers not in ("0",):
+    if layers is not None and layers != "0":
         return None
     threads = _value(list(profile.args), "--threads", "-t")
     try:

@@ -255,10 +255,10 @@ class SlotBook:
             have.extend(Slot(rid, i) for i in range(len(have), n))
 
     def _open(self, rid: str, slots: list[Slot]) -> int:
-        """How many more judgments replica `rid` takes now: its lanes less those running or
-        held elsewhere, and no more than its free slots."""
+        """How many more judgments replica `rid` takes now: its lanes (never more than its
+        slots) less those running or held elsewhere."""
         taken = sum(1 for s in slots if s.busy or s.away)
-        return max(min(self.lanes.get(rid, len(slots)) - taken, len(slots) - taken), 0)
+        return max(self.lanes.get(rid, len(slots)) - taken, 0)
 
     def _all(self) -> Iterable[Slot]:
         return (s for slots in self.replicas.values() for s in slots)
