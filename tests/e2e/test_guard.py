@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import os
+import signal
 from datetime import UTC, datetime
 
 import openai
@@ -201,3 +203,29 @@ async def test_a_burst_of_distinct_prompts_is_judged_or_shed_never_collapses(
         assert all(after.isdigit() and 1 <= int(after) <= 60 for after in come_back)
     else:
         assert "refused" not in got
+
+
+def test_a_restarted_judge_replica_is_warm_when_it_is_ready(demo_server: LlmgwServer) -> None:
+    # The judge's engine dies; its supervisor starts it again, with empty slots.
+    [old] = [r for r in demo_server.replicas(JUDGE) if r["state"] == "ready"]
+    os.kill(int(old["pid"]), signal.SIGKILL)
+
+    def ready_again() -> dict[str, object] | None:
+        return next((r for r in demo_server.replicas(JUDGE)
+                     if r["state"] == "ready" and r["pid"] != old["pid"]), None)
+
+    wait_for("the judge's replica ready again", ready_again, 120)
+    before = metrics_text(demo_server)
+    demo_server.call("POST", "/admin/v1/guard/judgments",
+                     {"judge": JUDGE, "text": "What is the capital of France?"})
+    after = metrics_text(demo_server)
+
+    def tokens(source: str) -> float:
+        name = "llmgw_guard_judge_prompt_tokens_total"
+        return metric(after, name, judge=JUDGE, source=source) - metric(
+            before, name, judge=JUDGE, source=source)
+
+    # The first judgment after `ready` found the judge's fixed policy text (some 300 tokens) in
+    # its slot's KV cache, put there by the warm-up: it evaluated only the question and the
+    # trailer. On a cold slot it evaluated the whole prompt and took nothing from the cache.
+    assert tokens("cached") > tokens("evaluated") > 0, (tokens("cached"), tokens("evaluated"))

@@ -19,6 +19,11 @@ Unknown arguments are ignored, so any engine-style argv can be passed.
 It also answers `POST /v1/chat/completions` with a fixed reply naming --alias and its port (so a
 test sees which replica answered), and, like llama-server, refuses any request but /health
 without `Authorization: Bearer $LLAMA_API_KEY` when that variable is set.
+
+`POST /completion` (a judge's raw prompt) is answered with a verdict after --completion-after
+seconds (a negative value: never), and each one is written to stdout as
+`completion id_slot=N prompt=…` when it arrives and `completion answered id_slot=N` when it is
+answered, so a test sees what an engine was asked and when.
 """
 
 from __future__ import annotations
@@ -48,6 +53,7 @@ def main() -> None:
     parser.add_argument("--alias", default="fake")
     parser.add_argument("--crash-signal", default=None)
     parser.add_argument("--crash-unless", default=None)
+    parser.add_argument("--completion-after", type=float, default=0.0)
     args, ignored = parser.parse_known_args()
     if args.mode == "crash" and args.crash_unless and args.crash_unless in ignored:
         args.mode = "ok"
@@ -87,10 +93,13 @@ def main() -> None:
 
         def do_POST(self) -> None:
             length = int(self.headers.get("Content-Length") or 0)
-            self.rfile.read(length)
+            raw = self.rfile.read(length)
             key = os.environ.get("LLAMA_API_KEY")
             if key and self.headers.get("Authorization") != f"Bearer {key}":
                 self._send(401, {"error": {"message": "Invalid API Key", "type": "authentication_error"}})
+                return
+            if self.path == "/completion":
+                self._complete(json.loads(raw))
                 return
             if self.path != "/v1/chat/completions":
                 self.send_error(404)
@@ -102,6 +111,18 @@ def main() -> None:
                     "role": "assistant", "content": f"fake reply from port {args.port}"}}],
                 "usage": {"prompt_tokens": 3, "completion_tokens": 4, "total_tokens": 7},
             })
+
+        def _complete(self, body: dict[str, object]) -> None:
+            sys.stdout.write(f"completion id_slot={body.get('id_slot')} "
+                             f"prompt={json.dumps(body.get('prompt'))}\n")
+            sys.stdout.flush()
+            if args.completion_after < 0:
+                threading.Event().wait()
+            time.sleep(args.completion_after)
+            sys.stdout.write(f"completion answered id_slot={body.get('id_slot')}\n")
+            sys.stdout.flush()
+            self._send(200, {"content": "Safety: Safe\nCategories: None",
+                             "timings": {"prompt_n": 1, "cache_n": 0, "prompt_ms": 1.0}})
 
         def _send(self, status: int, obj: object) -> None:
             body = json.dumps(obj).encode()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from pathlib import Path
 
 import pytest
 
@@ -11,6 +12,7 @@ from llmgw.core.errors import NoReadyReplica
 from llmgw.core.types import Replica, ReplicaState, Scaling
 from llmgw.gateway.snapshot import Refresher, build_routes
 from llmgw.gateway.upstream.table import RoutingTable, Serving, Upstream
+from llmgw.server.init import demo_judge
 from llmgw.store.store import Store
 from tests.factories import (
     KEY_SECRET,
@@ -280,3 +282,18 @@ async def test_every_new_routing_table_is_handed_to_the_refresh_hook(any_store: 
 
     assert [t is refresher.current.table for t in tables] == [False, True]
     assert [len(t.resolve("gemma3-270m").upstreams) for t in tables] == [0, 1]
+
+
+async def test_a_judge_replica_is_located_with_its_slots_and_what_it_runs_at_once(
+    any_store: Store,
+) -> None:
+    now = datetime.now(UTC)
+    any_store.nodes.upsert(node("big", address="127.0.0.1"), now)
+    judge = demo_judge(Path("/models/demo.gguf"))  # --parallel 2 on one thread
+    any_store.catalog.add(judge, "test", now)
+    any_store.replicas.create(replica_ready("j1", judge.name, profile="cpu"), now)
+    refresher = Refresher(any_store, KEY_SECRET)
+    await refresher.refresh()
+
+    [target] = refresher.locate_judge(judge.name)
+    assert (target.slots, target.lanes) == (2, 1)

@@ -52,11 +52,13 @@ class Observed:
         self.prompt.append((evaluated, cached))
 
 
-async def rig_of(slots: dict[str, int | None], observed: Observed | None = None) -> Rig:
+async def rig_of(slots: dict[str, int | None], observed: Observed | None = None,
+                 lanes: dict[str, int] | None = None) -> Rig:
     engines = {rid: await FakeJudge().slow(SERVICE_S).start() for rid in slots}
 
     def locate(_name: str) -> list[JudgeTarget]:
-        return [JudgeTarget(SPEC, engines[rid].url, id=rid, slots=n) for rid, n in slots.items()]
+        return [JudgeTarget(SPEC, engines[rid].url, id=rid, slots=n, lanes=(lanes or {}).get(rid))
+                for rid, n in slots.items()]
 
     client = JudgeClient(locate, observe=observed)
     await client.start()
@@ -100,6 +102,21 @@ async def test_twenty_at_once_on_two_slots(two_slots: Rig) -> None:
 async def test_judgments_are_pinned_to_the_slot_the_gateway_gave_them(two_slots: Rig) -> None:
     await asyncio.gather(*(two_slots.ask(f"judgment {i}") for i in range(4)))
     assert sorted(r["id_slot"] for r in two_slots.engines["r1"].requests) == [0, 0, 1, 1]
+
+
+async def test_a_replica_on_one_thread_runs_one_judgment_at_a_time_on_its_two_slots() -> None:
+    # The demo judge: two slots (two KV caches), one CPU thread (one lane).
+    rig = await rig_of({"r1": 2}, lanes={"r1": 1})
+    try:
+        results = await asyncio.gather(*(rig.ask(f"judgment {i}") for i in range(4)))
+        assert [a.outcome for a, _ in results] == [Outcome.SAFE] * 4
+        engine = rig.engines["r1"]
+        assert engine.most_in_flight == 1
+        assert all(r["id_slot"] in (0, 1) for r in engine.requests)  # still pinned to a slot
+        assert rig.client.loads()["j1"].slots == 2  # its slots are its --parallel
+    finally:
+        await rig.client.close()
+        await rig.engines["r1"].close()
 
 
 async def test_a_replica_whose_slots_are_unknown_picks_its_own_slot() -> None:

@@ -17,7 +17,7 @@ import pytest
 
 from llmgw.core.types import ReplicaState
 from llmgw.engines.crashes import Exit
-from llmgw.node.supervisor import Launch, Status, Supervisor, backoff_delay
+from llmgw.node.supervisor import Launch, Status, Supervisor, WarmUp, backoff_delay
 from tests.fakes.fake_engine import CRASH_CODE, CRASH_LINE
 from tests.fakes.processes import FAKE_ENGINE, eventually, fake_engine_argv, gone, kill_quietly
 
@@ -181,6 +181,67 @@ async def test_a_start_slower_than_the_timeout_is_failed_and_the_engine_killed(
         assert failed.restarts == 1
         assert starting.pid is not None and gone(starting.pid)
     assert ReplicaState.READY not in reporter.states()
+
+
+# --- warming up --------------------------------------------------------------------------------
+
+KEY = "engine-key-test"
+
+
+def warm_up(timeout_s: float = 20.0) -> WarmUp:
+    """Two judgments, one pinned to each slot, sent with the engine key."""
+    return WarmUp("/completion", (b'{"prompt": "judge this", "id_slot": 0}',
+                                  b'{"prompt": "judge this", "id_slot": 1}'),
+                  timeout_s, {"Authorization": f"Bearer {KEY}"})
+
+
+async def test_a_warm_up_is_answered_by_every_slot_before_the_replica_is_reported_ready(
+    engines: FakeEngines, reporter: RecordingReporter
+) -> None:
+    # The engine takes a while over each judgment, as a cold judge does.
+    launch = engines.launch("ok", "--completion-after", "0.5", warm_up=warm_up(),
+                            env={"LLAMA_API_KEY": KEY})
+    log_at_ready: list[str] = []
+
+    async def report(replica_id: str, status: Status) -> None:
+        if status.state == ReplicaState.READY:
+            log_at_ready.extend(engines.log_path.read_text().splitlines())
+        await reporter(replica_id, status)
+
+    task = asyncio.create_task(Supervisor(launch, report, time.monotonic).run())
+    try:
+        await reporter.first(ReplicaState.READY)
+    finally:
+        task.cancel()
+        await asyncio.wait({task})
+
+    answered = sorted(line for line in log_at_ready if line.startswith("completion answered"))
+    assert answered == ["completion answered id_slot=0", "completion answered id_slot=1"]
+    assert reporter.states() == [ReplicaState.STARTING, ReplicaState.READY]
+
+
+async def test_a_warm_up_the_engine_never_answers_is_given_up_on_and_the_replica_is_ready(
+    engines: FakeEngines, reporter: RecordingReporter, caplog: pytest.LogCaptureFixture
+) -> None:
+    launch = engines.launch("ok", "--completion-after", "-1", warm_up=warm_up(timeout_s=0.5))
+    async with supervising(launch, reporter):
+        ready = await reporter.first(ReplicaState.READY)
+
+    assert ready.last_error is None
+    assert reporter.states() == [ReplicaState.STARTING, ReplicaState.READY]
+    assert "warm-up not answered within 0.5s; ready without it" in caplog.text
+
+
+async def test_a_warm_up_the_engine_refuses_is_logged_and_the_replica_is_ready(
+    engines: FakeEngines, reporter: RecordingReporter, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Sent without the key the engine requires: 401.
+    launch = engines.launch("ok", warm_up=WarmUp("/completion", (b"{}",)),
+                            env={"LLAMA_API_KEY": KEY})
+    async with supervising(launch, reporter):
+        await reporter.first(ReplicaState.READY)
+
+    assert "warm-up failed (/completion answered 401); ready without it" in caplog.text
 
 
 # --- crashing and restarting -------------------------------------------------------------------

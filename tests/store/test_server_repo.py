@@ -49,11 +49,14 @@ def test_a_queue_that_forms_wakes_the_other_servers_but_routine_reports_do_not(s
     assert store.revision() == before + 1
 
 
-def test_the_judges_admission_adds_up_over_the_live_servers(store: Store) -> None:
+def test_the_judges_admission_adds_up_over_the_live_servers_and_its_slots_count_once(
+    store: Store,
+) -> None:
+    # Two processes (or servers) admitting to the same two-slot replica.
     for server, queued, shed in (("a", 3, 10), ("b", 2, 5)):
         store.servers.heartbeat(server, f"http://{server}", T0)
         store.servers.set_activity(server, Activity(judges={"demo-judge": JudgeLoad(
             slots=2, in_flight=2, queued=queued, waited=20, shed=shed, served=100)}, at=T0))
     merged = store.servers.activity(T0 + timedelta(seconds=1), TIMEOUT)
-    assert merged.judges == {"demo-judge": JudgeLoad(slots=4, in_flight=4, queued=5, waited=40,
+    assert merged.judges == {"demo-judge": JudgeLoad(slots=2, in_flight=4, queued=5, waited=40,
                                                      shed=15, served=200)}

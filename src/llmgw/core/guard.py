@@ -116,8 +116,11 @@ class JudgeLoad(Frozen):
     served: int = Field(default=0, ge=0)  # judgments a judge answered
 
     def plus(self, other: JudgeLoad) -> JudgeLoad:
-        """Both loads summed (two servers' loads on the same judge)."""
-        return JudgeLoad(**{k: getattr(self, k) + getattr(other, k) for k in JudgeLoad.model_fields})
+        """Two processes' or servers' loads on the same judge: the judgments summed, the slots
+        not. Every process admits to the same replicas, whose slots are their `--parallel`:
+        summed, a server with two workers showed a two-slot replica as four."""
+        summed = {k: getattr(self, k) + getattr(other, k) for k in JudgeLoad.model_fields}
+        return JudgeLoad(**{**summed, "slots": max(self.slots, other.slots)})
 
 
 class VerdictRecord(Frozen):

@@ -11,6 +11,8 @@ from llmgw.core.settings import DEFAULT_CTX_SIZE
 from llmgw.core.types import Profile
 
 HEALTH_PATH = "/health"
+# Raw-prompt completions (a judge's prompt is sent as its model was trained to read it).
+COMPLETION_PATH = "/completion"
 # llama-server reads its API key from here; an env var keeps it out of `ps` (argv is public).
 API_KEY_ENV = "LLAMA_API_KEY"
 
@@ -42,18 +44,47 @@ def _has_flag(args: list[str], *names: str) -> bool:
 def slots(profile: Profile) -> int | None:
     """How many requests the replica serves at once (`--parallel`/`-np` in the profile's args);
     None when the profile does not say and llama-server picks."""
-    args = list(profile.args)
+    value = _value(list(profile.args), "--parallel", "-np")
+    try:
+        n = int(value) if value is not None else 0
+    except ValueError:
+        return None
+    return n if n > 0 else None
+
+
+def _value(args: list[str], *names: str) -> str | None:
+    """The value the last of `names` is given in `args` (`--flag V` or `--flag=V`), or None."""
+    found = None
     for i, a in enumerate(args):
-        for name in ("--parallel", "-np"):
-            value = args[i + 1] if a == name and i + 1 < len(args) else (
-                a.removeprefix(name + "=") if a.startswith(name + "=") else None)
-            if value is not None:
-                try:
-                    n = int(value)
-                except ValueError:
-                    return None
-                return n if n > 0 else None
-    return None
+        for name in names:
+            if a == name and i + 1 < len(args):
+                found = args[i + 1]
+            elif a.startswith(name + "="):
+                found = a.removeprefix(name + "=")
+    return found
+
+
+def lanes(profile: Profile) -> int | None:
+    """How many requests the replica runs at once to good effect, where fewer than its `slots`:
+    one on a CPU engine with a single thread (None otherwise: all its slots).
+
+    One thread computes one batch at a time, so two sequences at once only interleave, and their
+    shared batches cost more per request than the requests one after the other (measured on the
+    demo judge, Gemma 3 270M on one thread: 6-15 % more CPU per judgment two at once, in four
+    runs). Its slots still each keep their KV cache; a GPU, or more threads, may batch to gain.
+    """
+    n = slots(profile)
+    if n is None or n == 1 or profile.gpu > 0:
+        return None
+    layers = _value(list(profile.args), "--n-gpu-layers", "-ngl", "--gpu-layers")
+    if layers is not None and layers != "0":
+        return None
+    threads = _value(list(profile.args), "--threads", "-t")
+    try:
+        one = int(threads) == 1 if threads is not None else profile.cpu_cores <= 1
+    except ValueError:
+        return None
+    return 1 if one else None
 
 
 def argv(

@@ -377,9 +377,6 @@ def merged(own: Metrics, others: Iterable[MetricsState]) -> Metrics:
         for judge, fields in state.get("judges", {}).items():
             load = JudgeLoad.model_validate(fields)
             mine = judges.get(judge)
-            # Every worker admits up to a replica's slots on its own: the slots are the
-            # replicas', the same in each worker, so they are not summed.
-            judges[judge] = load if mine is None else mine.plus(load).model_copy(
-                update={"slots": max(mine.slots, load.slots)})
+            judges[judge] = load if mine is None else mine.plus(load)
     return out
 

@@ -115,6 +115,8 @@ class Refresher:
         self.current = Snapshot(-1, KeyCache(secret, []), RoutingTable({}))
         # Judge replicas' slots (`--parallel` of the profile each runs), by replica id.
         self._judge_slots: dict[str, int | None] = {}
+        # How many judgments each runs at once, where fewer than its slots (`llamacpp.lanes`).
+        self._judge_lanes: dict[str, int | None] = {}
         self.wake = asyncio.Event()
         # The loop and admin writes both refresh; one at a time, so an older read can never
         # replace a newer snapshot.
@@ -163,8 +165,10 @@ class Refresher:
                               self._provider_key_env, addresses=addresses)
         table = RoutingTable(routes)
         profiles = {(m.name, p.name): p for m in models if m.guard for p in m.profiles}
-        self._judge_slots = {r.id: llamacpp.slots(profiles[(r.model, r.profile or "")])
-                             for r in replicas if (r.model, r.profile or "") in profiles}
+        judging = [(r.id, profiles[(r.model, r.profile or "")]) for r in replicas
+                   if (r.model, r.profile or "") in profiles]
+        self._judge_slots = {rid: llamacpp.slots(p) for rid, p in judging}
+        self._judge_lanes = {rid: llamacpp.lanes(p) for rid, p in judging}
         self.current = Snapshot(revision, KeyCache(self._secret, keys, teams), table, guard, limits,
                                 {r.name: r for r in specs}, epoch,
                                 any(m.cache is not None for m in models)
@@ -190,7 +194,8 @@ class Refresher:
         if not route.upstreams:
             snap.table.choose(route)  # raises with the reason
         return [JudgeTarget(spec=spec, base_url=up.base_url.removesuffix("/v1"), headers=up.headers,
-                            id=up.id, slots=self._judge_slots.get(up.id))
+                            id=up.id, slots=self._judge_slots.get(up.id),
+                            lanes=self._judge_lanes.get(up.id), used=up.touch)
                 for up in route.upstreams]
 
     async def run(self, interval_s: float) -> None:

@@ -227,22 +227,38 @@ NEAR_TIE_CHARS = 32
 
 @dataclass
 class SlotBook:
-    """The slots of one judge's ready replicas, and which are busy."""
+    """The slots of one judge's ready replicas, and which are busy.
+
+    A replica may run fewer judgments at once than it has slots (its `lanes`): an engine on one
+    CPU thread computes one sequence at a time, and two at once cost it more per judgment than
+    one after the other. Its slots still each keep their KV cache, so the pick still finds the
+    slot holding the most of a prompt."""
 
     replicas: dict[str, list[Slot]] = field(default_factory=dict)
+    lanes: dict[str, int] = field(default_factory=dict)
 
-    def sync(self, slots_by_replica: Mapping[str, int]) -> None:
+    def sync(self, slots_by_replica: Mapping[str, int],
+             lanes_by_replica: Mapping[str, int] | None = None) -> None:
         """Follow the judge's ready replicas: new ones add their slots, gone ones drop theirs
         (a judgment still running on one gives its slot back to nothing), and a replica whose
-        slot count changed keeps the slots it still has."""
+        slot count changed keeps the slots it still has. A replica runs as many judgments at
+        once as `lanes_by_replica` says (at most its slots; all of them when it does not say)."""
         for rid in list(self.replicas):
             if rid not in slots_by_replica:
                 del self.replicas[rid]
+        lanes = lanes_by_replica or {}
+        self.lanes = {rid: max(1, min(lanes.get(rid, n), n)) for rid, n in slots_by_replica.items()}
         for rid, n in slots_by_replica.items():
             have = self.replicas.setdefault(rid, [])
             if len(have) > n:
                 del have[n:]
             have.extend(Slot(rid, i) for i in range(len(have), n))
+
+    def _open(self, rid: str, slots: list[Slot]) -> int:
+        """How many more judgments replica `rid` takes now: its lanes (never more than its
+        slots) less those running or held elsewhere."""
+        taken = sum(1 for s in slots if s.busy or s.away)
+        return max(self.lanes.get(rid, len(slots)) - taken, 0)
 
     def _all(self) -> Iterable[Slot]:
         return (s for slots in self.replicas.values() for s in slots)
@@ -262,7 +278,8 @@ class SlotBook:
 
     @property
     def free(self) -> int:
-        return sum(1 for s in self._all() if not (s.busy or s.away))
+        """Judgments the replicas take now (see `lanes`)."""
+        return sum(self._open(rid, slots) for rid, slots in self.replicas.items())
 
     def idle(self) -> list[Slot]:
         """The slots no judgment of this process runs on."""
@@ -273,8 +290,9 @@ class SlotBook:
 
     @property
     def widest(self) -> int:
-        """The most slots any replica has: the occupancy of a replica with every slot busy."""
-        return max((len(s) for s in self.replicas.values()), default=0)
+        """The most judgments any replica runs at once: the occupancy of a full replica."""
+        return max((min(len(s), self.lanes.get(rid, len(s))) for rid, s in self.replicas.items()),
+                   default=0)
 
     def running(self, now: float) -> list[tuple[float, int]]:
         """How long each busy slot's judgment has run at `now`, and its new characters."""
@@ -294,9 +312,11 @@ class SlotBook:
         """The free slot for `prompt`, and the occupancy its replica would have with it: of the
         slots whose cache shares the longest prefix with it (within `NEAR_TIE_CHARS`), the one
         on the replica with fewest in flight, then sharing most, then least recently used.
-        None when every slot is busy or away."""
+        None when every slot is busy or away, or every replica runs all it takes at once."""
         free: list[tuple[Slot, int, int]] = []  # (slot, characters shared, its replica's load)
-        for slots in self.replicas.values():
+        for rid, slots in self.replicas.items():
+            if not self._open(rid, slots):
+                continue
             load = sum(1 for s in slots if s.busy or s.away)
             free += [(s, shared_prefix(s.prompt, prompt), load)
                      for s in slots if not (s.busy or s.away)]

@@ -5,16 +5,18 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import aiohttp
 import orjson
 
-from llmgw.core import tracing
+from llmgw.core import judges, tracing
 from llmgw.core.errors import LlmgwError, NoReadyReplica, UpstreamError
 from llmgw.core.guard import Direction, JudgeFormat, JudgeLoad, JudgeSpec, Verdict
+from llmgw.core.types import Model
+from llmgw.engines import llamacpp
 from llmgw.guard import grammars, prompts, verdicts
 from llmgw.guard.admission import PromptEval
 from llmgw.guard.judge_queue import UNSHARED, ClusterSlots, JudgeQueue, SlotLease
@@ -31,6 +33,9 @@ class JudgeTarget:
 
     `slots` is the replica's `--parallel`; None when its profile does not say, and then
     judgments are admitted as if it had `DEFAULT_SLOTS` and llama-server picks the slot.
+    `lanes` is how many of them it runs at once when fewer (`llamacpp.lanes`); None: all.
+    `used` is told when a judgment goes to the replica and when its answer comes back: a judge
+    that judges every request is in use, not idle, to the console and to the replica keeper.
     """
 
     spec: JudgeSpec
@@ -38,6 +43,8 @@ class JudgeTarget:
     headers: dict[str, str] = field(default_factory=dict)
     id: str = ""
     slots: int | None = None
+    lanes: int | None = None
+    used: Callable[[], None] = field(default=lambda: None, compare=False, repr=False)
 
 
 # The ready replicas of a judge; raises (NoReadyReplica, ModelNotFound) when there is none.
@@ -123,6 +130,38 @@ def completion_body(spec: JudgeSpec, direction: Direction, turns: list[Turn]) ->
     }
 
 
+# What a judge replica is asked before it is ready (`node.supervisor.WarmUp`): an input judgment,
+# the direction every policy judges by default, whose fixed head each later one shares.
+WARM_UP_TURNS = (Turn("user", "Hello."),)
+
+
+def warm_up_bodies(spec: JudgeSpec, slots: int | None) -> list[bytes]:
+    """The `/completion` bodies that warm a replica of `spec` with `slots` slots: one judgment
+    pinned to each slot, so every slot's KV cache holds the judge's fixed prompt; one unpinned
+    when the slots are not known (llama-server picks)."""
+    body = completion_body(spec, Direction.INPUT, list(WARM_UP_TURNS))
+    if slots is None:
+        return [orjson.dumps(body)]
+    return [orjson.dumps({**body, "id_slot": i}) for i in range(slots)]
+
+
+def warm_up(
+    enabled: Callable[[], Awaitable[list[JudgeSpec]]] | None = None,
+) -> Callable[[Model, int | None], Awaitable[list[bytes]]]:
+    """The node agent's warm-up of a judge's replica (`node.agent.WarmBodies`), in the judge's
+    own prompt format: an enabled judge's (`enabled`, read from the store where there is one)
+    wins over the library's, as on the request path. A judge neither knows is warmed in the
+    default format: its weights are paged in all the same, though its prompt is not cached."""
+
+    async def bodies(model: Model, slots: int | None) -> list[bytes]:
+        spec = next((j for j in await enabled() if j.name == model.name), None) if enabled else None
+        spec = spec or judges.KNOWN.get(model.name) or JudgeSpec(name=model.name, repo="", file="",
+                                                                 size_gb=0.0)
+        return warm_up_bodies(spec, slots)
+
+    return bodies
+
+
 class JudgeClient:
     """Sends judgments to judge replicas over one pooled HTTP session, each on a slot its
     judge's queue hands out (see `admission` for the rules)."""
@@ -152,7 +191,8 @@ class JudgeClient:
                                                      self._observe.judge_served, self._lease,
                                                      self._cluster)
         self._targets[judge] = {t.id: t for t in targets}
-        queue.sync({t.id: t.slots or DEFAULT_SLOTS for t in targets})
+        queue.sync({t.id: t.slots or DEFAULT_SLOTS for t in targets},
+                   {t.id: t.lanes for t in targets if t.lanes is not None})
         return queue
 
     async def start(self) -> None:
@@ -196,12 +236,14 @@ class JudgeClient:
                 if target.slots is not None:
                     # The slot whose KV cache holds the longest part of this prompt.
                     request["id_slot"] = slot.index
+                target.used()
                 async with self._session.post(
-                    target.base_url + "/completion",
+                    target.base_url + llamacpp.COMPLETION_PATH,
                     data=orjson.dumps(request),
                     headers={**headers, **target.headers},
                 ) as resp:
                     raw = await resp.read()
+                    target.used()
                     if resp.status != 200:
                         raise UpstreamError(f"judge {judge} answered {resp.status}")
                 served = self._monotonic() - sent

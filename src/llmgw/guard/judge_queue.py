@@ -111,9 +111,11 @@ class JudgeQueue:
         self.shed = 0
         self.served = 0
 
-    def sync(self, slots_by_replica: Mapping[str, int]) -> None:
-        """Follow the judge's ready replicas (replica id -> slots); new slots serve waiters."""
-        self.book.sync(slots_by_replica)
+    def sync(self, slots_by_replica: Mapping[str, int],
+             lanes_by_replica: Mapping[str, int] | None = None) -> None:
+        """Follow the judge's ready replicas (replica id -> slots, and how many judgments each
+        runs at once where fewer: `SlotBook`); new slots serve waiters."""
+        self.book.sync(slots_by_replica, lanes_by_replica)
         self._dispatch()
 
     def load(self) -> JudgeLoad:

@@ -9,7 +9,7 @@ import asyncio
 import hashlib
 import logging
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from llmgw.core.clock import Clock
@@ -20,9 +20,22 @@ from llmgw.engines import llamacpp
 from llmgw.engines.crashes import NO_REPACK, Exit
 from llmgw.node.engine_compat import EngineCompat
 from llmgw.node.files import ModelFiles
-from llmgw.node.supervisor import MAX_FAILURES, Launch, Reporter, Status, Supervisor
+from llmgw.node.supervisor import (
+    MAX_FAILURES,
+    WARM_UP_S,
+    Launch,
+    Reporter,
+    Status,
+    Supervisor,
+    WarmUp,
+)
 
 logger = logging.getLogger(__name__)
+
+# A guard model's warm-up: given the model and its replica's slots (None: its profile does not
+# say), the `/completion` bodies of one judgment per slot, sent before the replica is reported
+# ready (`supervisor.WarmUp`). The guard layer renders them: the node knows no judge's prompt.
+WarmBodies = Callable[[Model, int | None], Awaitable[list[bytes]]]
 
 
 @dataclass(frozen=True)
@@ -70,6 +83,9 @@ class AgentConfig:
     # What this host needs to run the engine (`--no-repack` after a SIGILL); None: learn nothing.
     compat: EngineCompat | None = None
     max_failures: int = MAX_FAILURES
+    # Judgments a guard model's replica answers before it is ready; None: none.
+    warm_up: WarmBodies | None = None
+    warm_up_timeout_s: float = WARM_UP_S
 
 
 def fingerprint(a: Assignment) -> str:
@@ -157,6 +173,7 @@ class NodeAgent:
         if isinstance(launch, str):
             await self._report(a.replica.id, Status(ReplicaState.FAILED, last_error=launch))
             return
+        launch = replace(launch, warm_up=await self._warm_up(a))
         sup = Supervisor(launch, self._report, self._clock.monotonic, restarts=a.replica.restarts)
         assert a.model is not None
         src = a.model.source
@@ -225,6 +242,24 @@ class NodeAgent:
             adapt=self._adapt(binary) if compat is not None else None,
             env={llamacpp.API_KEY_ENV: key} if key else {},
         )
+
+    async def _warm_up(self, a: Assignment) -> WarmUp | None:
+        """The judgments a guard model's replica answers before it is ready, one per slot."""
+        model, render = a.model, self._cfg.warm_up
+        if model is None or not model.guard or render is None:
+            return None
+        profile = next((p for p in model.profiles if p.name == a.replica.profile), None)
+        try:
+            bodies = await render(model, llamacpp.slots(profile) if profile else None)
+        except LlmgwError as exc:
+            logger.warning("replica %s: no warm-up (%s); its first judgments may be slow",
+                           a.replica.id, exc.message)
+            return None
+        if not bodies:
+            return None
+        key = self._cfg.engine_key()
+        return WarmUp(llamacpp.COMPLETION_PATH, tuple(bodies), self._cfg.warm_up_timeout_s,
+                      {"Authorization": f"Bearer {key}"} if key else {})
 
     def _adapt(self, binary: str) -> Callable[[Exit, list[str]], str | None]:
         """The remedy for a start that died of SIGILL: `--no-repack`, learned for this binary on

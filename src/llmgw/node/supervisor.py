@@ -1,5 +1,5 @@
-"""Supervising one replica's engine process: start, wait until healthy, restart with backoff,
-and give up on a crash loop with the reason in words."""
+"""Supervising one replica's engine process: start, wait until healthy, warm it up, restart with
+backoff, and give up on a crash loop with the reason in words."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from pathlib import Path
 
 import aiohttp
 
+from llmgw.core.errors import EngineError
 from llmgw.core.types import ReplicaState
 from llmgw.engines import crashes
 from llmgw.engines.crashes import GAVE_UP, RESTARTING, Exit
@@ -25,10 +26,33 @@ STABLE_AFTER_S = 60.0
 # with backoff 1, 2, 4, 8 s that is about 15 s of retries plus the starts themselves, enough
 # to ride out a port race or a slow disk, short enough that a crash loop is named, not hidden.
 MAX_FAILURES = 5
+# How long a warm-up may take before the replica is reported ready without it: longer than a cold
+# judgment of a CPU judge (seconds), short enough that an engine that answers its health check
+# and never its first request is serving or failing within a minute, not wedged in starting.
+WARM_UP_S = 60.0
 
 # Given how an engine's start ended and the argv it ran with, a change that makes the next start
 # differ (said in words), or None: a remedy tried at once instead of a failure counted.
 Adapt = Callable[[Exit, list[str]], str | None]
+
+
+@dataclass(frozen=True)
+class WarmUp:
+    """Requests sent to an engine once it is healthy, before its replica is reported ready.
+
+    A judge's first judgment pays for paging its weights in and for evaluating the judge's long
+    fixed prompt on a slot whose KV cache is empty: seconds on a CPU, the whole of a 5 s budget on
+    a small machine. Sent here, one per slot, that cost is paid before the first user's judgment
+    and each slot's cache holds the fixed prompt. A warm-up that fails or outlasts `timeout_s` is
+    logged and the replica is reported ready all the same: the engine is healthy, and a judge
+    that is not ready fails every judgment, which is worse than one slow judgment.
+    """
+
+    path: str
+    bodies: tuple[bytes, ...]  # sent at once, each as a JSON body
+    timeout_s: float = WARM_UP_S
+    # Holds the engine key: never in a repr, so never in a log.
+    headers: dict[str, str] = field(default_factory=dict, repr=False)
 
 
 @dataclass(frozen=True)
@@ -49,6 +73,7 @@ class Launch:
     # The engine's name in what a crash is said as ("llama-server stopped with …").
     engine: str = "engine"
     adapt: Adapt | None = None
+    warm_up: WarmUp | None = None
     # Holds the engine key: never in a repr, so never in a log.
     env: dict[str, str] = field(default_factory=dict, repr=False)
 
@@ -152,6 +177,8 @@ class Supervisor:
             self._proc = None
             return None, None, argv, (f"{launch.engine} did not become healthy within "
                                       f"{launch.start_timeout_s:g}s\nengine log: {launch.log_path}")
+        if code is None and launch.warm_up is not None:
+            code = await warm_up(proc, base, launch.warm_up, launch.replica_id)
         if code is not None:
             self._proc = None
             await terminate(proc, 0)  # reap anything left in its process group
@@ -203,6 +230,54 @@ async def wait_healthy(
     finally:
         if not exited.done():
             exited.cancel()
+
+
+async def warm_up(proc: asyncio.subprocess.Process, base: str, warm: WarmUp,
+                  replica_id: str) -> int | None:
+    """Send `warm`'s requests to the engine at `base`; None once they were answered, failed or
+    ran out of time (the last two logged), the exit code if the process ends first."""
+    exited = asyncio.ensure_future(proc.wait())
+    sending = asyncio.ensure_future(_send_warm_up(base, warm))
+    try:
+        done, _ = await asyncio.wait({exited, sending}, timeout=warm.timeout_s,
+                                     return_when=asyncio.FIRST_COMPLETED)
+        if exited in done:
+            return exited.result()
+        if sending not in done:
+            logger.warning("replica %s: warm-up not answered within %gs; ready without it (its "
+                           "first requests may be slow)", replica_id, warm.timeout_s)
+        elif (exc := sending.exception()) is not None:
+            logger.warning("replica %s: warm-up failed (%s); ready without it (its first "
+                           "requests may be slow)", replica_id, exc)
+        return None
+    finally:
+        left = [t for t in (exited, sending) if not t.done()]
+        for task in left:
+            task.cancel()
+        if left:
+            await asyncio.wait(left)
+
+
+async def _send_warm_up(base: str, warm: WarmUp) -> None:
+    """Every warm-up request at once; EngineError when one is not answered 200."""
+    headers = {"Content-Type": "application/json", **warm.headers}
+
+    async def one(http: aiohttp.ClientSession, body: bytes) -> None:
+        try:
+            async with http.post(base + warm.path, data=body, headers=headers) as resp:
+                await resp.read()
+        except aiohttp.ClientError as exc:
+            raise EngineError(f"{type(exc).__name__} from {warm.path}") from exc
+        if resp.status != 200:
+            raise EngineError(f"{warm.path} answered {resp.status}")
+
+    async with aiohttp.ClientSession() as http:
+        # Each to its end: the session closes only once none is in flight.
+        results = await asyncio.gather(*(one(http, body) for body in warm.bodies),
+                                       return_exceptions=True)
+    for result in results:
+        if isinstance(result, BaseException):
+            raise result
 
 
 def _restarting(failures: int, error: str | None) -> str | None:

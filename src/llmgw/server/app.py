@@ -61,6 +61,7 @@ from llmgw.core.types import ReplicaState
 from llmgw.gateway.inflight import InFlight
 from llmgw.gateway.windows import Windows
 from llmgw.guard.admin import GuardAdmin
+from llmgw.guard.judge_client import warm_up as judge_warm_up
 from llmgw.node import hardware
 from llmgw.node.agent import AgentConfig, NodeAgent
 from llmgw.node.engine_compat import FILE_NAME as COMPAT_FILE
@@ -144,7 +145,9 @@ class Server:
                         start_timeout_s=s.engine_start_timeout_s,
                         backoff_base_s=self.loops.backoff_base_s, files=files,
                         engine_key=lambda: engine_key,
-                        compat=EngineCompat(self.data_dir / COMPAT_FILE)),
+                        compat=EngineCompat(self.data_dir / COMPAT_FILE),
+                        warm_up=judge_warm_up(
+                            lambda: asyncio.to_thread(store.guard.enabled_judges))),
             assignments=wiring.agent_assignments(store, s.node_id),
             report=wiring.agent_reporter(store, clock, notifier.settle),
             forget=wiring.agent_forgetter(store),

@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from llmgw.core.clock import SystemClock
 from llmgw.core.errors import ConfigError
 from llmgw.core.types import Node
+from llmgw.guard.judge_client import warm_up as judge_warm_up
 from llmgw.node import hardware
 from llmgw.node.agent import AgentConfig, NodeAgent
 from llmgw.node.engine_compat import FILE_NAME as COMPAT_FILE
@@ -150,6 +151,8 @@ async def run_node(opts: NodeOptions) -> None:
             files=ModelFiles(opts.data_dir / "models"),
             engine_key=lambda: link.engine_key,
             compat=EngineCompat(opts.data_dir / COMPAT_FILE),
+            # A node has no store: judges enabled by repo are warmed in the default format.
+            warm_up=judge_warm_up(),
         ),
         assignments=link.assignments,
         report=report,

@@ -32,6 +32,10 @@ class Upstream:
     # The leader reads it (through each server's activity) to stop replicas nobody uses.
     last_used: float = 0.0
 
+    def touch(self) -> None:
+        """Note that a request (or a judgment) goes to it or came back from it now."""
+        self.last_used = time.time()
+
 
 @dataclass(frozen=True)
 class Serving:
