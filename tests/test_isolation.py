@@ -15,6 +15,7 @@ from typer.testing import CliRunner
 from llmgw.cli import ctl
 from llmgw.cli.client import config_path
 from llmgw.core.settings import default_data_dir
+from tests.e2e.cluster import Cluster
 from tests.e2e.server_process import LlmgwServer, run_cli
 from tests.isolation import INFRASTRUCTURE, suite_home
 
@@ -69,7 +70,23 @@ def test_a_server_helper_uses_its_own_dir_whatever_the_environment_names(
     finally:
         server.stop()
     assert (tmp_path / "data" / "config.toml").is_file() and (tmp_path / "data" / "llmgw.db").is_file()
-    assert (suite_home() / ".config" / "llmgw" / "ctl.toml").is_file()
+    saved = suite_home() / ".config" / "llmgw" / "ctl.toml"
+    assert server.admin_key in saved.read_text()
+    saved.unlink()  # the suite's home keeps no key for the next test's ctl to find
+    assert snapshot(root) == before
+
+
+def test_a_cluster_uses_its_own_dirs_whatever_the_environment_names(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Cluster.up hands its environment to `server init`, each server and the node agents.
+    root = tmp_path / "users-install"
+    for name, value in canary(root).items():
+        monkeypatch.setenv(name, value)
+    before = snapshot(root)
+    (tmp_path / "cluster").mkdir()
+    with Cluster.up(tmp_path / "cluster", f"sqlite:///{tmp_path / 'cluster.db'}", servers=1) as cluster:
+        cluster.any_server().ctl("model", "list")
+    assert (tmp_path / "cluster" / "server-1" / "config.toml").is_file()
     assert snapshot(root) == before
 
 
@@ -85,11 +102,14 @@ def test_the_suite_process_sees_none_of_the_users_install() -> None:
 
 def test_a_suite_run_with_the_users_install_exported_leaves_it_alone(tmp_path: Path) -> None:
     root = tmp_path / "users-install"
-    env = {**os.environ, **canary(root)}
+    # The inner suite's temp dirs under this test's (not on its command line, where its own
+    # leak check would find it).
+    (tmp_path / "inner").mkdir()
+    env = {**os.environ, **canary(root), "PYTEST_DEBUG_TEMPROOT": str(tmp_path / "inner")}
     before = snapshot(root)
     done = subprocess.run(
-        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "--basetemp",
-         str(tmp_path / "inner"), f"{__file__}::test_the_suite_process_sees_none_of_the_users_install"],
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q",
+         f"{__file__}::test_the_suite_process_sees_none_of_the_users_install"],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=300,
     )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
