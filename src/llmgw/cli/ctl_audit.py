@@ -9,8 +9,8 @@ from typing import Annotated, Any
 import typer
 
 from llmgw.cli import render
-from llmgw.cli.render import HIGH, LOW, Col
 from llmgw.cli.context import CtlContext, options_for, query
+from llmgw.cli.render import HIGH, LOW, Col
 from llmgw.core.audit import AuditEntry, AuditKind
 from llmgw.core.protocol.audit import AuditQuery
 from llmgw.core.protocol.common import DataList

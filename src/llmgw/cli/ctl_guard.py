@@ -9,9 +9,9 @@ from typing import Annotated
 import typer
 
 from llmgw.cli import render
-from llmgw.cli.render import HIGH, LOW, Col
 from llmgw.cli.client import quote
 from llmgw.cli.context import CtlContext, body, options_for, query
+from llmgw.cli.render import HIGH, LOW, Col
 from llmgw.core.guard import (
     Controversial,
     Direction,

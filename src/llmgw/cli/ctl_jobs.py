@@ -19,8 +19,8 @@ from rich.progress import (
 )
 
 from llmgw.cli import render
-from llmgw.cli.render import HIGH, LOW, Col
 from llmgw.cli.context import CtlContext, body, options_for, parse, query
+from llmgw.cli.render import HIGH, LOW, Col
 from llmgw.core.protocol.common import DataList
 from llmgw.core.protocol.models import JobOut, JobState, ReplicaQuery, ServeRequest
 from llmgw.core.settings import DEFAULT_CTX_SIZE
