@@ -72,7 +72,7 @@ def test_a_policys_budget_and_failure_mode_show_at_80_columns(offline_ctl: Offli
                                                   policies=[policy]).model_dump(mode="json")},
                       "guard", "status", columns=80)
     fits(out)
-    assert {"name", "on", "models", "judges", "budget ms", "on failure"} <= set(header(out)), out
+    assert {"name", "on", "models", "checks", "judges", "budget ms", "on failure"} <= set(header(out)), out
     assert column(out, "budget ms") == "3000" and column(out, "on failure") == "closed", out
 
 

@@ -59,8 +59,8 @@ def _policies_table(policies: Sequence[Policy]) -> None:
     render.table(
         "policies",
         # What a policy judges with, within what time, and what a failure does, before the rest.
-        [Col("name", whole=True), Col("on", priority=HIGH), Col("models", priority=HIGH), "keys",
-         "checks", Col("judges", priority=HIGH), Col("blocks", priority=LOW),
+        [Col("name", whole=True), Col("on", priority=HIGH), Col("models", priority=HIGH),
+         Col("keys", priority=LOW), "checks", Col("judges", priority=HIGH), Col("blocks", priority=LOW),
          Col("controversial", priority=LOW), Col("budget ms", priority=HIGH),
          Col("on failure", priority=HIGH), Col("by", priority=LOW)],
         [[p.name, "yes" if p.enabled else "no", ",".join(p.models), ",".join(p.keys), _checks(p),
