@@ -17,7 +17,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from docsgen import plots, reference  # noqa: E402
+from docsgen import md, plots, reference  # noqa: E402
 
 _MARKER = re.compile(r"^<!-- llmgw:reference (?P<name>[a-z-]+) -->$", re.MULTILINE)
 # The diagram renderer served with the site (scripts/common.sh `ensure_mermaid` fetches it): with
@@ -58,6 +58,8 @@ def on_files(files: Any, config: Any) -> Any:
 
 def on_page_markdown(markdown: str, page: Any, config: Any, files: Any) -> str:
     """Expand each reference marker into the Markdown made from the code, and each plot-table
-    marker into a table of the recorded benchmark figures."""
+    marker into a table of the recorded benchmark figures; pipes escaped for GitHub inside a
+    table's code spans show as pipes."""
     markdown = plots.expand(markdown)
-    return _MARKER.sub(lambda m: reference.render(m.group("name")), markdown)
+    return md.unescape_table_code_pipes(
+        _MARKER.sub(lambda m: reference.render(m.group("name")), markdown))

@@ -14,6 +14,25 @@ _CODE_SPAN = re.compile(r"(`+)(.+?)\1", re.DOTALL)
 _MARKUP = re.compile(r"([\\*\[\]|]|(?<!\w)_|_(?!\w))")
 
 
+# A line opening or closing a fenced code block.
+_FENCE = re.compile(r"^\s*(```|~~~)")
+
+
+def unescape_table_code_pipes(markdown: str) -> str:
+    """`\\|` inside the code spans of table rows as `|`. GitHub needs the backslash there to keep
+    the cell whole, and drops it; Python-Markdown's tables already keep a code span's pipes in
+    their cell, and would show the backslash (`user\\|admin`)."""
+    out = []
+    fenced = False
+    for row in markdown.split("\n"):
+        if _FENCE.match(row):
+            fenced = not fenced
+        elif not fenced and row.lstrip().startswith("|"):
+            row = _CODE_SPAN.sub(lambda m: m.group(0).replace("\\|", "|"), row)
+        out.append(row)
+    return "\n".join(out)
+
+
 def escape(text: str) -> str:
     """Plain text as Markdown that shows it as it is; code spans (`...`) stay code."""
     out: list[str] = []

@@ -3,7 +3,9 @@
 # the real llama-server on the demo model, the store on a real PostgreSQL, the console in a real
 # Chromium, the shared limits on a real Redis, the docs site built strict and read in Chromium,
 # and the real OpenID provider the console's single sign-on is to be tested against).
-# Extra arguments go to pytest.
+# Extra arguments go to pytest. It is safe in the shell where up.sh runs: the tests never read or
+# write the install that LLMGW_DATA_DIR, LLMGW_ADMIN_KEY, HOME or a ctl.toml name
+# (tests/isolation.py), only the tools' LLMGW_* variables set below reach them.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/common.sh

@@ -105,5 +105,11 @@ PY
 
 .venv/bin/llmgw ctl model list      # the catalog (ctl reads $ctl_config)
 .venv/bin/llmgw doctor              # check this machine: engine, port, files
+
+The demo model (gemma3-270m) is the base Gemma 3 270M, not a chat model: it continues the text
+it is given, so its answers do not read like replies. For real chat, serve an instruction-tuned
+model from Hugging Face and call it by the name the command prints:
+
+.venv/bin/llmgw ctl model serve --repo unsloth/gemma-3-270m-it-GGUF --file gemma-3-270m-it-Q4_K_M.gguf --cores 1 --wait
 TXT
 wait $server

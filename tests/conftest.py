@@ -5,6 +5,7 @@ A skipped test is a failed test: a missing part must not pass silently.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -13,6 +14,7 @@ import pytest
 
 from llmgw.core.judges import DEMO_JUDGE
 from llmgw.store.store import Store
+from tests import isolation
 from tests.e2e.server_process import LlmgwServer
 from tests.pg import fresh_database, postgres_url
 from tests.redis_server import redis_server
@@ -29,6 +31,17 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]):  
     if report.skipped and not hasattr(report, "wasxfail"):
         report.outcome = "failed"
         report.longrepr = f"skipped tests fail in this suite: {report.longrepr}"
+
+
+@pytest.fixture(scope="session", autouse=True)
+def never_the_users_install(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """The suite's own HOME and XDG directories, and none of the user's LLMGW_* settings, for the
+    test process (the in-process CLI runs) and every llmgw process it starts (tests/isolation.py)."""
+    isolation.use_home(tmp_path_factory.mktemp("home"))
+    before = isolation.isolate_this_process()
+    yield
+    os.environ.clear()
+    os.environ.update(before)
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])

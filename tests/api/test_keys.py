@@ -281,6 +281,14 @@ async def test_a_user_key_reads_the_usage_of_its_own_family_only(api: Api, famil
     assert len(rows["data"]) == 4
 
 
+async def test_usage_rows_name_their_keys(api: Api, family: Family) -> None:
+    api.store.usage.add_usage([UsageRow(key_id=k["id"], model=MODEL, day="2026-01-05", requests=1)
+                               for k in (family.alice, family.bob)])
+    _, rows = await api.call("GET", "/admin/v1/usage")
+    assert {(r["key_id"], r["key_name"]) for r in rows["data"]} == {
+        (family.alice["id"], family.alice["name"]), (family.bob["id"], family.bob["name"])}
+
+
 async def test_a_user_key_still_cannot_rotate_even_its_own_keys(api: Api, family: Family) -> None:
     status, body = await api.call("POST", f"/admin/v1/keys/{family.child['id']}/rotate",
                                   key=family.alice["key"])

@@ -73,7 +73,8 @@ def test_every_route_is_documented_and_every_documented_operation_is_a_route(
         if route.method == "HEAD":  # aiohttp adds one beside each GET
             continue
         assert route.resource is not None
-        if route.resource.canonical.startswith("/ui"):  # the console's pages, not the API
+        # The console's pages, and `/`, which sends a browser there: not the API.
+        if route.resource.canonical.startswith("/ui") or route.resource.canonical == "/":
             continue
         routes.add((route.method.lower(), route.resource.canonical))
     documented = operations(spec())

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import typer
+from typer.testing import CliRunner
 
 from llmgw.cli.main import app
 
@@ -30,3 +31,15 @@ def test_no_help_text_has_square_brackets_which_the_help_renderer_would_swallow(
         texts = [("", cmd.help or "")] + [(p.name or "", getattr(p, "help", None) or "") for p in cmd.params]
         swallowed += [f"{path} {name}".strip() for name, text in texts if "[" in text]
     assert not swallowed, swallowed
+
+
+def test_help_shows_a_type_only_after_options_that_take_a_value() -> None:
+    runner = CliRunner()
+    for args in (["server", "init", "--help"], ["ctl", "--help"], ["ctl", "model", "add", "--help"]):
+        out = runner.invoke(app, args, env={"COLUMNS": "200"}).stdout
+        assert "<bool>" not in out, f"llmgw {' '.join(args)}:\n{out}"
+    out = runner.invoke(app, ["server", "init", "--help"], env={"COLUMNS": "200"}).stdout
+    demo = next(line for line in out.splitlines() if "--no-demo" in line)
+    assert "<" not in demo, demo
+    port = next(line for line in out.splitlines() if "--port" in line)
+    assert "<int>" in port, port

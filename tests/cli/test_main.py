@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
@@ -14,7 +13,7 @@ from tests.e2e.server_process import run_cli
 @pytest.mark.parametrize(("option", "value"), [("--log-level", "loud"), ("--log-format", "xml")])
 def test_a_misspelt_log_option_is_a_usage_error_not_a_traceback(
         tmp_path: Path, command: tuple[str, ...], option: str, value: str) -> None:
-    env = {**os.environ, "LLMGW_DATA_DIR": str(tmp_path)}
+    env = {"LLMGW_DATA_DIR": str(tmp_path)}
     proc = run_cli(*command, option, value, env=env, check=False)
     assert proc.returncode == 2
     assert "Invalid value" in proc.stderr and value in proc.stderr

@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 import pytest
 
 from llmgw.cli import render
-from llmgw.cli.render import PIPE_WIDTH, Col
+from llmgw.cli.render import HIGH, LOW, PIPE_WIDTH, Col
 
 NAME = "a-model-name-that-must-stay-whole"
 COLUMNS = [Col("name", whole=True), "state", "why", Col("by", optional=True), "empty"]
@@ -58,6 +58,18 @@ def test_a_table_written_to_a_pipe_is_pipe_width_wide_not_80(
     out = capsys.readouterr().out
     assert 80 < max(len(line) for line in lines(out)) <= PIPE_WIDTH, out
     assert "not shown" not in out and "llmgw server init --demo" in out
+
+
+def test_the_lowest_priority_is_left_out_first_wherever_it_stands(
+    width: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+) -> None:
+    width.setenv("COLUMNS", "50")
+    render.table("t", [Col("id", whole=True), Col("by", priority=LOW), "state",
+                       Col("error", priority=HIGH)],
+                 [["job-1", "admin (sk-llmgw-Ab3d…x9Qz)", "failed", "the file is not a GGUF"]])
+    out = capsys.readouterr().out
+    assert max(len(line) for line in lines(out)) <= 50, out
+    assert "GGUF" in out and "not shown at 50 columns: by;" in out, out
 
 
 def test_a_plain_first_column_names_the_row_and_stays_whole(

@@ -6,6 +6,7 @@ from __future__ import annotations
 import functools
 import io
 import os
+import re
 import subprocess
 import sys
 import threading
@@ -151,3 +152,55 @@ def test_a_blank_screenshot_is_seen_as_blank(browser: webdriver.Chrome) -> None:
     """The check above can fail: an empty page's screenshot measures as blank."""
     browser.get("about:blank")
     assert blankness(browser.get_screenshot_as_png()) < 0.01
+
+
+def test_a_pipe_in_a_tables_code_shows_without_the_escape_github_needs(site: Path) -> None:
+    page = (site / "how-to" / "teams-and-budgets" / "index.html").read_text(encoding="utf-8")
+    assert "<code>--scope user|admin|node|metrics</code>" in page
+    escaped = [str(p.relative_to(site)) for p in site.rglob("*.html")
+               if re.search(r"<code>[^<]*\\\|", p.read_text(encoding="utf-8"))]
+    assert escaped == [], f"code shows a backslash before a pipe in {escaped}"
+
+
+# The code in tables' first columns (what names the rows: error codes, options, variables) that
+# the browser broke inside a word: a line break after a character that is neither a space nor a
+# hyphen, found from where each character is drawn.
+BROKEN_CODE = """
+const broken = [];
+for (const code of document.querySelectorAll("article table td:first-child code")) {
+  const walker = document.createTreeWalker(code, NodeFilter.SHOW_TEXT);
+  let top = null, before = "";
+  for (let node = walker.nextNode(); node; node = walker.nextNode()) {
+    for (let i = 0; i < node.length; i++) {
+      const range = document.createRange();
+      range.setStart(node, i);
+      range.setEnd(node, i + 1);
+      const box = range.getBoundingClientRect();
+      const ch = node.data[i];
+      if (!/\\s/.test(ch) && box.height > 0) {
+        if (top !== null && box.top > top + 2 && !/[\\s-]/.test(before)) broken.push(code.textContent);
+        top = box.top;
+      }
+      before = ch;
+    }
+  }
+}
+return broken;
+"""
+
+
+@pytest.mark.parametrize("width", [DESKTOP[0], 900])
+def test_no_code_naming_a_table_row_breaks_mid_word(served: str, browser: webdriver.Chrome,
+                                                    width: int) -> None:
+    browser.execute_cdp_cmd("Emulation.setDeviceMetricsOverride", {
+        "width": width, "height": DESKTOP[1], "deviceScaleFactor": 1, "mobile": False})
+    try:
+        for path in ("reference/errors/", "how-to/guard-a-model/", "reference/config/",
+                     "how-to/teams-and-budgets/"):
+            browser.get(served + path)
+            wait_until(browser, f"{path} rendered",
+                       lambda d: d.find_element(By.CSS_SELECTOR, "article table code"))
+            assert browser.execute_script(BROKEN_CODE) == [], f"{path} at {width} px"
+    finally:
+        browser.execute_cdp_cmd("Emulation.setDeviceMetricsOverride", {
+            "width": DESKTOP[0], "height": DESKTOP[1], "deviceScaleFactor": 1, "mobile": False})

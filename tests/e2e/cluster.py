@@ -21,7 +21,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -30,6 +30,7 @@ import openai
 
 from llmgw.core.settings import ControlSettings, ServerSettings, dump, load
 from tests.e2e.server_process import LLMGW, LlmgwServer, free_port, pid_alive, wait_for
+from tests.isolation import clean_env
 
 FAKE_ENGINE = Path(__file__).resolve().parents[1] / "fakes" / "fake_engine.py"
 
@@ -244,14 +245,16 @@ class Cluster:
         real_engine: bool = False,
         settings: dict[str, Any] | None = None,
         engine: Path | None = None,
+        extra_env: Mapping[str, str] | None = None,
     ) -> Iterator[Cluster]:
         """Init the install, start `servers` servers and a join token; stop everything after.
 
         Engines are the fake one unless `real_engine` (llama-server as the environment finds
         it) or `engine` (this executable) is given. `settings` may hold `[server]` and
-        `[control]` keys alike."""
+        `[control]` keys alike. `extra_env` adds the test's own variables (such as HF_ENDPOINT) for
+        servers and node agents, on top of the suite's clean environment."""
         cluster = cls(root, database)
-        env = dict(os.environ)
+        env = {**clean_env(), **(extra_env or {})}
         if engine is not None:
             env["LLMGW_LLAMA_SERVER"] = str(engine)
         elif not real_engine:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import re
 import signal
 import socket
@@ -12,10 +11,12 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from tests.isolation import clean_env
 
 LLMGW = [sys.executable, "-m", "llmgw.cli"]
 KEY_RE = re.compile(r"sk-llmgw-[A-Za-z0-9_-]+")
@@ -42,9 +43,12 @@ def wait_for(what: str, check: Callable[[], Any], timeout_s: float, every_s: flo
     raise AssertionError(f"timed out after {timeout_s}s waiting for {what} (last error: {last!r})")
 
 
-def run_cli(*args: str, env: dict[str, str], check: bool = True) -> subprocess.CompletedProcess[str]:
+def run_cli(*args: str, env: Mapping[str, str] | None = None,
+            check: bool = True) -> subprocess.CompletedProcess[str]:
+    """`llmgw ARGS` in the suite's clean environment (tests/isolation.py) with `env` on top."""
     proc = subprocess.run(
-        [*LLMGW, *args], env=env, capture_output=True, text=True, timeout=300
+        [*LLMGW, *args], env={**clean_env(), **(env or {})}, capture_output=True, text=True,
+        timeout=300,
     )
     if check and proc.returncode != 0:
         raise AssertionError(f"llmgw {' '.join(args)} failed ({proc.returncode}):\n{proc.stderr}")
@@ -72,8 +76,9 @@ class LlmgwServer:
     @classmethod
     def init(cls, data_dir: Path, *extra: str, env: dict[str, str] | None = None) -> LlmgwServer:
         port = free_port()
-        # COLUMNS: wide tables, so a test reads whole cells rather than folded ones.
-        env = {**os.environ, "LLMGW_DATA_DIR": str(data_dir), "COLUMNS": "250", **(env or {})}
+        # COLUMNS: wide tables, so a test reads whole cells rather than folded ones. Never the
+        # caller's install: the clean environment, the test's own values, and its data dir last.
+        env = {**clean_env(), "COLUMNS": "250", **(env or {}), "LLMGW_DATA_DIR": str(data_dir)}
         out = run_cli("server", "init", "--port", str(port), *extra, env=env).stdout
         # The full key is the longest match; lists show only its prefix.
         key = max(KEY_RE.findall(out), key=len, default="")

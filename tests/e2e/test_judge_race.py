@@ -57,12 +57,11 @@ def jobs(cluster: Cluster) -> list[dict[str, Any]]:
 
 @pytest.mark.timeout(240)
 def test_one_judge_on_the_judge_machine_when_init_is_still_fetching_after_the_grace(
-    postgres_url: str, tmp_path: Path, slow_hub: Hub, monkeypatch: pytest.MonkeyPatch
+    postgres_url: str, tmp_path: Path, slow_hub: Hub
 ) -> None:
     # Servers (the serve job) and node agents (their own copy of the file) fetch from the Hub.
-    monkeypatch.setenv("HF_ENDPOINT", slow_hub.url)
     with Cluster.up(tmp_path, fresh_database(postgres_url), servers=2,
-                    init_args=("--judge-node", "role=judge"),
+                    init_args=("--judge-node", "role=judge"), extra_env={"HF_ENDPOINT": slow_hub.url},
                     settings={"judge_grace_s": GRACE_S}) as cluster:
         # The keepers start when a leader is elected; the grace runs from the judge keeper's
         # first look, which comes with the first replica-keeper pass.

@@ -157,6 +157,19 @@ async def test_a_healthy_engine_is_reported_ready_with_its_endpoint_and_pid(
     assert gone(ready.pid)
 
 
+async def test_the_start_log_line_cuts_a_chat_template_to_its_start_and_length(
+    engines: FakeEngines, reporter: RecordingReporter, caplog: pytest.LogCaptureFixture
+) -> None:
+    template = "{%- for message in messages -%}\n{{ message['content'] }}\n{%- endfor -%}" * 40
+    caplog.set_level("INFO", logger="llmgw.node.supervisor")
+    async with supervising(engines.launch("ok", "--chat-template", template), reporter):
+        await reporter.first(ReplicaState.READY)
+    [line] = [r.getMessage() for r in caplog.records if r.getMessage().startswith("starting replica")]
+    assert template not in line and "\n" not in line
+    assert f"…({len(template)} characters)" in line and "--chat-template {%- for message" in line
+    assert len(line) < 600 and str(FAKE_ENGINE) in line  # paths stay whole
+
+
 async def test_a_slow_engine_is_ready_once_its_health_check_passes(
     engines: FakeEngines, reporter: RecordingReporter
 ) -> None:

@@ -95,3 +95,12 @@ def test_up_stops_early_on_a_replica_llmgw_gave_up_on() -> None:
     # The wait recognises a given-up replica by the words the supervisor starts its reason with.
     assert f'startswith("{GAVE_UP}")' in UP.read_text()
     assert "llmgw doctor" in UP.read_text()
+
+
+def test_up_says_the_demo_model_only_continues_text_and_how_to_serve_a_chat_model() -> None:
+    text = UP.read_text()
+    block = text[text.index("cat <<TXT\n\nllmgw is running"):]
+    assert "not a chat model" in block and "continues the text" in block
+    # Flush left, so it pastes as it is.
+    assert re.search(r"^\.venv/bin/llmgw ctl model serve --repo \S+ --file \S+\.gguf .*--wait$",
+                     block, re.MULTILINE)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import threading
@@ -27,6 +26,7 @@ from llmgw.core.types import ApiKey, KeyScope, Limits, LocalSource, Model, Node,
 from llmgw.store.db import redact, schema_exists
 from llmgw.store.schema import api_keys, meta, metadata
 from llmgw.store.store import Store
+from tests.isolation import clean_env
 from tests.pg import free_port, fresh_database
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
@@ -57,7 +57,7 @@ def pg_store(pg_url: str) -> Iterator[Store]:
 
 def cli(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
     """`python -m llmgw.cli …`, with a wide terminal so messages are not wrapped."""
-    env = {**os.environ, "COLUMNS": "1000", "NO_COLOR": "1"}
+    env = {**clean_env(), "COLUMNS": "1000", "NO_COLOR": "1"}
     return subprocess.run([sys.executable, "-m", "llmgw.cli", *args], capture_output=True, text=True,
                           env=env, timeout=timeout, stdin=subprocess.DEVNULL)
 

@@ -54,6 +54,11 @@ def _plain(status: int, message: str, type_: str, code: str | None = None) -> Ll
     return error
 
 
+def unknown_path(path: str, hint: str = "") -> LlmgwError:
+    """A 404 for a path nothing serves, with `hint` (where to go instead) when there is one."""
+    return _plain(404, f"Unknown path {path}" + (f": {hint}" if hint else ""), "invalid_request_error")
+
+
 def internal_error() -> LlmgwError:
     """What a client is told of a fault of llmgw's own: a 500 that says nothing of it (the log
     has the traceback)."""
@@ -85,8 +90,9 @@ async def _answer(request: web.Request, handler: Handler) -> web.StreamResponse:
     except web.HTTPException as exc:
         if exc.status < 400:
             raise
+        if exc.status == 404:
+            return error_response(request, unknown_path(request.path))
         message = {
-            404: f"Unknown path {request.path}",
             405: f"Method {request.method} is not allowed on {request.path}",
             413: "Request body is too large",
         }.get(exc.status, exc.reason)

@@ -10,6 +10,7 @@ import typer
 
 from llmgw.cli import render
 from llmgw.cli.context import CtlContext, options_for, query
+from llmgw.cli.render import HIGH, LOW, Col
 from llmgw.core.audit import AuditEntry, AuditKind
 from llmgw.core.protocol.audit import AuditQuery
 from llmgw.core.protocol.common import DataList
@@ -63,7 +64,10 @@ def audit(
         DataList[AuditEntry],
         ctl.call("GET", "/admin/v1/audit" + query(filters)),
         lambda d: render.table(
-            "audit log", ["at", "by", "from", "kind", "action", "target", "change"],
+            # What changed and to what, before who and from where.
+            "audit log", [Col("at", whole=True), "by", Col("from", priority=LOW),
+                          Col("kind", priority=LOW), Col("action", priority=HIGH),
+                          Col("target", priority=HIGH), Col("change", priority=HIGH)],
             [[render.when(e.at, seconds=True), e.by, e.address or "", e.kind, e.action, e.target,
               change(e)] for e in d.data],
         ),

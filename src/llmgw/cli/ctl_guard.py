@@ -11,6 +11,7 @@ import typer
 from llmgw.cli import render
 from llmgw.cli.client import quote
 from llmgw.cli.context import CtlContext, body, options_for, query
+from llmgw.cli.render import HIGH, LOW, Col
 from llmgw.core.guard import (
     Controversial,
     Direction,
@@ -57,8 +58,11 @@ def _checks(p: Policy) -> str:
 def _policies_table(policies: Sequence[Policy]) -> None:
     render.table(
         "policies",
-        ["name", "on", "models", "keys", "checks", "judges", "blocks", "controversial", "budget ms",
-         "on failure", "by"],
+        # What a policy judges with, within what time, and what a failure does, before the rest.
+        [Col("name", whole=True), Col("on", priority=HIGH), Col("models", priority=HIGH),
+         Col("keys", priority=LOW), "checks", Col("judges", priority=HIGH), Col("blocks", priority=LOW),
+         Col("controversial", priority=LOW), Col("budget ms", priority=HIGH),
+         Col("on failure", priority=HIGH), Col("by", priority=LOW)],
         [[p.name, "yes" if p.enabled else "no", ",".join(p.models), ",".join(p.keys), _checks(p),
           ",".join(p.judges), ",".join(p.block_categories) or "all", p.controversial, p.budget_ms,
           p.on_failure, p.by] for p in policies],
@@ -214,8 +218,11 @@ def judge_status(ctx: typer.Context) -> None:
     def table(d: DataList[JudgeStatusOut]) -> None:
         render.table(
             "judges",
-            ["judge", "source", "in catalog", "replicas", "keeper", "p50 ms", "p99 ms", "queue",
-             "in flight/slots", "shed 5 min", "sustained/s", "note"],
+            # The keeper's state (why a judge is not there yet) and its replicas come first.
+            [Col("judge", whole=True), Col("source", priority=LOW), "in catalog",
+             Col("replicas", priority=HIGH), Col("keeper", priority=HIGH),
+             Col("p50 ms", priority=LOW), Col("p99 ms", priority=LOW), "queue", "in flight/slots",
+             "shed 5 min", Col("sustained/s", priority=LOW), "note"],
             [[j.judge, j.source, "yes" if j.in_catalog else "no", _replicas(j), j.keeper,
               j.p50_ms, j.p99_ms, j.queue_depth, f"{j.in_flight}/{j.slots}", _shed(j),
               "–" if j.sustained_per_s is None else f"{j.sustained_per_s:g}", j.note]

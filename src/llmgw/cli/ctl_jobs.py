@@ -20,6 +20,7 @@ from rich.progress import (
 
 from llmgw.cli import render
 from llmgw.cli.context import CtlContext, body, options_for, parse, query
+from llmgw.cli.render import HIGH, LOW, Col
 from llmgw.core.protocol.common import DataList
 from llmgw.core.protocol.models import JobOut, JobState, ReplicaQuery, ServeRequest
 from llmgw.core.settings import DEFAULT_CTX_SIZE
@@ -137,7 +138,9 @@ def _wait_ready(ctl: CtlContext, model: str) -> None:
 def _jobs_table(jobs: Sequence[JobOut]) -> None:
     render.table(
         "jobs",
-        ["id", "model", "state", "progress", "by", "error"],
+        # A failed job's error is what the table is read for.
+        [Col("id", whole=True), Col("model", priority=HIGH), Col("state", priority=HIGH),
+         "progress", Col("by", priority=LOW), Col("error", priority=HIGH)],
         [[j.id, j.model, j.state, _progress(j), j.request.by,
           j.error or (f"warning: {j.warning}" if j.warning else "")] for j in jobs],
     )

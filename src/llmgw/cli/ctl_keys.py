@@ -10,7 +10,7 @@ import typer
 from llmgw.cli import render
 from llmgw.cli.client import quote
 from llmgw.cli.context import CtlContext, body, options_for, query
-from llmgw.cli.render import Col
+from llmgw.cli.render import HIGH, LOW, Col
 from llmgw.core.protocol.common import DataList
 from llmgw.core.protocol.keys import KeyCreated, KeyOut, KeyRequest, KeyRevoked, UsageQuery, UsageRowOut
 from llmgw.core.types import KeyScope, Limits
@@ -165,8 +165,16 @@ def usage(
     answer = ctl.call("GET", "/admin/v1/usage" + query(filters))
     ctl.show_as(DataList[UsageRowOut], answer, lambda d: render.table(
         "usage",
-        ["day", "key", "model", "requests", "prompt tokens", "completion tokens", "errors", "blocked",
-         "cached", "saved tokens"],
-        [[u.day, u.key_id, u.model, u.requests, u.prompt_tokens, u.completion_tokens, u.errors,
+        # Keys by name (and id: a revoked key's name may be taken again), each with what it used.
+        [Col("day", whole=True), Col("key", whole=True), Col("model", priority=HIGH),
+         Col("requests", priority=HIGH), "prompt tokens", "completion tokens", "errors",
+         Col("blocked", priority=LOW), Col("cached", priority=LOW),
+         Col("saved tokens", priority=LOW)],
+        [[u.day, _key(u), u.model, u.requests, u.prompt_tokens, u.completion_tokens, u.errors,
           u.blocked, u.cache_hits, u.saved_tokens] for u in d.data],
     ))
+
+
+def _key(u: UsageRowOut) -> str:
+    """A usage row's key as people know it: its name, and its id."""
+    return f"{u.key_name} ({u.key_id})" if u.key_name else u.key_id

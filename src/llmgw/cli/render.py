@@ -32,6 +32,11 @@ OPTIONAL_MIN = 20
 # A column that cuts its cells (`clip`) keeps this much of them, an ellipsis included.
 CLIP_MIN = 12
 
+# How much a column answers its table's question. When a table does not fit, empty columns are
+# left out first, then the lowest priority (optional ones first among equals, then from the
+# right), so what a reader came for (a failed job's error, a judge keeper's reason) stays.
+LOW, NORMAL, HIGH = -1, 0, 1
+
 
 @dataclass(frozen=True)
 class Col:
@@ -40,10 +45,13 @@ class Col:
     header: str
     # A name or id, to read and copy whole: never broken nor cut; other columns give way first.
     whole: bool = False
-    # Left out before other columns when the table would not fit (`--json` and `show` have it).
+    # Left out before other columns of its priority (`--json` and `show` have it).
     optional: bool = False
     # Cut with an ellipsis rather than folded where a word is wider than the column (paths).
     clip: bool = False
+    # LOW, NORMAL or HIGH: the order columns are left out in. A HIGH column also folds a word
+    # wider than OPTIONAL_MIN rather than be left out for it.
+    priority: int = NORMAL
 
 
 def emit_json(data: Any) -> None:
@@ -53,7 +61,8 @@ def emit_json(data: Any) -> None:
 def table(title: str, columns: Sequence[str | Col], rows: Sequence[Sequence[Any]]) -> None:
     """Rows as a table that fits the output: names whole, other cells wrapped between words, and
     columns left out (empty, optional, then from the right) with a note when even that would not
-    fit. A plain header makes a column that wraps, but the first: it names the row, kept whole."""
+    fit (the lowest priority first). A plain header makes a column that wraps, but the first: it
+    names the row, kept whole."""
     cols = [c if isinstance(c, Col) else Col(c, whole=i == 0) for i, c in enumerate(columns)]
     cells = [[Text("" if v is None else str(v)) for v in row] for row in rows]
     out = _output()
@@ -62,10 +71,10 @@ def table(title: str, columns: Sequence[str | Col], rows: Sequence[Sequence[Any]
     least = [_least(c, widest[i], [Text(c.header), *(r[i] for r in cells)]) for i, c in enumerate(cols)]
     shown = list(range(len(cols)))
     empty = [i for i in shown if not any(r[i].plain.strip() for r in cells)]
-    optional = [i for i in shown if cols[i].optional and i not in empty]
-    rest = [i for i in shown if not cols[i].whole and i not in empty and i not in optional]
+    order = sorted((i for i in shown if not cols[i].whole or i in empty),
+                   key=lambda i: (i not in empty, cols[i].priority, not cols[i].optional, -i))
     left_out: list[int] = []
-    for i in [*reversed(empty), *reversed(optional), *reversed(rest)]:
+    for i in order:
         if _fits([least[j] for j in shown], room):
             break
         shown.remove(i)
@@ -107,6 +116,8 @@ def _least(col: Col, widest: int, texts: list[Text]) -> int:
     if col.clip:
         return min(widest, CLIP_MIN)
     longest_word = max((cell_len(w) for t in texts for w in t.plain.split()), default=0)
+    if col.priority >= HIGH:
+        longest_word = min(longest_word, OPTIONAL_MIN)
     return min(widest, max(longest_word, OPTIONAL_MIN if col.optional else WRAP_MIN))
 
 

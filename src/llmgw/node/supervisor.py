@@ -31,6 +31,23 @@ MAX_FAILURES = 5
 # and never its first request is serving or failing within a minute, not wedged in starting.
 WARM_UP_S = 60.0
 
+# An argv value longer than this (a chat template runs to thousands of characters) is cut in the
+# log line that starts a replica, which says how long it was; paths and flags stay whole.
+LOGGED_ARG_CHARS = 200
+
+
+def loggable(argv: list[str]) -> str:
+    """An engine's argv as one log line: each value on one line, a long one cut to its start and
+    its length (the profile holds it whole: `llmgw ctl --json model list`)."""
+    shown = []
+    for arg in argv:
+        line = arg.replace("\r", "\\r").replace("\n", "\\n")
+        if len(line) > LOGGED_ARG_CHARS:
+            line = f"{line[:40]}…({len(arg)} characters)"
+        shown.append(line)
+    return " ".join(shown)
+
+
 # Given how an engine's start ended and the argv it ran with, a change that makes the next start
 # differ (said in words), or None: a remedy tried at once instead of a failure counted.
 Adapt = Callable[[Exit, list[str]], str | None]
@@ -158,7 +175,7 @@ class Supervisor:
         launch = self.launch
         port = free_port(launch.host)
         argv = launch.command(port)
-        logger.info("starting replica %s: %s", launch.replica_id, " ".join(argv))
+        logger.info("starting replica %s: %s", launch.replica_id, loggable(argv))
         try:
             proc = await spawn(argv, launch.log_path, launch.env)
         except OSError as exc:

@@ -115,3 +115,14 @@ async def test_every_form_on_every_page_carries_the_token_and_posts_to_a_route(i
             assert any(p.match(target) for p in posts), (path, target)
         seen += len(targets)
     assert seen > 20  # the forms and buttons were found: the check is not vacuous
+
+
+async def test_the_root_sends_a_browser_to_the_console_and_tells_a_client_where_things_are(
+        install: Install) -> None:
+    page = await install.browser.get("/", headers={"Accept": "text/html,application/xhtml+xml,*/*;q=0.8"})
+    assert page.status == 302 and page.headers["Location"] == "/ui/"
+    answer = await install.browser.get("/", headers={"Accept": "application/json"})
+    assert answer.status == 404
+    error = (await answer.json())["error"]
+    assert error["type"] == "invalid_request_error"
+    assert "/v1/" in error["message"] and "/admin/v1/" in error["message"] and "/ui/" in error["message"]

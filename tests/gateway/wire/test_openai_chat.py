@@ -32,10 +32,24 @@ def test_a_bad_request_is_a_400_naming_the_field(payload: dict[str, Any], param:
     assert info.value.param == param
 
 
-def test_odd_roles_read_as_the_users_words_instead_of_failing() -> None:
-    ask = chat.read_chat({"model": "m", "messages": [{"role": {"x": 1}, "content": "hi"},
-                                                     {"role": "developer", "content": "be brief"}]})
-    assert ask.turns == [Turn("user", "hi"), Turn("system", "be brief")]
+@pytest.mark.parametrize(("message", "param"), [
+    ({"role": "wizard", "content": "hi"}, "messages.1.role"),
+    ({"role": {"x": 1}, "content": "hi"}, "messages.1.role"),
+    ({"content": "hi"}, "messages.1.role"),
+    ("hi", "messages.1"),
+])
+def test_an_unknown_role_is_a_400_naming_the_field_as_openai_answers(message: Any, param: str) -> None:
+    with pytest.raises(InvalidRequest) as info:
+        chat.read_chat({"model": "m", "messages": [{"role": "user", "content": "hi"}, message]})
+    assert info.value.param == param and info.value.status == 400
+    assert info.value.type == "invalid_request_error"
+
+
+def test_each_role_openai_takes_reads_as_its_turn() -> None:
+    ask = chat.read_chat({"model": "m", "messages": [
+        {"role": "developer", "content": "be brief"}, {"role": "user", "content": "hi"},
+        {"role": "function", "name": "f", "content": "42"}]})
+    assert ask.turns == [Turn("system", "be brief"), Turn("user", "hi"), Turn("user", "42")]
 
 
 def test_the_cap_is_max_completion_tokens_before_max_tokens() -> None:

@@ -26,6 +26,7 @@ from llmgw.api.console.access import ROOT, SESSIONS, SSO, Need, PageHandler, gua
 from llmgw.api.console.oidc import OidcClient
 from llmgw.api.console.session import Sessions, console_secret
 from llmgw.api.console.traffic import Traffic
+from llmgw.api.errors import unknown_path
 
 PREFIX = "/ui"
 STATIC = Path(__file__).parent / "static"
@@ -112,6 +113,19 @@ def console(root: web.Application, sessions: Sessions, sso: OidcClient | None = 
     return app
 
 
+# What a client that is not a browser is told at `/`, which serves nothing itself.
+ROOT_HINT = ("the OpenAI and Anthropic APIs are under /v1/, the admin API under /admin/v1/, the "
+             "web console at /ui/")
+
+
+async def _root(request: web.Request) -> web.Response:
+    """`/`: a browser goes to the console; any other client gets a 404 saying where things are."""
+    if "text/html" in request.headers.get("Accept", ""):
+        return web.Response(status=302, headers={"Location": PREFIX + "/", "Cache-Control": "no-store",
+                                                 **security.HEADERS})
+    raise unknown_path(request.path, ROOT_HINT)
+
+
 async def _home(_request: web.Request) -> web.Response:
     return web.Response(status=308, headers={"Location": PREFIX + "/", "Cache-Control": "no-store",
                                              **security.HEADERS})
@@ -120,5 +134,6 @@ async def _home(_request: web.Request) -> web.Response:
 def mount(root: web.Application, key_secret_hex: str, sso: OidcClient | None = None) -> None:
     """Serve the console at /ui on `root`, its sessions signed with a secret derived from the
     install's key secret (so every server of the install accepts them)."""
+    root.router.add_get("/", _root)
     root.router.add_get(PREFIX, _home)
     root.add_subapp(PREFIX, console(root, Sessions(console_secret(key_secret_hex)), sso))

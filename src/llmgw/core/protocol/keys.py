@@ -80,9 +80,11 @@ class KeyRevoked(KeyOut):
 
 
 class UsageRowOut(UsageRow):
-    """One key's use of one model on one UTC day."""
+    """One key's use of one model on one UTC day, with the key's name."""
 
     model_config = ConfigDict(frozen=True, extra="ignore")
+    key_name: str = Field(default="", description="The key's name: what people know a key by "
+                          "(its id stays, as a revoked key's name may be taken again).")
 
 
 class TeamRequest(BaseModel):

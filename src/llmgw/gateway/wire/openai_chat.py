@@ -18,6 +18,8 @@ from llmgw.guard.prompts import Role, Turn
 
 _ROLES: dict[str, Role] = {"system": "system", "developer": "system", "user": "user",
                            "assistant": "assistant"}
+# Every role chat completions take (as OpenAI lists them); another is refused, as OpenAI does.
+_CHAT_ROLES = ("system", "developer", "user", "assistant", "tool", "function")
 
 USAGE = UsageFormat(prompt=b'"prompt_tokens"', completion=b'"completion_tokens"',
                     text_markers=(b'"content":"', b'"text":"'))
@@ -49,6 +51,14 @@ def read_chat(payload: dict[str, Any]) -> Ask:
     messages = payload["messages"]
     if not messages:
         raise InvalidRequest("'messages' must contain at least one message", param="messages")
+    for i, m in enumerate(messages):
+        if not isinstance(m, dict):
+            raise InvalidRequest(f"'messages.{i}' must be an object with 'role' and 'content'",
+                                 param=f"messages.{i}")
+        role = m.get("role")
+        if not isinstance(role, str) or role not in _CHAT_ROLES:
+            raise InvalidRequest(f"'messages.{i}.role' must be one of {', '.join(_CHAT_ROLES)}",
+                                 param=f"messages.{i}.role")
     limits = [checks.token_count(payload, f) for f in ("max_tokens", "max_completion_tokens")]
     return Ask(model, lambda: _chat_turns(messages), limits[1] or limits[0],
                checks.flag(payload, "stream"))
@@ -56,16 +66,12 @@ def read_chat(payload: dict[str, Any]) -> Ask:
 
 def _chat_turns(messages: list[Any]) -> list[Turn]:
     turns = []
-    for m in messages:
-        if not isinstance(m, dict):
-            continue
-        # Tool results and other roles are read by the judge as the user's words; the calls a
+    for m in messages:  # checked by read_chat: objects with a known role
+        # Tool and function results are read by the judge as the user's words; the calls a
         # model asked for are what it said.
         text = content_text(m.get("content"))
         calls = _tool_calls_text(m.get("tool_calls"))
-        role = m.get("role")
-        turns.append(Turn(_ROLES.get(role, "user") if isinstance(role, str) else "user",
-                          "\n".join(t for t in (text, calls) if t)))
+        turns.append(Turn(_ROLES.get(m["role"], "user"), "\n".join(t for t in (text, calls) if t)))
     return turns
 
 
