@@ -15,8 +15,8 @@ import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 
-# The LLMGW_* variables the test infrastructure reads (scripts/common.sh exports them, /work/wt
-# runners too): where a tool the tests drive is, not anything of the user's install.
+# The LLMGW_* variables the test infrastructure reads (scripts/common.sh exports them):
+# where a tool the tests drive is, not anything of the user's install.
 INFRASTRUCTURE = frozenset({
     "LLMGW_PG_BIN",         # tests/pg.py: PostgreSQL's initdb and pg_ctl
     "LLMGW_CHROMIUM",       # tests/e2e/browser.py: the browser of the console's tests

@@ -15,7 +15,8 @@ from tests.factories import user_key
 def test_the_mirrors_name_the_same_fields_as_what_they_mirror() -> None:
     assert set(get_args(NodeStatus)) == {s.value for s in NodeState}
     assert issubclass(FitOut, Fit) and list(FitOut.model_fields) == list(Fit.model_fields)
-    assert issubclass(UsageRowOut, UsageRow) and list(UsageRowOut.model_fields) == list(UsageRow.model_fields)
+    assert issubclass(UsageRowOut, UsageRow)
+    assert list(UsageRowOut.model_fields) == [*UsageRow.model_fields, "key_name"]
     assert set(KeyOut.model_fields) == set(ApiKey.model_fields) - {"hash"} | {"label", "live"}
 
 

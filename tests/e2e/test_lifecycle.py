@@ -107,6 +107,7 @@ def test_a_single_machine_install_serves_across_the_upgrade_to_engine_keys_per_n
     try:
         after = server.wait_ready(DEMO)
         assert after["id"] != before["id"]  # replaced once, started with the node's own key
+        server.wait_ready("demo-judge")  # the demo policy judges the request below
         client = openai.OpenAI(base_url=server.url + "/v1", api_key=server.admin_key,
                                max_retries=0, timeout=60)
         reply = client.chat.completions.create(

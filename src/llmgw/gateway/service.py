@@ -135,9 +135,9 @@ class Gateway:
             return caller
         return person_key(self._refresher.current.keys, caller, self._people_limits)
 
-    def team(self, name: str) -> Team | None:
-        """The team named `name` as the request path sees it now (None: there is none)."""
-        return self._refresher.current.keys.teams.get(name)
+    def team(self, team_id: str) -> Team | None:
+        """The team `team_id` as the request path sees it now (None: it is gone)."""
+        return self._refresher.current.keys.teams.get(team_id)
 
     def answering(self, name: str) -> bool:
         """Whether catalog model `name` takes a request now (`Serving.answering`)."""

@@ -40,7 +40,7 @@ async def keys(request: web.Request, created: dict[str, Any] | None = None, acti
         for k in [k for k in listed if not k["revoked"]][:LIVE_MAX]:
             live[k["id"]] = await limiter.live(k["id"])
     gateway = root(request)[GATEWAY]
-    models = {k["id"]: may_call(k, gateway.team(k["team"]) if k.get("team") else None)
+    models = {k["id"]: may_call(k, gateway.team(k["team_id"]) if k.get("team_id") else None)
               for k in listed}
     return render.page(request, "keys.html", keys=listed, names=names, created=created, action=action,
                        scopes=SCOPES if visitor(request).admin else (KeyScope.USER,), live=live,
