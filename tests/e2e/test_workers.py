@@ -327,10 +327,18 @@ async def test_the_response_cache_is_one_for_every_worker_and_a_purge_empties_it
     assert stats["store"] == "file" and m["entries"] == 1
 
     await asyncio.to_thread(served.server.ctl, "cache", "purge")
-    after = [await cached_chat(served.url, key) for _ in range(10)]
-    # The first after the purge misses, whichever worker takes it; it is kept again for both.
-    assert [word for _, word in after] == ["miss"] + ["hit"] * 9
-    assert len(served.provider.requests) == before + 2
+    # The purge empties the file at once, so the first request after it misses, whichever worker
+    # takes it. A worker learns of the purge at its next refresh and may miss once more before
+    # that (it never finds a purged answer); then the answer kept again is a hit on every worker.
+    after: list[tuple[str, str]] = []
+    deadline = time.monotonic() + 15
+    while len(after) < 10 or len({worker for worker, word in after if word == "hit"}) < WORKERS:
+        assert time.monotonic() < deadline, f"the workers never all hit after the purge: {after}"
+        after.append(await cached_chat(served.url, key))
+    misses = [word for _, word in after].count("miss")
+    assert after[0][1] == "miss"
+    assert misses <= WORKERS, after
+    assert len(served.provider.requests) == before + 1 + misses
 
 
 async def test_a_burst_of_cache_hits_over_both_workers_admits_exactly_the_rpm(served: Served) -> None:
