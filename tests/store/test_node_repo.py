@@ -8,7 +8,7 @@ from datetime import timedelta
 import pytest
 
 from llmgw.core.errors import Forbidden, InvalidRequest, LlmgwError, Unauthenticated
-from llmgw.core.types import KeyScope, Replica, ReplicaState
+from llmgw.core.types import Gpu, KeyScope, Replica, ReplicaState
 from llmgw.store.store import Store
 from tests.factories import NOW, api_key, node
 
@@ -22,6 +22,17 @@ def test_get_returns_the_node_or_none(store: Store) -> None:
     got = store.nodes.get("a")
     assert got is not None and got.labels == {"zone": "eu"} and got.heartbeat_at == NOW
     assert store.nodes.get("ghost") is None
+
+
+def test_a_nodes_gpus_and_a_replicas_devices_are_kept_one_by_one(store: Store) -> None:
+    h200 = Gpu(index=0, uuid="GPU-6f1c", name="NVIDIA H200", gpu_class="h200", memory_gb=139.8,
+               free_gb=139.1, compute_capability="9.0")
+    store.nodes.upsert(node("a").model_copy(update={"gpus": {"h200": 1}, "devices": [h200]}), NOW)
+    store.replicas.create(replica("r1", "a").model_copy(
+        update={"gpu_class": "h200", "gpus": 1, "devices": ["GPU-6f1c"]}), NOW)
+    got = store.nodes.get("a")
+    assert got is not None and got.devices == [h200] and not got.devices[0].declared
+    assert store.replicas.list()[0].devices == ["GPU-6f1c"]
 
 
 def test_set_labels_adds_changes_and_removes_and_bumps_the_revision(store: Store) -> None:

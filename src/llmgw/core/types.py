@@ -218,6 +218,25 @@ class ReplicaState(StrEnum):
     STOPPING = "stopping"
 
 
+class Gpu(Frozen):
+    """One GPU of a node: found by its agent (NVML), or declared (`--gpu CLASS=COUNT`), when
+    what is known of it is its class alone."""
+
+    index: int = Field(ge=0)
+    # NVML's "GPU-…" UUID, which `CUDA_VISIBLE_DEVICES` takes; a declared GPU's is "CLASS-N".
+    uuid: str = Field(min_length=1, max_length=128)
+    name: str = Field(default="", max_length=128)  # e.g. "NVIDIA H200"
+    gpu_class: str = Field(min_length=1, max_length=64)  # e.g. "h200", "a100-80gb"
+    memory_gb: float = Field(default=0.0, ge=0)  # total; 0 when not known (declared)
+    free_gb: float | None = Field(default=None, ge=0)  # at the node's last report
+    compute_capability: str | None = None  # e.g. "9.0"
+
+    @property
+    def declared(self) -> bool:
+        """Whether only its class is known (`--gpu`), not its memory."""
+        return self.memory_gb == 0
+
+
 class Replica(Frozen):
     """One engine process for a model on a node (or waiting for one)."""
 
@@ -235,6 +254,8 @@ class Replica(Frozen):
     memory_gb: float = 0.0
     gpu_class: str | None = None
     gpus: int = 0
+    # The UUIDs of the node's GPUs it runs on (`Gpu.uuid`), `gpus` of them; empty on a CPU.
+    devices: list[str] = Field(default_factory=list)
     updated_at: datetime | None = None
 
 
@@ -247,6 +268,8 @@ class Node(Frozen):
     cores: int = Field(ge=0, le=1_000_000)
     memory_gb: float = Field(ge=0, le=1e9)
     gpus: dict[str, int] = Field(default_factory=dict)
+    # Its GPUs one by one, where they are known (NVML): `gpus` counts them by class.
+    devices: list[Gpu] = Field(default_factory=list)
     heartbeat_at: datetime | None = None
     # Cordoned: no new replicas. Draining: cordoned, and its replicas move to other nodes.
     cordoned: bool = False

@@ -26,6 +26,7 @@ def _to_node(r: Any) -> Node:
         cores=r.cores,
         memory_gb=r.memory_gb,
         gpus=r.gpus,
+        devices=r.devices or [],
         heartbeat_at=utc(r.heartbeat_at),
         cordoned=r.cordoned,
         draining=r.draining,
@@ -122,7 +123,8 @@ class NodeRepo:
     @staticmethod
     def _write(conn: Connection, node: Node, now: datetime, agent: str | None,
                stored: Any) -> None:
-        values = node.model_dump(exclude={"id", "heartbeat_at", "cordoned", "draining"})
+        values = node.model_dump(mode="json",
+                                 exclude={"id", "heartbeat_at", "cordoned", "draining"})
         values["agent"] = agent
         if stored is not None:
             values["labels"] = {**(stored.labels or {}), **node.labels}

@@ -28,6 +28,7 @@ def _to_replica(row: Any) -> Replica:
         memory_gb=row.memory_gb,
         gpu_class=row.gpu_class,
         gpus=row.gpus,
+        devices=row.devices or [],
         updated_at=utc(row.updated_at),
     )
 

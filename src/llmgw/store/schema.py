@@ -55,6 +55,7 @@ replicas = Table(
     Column("memory_gb", Float, nullable=False, default=0.0),
     Column("gpu_class", String(64), nullable=True),
     Column("gpus", Integer, nullable=False, default=0),
+    Column("devices", JSON, nullable=False, default=list),
     Column("updated_at", DateTime(timezone=True), nullable=False),
 )
 
@@ -67,6 +68,7 @@ nodes = Table(
     Column("cores", Integer, nullable=False),
     Column("memory_gb", Float, nullable=False),
     Column("gpus", JSON, nullable=False),
+    Column("devices", JSON, nullable=False, default=list),
     Column("heartbeat_at", DateTime(timezone=True), nullable=True),
     Column("cordoned", Boolean, nullable=False, default=False),
     Column("draining", Boolean, nullable=False, default=False),
