@@ -172,7 +172,12 @@ def node_run(
     memory_gb: Annotated[float | None, typer.Option(help="Memory to offer; default: probed.")]
     = None,
     gpu: Annotated[list[str] | None, typer.Option(
-        help="CLASS=COUNT GPUs to offer (repeatable).")] = None,
+        help="CLASS=COUNT GPUs to offer (repeatable), declared by hand: they replace the GPUs "
+             "found through NVIDIA's driver.")] = None,
+    gpu_class: Annotated[list[str] | None, typer.Option(
+        help="FOUND=CLASS: offer the found GPUs of class FOUND as CLASS (repeatable).")] = None,
+    hide_gpu: Annotated[list[str] | None, typer.Option(
+        help="A found GPU never to offer, by index or UUID (repeatable).")] = None,
     data_dir: Annotated[Path | None, typer.Option(
         help="Model files and engine logs; default: node/ in the data dir.")] = None,
     interval: Annotated[float | None, typer.Option(
@@ -185,6 +190,8 @@ def node_run(
     It keeps running its replicas while no server is reachable, and catches up when one is."""
     import asyncio
 
+    from llmgw.core.names import check_gpu_class
+    from llmgw.node.gpus import GpuRules
     from llmgw.server import logs
     from llmgw.server.node_run import NodeConfig, NodeOptions, load_config, run_node
 
@@ -199,6 +206,13 @@ def node_run(
             render.error(f"--gpu takes CLASS=COUNT, got {cls}={count}")
             raise typer.Exit(2)
         gpus[cls] = int(count)
+    renames = {**file.gpu_classes, **_pairs(gpu_class or [], "--gpu-class")}
+    try:
+        for name in (*gpus, *renames, *renames.values()):
+            check_gpu_class(name)
+    except ValueError as exc:
+        render.error(f"{name!r}: {exc}")
+        raise typer.Exit(2) from None
     servers = [s.strip() for s in server.split(",") if s.strip()] if server else file.server
     secret = (token or file.token or "").strip()
     interval_s = interval if interval is not None else file.interval_s or 5.0
@@ -213,6 +227,7 @@ def node_run(
         cores=cores if cores is not None else file.cores,
         memory_gb=memory_gb if memory_gb is not None else file.memory_gb,
         gpus=gpus, address=address or file.address, interval_s=interval_s,
+        gpu_rules=GpuRules(renames, frozenset([*file.hide_gpus, *(hide_gpu or [])])),
     )
     if node_id or file.node_id:
         opts.node_id = node_id or file.node_id or opts.node_id

@@ -89,3 +89,15 @@ def provider_key_allowed(name: str, allowed: Collection[str]) -> bool:
     return (name.startswith(PROVIDER_KEY_PREFIX) and len(name) > len(PROVIDER_KEY_PREFIX)) or (
         name in allowed
     )
+
+
+# A GPU class, as nodes offer GPUs and profiles ask for them (`h200`, `a100-80gb`).
+_GPU_CLASS_RE = re.compile(r"^[a-z0-9][a-z0-9._-]{0,63}$")
+GPU_CLASS_RULE = "a GPU class is 1-64 lower-case letters, digits and . _ -, starting with a letter or digit"
+
+
+def check_gpu_class(name: str) -> str:
+    """`name` when it may be a GPU class; ValueError saying the rule otherwise."""
+    if not _GPU_CLASS_RE.match(name):
+        raise ValueError(GPU_CLASS_RULE)
+    return name

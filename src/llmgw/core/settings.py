@@ -365,6 +365,12 @@ class ServerSettings(BaseModel):
     embedded_node: bool = True
     """Run a node agent inside the server (one machine). HA servers usually leave replicas to
     `llmgw node run` agents on other machines."""
+    gpu_classes: dict[str, str] = Field(default_factory=dict)
+    """The embedded node: classes to offer its found GPUs as, as a table of FOUND = CLASS
+    (`a100-80gb = "a100"`), as `llmgw node run --gpu-class` does."""
+    hide_gpus: list[str] = Field(default_factory=list)
+    """The embedded node: found GPUs never to offer, by index (`"0"`) or UUID (`"GPU-…"`), as
+    `llmgw node run --hide-gpu` does."""
     refresh_interval_s: float = Field(default=1.0, gt=0, le=60)
     """How often, in seconds, caches check the store's revision; also the bound on how long a
     change takes to reach the request path."""
@@ -433,6 +439,13 @@ class ServerSettings(BaseModel):
                 "leader timings must satisfy leader_ttl_s > leader_renew_deadline_s > 1.2 × "
                 f"leader_retry_s; got {ttl:g}, {deadline:g} and {retry:g}")
         return self
+
+    @field_validator("gpu_classes")
+    @classmethod
+    def _gpu_classes(cls, value: dict[str, str]) -> dict[str, str]:
+        for name in (*value, *value.values()):
+            names.check_gpu_class(name)
+        return value
 
     @field_validator("model_roots")
     @classmethod

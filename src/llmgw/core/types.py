@@ -230,6 +230,10 @@ class Gpu(Frozen):
     memory_gb: float = Field(default=0.0, ge=0)  # total; 0 when not known (declared)
     free_gb: float | None = Field(default=None, ge=0)  # at the node's last report
     compute_capability: str | None = None  # e.g. "9.0"
+    # What the node's last report measured (None: declared, or NVML cannot tell on this GPU).
+    memory_used_gb: float | None = Field(default=None, ge=0)
+    utilization: float | None = Field(default=None, ge=0, le=1)  # busy share of the last sample
+    temperature_c: float | None = Field(default=None, ge=-100, le=300)
 
     @property
     def declared(self) -> bool:
@@ -269,7 +273,7 @@ class Node(Frozen):
     memory_gb: float = Field(ge=0, le=1e9)
     gpus: dict[str, int] = Field(default_factory=dict)
     # Its GPUs one by one, where they are known (NVML): `gpus` counts them by class.
-    devices: list[Gpu] = Field(default_factory=list)
+    devices: list[Gpu] = Field(default_factory=list, max_length=1024)
     heartbeat_at: datetime | None = None
     # Cordoned: no new replicas. Draining: cordoned, and its replicas move to other nodes.
     cordoned: bool = False

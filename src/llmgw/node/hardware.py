@@ -4,26 +4,34 @@ from __future__ import annotations
 
 import os
 import socket
+from collections.abc import Sequence
 
 import psutil
 
-from llmgw.core.types import Node
+from llmgw.core.types import Gpu, Node
+from llmgw.node.gpus import GpuFinder, counts
 
 
-def probe(node_id: str, address: str = "127.0.0.1") -> Node:
-    """Cores this process may use and total memory, as a Node."""
+def probe(node_id: str, address: str = "127.0.0.1", gpus: GpuFinder | None = None) -> Node:
+    """Cores this process may use, total memory and the GPUs `gpus` finds (none without), as a
+    Node."""
     try:
         cores = len(os.sched_getaffinity(0))
     except AttributeError:  # not on Linux
         cores = os.cpu_count() or 1
     memory_gb = round(psutil.virtual_memory().total / 2**30, 2)
-    return Node(
+    return with_gpus(Node(
         id=node_id,
         address=address,
         labels={"hostname": socket.gethostname()},
         cores=cores,
         memory_gb=memory_gb,
-    )
+    ), list(gpus.look().gpus) if gpus is not None else [])
+
+
+def with_gpus(node: Node, devices: Sequence[Gpu]) -> Node:
+    """`node` offering `devices`: its GPUs one by one, and counted by class."""
+    return node.model_copy(update={"devices": list(devices), "gpus": counts(devices)})
 
 
 def free_port(host: str = "127.0.0.1") -> int:

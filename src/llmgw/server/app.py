@@ -67,6 +67,7 @@ from llmgw.node.agent import AgentConfig, NodeAgent
 from llmgw.node.engine_compat import FILE_NAME as COMPAT_FILE
 from llmgw.node.engine_compat import EngineCompat
 from llmgw.node.files import ModelFiles
+from llmgw.node.gpus import GpuFinder, GpuRules
 from llmgw.server import judges, wiring
 from llmgw.server.cluster import Leadership, server_views
 from llmgw.server.plane import DataPlane, make_tracer
@@ -116,6 +117,8 @@ class Server:
     # Every change this process's loops hear of goes through it (`control.notifier`); the
     # server's extra workers' wakes too (`server.workers.WAKE_SIGNAL`).
     notifier: Notifier = field(default_factory=Notifier)
+    # The embedded node's GPUs, looked at each heartbeat (NVML where installed, unless given).
+    gpus: GpuFinder | None = None
 
     def build_app(self) -> web.Application:
         s, control, store, clock = self.settings, self.settings.control, self.store, self.clock
@@ -336,7 +339,10 @@ class Server:
                 )
 
     async def _heartbeat_once(self) -> None:
-        node = hardware.probe(self.settings.node_id)
+        s = self.settings
+        if self.gpus is None:
+            self.gpus = GpuFinder.here(GpuRules(s.gpu_classes, frozenset(s.hide_gpus)))
+        node = await asyncio.to_thread(hardware.probe, s.node_id, "127.0.0.1", self.gpus)
         await asyncio.to_thread(self.store.nodes.upsert, node, self.clock.now())
 
     async def _server_heartbeat(self, server_id: str) -> None:

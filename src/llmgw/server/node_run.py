@@ -8,14 +8,16 @@ import signal
 import socket
 import tomllib
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from llmgw.core.clock import SystemClock
 from llmgw.core.errors import ConfigError
+from llmgw.core.names import check_gpu_class
 from llmgw.core.types import Node
 from llmgw.guard.judge_client import warm_up as judge_warm_up
 from llmgw.node import hardware
@@ -23,6 +25,7 @@ from llmgw.node.agent import AgentConfig, NodeAgent
 from llmgw.node.engine_compat import FILE_NAME as COMPAT_FILE
 from llmgw.node.engine_compat import EngineCompat
 from llmgw.node.files import ModelFiles
+from llmgw.node.gpus import GpuFinder, GpuRules, declared
 from llmgw.node.remote import ServerLink
 from llmgw.node.supervisor import Status
 
@@ -50,7 +53,14 @@ class NodeConfig(BaseModel):
     """Labels for node selectors, as a table of KEY = "VALUE" (`--label`, merged, the flags on
     top)."""
     gpus: dict[str, int] = Field(default_factory=dict)
-    """GPUs to offer, as a table of CLASS = COUNT (`--gpu`, merged, the flags on top)."""
+    """GPUs to offer, as a table of CLASS = COUNT (`--gpu`, merged, the flags on top): declared
+    by hand, they replace the GPUs found through NVIDIA's driver."""
+    gpu_classes: dict[str, str] = Field(default_factory=dict)
+    """Classes to offer found GPUs as, as a table of FOUND = CLASS (`--gpu-class`, merged, the
+    flags on top): `a100-80gb = "a100"` offers every A100 80GB as an `a100`."""
+    hide_gpus: list[str] = Field(default_factory=list)
+    """Found GPUs never to offer, by index (`"0"`) or UUID (`"GPU-…"`) as `nvidia-smi -L` shows
+    them (`--hide-gpu`, added to the flags')."""
     cores: int | None = Field(default=None, ge=0)
     """Cores to offer (`--cores`); default: probed."""
     memory_gb: float | None = Field(default=None, ge=0)
@@ -60,6 +70,14 @@ class NodeConfig(BaseModel):
     directory."""
     interval_s: float | None = Field(default=None, gt=0)
     """Seconds between reports to the servers, the heartbeat (`--interval`); default 5."""
+
+
+    @field_validator("gpus", "gpu_classes")
+    @classmethod
+    def _classes(cls, value: dict[str, object]) -> dict[str, object]:
+        for name in (*value, *(v for v in value.values() if isinstance(v, str))):
+            check_gpu_class(name)
+        return value
 
 
 def load_config(path: Path) -> NodeConfig:
@@ -89,6 +107,7 @@ class NodeOptions:
     cores: int | None = None
     memory_gb: float | None = None
     gpus: dict[str, int] = field(default_factory=dict)
+    gpu_rules: GpuRules = field(default_factory=GpuRules)
     interval_s: float = 5.0
     start_timeout_s: float = 120.0
 
@@ -107,16 +126,26 @@ def reaching_address(server_url: str) -> str:
         return "127.0.0.1"
 
 
-def describe(opts: NodeOptions) -> Node:
-    """This node as it registers: probed hardware, with what the flags declare on top."""
+def describe(opts: NodeOptions, gpus: GpuFinder) -> Node:
+    """This node as it registers: probed hardware, with what the flags declare on top (GPUs
+    declared with `--gpu` replace those `gpus` finds)."""
     address = opts.address or reaching_address(opts.servers[0])
-    probed = hardware.probe(opts.node_id, address)
+    probed = hardware.probe(opts.node_id, address, None if opts.gpus else gpus)
+    if opts.gpus:
+        probed = hardware.with_gpus(probed, declared(opts.gpus))
     return probed.model_copy(update={
         "labels": {**probed.labels, **opts.labels},
         "cores": opts.cores if opts.cores is not None else probed.cores,
         "memory_gb": opts.memory_gb if opts.memory_gb is not None else probed.memory_gb,
-        "gpus": opts.gpus or probed.gpus,
     })
+
+
+def reporting(node: Node, opts: NodeOptions, gpus: GpuFinder) -> Callable[[], Node]:
+    """The node as each report gives it: its GPUs looked at again (memory, utilisation,
+    temperature; a lost one dropped), unless `--gpu` declared them."""
+    if opts.gpus:
+        return lambda: node
+    return lambda: hardware.with_gpus(node, gpus.look().gpus)
 
 
 def agent_id(data_dir: Path) -> str:
@@ -134,8 +163,10 @@ def agent_id(data_dir: Path) -> str:
 
 async def run_node(opts: NodeOptions) -> None:
     """Run the agent until SIGINT or SIGTERM; then stop every engine it started."""
-    node = describe(opts)
-    link = ServerLink(opts.servers, opts.token, lambda: node, agent=agent_id(opts.data_dir))
+    gpus = GpuFinder.here(opts.gpu_rules)
+    node = describe(opts, gpus)
+    link = ServerLink(opts.servers, opts.token, reporting(node, opts, gpus),
+                      agent=agent_id(opts.data_dir))
     agent: NodeAgent
 
     async def report(replica_id: str, status: Status) -> None:
