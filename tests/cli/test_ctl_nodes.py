@@ -20,9 +20,11 @@ from typing import Any
 
 import pytest
 
+from llmgw.core.protocol.nodes import NodeDetailOut
 from llmgw.core.settings import load
-from llmgw.core.types import Node, Replica, ReplicaState
+from llmgw.core.types import Gpu, Node, Replica, ReplicaState
 from llmgw.store.store import Store
+from tests.cli.conftest import OfflineCtl
 from tests.cli.test_ctl_guard import flat, row
 from tests.conftest import DEMO
 from tests.e2e.server_process import LlmgwServer
@@ -230,3 +232,20 @@ def test_every_node_command_has_help(demo_server: LlmgwServer) -> None:
         out = flat(demo_server.ctl("node", *args, "--help").stdout)
         assert "Usage:" in out and len(out) > 200, args
     assert "registers again" in flat(demo_server.ctl("node", "remove", "--help").stdout)
+
+
+def test_node_show_lists_each_gpu_as_its_last_report_measured_it(offline_ctl: OfflineCtl) -> None:
+    h200 = Gpu(index=0, uuid="GPU-5c8a1e4b", name="NVIDIA H200", gpu_class="h200", memory_gb=139.8,
+               free_gb=38.2, memory_used_gb=101.6, utilization=0.87, temperature_c=64,
+               compute_capability="9.0")
+    declared = Gpu(index=1, uuid="l4-0", gpu_class="l4")
+    node = NodeDetailOut(id="gpu-1", cores=32, memory_gb=256.0, gpus={"h200": 1, "l4": 1},
+                         devices=[h200, declared], status="ready", heartbeat_age_s=2.0,
+                         replica_count=0, replicas=[])
+
+    out = offline_ctl({"/admin/v1/nodes/gpu-1": node.model_dump(mode="json")}, "node", "show",
+                      "gpu-1", columns=200)
+
+    assert row(out, "0") == ["0", "h200", "NVIDIA H200", "GPU-5c8a1e4b", "101.6 / 139.8", "38.2",
+                             "87%", "64 °C", "9.0"]
+    assert row(out, "1") == ["1", "l4", "-", "l4-0", "declared", "-", "-", "-", "-"]

@@ -14,6 +14,7 @@ import re
 import subprocess
 import sys
 import tomllib
+from datetime import timedelta
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, cast
@@ -30,6 +31,7 @@ from llmgw.api.registry import spec
 from llmgw.cli.main import app
 from llmgw.core import errors, settings
 from llmgw.core.clock import SystemClock
+from llmgw.gateway.gpu_metrics import GpuMetrics
 from llmgw.gateway.metrics import FAMILIES, LABELS, Metrics
 from llmgw.gateway.route_metrics import RouteMetrics
 from llmgw.gateway.shared_limits import DegradedMetric
@@ -241,11 +243,12 @@ def test_the_document_is_published_beside_the_page() -> None:
 
 def scrape() -> str:
     """A scrape of a process with every collector a server registers (a model, a route, the
-    shared limit store's gauge)."""
+    shared limit store's gauge, the nodes' GPUs)."""
     table = RoutingTable({"m": Serving(local_model("m"), ())})
     metrics = Metrics(lambda: table)
     metrics.add_collector(RouteMetrics(Router(SystemClock()), dict, SystemClock()))
     metrics.add_collector(DegradedMetric(cast(Any, SimpleNamespace(degraded=False))))
+    metrics.add_collector(GpuMetrics(list, SystemClock(), timedelta(seconds=30)))
     return metrics.render().decode()
 
 

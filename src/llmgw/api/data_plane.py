@@ -120,6 +120,7 @@ async def metrics(request: web.Request) -> web.Response:
         request.app[GATEWAY].authenticate(request.headers.get("Authorization"), SCRAPERS)
     peers = request.app.get(METRICS_PEERS)
     others = await peers() if peers is not None else []
+    await request.app[METRICS].refresh()
     return web.Response(body=request.app[METRICS].render(others),
                         headers={"Content-Type": "text/plain; version=0.0.4; charset=utf-8"})
 

@@ -84,6 +84,8 @@ def node_show(ctx: typer.Context, node_id: NodeId) -> None:
 
     def detail(n: NodeDetailOut) -> None:
         _nodes_table([n])
+        if n.devices:
+            _gpu_table(n)
         render.table(
             f"replicas on {n.id}",
             ["id", "model", "profile", "state", "endpoint", "restarts", "last error"],
@@ -92,6 +94,24 @@ def node_show(ctx: typer.Context, node_id: NodeId) -> None:
         )
 
     ctl.show_as(NodeDetailOut, ctl.call("GET", _path(node_id)), detail)
+
+
+def _gpu_table(n: NodeOut) -> None:
+    """Each GPU as the node's last report measured it (declared ones: their class alone)."""
+
+    def measured(value: float | None, fmt: str) -> str:
+        return fmt.format(value) if value is not None else "-"
+
+    render.table(
+        f"GPUs on {n.id}",
+        ["index", "class", "name", "uuid", "memory GB (used / total)", "free GB", "utilisation",
+         "temperature", "compute capability"],
+        [[g.index, g.gpu_class, g.name or "-", g.uuid,
+          "declared" if g.declared else f"{measured(g.memory_used_gb, '{:.1f}')} / {g.memory_gb:.1f}",
+          measured(g.free_gb, "{:.1f}"), measured(g.utilization, "{:.0%}"),
+          measured(g.temperature_c, "{:.0f} °C"), g.compute_capability or "-"]
+         for g in n.devices],
+    )
 
 
 def _label_changes(changes: list[str]) -> LabelRequest:

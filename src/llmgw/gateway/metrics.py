@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from bisect import bisect_left
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -84,6 +84,10 @@ LABELS: dict[str, str] = {
     "reason": "The failure that moved it or retried it: connect, 5xx, timeout, 429 or context-length.",
     "result": "hit (answered from the response cache) or miss (answered by the upstream, and kept "
               "when it could be).",
+    "node": "The node's id.",
+    "index": "The GPU's index on its node, as NVML and `nvidia-smi` number them.",
+    "uuid": "The GPU's UUID (`GPU-…`), as `CUDA_VISIBLE_DEVICES` takes it.",
+    "class": "The GPU's class (`h200`, `a100-80gb`), as profiles' `gpu_class` names it.",
 }
 
 REQUESTS = Family("llmgw_requests", "counter",
@@ -151,6 +155,19 @@ ROUTE_COOLING_DOWN = Family("llmgw_route_target_cooling_down", "gauge",
 LIMITS_DEGRADED = Family("llmgw_limits_degraded", "gauge",
                          "1 while the shared limit store (Redis) does not answer and limits fall "
                          "back or refuse", when="With `[limits] redis_url` set.")
+# Yielded by gateway/gpu_metrics.py, from the nodes' last reports.
+_GPU = ("node", "index", "uuid", "class")
+_GPU_WHEN = "For each GPU found through NVIDIA's driver on a node that reports (not lost)."
+GPU_UTILIZATION = Family("llmgw_gpu_utilization_ratio", "gauge",
+                         "Share of the last sample period a GPU was busy (0 to 1), at its node's "
+                         "last report", _GPU, when=_GPU_WHEN)
+GPU_MEMORY_USED = Family("llmgw_gpu_memory_used_bytes", "gauge",
+                         "GPU memory in use, by any process, at its node's last report", _GPU,
+                         when=_GPU_WHEN)
+GPU_MEMORY_TOTAL = Family("llmgw_gpu_memory_total_bytes", "gauge", "A GPU's memory", _GPU,
+                          when=_GPU_WHEN)
+GPU_TEMPERATURE = Family("llmgw_gpu_temperature_celsius", "gauge",
+                         "A GPU's temperature at its node's last report", _GPU, when=_GPU_WHEN)
 
 # Every family a scrape of a server may show, in the order it shows them.
 FAMILIES: tuple[Family, ...] = (
@@ -159,6 +176,7 @@ FAMILIES: tuple[Family, ...] = (
     GUARD_IN_FLIGHT, GUARD_JUDGE_SLOTS, GUARD_SHED, JUDGE_PROMPT_TOKENS, JUDGE_SERVICE_SECONDS,
     CACHE_LOOKUPS, CACHE_SAVED_TOKENS, UP,
     ROUTE_FALLBACKS, ROUTE_RETRIES, ROUTE_COOLDOWNS, ROUTE_COOLING_DOWN, LIMITS_DEGRADED,
+    GPU_UTILIZATION, GPU_MEMORY_USED, GPU_MEMORY_TOTAL, GPU_TEMPERATURE,
 )
 
 # One worker's counters, JSON-able: what a worker sends the one that was scraped.
@@ -238,6 +256,8 @@ class Metrics(Collector):
         self._in_flight_elsewhere: dict[str, int] = {}
         # Collectors of other parts of this process (routes' cooldowns), shown beside these.
         self._extras: list[Collector] = []
+        # What those collectors read before a scrape (the nodes' GPUs from the store).
+        self._refreshers: list[Callable[[], Awaitable[None]]] = []
         self.registry = CollectorRegistry()
         self.registry.register(self)
 
@@ -246,6 +266,15 @@ class Metrics(Collector):
         figures are this process's own: they are not summed over workers)."""
         self._extras.append(collector)
         self.registry.register(collector)
+
+    def add_refresher(self, refresh: Callable[[], Awaitable[None]]) -> None:
+        """Await `refresh` before each scrape (`refresh`): a collector's reads that may wait."""
+        self._refreshers.append(refresh)
+
+    async def refresh(self) -> None:
+        """Bring what the collectors show up to date; call before `render`."""
+        for refresh in self._refreshers:
+            await refresh()
 
     def request(self, model: str, status: int, key_prefix: str, api: str, latency_s: float,
                 overhead_s: float, ttft_s: float | None, error_code: str) -> None:

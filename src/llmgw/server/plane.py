@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +24,7 @@ from llmgw.gateway.cache.file import InFile
 from llmgw.gateway.cache.memory import MemoryCache
 from llmgw.gateway.cache.service import ResponseCache
 from llmgw.gateway.cache.store import AnswerStore, InMemory
+from llmgw.gateway.gpu_metrics import GpuMetrics
 from llmgw.gateway.inflight import InFlight, JudgeSlots, LocalInFlight, SharedInFlight
 from llmgw.gateway.limits import Limiter
 from llmgw.gateway.metrics import Metrics
@@ -161,6 +163,9 @@ def build(store: Store, settings: ServerSettings, clock: Clock, activity_id: str
     bus = CooldownBus(limiter.shared.client, limiter.shared.timeout_s) if limiter.shared else None
     router = Router(clock, bus=bus)
     metrics.add_collector(RouteMetrics(router, lambda: refresher.current.route_specs, clock))
+    gpus = GpuMetrics(store.nodes.list, clock, timedelta(seconds=s.control.node_timeout_s))
+    metrics.add_collector(gpus)
+    metrics.add_refresher(gpus.refresh)
     # Made whether or not `[cache]` is on: a model or route may turn it on for itself.
     answers: AnswerStore
     if shared is not None:

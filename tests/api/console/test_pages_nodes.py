@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import re
+from datetime import UTC, datetime
 from typing import Any
 
+from llmgw.core.types import Gpu, Node
 from tests.api.console.conftest import Install
 
 
@@ -58,3 +60,19 @@ async def test_a_join_token_is_shown_once(install: Install) -> None:
     status, keys = await install.api("GET", "/admin/v1/keys")
     assert next(k for k in keys["data"] if k["name"] == "gpu-box")["scope"] == "node"
     assert secret.group(1) not in await (await install.browser.get("/ui/nodes")).text()
+
+
+async def test_the_nodes_page_shows_each_gpu_with_its_load_memory_and_temperature(
+    install: Install,
+) -> None:
+    h200 = Gpu(index=0, uuid="GPU-5c8a1e4b", name="NVIDIA H200", gpu_class="h200", memory_gb=139.8,
+               free_gb=38.2, memory_used_gb=101.6, utilization=0.87, temperature_c=64,
+               compute_capability="9.0")
+    install.store.nodes.upsert(Node(id="gpu-1", address="10.0.0.9", cores=32, memory_gb=256.0,
+                                    gpus={"h200": 1}, devices=[h200]), datetime.now(UTC))
+    await install.browser.signin(install.admin)
+
+    page = await (await install.browser.get("/ui/nodes")).text()
+
+    [cell] = re.findall(r'<div class="gpu" data-uuid="GPU-5c8a1e4b"[^>]*>(.*?)</div>', page)
+    assert cell == "0: h200 · 87% · 101.6 / 139.8 GB · 64 °C"
