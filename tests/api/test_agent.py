@@ -14,11 +14,14 @@ from aiohttp.test_utils import TestClient, TestServer
 
 from llmgw.core.settings import ControlSettings, ServerSettings, load
 from llmgw.core.types import KeyScope, Node, Replica, ReplicaState
+from llmgw.node import hardware
+from llmgw.node.gpus import GpuFinder
 from llmgw.server.app import Server
 from llmgw.server.init import init
 from llmgw.store.store import Store
 from tests.api.test_errors import assert_openai_error
 from tests.factories import KEY_SECRET, NOW, api_key, local_model
+from tests.fakes.nvml import H200, FakeNvml
 
 
 @dataclass
@@ -295,3 +298,32 @@ async def test_only_join_tokens_may_watch_for_changes(api: Any) -> None:
     for name in ("user", "admin"):
         resp = await client.get("/agent/v1/changes", headers=bearer(keys[name]))
         assert resp.status == 403
+
+
+async def test_an_agents_report_carries_its_gpus_to_the_node_row_and_the_metrics(api: Any) -> None:
+    client, keys = api
+    found = hardware.with_gpus(Node.model_validate(NODE), GpuFinder(FakeNvml([H200])).look().gpus)
+    report = {"node": found.model_dump(mode="json"), "agent": "agent-a"}
+
+    resp = await client.post("/agent/v1/sync", json=report, headers=bearer(keys["node"]))
+    assert resp.status == 200
+
+    nodes = await (await client.get("/admin/v1/nodes", headers=bearer(keys["admin"]))).json()
+    [node] = [n for n in nodes["data"] if n["id"] == "node-a"]
+    assert node["gpus"] == {"h200": 1}
+    assert [(d["uuid"], d["memory_gb"], d["temperature_c"]) for d in node["devices"]] == [
+        (H200.uuid, 139.8, 31)]
+    scrape = await (await client.get("/metrics", headers=bearer(keys["admin"]))).text()
+    assert (f'llmgw_gpu_temperature_celsius{{class="h200",index="0",node="node-a",uuid="{H200.uuid}"}} '
+            '31.0') in scrape
+
+
+async def test_a_gpu_reading_out_of_range_is_a_400_naming_the_field(api: Any) -> None:
+    client, keys = api
+    gpu = {"index": 0, "uuid": "GPU-1", "gpu_class": "h200", "memory_gb": 139.8, "utilization": 1.5}
+    bad = {"node": {**NODE, "gpus": {"h200": 1}, "devices": [gpu]}, "agent": "agent-a"}
+
+    resp = await client.post("/agent/v1/sync", json=bad, headers=bearer(keys["node"]))
+
+    assert resp.status == 400
+    assert (await resp.json())["error"]["param"] == "node.devices.0.utilization"
