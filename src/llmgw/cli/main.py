@@ -248,8 +248,9 @@ def doctor(
     probe: Annotated[bool, typer.Option(
         help="Start llama-server on the model and generate a few tokens (about 10 s).")] = True,
 ) -> None:
-    """Check that this machine can run llmgw: data dir, config, port, database, engine binary,
-    model files, and a probe of the engine on a real model.
+    """Check that this machine can run llmgw: data dir, config, port, database, GPUs (NVIDIA's
+    driver and CUDA versions), engine binary and the GPU backends it was built with, model
+    files, and a probe of the engine on a real model (on the first GPU when it can use one).
 
     When the probe dies of an illegal instruction (SIGILL) it tries again with --no-repack and,
     if that answers, every later start on this host uses it. Exits 1 when a check fails."""

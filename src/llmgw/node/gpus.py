@@ -66,12 +66,13 @@ class GpuRules:
 
 @dataclass(frozen=True)
 class Inventory:
-    """What a look at this machine's GPUs found: the GPUs it offers, and NVIDIA's driver and
-    CUDA versions (None on a CPU node)."""
+    """What a look at this machine's GPUs found: the GPUs it offers, NVIDIA's driver and CUDA
+    versions (None on a CPU node), and why NVML found none, when it did not start."""
 
     gpus: tuple[Gpu, ...] = ()
     driver: str | None = None
     cuda: str | None = None
+    no_nvml: str | None = None
 
 
 class GpuFinder:
@@ -86,7 +87,7 @@ class GpuFinder:
         self._lib = lib
         self._nvml: nvml.Nvml | None = None
         self._started: nvml.Started | None = None
-        self._cpu_said = False
+        self._cpu_reason: str | None = None  # why this is a CPU node, said once
         # GPUs found lost, by index, with what they were: each is said once.
         self._lost: dict[int, str] = {}
         self._known: dict[int, str] = {}
@@ -100,7 +101,7 @@ class GpuFinder:
         """The GPUs this machine offers now, with their memory, utilisation and temperature."""
         found = self._start()
         if found is None or self._nvml is None:
-            return Inventory()
+            return Inventory(no_nvml=self._cpu_reason)
         count = self._nvml.count()
         if isinstance(count, str):
             logger.warning("NVML could not count the GPUs (%s): this report has none", count)
@@ -120,7 +121,7 @@ class GpuFinder:
         return Inventory(tuple(gpus), found.driver, found.cuda)
 
     def _start(self) -> nvml.Started | None:
-        if self._started is not None or self._cpu_said:
+        if self._started is not None or self._cpu_reason is not None:
             return self._started
         if self._lib is None:
             self._cpu("nvidia-ml-py is not installed")
@@ -136,7 +137,7 @@ class GpuFinder:
         return started
 
     def _cpu(self, why: str) -> None:
-        self._cpu_said = True
+        self._cpu_reason = why
         logger.info("no NVIDIA GPU found (%s): this is a CPU node", why)
 
     def _unreadable(self, reading: nvml.Unreadable) -> None:

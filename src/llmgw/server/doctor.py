@@ -1,7 +1,8 @@
 """`llmgw doctor`: the start-up checks, each with what it found and what to do.
 
-Data dir, config, port, database, engine binary, model files, and a probe of the engine on a
-real model (which also teaches this host's engine record what it needs, see
+Data dir, config, port, database, the GPUs (NVIDIA's driver and CUDA versions), the engine
+binary and the GPU devices it can use, model files, and a probe of the engine on a real model,
+on a GPU when there is one (which also teaches this host's engine record what it needs, see
 `node.engine_compat`). Nothing here changes the install but that record.
 """
 
@@ -26,8 +27,9 @@ from llmgw.engines import crashes, llamacpp
 from llmgw.engines.crashes import Exit
 from llmgw.node.engine_compat import FILE_NAME as COMPAT_FILE
 from llmgw.node.engine_compat import EngineCompat
-from llmgw.node.engine_probe import check_engine
+from llmgw.node.engine_probe import EngineDevice, check_engine, list_devices
 from llmgw.node.files import ModelFiles
+from llmgw.node.gpus import GpuFinder, GpuRules, Inventory
 from llmgw.store.db import redact
 from llmgw.store.store import Store
 
@@ -55,6 +57,8 @@ class Doctor:
     model: Path | None = None
     probe: bool = True
     find_binary: Callable[[], str] = llamacpp.find_binary
+    # This machine's GPUs: through NVML, as the config's `gpu_classes` and `hide_gpus` say.
+    gpus: GpuFinder | None = None
 
     def run(self) -> list[Check]:
         """Every check, in the order a start meets them; later ones are skipped when an earlier
@@ -68,15 +72,24 @@ class Doctor:
         checks.append(_port(settings))
         models, check = self._catalog(settings)
         checks.append(check)
+        finder = self.gpus or GpuFinder.here(GpuRules(settings.gpu_classes,
+                                                      frozenset(settings.hide_gpus)))
+        found = finder.look()
+        checks += _gpus(found)
         try:
             binary = self.find_binary()
         except LlmgwError as exc:
             return [*checks, Check("engine binary", Verdict.FAIL, exc.message)]
         checks.append(_binary_runs(binary))
+        backends = _backends(binary, found)
+        checks.append(backends[0])
         files = ModelFiles(self.data_dir / "models")
         checks += [_model_file(m, files) for m in models if not m.is_remote]
         if self.probe:
-            checks += self._probe(binary, models, files)
+            # On the first GPU when the engine can use one: what a GPU replica runs.
+            gpu = found.gpus[0] if found.gpus and backends[1] else None
+            checks += self._probe(binary, models, files, gpu.uuid if gpu else None,
+                                  f"GPU {gpu.index} {gpu.gpu_class}, " if gpu else "")
         return checks
 
     def _data_dir(self) -> Check:
@@ -107,17 +120,18 @@ class Doctor:
             store.close()
         return models, Check("database", Verdict.OK, f"{redact(url)}: {len(models)} model(s)")
 
-    def _probe(self, binary: str, models: list[Model], files: ModelFiles) -> list[Check]:
+    def _probe(self, binary: str, models: list[Model], files: ModelFiles, gpu: str | None,
+               where: str) -> list[Check]:
         model = self.model or _smallest(models, files)
         if model is None:
             return [Check("engine probe", Verdict.WARN, "no model file to probe with: pass "
                                                         "--model PATH.gguf")]
         compat = EngineCompat(self.data_dir / COMPAT_FILE)
         tries = asyncio.run(check_engine(binary, model, self.data_dir / "logs", compat,
-                                         datetime.now(UTC)))
+                                         datetime.now(UTC), gpu))
         out = []
         for t in tries:
-            args = " ".join(t.args) or "no extra args"
+            args = where + (" ".join(t.args) or "no extra args")
             if t.ok:
                 out.append(Check(f"engine probe ({args})", Verdict.OK, f"{model.name}: {t.detail}"))
             else:
@@ -128,6 +142,37 @@ class Doctor:
                              f"this host runs {binary} with {' '.join(tries[1].args)} from now on "
                              f"(recorded in {self.data_dir / COMPAT_FILE})"))
         return out
+
+
+def _gpus(found: Inventory) -> list[Check]:
+    """The GPUs this machine offers, with NVIDIA's driver and CUDA versions."""
+    if found.no_nvml is not None:
+        return [Check("GPUs", Verdict.OK, f"none found ({found.no_nvml}): a CPU node")]
+    driver = Check("NVIDIA driver", Verdict.OK,
+                   f"{found.driver or 'version unknown'}, CUDA {found.cuda or 'unknown'}")
+    if not found.gpus:
+        return [driver, Check("GPUs", Verdict.OK, "none offered: a CPU node")]
+    return [driver, *(Check(f"GPU {g.index}", Verdict.OK,
+                            f"{g.name} as {g.gpu_class}: {g.memory_gb:.1f} GB, {g.free_gb or 0:.1f} "
+                            f"GB free, compute capability {g.compute_capability or 'unknown'}, "
+                            f"{g.uuid}") for g in found.gpus)]
+
+
+def _backends(binary: str, found: Inventory) -> tuple[Check, list[EngineDevice]]:
+    """The GPU devices the engine can use, and whether that suits the GPUs found."""
+    name = "engine GPU backends"
+    devices = list_devices(binary)
+    if isinstance(devices, str):
+        return Check(name, Verdict.WARN, devices), []
+    listed = "; ".join(f"{d.id}: {d.name}" for d in devices)
+    if devices:
+        return Check(name, Verdict.OK, listed), devices
+    if found.gpus:
+        return Check(name, Verdict.WARN,
+                     f"{binary} has no GPU backend (a CPU-only build): its replicas run on the "
+                     "CPU, not on this machine's GPUs; build llama-server with CUDA (see the "
+                     "how-to \"Serve on GPUs\") or name such a build with LLMGW_LLAMA_SERVER"), []
+    return Check(name, Verdict.OK, "none (a CPU-only build)"), []
 
 
 def _port(settings: ServerSettings) -> Check:
