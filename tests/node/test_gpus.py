@@ -83,6 +83,16 @@ def test_a_gpu_that_is_lost_is_dropped_and_said_once_while_the_node_keeps_report
     assert "dropped from this node's report" in said.message
 
 
+def test_a_lost_gpu_that_answers_again_is_offered_again() -> None:
+    lib = FakeNvml([A100_40GB, A100_80GB])
+    finder = GpuFinder(lib)
+    lib.lose(1)
+    assert len(finder.look().gpus) == 1
+    lib.lost.clear()
+
+    assert [g.uuid for g in finder.look().gpus] == [A100_40GB.uuid, A100_80GB.uuid]
+
+
 @pytest.mark.parametrize("error", [ERROR_LIBRARY_NOT_FOUND, ERROR_DRIVER_NOT_LOADED])
 def test_without_the_driver_it_is_a_cpu_node_said_once_at_info(
     error: int, caplog: pytest.LogCaptureFixture,

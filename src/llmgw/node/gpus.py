@@ -88,9 +88,10 @@ class GpuFinder:
         self._nvml: nvml.Nvml | None = None
         self._started: nvml.Started | None = None
         self._cpu_reason: str | None = None  # why this is a CPU node, said once
-        # GPUs found lost, by index, with what they were: each is said once.
-        self._lost: dict[int, str] = {}
-        self._known: dict[int, str] = {}
+        # GPUs that could not be read, by index: each is said once, until it answers again.
+        self._lost: set[int] = set()
+        self._known: dict[int, str] = {}  # index → "UUID, name", as last read
+        self._uncounted = False
 
     @classmethod
     def here(cls, rules: GpuRules | None = None) -> GpuFinder:
@@ -104,15 +105,20 @@ class GpuFinder:
             return Inventory(no_nvml=self._cpu_reason)
         count = self._nvml.count()
         if isinstance(count, str):
-            logger.warning("NVML could not count the GPUs (%s): this report has none", count)
+            if not self._uncounted:
+                logger.warning("NVML could not count the GPUs (%s): reports have none until it "
+                               "can", count)
+            self._uncounted = True
             return Inventory(driver=found.driver, cuda=found.cuda)
+        self._uncounted = False
         gpus: list[Gpu] = []
         for index in range(count):
             reading = self._nvml.read(index)
             if isinstance(reading, nvml.Unreadable):
                 self._unreadable(reading)
                 continue
-            if self._lost.pop(index, None) is not None:
+            if index in self._lost:
+                self._lost.discard(index)
                 logger.info("GPU %d (%s) answers again: it is offered again", index, reading.uuid)
             self._known[index] = f"{reading.uuid}, {reading.name}"
             offered = self.rules.offered(_gpu(reading))
@@ -143,12 +149,11 @@ class GpuFinder:
     def _unreadable(self, reading: nvml.Unreadable) -> None:
         if reading.index in self._lost:
             return
-        self._lost[reading.index] = reading.reason
+        self._lost.add(reading.index)
         what = self._known.get(reading.index, "never read")
         if reading.lost:
             logger.warning("GPU %d (%s) is lost (%s): it is dropped from this node's report "
-                           "until it answers again; its replicas fail", reading.index, what,
-                           reading.reason)
+                           "until it answers again", reading.index, what, reading.reason)
         else:
             logger.warning("GPU %d (%s) cannot be read (%s): it is left out of this node's "
                            "report", reading.index, what, reading.reason)

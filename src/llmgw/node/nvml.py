@@ -12,8 +12,7 @@ import importlib
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-# NVML's error numbers (nvml.h) that mean something here.
-NOT_SUPPORTED = 3
+# NVML's error number (nvml.h) for a GPU that fell off the bus.
 GPU_IS_LOST = 15
 # NVML's `NVML_TEMPERATURE_GPU` sensor.
 TEMPERATURE_GPU = 0
