@@ -69,6 +69,10 @@ def test_every_module_the_printed_example_imports_is_installed_by_up() -> None:
     assert not missing, f"up.sh prints an example importing {sorted(missing)}, which it does not install"
 
 
+def test_up_installs_nvidias_binding_so_a_gpu_host_finds_its_gpus() -> None:
+    assert "nvidia-ml-py" in installed_by_up()
+
+
 def test_up_never_puts_the_admin_key_on_a_command_line() -> None:
     # Every user of the machine can read a process's argv; ctl takes the key from LLMGW_ADMIN_KEY.
     assert "--key" not in UP.read_text()
