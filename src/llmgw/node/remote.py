@@ -71,8 +71,11 @@ class ServerLink:
         """One round with the first server that answers; ServerUnreachable when none does."""
         sent = dict(self._pending)
         stopped = set(self._stopped)
+        # In a thread: the node's hardware is read again each round (NVML may be slow to answer
+        # for a GPU in trouble), and the agent's loop must not wait on it.
+        node = await asyncio.to_thread(self._node)
         body = orjson.dumps(SyncRequest(
-            node=self._node(),
+            node=node,
             agent=self._agent,
             replicas=[_report(rid, s) for rid, s in sent.items()],
             stopped=sorted(stopped),
