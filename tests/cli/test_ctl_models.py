@@ -10,7 +10,10 @@ from typing import Any
 
 import pytest
 import typer
+from typer.testing import CliRunner
 
+from llmgw.cli import ctl
+from llmgw.cli.client import AdminClient
 from llmgw.cli.ctl_models import idle_text, parse_idle
 from llmgw.core.protocol.models import ModelOut
 from llmgw.core.types import ReplicaState
@@ -233,3 +236,22 @@ def test_replica_list_names_each_replicas_gpus_by_class_and_index_in_80_columns(
     assert max(len(line) for line in out.splitlines()) <= 80, out
     assert "a100:0,1" in out and "l4-0" in out
     assert "devices" in out
+
+
+def test_model_add_sends_the_gpu_settings_of_its_profile(monkeypatch: pytest.MonkeyPatch) -> None:
+    sent: list[Any] = []
+
+    def call(_self: AdminClient, _method: str, _path: str, body: Any = None) -> Any:
+        sent.append(body)
+        return body
+
+    monkeypatch.setattr(AdminClient, "call", call)
+    result = CliRunner().invoke(ctl.app, [
+        "--url", "http://127.0.0.1:9", "--key", "sk-llmgw-x", "model", "add", "big",
+        "--path", "/models/big.gguf", "--gpus", "2", "--gpu-class", "a100",
+        "--gpu-memory-gb", "90", "--gpu-share", "--gpu-layers", "40"])
+
+    assert result.exit_code == 0, result.output
+    [profile] = sent[0]["profiles"]
+    assert (profile["gpu"], profile["gpu_class"], profile["gpu_memory_gb"], profile["gpu_share"],
+            profile["gpu_layers"]) == (2, "a100", 90.0, True, 40)

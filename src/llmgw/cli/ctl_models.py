@@ -40,6 +40,7 @@ MODEL_OPTIONS = {"Model.name": "NAME", "path": "--path", "base_url": "--base-url
                  "api_key_env": "--api-key-env", "model": "--upstream-model", "Profile.name": "--profile",
                  "args": "--args", "cpu_cores": "--cores", "min_memory_gb": "--memory-gb",
                  "node_selector": "--node-selector", "gpu": "--gpus", "gpu_class": "--gpu-class",
+                 "gpu_memory_gb": "--gpu-memory-gb", "gpu_layers": "--gpu-layers",
                  "Scaling.min": "--min", "Scaling.max": "--max"}
 
 
@@ -107,6 +108,13 @@ def model_add(
     gpus: Annotated[int, typer.Option(help="GPUs each replica holds.")] = 0,
     gpu_class: Annotated[str | None, typer.Option(
         help="GPU class the replicas need (as nodes declare it, e.g. l4).")] = None,
+    gpu_memory_gb: Annotated[float | None, typer.Option(
+        help="GPU memory each replica needs across its GPUs, GB; default: GPUs fit by count.")
+    ] = None,
+    gpu_share: Annotated[bool, typer.Option(
+        help="Replicas may share their GPUs with other sharing replicas, by memory.")] = False,
+    gpu_layers: Annotated[int | None, typer.Option(
+        help="Layers offloaded to the GPUs (partial offload); default: all.")] = None,
 ) -> None:
     """Add a model: a local GGUF (--path) or a remote provider (--base-url)."""
     ctl = CtlContext.of(ctx)
@@ -128,7 +136,8 @@ def model_add(
             source: LocalSource | RemoteSource = LocalSource(kind="local", path=path)
             profiles = [Profile(name=profile, engine=Engine.LLAMACPP, args=shlex.split(args),
                                 cpu_cores=cores, min_memory_gb=memory_gb, node_selector=selector,
-                                gpu=gpus, gpu_class=gpu_class)]
+                                gpu=gpus, gpu_class=gpu_class, gpu_memory_gb=gpu_memory_gb,
+                                gpu_share=gpu_share, gpu_layers=gpu_layers)]
         else:
             # `api` is left out unless given, so a server that predates it still accepts the body.
             dialect = {"api": api} if api is not None else {}
