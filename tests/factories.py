@@ -12,6 +12,7 @@ from llmgw.core.ids import hash_key, key_prefix, new_api_key
 from llmgw.core.types import (
     ApiKey,
     Engine,
+    Gpu,
     KeyScope,
     LocalSource,
     Model,
@@ -54,6 +55,38 @@ def node_8_cores(id: str = "big", **over: Any) -> Node:
 def gpu_node(id: str = "gpu", *, gpus: dict[str, int] | None = None, **over: Any) -> Node:
     """A node with one L4 GPU unless told otherwise."""
     return node(id, cores=8, memory_gb=32.0, gpus=gpus if gpus is not None else {"l4": 1}, **over)
+
+
+def gpu_device(
+    index: int, gpu_class: str, memory_gb: float, *, free_gb: float | None = None,
+    name: str = "", **over: Any,
+) -> Gpu:
+    """A GPU as a node's agent reports it (NVML): free as much as its total unless told."""
+    return Gpu(index=index, uuid=f"GPU-{gpu_class}-{index:02d}-5f3c", name=name, gpu_class=gpu_class,
+               memory_gb=memory_gb, free_gb=memory_gb if free_gb is None else free_gb, **over)
+
+
+def gpus_node(id: str, devices: list[Gpu], **over: Any) -> Node:
+    """A node with these GPUs (counted by class as the agent counts them): 32 cores, 256 GB."""
+    counts: dict[str, int] = {}
+    for d in devices:
+        counts[d.gpu_class] = counts.get(d.gpu_class, 0) + 1
+    return node(id, cores=32, memory_gb=256.0, gpus=counts, devices=devices, **over)
+
+
+def h200_node(id: str = "h200-box", *, free_gb: float | None = None, **over: Any) -> Node:
+    """One NVIDIA H200 as NVML reports it: 139.8 GB."""
+    return gpus_node(id, [gpu_device(0, "h200", 139.8, free_gb=free_gb, name="NVIDIA H200",
+                                     compute_capability="9.0")], **over)
+
+
+def a100_pair_node(id: str = "a100-box", *, gpu_class: str | None = None, **over: Any) -> Node:
+    """Two A100s of different memory, 40 GB and 80 GB: classes a100-40gb and a100-80gb as named
+    from NVML, or both `gpu_class` as a node's config may rename them."""
+    return gpus_node(id, [
+        gpu_device(0, gpu_class or "a100-40gb", 40.0, name="NVIDIA A100-SXM4-40GB"),
+        gpu_device(1, gpu_class or "a100-80gb", 80.0, name="NVIDIA A100-SXM4-80GB"),
+    ], **over)
 
 
 def judge_machine(

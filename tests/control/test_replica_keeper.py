@@ -275,7 +275,8 @@ def test_a_judge_goes_only_to_a_node_with_its_label() -> None:
 def test_a_gpu_placement_records_the_gpu_class_it_takes() -> None:
     model = gemma_model(profiles=[gpu_profile(gpu=1, gpu_class=None)])
     [place] = plan([model], [gpu_node(gpus={"a100": 1})], [], NOW)
-    assert place == Place("gemma3-270m", "gpu", "gpu", cpu_cores=1, memory_gb=1.0, gpu_class="a100", gpus=1)
+    assert place == Place("gemma3-270m", "gpu", "gpu", cpu_cores=1, memory_gb=1.0, gpu_class="a100", gpus=1,
+                         devices=("a100-0",))
 
 
 # --- resources already held --------------------------------------------------------------------

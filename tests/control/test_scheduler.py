@@ -123,7 +123,7 @@ def test_a_gpu_profile_goes_to_a_node_with_its_gpu_class() -> None:
 
     decision = schedule(model, nodes, [], NOW)
 
-    assert decision == Placement("l4-box", model.profiles[0], "l4")
+    assert decision == Placement("l4-box", model.profiles[0], "l4", ("l4-0",))
 
 
 def test_a_gpu_profile_without_a_class_takes_a_class_with_enough_gpus() -> None:
@@ -259,7 +259,7 @@ def test_the_first_profile_that_fits_somewhere_wins() -> None:
     gpu, cpu = gpu_profile("gpu", gpu=1), cpu_profile("cpu", cores=2)
     model = gemma_model(profiles=[gpu, cpu])
 
-    assert schedule(model, [node_8_cores(), gpu_node()], [], NOW) == Placement("gpu", gpu, "l4")
+    assert schedule(model, [node_8_cores(), gpu_node()], [], NOW) == Placement("gpu", gpu, "l4", ("l4-0",))
     assert schedule(model, [node_8_cores()], [], NOW) == Placement("big", cpu, None)
 
 

@@ -313,3 +313,15 @@ async def test_a_cancel_is_in_the_audit_log_once_under_who_cancelled(setup: Setu
            for e in reversed(store.audit.entries(kind=AuditKind.JOB))]
     assert log == [("alice (sk-a…)", "cancel", running.id, {"state": "fetching"}, {"state": "cancelled"}),
                    ("bob (sk-b…)", "cancel", queued.id, {"state": "queued"}, {"state": "cancelled"})]
+
+
+async def test_a_gpu_profile_is_sized_for_its_devices_without_the_prompt_cache(setup: Setup) -> None:
+    jobs, catalog, files = setup
+    files.release.set()
+    gpu = {"name": "gpu", "gpu": 1, "gpu_class": "h200", "args": ["--ctx-size", "2048"]}
+    own = {**gpu, "name": "own", "gpu_memory_gb": 30.0}
+    await finished(jobs, await submitted(jobs, hub_request(profiles=[gpu, own])))
+
+    sized, kept = (await catalog.get("tiny")).profiles
+    assert sized.gpu_memory_gb is not None and 0 < sized.gpu_memory_gb < 1
+    assert kept.gpu_memory_gb == 30.0  # what the operator said stays

@@ -199,3 +199,12 @@ def test_a_misfit_names_the_weights_when_they_are_the_largest_part() -> None:
     message = fits(e, 2.0)
     assert message is not None
     assert "(weights 4.00 is the largest part: use a smaller quantization" in message
+
+
+def test_on_gpus_a_replica_needs_weights_kv_cache_and_compute_but_not_the_prompt_cache() -> None:
+    e = estimate(llama_8b(), ["--ctx-size", "4096"])  # the default 8 GiB prompt cache too
+
+    assert e.on_devices() == 4.88  # 4 + 0.5 + 0.375, rounded up
+    # Half the layers offloaded: half the weights and KV cache, all of the compute buffers.
+    assert e.on_devices(gpu_layers=16) == 2.63  # 2 + 0.25 + 0.375, rounded up
+    assert e.on_devices(gpu_layers=999) == e.on_devices()

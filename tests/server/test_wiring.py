@@ -10,17 +10,18 @@ import pytest
 from llmgw.control.catalog import CatalogService
 from llmgw.control.leader import Elector, Timing
 from llmgw.control.notifier import Notifier
-from llmgw.control.replica_keeper import Place, Stop
+from llmgw.control.replica_keeper import Place, Stop, plan
+from llmgw.control.scheduler import Unschedulable, schedule
 from llmgw.core.clock import FakeClock
 from llmgw.core.errors import StaleEpoch
-from llmgw.core.types import ReplicaState
+from llmgw.core.types import Replica, ReplicaState
 from llmgw.gateway.metrics import Metrics
 from llmgw.gateway.upstream.table import RoutingTable
 from llmgw.node.supervisor import Status
 from llmgw.server import wiring
 from llmgw.server.cluster import Leadership
 from llmgw.store.store import Store
-from tests.factories import NOW, gemma_model
+from tests.factories import NOW, gemma_model, gpu_profile, h200_node, local_model
 from tests.pg import fresh_database
 
 TTL = timedelta(seconds=15)
@@ -136,5 +137,27 @@ async def test_the_embedded_agents_report_reaches_every_process_before_it_return
 
         assert seen_by_worker == [ReplicaState.READY]
         assert woken.is_set()  # this process's loops look again too
+    finally:
+        store.close()
+
+
+async def test_a_replica_placed_on_gpus_is_stored_with_its_devices(tmp_path: Path) -> None:
+    store = Store.open(f"sqlite:///{tmp_path / 'llmgw.db'}")
+    clock = FakeClock(NOW)
+    try:
+        apply = wiring.keeper_applier(store, clock, lambda: None)
+        share = gpu_profile(gpu_class="h200", gpu_memory_gb=60.0, gpu_share=True)
+        shared = local_model("shared", profiles=[share], replicas=2)
+        # One replica waits from an earlier pass, the other is new: both are placed.
+        store.replicas.create(Replica(id="rep-pending", model="shared", last_error="wait"), NOW)
+        for action in plan([shared], [h200_node()], store.replicas.list(), NOW):
+            await apply(action)
+
+        rows = store.replicas.list(model="shared")
+        assert [r.devices for r in rows] == [["GPU-h200-00-5f3c"]] * 2
+        # The device is shared: a model that does not share finds it taken.
+        alone = local_model("alone", profiles=[gpu_profile(gpu_class="h200", gpu_memory_gb=1.0)])
+        assert isinstance(schedule(alone, [h200_node()], rows, NOW, models=[shared, alone]),
+                          Unschedulable)
     finally:
         store.close()

@@ -10,17 +10,19 @@ import typer
 
 from llmgw.cli import render
 from llmgw.cli.client import quote
-from llmgw.cli.context import CtlContext, body, options_for, query
+from llmgw.cli.context import CtlContext, body, options_for, parse, query
 from llmgw.cli.render import Col
 from llmgw.core.cache import CacheSpec
+from llmgw.core.devices import named
 from llmgw.core.protocol.common import DataList
 from llmgw.core.protocol.models import FitOut, ModelOut, ReplicaQuery, ResourcesOut, ScaleRequest
-from llmgw.core.protocol.nodes import ClusterOut
+from llmgw.core.protocol.nodes import ClusterOut, NodeOut
 from llmgw.core.types import (
     Engine,
     HubSource,
     LocalSource,
     Model,
+    Node,
     Profile,
     ProviderApi,
     RemoteSource,
@@ -38,6 +40,7 @@ MODEL_OPTIONS = {"Model.name": "NAME", "path": "--path", "base_url": "--base-url
                  "api_key_env": "--api-key-env", "model": "--upstream-model", "Profile.name": "--profile",
                  "args": "--args", "cpu_cores": "--cores", "min_memory_gb": "--memory-gb",
                  "node_selector": "--node-selector", "gpu": "--gpus", "gpu_class": "--gpu-class",
+                 "gpu_memory_gb": "--gpu-memory-gb", "gpu_layers": "--gpu-layers",
                  "Scaling.min": "--min", "Scaling.max": "--max"}
 
 
@@ -105,6 +108,13 @@ def model_add(
     gpus: Annotated[int, typer.Option(help="GPUs each replica holds.")] = 0,
     gpu_class: Annotated[str | None, typer.Option(
         help="GPU class the replicas need (as nodes declare it, e.g. l4).")] = None,
+    gpu_memory_gb: Annotated[float | None, typer.Option(
+        help="GPU memory each replica needs across its GPUs, GB; default: GPUs fit by count.")
+    ] = None,
+    gpu_share: Annotated[bool, typer.Option(
+        help="Replicas may share their GPUs with other sharing replicas, by memory.")] = False,
+    gpu_layers: Annotated[int | None, typer.Option(
+        help="Layers offloaded to the GPUs (partial offload); default: all.")] = None,
 ) -> None:
     """Add a model: a local GGUF (--path) or a remote provider (--base-url)."""
     ctl = CtlContext.of(ctx)
@@ -126,7 +136,8 @@ def model_add(
             source: LocalSource | RemoteSource = LocalSource(kind="local", path=path)
             profiles = [Profile(name=profile, engine=Engine.LLAMACPP, args=shlex.split(args),
                                 cpu_cores=cores, min_memory_gb=memory_gb, node_selector=selector,
-                                gpu=gpus, gpu_class=gpu_class)]
+                                gpu=gpus, gpu_class=gpu_class, gpu_memory_gb=gpu_memory_gb,
+                                gpu_share=gpu_share, gpu_layers=gpu_layers)]
         else:
             # `api` is left out unless given, so a server that predates it still accepts the body.
             dialect = {"api": api} if api is not None else {}
@@ -233,7 +244,7 @@ def _resources_table(d: ResourcesOut) -> None:
         [[f.profile, f.node_id, "yes" if f.fits else "no", f.reason or "", f.running, _one_more(f)]
          for f in d.placement],
     )
-    _replicas_table(d.replicas)
+    _replicas_table(d.replicas, d.nodes)
     if d.evictions:
         render.table(
             "swaps (replicas stopped to make room)",
@@ -252,12 +263,17 @@ def _one_more(fit: FitOut) -> str:
     return f"no: {fit.one_more_reason}"
 
 
-def _replicas_table(replicas: Sequence[Replica]) -> None:
+def _replicas_table(replicas: Sequence[Replica], nodes: Sequence[Node] = ()) -> None:
+    """Replicas as a table; `nodes` name their GPUs by class and index (h200:0)."""
+    gpus = {(n.id, g.uuid): g for n in nodes for g in n.devices}
     render.table(
         "replicas",
-        ["id", "model", "node", "profile", "state", "endpoint", "restarts", "last error"],
-        [[r.id, r.model, r.node_id or "-", r.profile or "-", r.state, r.endpoint or "", r.restarts,
-          _reason(r.last_error)] for r in replicas],
+        ["id", "model", "node", "profile", "state", Col("devices", priority=render.HIGH), "endpoint",
+         "restarts", "last error"],
+        [[r.id, r.model, r.node_id or "-", r.profile or "-", r.state,
+          named(r.devices, [gpus[(r.node_id or "", u)] for u in r.devices
+                            if (r.node_id or "", u) in gpus]),
+          r.endpoint or "", r.restarts, _reason(r.last_error)] for r in replicas],
     )
 
 
@@ -282,7 +298,13 @@ def replica_list(
     """List replicas and their state."""
     ctl = CtlContext.of(ctx)
     path = "/admin/v1/replicas" + query(ReplicaQuery(model=model) if model else ReplicaQuery())
-    ctl.show_as(DataList[Replica], ctl.call("GET", path), lambda d: _replicas_table(d.data))
+
+    def text(d: DataList[Replica]) -> None:
+        on_gpus = any(r.devices for r in d.data)
+        nodes = parse(DataList[NodeOut], ctl.call("GET", "/admin/v1/nodes")).data if on_gpus else []
+        _replicas_table(d.data, nodes)
+
+    ctl.show_as(DataList[Replica], ctl.call("GET", path), text)
 
 
 @cluster_app.command("status")

@@ -55,10 +55,12 @@ def placement(
     estimates: Mapping[str, MemoryEstimate],
     now: datetime,
     node_timeout: timedelta = NODE_TIMEOUT,
+    models: Sequence[Model] = (),
 ) -> list[Fit]:
     """For every profile of `model` and every node, in the scheduler's words: whether the model
     fits there (its own replicas not counted, so a running model is not reported as not fitting
-    because of itself), how many of its replicas run there, and whether one more fits now."""
+    because of itself), how many of its replicas run there, and whether one more fits now.
+    `models`: the catalog, for what the other replicas hold on their GPUs."""
     others = [r for r in replicas if r.model != model.name]
     running = Counter(
         r.node_id for r in replicas
@@ -74,8 +76,8 @@ def placement(
         detail = fits(est, max(free_on(by_id[v.node_id], held).memory_gb, 0))
         return f"{v.reason}; estimate {detail}" if detail else v.reason
 
-    alone = explain(model, nodes, others, now, node_timeout)
-    more = explain(model, nodes, replicas, now, node_timeout)
+    alone = explain(model, nodes, others, now, node_timeout, models)
+    more = explain(model, nodes, replicas, now, node_timeout, models)
     result = []
     for a, m in zip(alone, more, strict=True):
         why, why_more = detailed(a, others), detailed(m, replicas)
@@ -208,7 +210,9 @@ class CatalogService:
         estimates = await asyncio.to_thread(self._estimates, model)
         nodes = await self.nodes()
         everything = await self.replicas()
-        fit = placement(model, nodes, everything, estimates, self._clock.now(), self._node_timeout)
+        catalog = await self.models()
+        fit = placement(model, nodes, everything, estimates, self._clock.now(), self._node_timeout,
+                        catalog)
         mine = [r for r in everything if r.model == name]
         swaps = [e for e in await asyncio.to_thread(self._store.install.evictions)
                  if name in (e.model, e.room_for)]

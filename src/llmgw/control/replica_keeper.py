@@ -21,6 +21,7 @@ from llmgw.control.demand import Want, wants
 from llmgw.control.placement import NODE_TIMEOUT as NODE_TIMEOUT
 from llmgw.control.placement import lost
 from llmgw.control.scheduler import Cluster, Unschedulable
+from llmgw.control.scheduler import Placement as Where
 from llmgw.core.clock import Clock
 from llmgw.core.demand import REPORT_S, WAITING_FOR_ROOM, Activity
 from llmgw.core.ids import new_id
@@ -42,6 +43,8 @@ class Place:
     replica_id: str | None = None
     gpu_class: str | None = None
     gpus: int = 0
+    # The node's GPUs it runs on (UUIDs), `gpus` of them.
+    devices: tuple[str, ...] = ()
     # Requests wait for the model and nothing of it was loading: a cold start.
     cold: bool = False
 
@@ -49,7 +52,7 @@ class Place:
         """The replica's fields this placement sets, on a new replica or a pending one."""
         return Placement(node_id=self.node_id, profile=self.profile, state=ReplicaState.STARTING,
                          cpu_cores=self.cpu_cores, memory_gb=self.memory_gb,
-                         gpu_class=self.gpu_class, gpus=self.gpus)
+                         gpu_class=self.gpu_class, gpus=self.gpus, devices=list(self.devices))
 
 
 class Placement(TypedDict):
@@ -62,6 +65,7 @@ class Placement(TypedDict):
     memory_gb: float
     gpu_class: str | None
     gpus: int
+    devices: list[str]
 
 
 @dataclass(frozen=True)
@@ -176,7 +180,7 @@ def plan(
             leaving.setdefault(r.model, []).append(r)
         else:
             mine.setdefault(r.model, []).append(r)
-    cluster = Cluster(nodes, replicas, now, node_timeout, judge_machine, leading_since)
+    cluster = Cluster(nodes, replicas, now, node_timeout, judge_machine, leading_since, models)
     demand: dict[str, Want] = {}
     if activity is not None:
         live = [r for rs in mine.values() for r in rs]
@@ -259,9 +263,7 @@ class _Room:
             self.taken.add(victim.id)
         where = found.placement
         cluster.take(model.name, where)
-        p = where.profile
-        return stops, Place(model.name, where.node_id, p.name, p.cpu_cores, p.min_memory_gb,
-                            None, where.gpu_class, p.gpu)
+        return stops, _place(model, where)
 
 
 def _drop(r: Replica, reason: str) -> Action:
@@ -330,12 +332,16 @@ def _keep(
                 actions.append(Pend(model.name, why, slot.id if slot else None))
             continue
         cluster.take(model.name, where)
-        p = where.profile
-        actions.append(
-            Place(model.name, where.node_id, p.name, p.cpu_cores, p.min_memory_gb,
-                  slot.id if slot else None, where.gpu_class, p.gpu, cold)
-        )
+        actions.append(replace(_place(model, where), replica_id=slot.id if slot else None,
+                               cold=cold))
     return actions
+
+
+def _place(model: Model, where: Where) -> Place:
+    """Put a new replica of `model` where the scheduler placed it."""
+    p = where.profile
+    return Place(model.name, where.node_id, p.name, p.cpu_cores, p.min_memory_gb,
+                 gpu_class=where.gpu_class, gpus=p.gpu, devices=where.devices)
 
 
 class ReplicaKeeper:

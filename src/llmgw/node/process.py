@@ -67,6 +67,24 @@ def _signal_group(pid: int, sig: signal.Signals) -> None:
         os.killpg(pid, sig)
 
 
+def log_size(path: Path) -> int:
+    """How long a log is now (0 when there is none yet): where the next start's lines begin."""
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0
+
+
+def since(path: Path, offset: int, max_bytes: int = 65536) -> str:
+    """A log's text from `offset` (one start's lines), at most `max_bytes` of it."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(offset)
+            return f.read(max_bytes).decode("utf-8", "replace")
+    except OSError:
+        return ""
+
+
 def tail(path: Path, max_bytes: int = 2000) -> str:
     """The last lines of an engine log, for error messages."""
     try:

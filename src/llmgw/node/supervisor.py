@@ -16,7 +16,7 @@ from llmgw.core.types import ReplicaState
 from llmgw.engines import crashes
 from llmgw.engines.crashes import GAVE_UP, RESTARTING, Exit
 from llmgw.node.hardware import free_port
-from llmgw.node.process import spawn, tail, terminate
+from llmgw.node.process import log_size, since, spawn, tail, terminate
 
 logger = logging.getLogger(__name__)
 
@@ -93,6 +93,9 @@ class Launch:
     warm_up: WarmUp | None = None
     # Holds the engine key: never in a repr, so never in a log.
     env: dict[str, str] = field(default_factory=dict, repr=False)
+    # Placed on GPUs: an engine whose log says it found none is stopped rather than left
+    # serving from the CPU.
+    on_gpu: bool = False
 
 
 @dataclass(frozen=True)
@@ -176,6 +179,7 @@ class Supervisor:
         port = free_port(launch.host)
         argv = launch.command(port)
         logger.info("starting replica %s: %s", launch.replica_id, loggable(argv))
+        start = log_size(launch.log_path)
         try:
             proc = await spawn(argv, launch.log_path, launch.env)
         except OSError as exc:
@@ -194,13 +198,17 @@ class Supervisor:
             self._proc = None
             return None, None, argv, (f"{launch.engine} did not become healthy within "
                                       f"{launch.start_timeout_s:g}s\nengine log: {launch.log_path}")
+        if code is None and self._found_no_gpu(start):
+            await terminate(proc, launch.stop_grace_s)
+            self._proc = None
+            return None, None, argv, f"{crashes.NO_CUDA}\nengine log: {launch.log_path}"
         if code is None and launch.warm_up is not None:
             code = await warm_up(proc, base, launch.warm_up, launch.replica_id)
         if code is not None:
             self._proc = None
             await terminate(proc, 0)  # reap anything left in its process group
             ended = Exit(code)
-            return None, ended, argv, self._said(ended)
+            return None, ended, argv, self._said(ended, start)
         ready_at = self.monotonic()
         await self.report(
             launch.replica_id,
@@ -215,11 +223,16 @@ class Supervisor:
         self._proc = None
         await terminate(proc, 0)  # reap anything left in its process group
         ended = Exit(code, was_ready=True)
-        return ready_at, ended, argv, self._said(ended)
+        return ready_at, ended, argv, self._said(ended, start)
 
-    def _said(self, ended: Exit) -> str:
+    def _said(self, ended: Exit, start: int) -> str:
         log = self.launch.log_path
-        return crashes.message(self.launch.engine, ended, str(log), tail(log))
+        return crashes.message(self.launch.engine, ended, str(log), tail(log),
+                               self._found_no_gpu(start))
+
+    def _found_no_gpu(self, start: int) -> bool:
+        """Whether a GPU replica's engine logged, since `start`, that it found no GPU."""
+        return self.launch.on_gpu and crashes.no_gpu(since(self.launch.log_path, start))
 
 
 async def wait_healthy(

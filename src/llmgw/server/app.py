@@ -150,7 +150,8 @@ class Server:
                         engine_key=lambda: engine_key,
                         compat=EngineCompat(self.data_dir / COMPAT_FILE),
                         warm_up=judge_warm_up(
-                            lambda: asyncio.to_thread(store.guard.enabled_judges))),
+                            lambda: asyncio.to_thread(store.guard.enabled_judges)),
+                        devices=lambda: hardware.probe(s.node_id).devices),
             assignments=wiring.agent_assignments(store, s.node_id),
             report=wiring.agent_reporter(store, clock, notifier.settle),
             forget=wiring.agent_forgetter(store),

@@ -49,7 +49,8 @@ def keeper(
         now = clock.now()
         # Whether one more replica of each judge would be placed now, as the replica keeper
         # places judges (anywhere, the judge machine first when the install has one).
-        cluster = Cluster(every_node, replicas, now, judge_machine=selector or None)
+        cluster = Cluster(every_node, replicas, now, judge_machine=selector or None,
+                          models=models)
         room = {m.name: isinstance(cluster.schedule(m), Placement)
                 for m in models if m.guard and not m.is_remote}
         starting: dict[str, int] = {}

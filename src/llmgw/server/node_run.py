@@ -184,6 +184,7 @@ async def run_node(opts: NodeOptions) -> None:
             compat=EngineCompat(opts.data_dir / COMPAT_FILE),
             # A node has no store: judges enabled by repo are warmed in the default format.
             warm_up=judge_warm_up(),
+            devices=lambda: node.devices,
         ),
         assignments=link.assignments,
         report=report,

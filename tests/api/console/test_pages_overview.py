@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+
 from tests.api.console.conftest import Install
+from tests.factories import h200_node, replica_placed
 
 ADMIN_PARTS = ('id="servers"', 'id="nodes"', 'id="replicas"', 'id="traffic"', 'id="guard-state"')
 
@@ -34,3 +37,16 @@ async def test_a_user_sees_its_models_and_usage_and_nothing_of_the_cluster(insta
     assert 'id="usage-summary"' in page
     assert not any(part in page for part in ADMIN_PARTS)
     assert "alice" in page.split('id="whoami"', 1)[1].split("</span>", 1)[0]
+
+
+async def test_an_admin_sees_which_gpus_each_replica_runs_on(install: Install) -> None:
+    box = h200_node("gpu-box", heartbeat_at=datetime.now(UTC))
+    install.store.nodes.upsert(box, datetime.now(UTC))
+    install.store.replicas.create(
+        replica_placed("rep-gpu", "gemma3-270m", node_id="gpu-box", profile="gpu", gpus=1,
+                       gpu_class="h200", devices=[box.devices[0].uuid]), datetime.now(UTC))
+    await install.browser.signin(install.admin)
+
+    page = await (await install.browser.get("/ui/")).text()
+
+    assert '<td class="devices">h200:0</td>' in page

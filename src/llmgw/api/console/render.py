@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -10,6 +10,8 @@ from aiohttp import web
 from jinja2 import Environment, PackageLoader, select_autoescape
 
 from llmgw.api.console.visitor import VISITOR, Visitor
+from llmgw.core.devices import named
+from llmgw.core.types import Gpu
 
 _ENV = Environment(loader=PackageLoader("llmgw.api.console", "templates"),
                    autoescape=select_autoescape(default=True, default_for_string=True),
@@ -54,8 +56,16 @@ def _size(n: float | int | None) -> str:
     return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
 
 
+def _devices(replica: Mapping[str, Any], nodes: Sequence[Mapping[str, Any]]) -> str:
+    """A replica's GPUs (`h200:0`) as the admin API's replica and nodes say."""
+    node = next((n for n in nodes if n.get("id") == replica.get("node_id")), None)
+    known = [Gpu.model_validate(g) for g in (node or {}).get("devices") or []]
+    return named(replica.get("devices") or [], known)
+
+
 _ENV.filters["when"] = _when
 _ENV.filters["size"] = _size
+_ENV.filters["devices"] = _devices
 
 
 def html(template: str, context: Mapping[str, Any]) -> str:
