@@ -57,7 +57,7 @@ from llmgw.core.errors import LlmgwError
 from llmgw.core.protocol.nodes import ClusterOut, LeaseOut
 from llmgw.core.settings import ServerSettings
 from llmgw.core.tracing import NOOP_TRACER, Tracer
-from llmgw.core.types import ReplicaState
+from llmgw.core.types import Gpu, ReplicaState
 from llmgw.gateway.inflight import InFlight
 from llmgw.gateway.windows import Windows
 from llmgw.guard.admin import GuardAdmin
@@ -119,6 +119,8 @@ class Server:
     notifier: Notifier = field(default_factory=Notifier)
     # The embedded node's GPUs, looked at each heartbeat (NVML where installed, unless given).
     gpus: GpuFinder | None = None
+    # What the last heartbeat found of them: a replica's devices' memory sets its split.
+    found_gpus: list[Gpu] = field(default_factory=list)
 
     def build_app(self) -> web.Application:
         s, control, store, clock = self.settings, self.settings.control, self.store, self.clock
@@ -151,7 +153,7 @@ class Server:
                         compat=EngineCompat(self.data_dir / COMPAT_FILE),
                         warm_up=judge_warm_up(
                             lambda: asyncio.to_thread(store.guard.enabled_judges)),
-                        devices=lambda: hardware.probe(s.node_id).devices),
+                        devices=lambda: self.found_gpus),
             assignments=wiring.agent_assignments(store, s.node_id),
             report=wiring.agent_reporter(store, clock, notifier.settle),
             forget=wiring.agent_forgetter(store),
@@ -344,6 +346,7 @@ class Server:
         if self.gpus is None:
             self.gpus = GpuFinder.here(GpuRules(s.gpu_classes, frozenset(s.hide_gpus)))
         node = await asyncio.to_thread(hardware.probe, s.node_id, "127.0.0.1", self.gpus)
+        self.found_gpus = node.devices
         await asyncio.to_thread(self.store.nodes.upsert, node, self.clock.now())
 
     async def _server_heartbeat(self, server_id: str) -> None:
