@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -22,12 +21,10 @@ JUDGE = "qwen3guard-4b"  # known, not installed by init
 
 
 @pytest.fixture
-def store(tmp_path: Path) -> Iterator[Store]:
-    s = Store.open(f"sqlite:///{tmp_path / 'llmgw.db'}")
-    s.guard.set_switch("guard_enabled", True)
-    s.guard.set_policy(Policy(name="p", judges=[JUDGE]), "operator", NOW)
-    yield s
-    s.close()
+def store(sqlite_store: Store) -> Store:
+    sqlite_store.guard.set_switch("guard_enabled", True)
+    sqlite_store.guard.set_policy(Policy(name="p", judges=[JUDGE]), "operator", NOW)
+    return sqlite_store
 
 
 async def nothing() -> None:
