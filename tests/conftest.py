@@ -5,9 +5,12 @@ A skipped test is a failed test: a missing part must not pass silently.
 
 from __future__ import annotations
 
+import asyncio
+import inspect
 import os
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
+from typing import Any
 
 import openai
 import pytest
@@ -42,6 +45,37 @@ def never_the_users_install(tmp_path_factory: pytest.TempPathFactory) -> Iterato
     yield
     os.environ.clear()
     os.environ.update(before)
+
+
+@pytest.fixture
+async def no_task_outlives_its_test() -> AsyncIterator[None]:
+    """An async test ends with no asyncio task of its own still running: every background task
+    is owned and cancelled on shutdown. Set up before the test's other fixtures, so it looks
+    once they have all closed."""
+    before = asyncio.all_tasks()
+    yield
+    here = asyncio.current_task()
+
+    def running() -> list[asyncio.Task[Any]]:
+        return [t for t in asyncio.all_tasks() if t is not here and t not in before and not t.done()]
+
+    if not running():
+        return
+    # A task cancelled by the last teardown ends at its next turn: give it those turns.
+    for _ in range(5):
+        await asyncio.sleep(0)
+    left = running()
+    for task in left:
+        task.cancel()
+    if left:
+        names = ", ".join(sorted(f"{t.get_name()} ({t.get_coro()!r})" for t in left))
+        pytest.fail(f"the test left {len(left)} task(s) running: {names}", pytrace=False)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if isinstance(item, pytest.Function) and inspect.iscoroutinefunction(item.obj):
+            item.fixturenames.insert(0, "no_task_outlives_its_test")
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])
