@@ -35,7 +35,6 @@ class KeyAdmin(AdminService):
         self._secret = secret
         self._default = default_limits
 
-
     async def keys(self, viewer: ApiKey | None = None) -> list[ApiKey]:
         """Every key `viewer` may see (see `visible`); all of them without a viewer."""
         keys = await asyncio.to_thread(self._store.keys.list)

@@ -185,7 +185,6 @@ class People(AdminService):
                                     self._clock.now())
         await self._changed()
 
-
     # The admin's side: `ctl user ...` and the console's users page.
 
     async def users(self) -> list[User]:

@@ -26,7 +26,6 @@ class RouteAdmin(AdminService):
         self._router = router
         self._table = table
 
-
     async def routes(self) -> list[RouteOut]:
         return [self.shown(r) for r in await asyncio.to_thread(self._store.routes.list)]
 

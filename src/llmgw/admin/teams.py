@@ -17,7 +17,6 @@ class TeamAdmin(AdminService):
     def __init__(self, store: Store, clock: Clock, on_change: OnChange | None = None) -> None:
         super().__init__(store, clock, on_change)
 
-
     async def teams(self) -> list[TeamOut]:
         return await asyncio.to_thread(self._shown, None)
 

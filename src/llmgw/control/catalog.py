@@ -112,7 +112,6 @@ class CatalogService(AdminService):
         self._locate = locate
         self._node_timeout = node_timeout
 
-
     async def models(self) -> list[Model]:
         return await asyncio.to_thread(self._store.catalog.list)
 

@@ -90,7 +90,6 @@ class NodeAdmin(AdminService):
         super().__init__(store, clock, on_change)
         self._timeout = timedelta(seconds=node_timeout_s)
 
-
     def _view(self, node: Node, replica_count: int) -> NodeView:
         now = self._clock.now()
         age = None if node.heartbeat_at is None else (now - node.heartbeat_at).total_seconds()

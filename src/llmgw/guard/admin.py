@@ -19,7 +19,6 @@ class GuardAdmin(AdminService):
     def __init__(self, store: Store, clock: Clock, on_change: OnChange | None = None) -> None:
         super().__init__(store, clock, on_change)
 
-
     async def policies(self) -> list[Policy]:
         return await asyncio.to_thread(self._store.guard.policies)
 
