@@ -33,8 +33,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from tests.e2e.server_process import LlmgwServer, free_port, wait_for  # noqa: E402
-from tests.pg import fresh_database, start_cluster  # noqa: E402
+from tests.support.pg import fresh_database, start_cluster  # noqa: E402
+from tests.support.server_process import LlmgwServer, free_port, wait_for  # noqa: E402
 
 SHORT = {"leader_ttl_s": 3.0, "leader_renew_deadline_s": 2.0, "leader_retry_s": 0.5}
 DEFAULT = {"leader_ttl_s": 15.0, "leader_renew_deadline_s": 10.0, "leader_retry_s": 2.0}

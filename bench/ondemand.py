@@ -43,7 +43,7 @@ import openai
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from tests.e2e.server_process import LLMGW, LlmgwServer, free_port, wait_for  # noqa: E402
+from tests.support.server_process import LLMGW, LlmgwServer, free_port, wait_for  # noqa: E402
 
 from bench import record  # noqa: E402
 

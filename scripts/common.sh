@@ -49,7 +49,7 @@ pg_bin_dir() {
   return 1
 }
 
-# The tests run a real PostgreSQL server (tests/pg.py starts a throwaway cluster): make sure its
+# The tests run a real PostgreSQL server (tests/support/pg.py starts a throwaway cluster): make sure its
 # binaries are here, installing them with apt-get as root, and export LLMGW_PG_BIN for the tests.
 ensure_postgres() {
   local dir
@@ -91,7 +91,7 @@ ensure_chromium() {
   export LLMGW_CHROMIUM=$browser LLMGW_CHROMEDRIVER=$driver
 }
 
-# The shared limits' tests run a real redis-server (tests/redis_server.py starts one per test):
+# The shared limits' tests run a real redis-server (tests/support/redis_server.py starts one per test):
 # install Debian's redis-server as root when it is missing.
 ensure_redis() {
   if ! command -v redis-server >/dev/null && [ -z "${LLMGW_REDIS_SERVER:-}" ]; then
@@ -141,7 +141,7 @@ ensure_mermaid() {
 }
 
 # The console's single sign-on is tested against a real OpenID provider: the npm package
-# oidc-provider, run by tests/oidc/provider.mjs (tests/oidc_provider.py starts it). Debian's
+# oidc-provider, run by tests/oidc/provider.mjs (tests/support/oidc_provider.py starts it). Debian's
 # nodejs and npm are installed as root when missing; then the packages pinned by
 # tests/oidc/package-lock.json go into tests/oidc/node_modules (not committed) when it is missing
 # or older than the lockfile. Without them the OIDC tests fail (they never skip).

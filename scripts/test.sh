@@ -5,7 +5,7 @@
 # and the real OpenID provider the console's single sign-on is to be tested against).
 # Extra arguments go to pytest. It is safe in the shell where up.sh runs: the tests never read or
 # write the install that LLMGW_DATA_DIR, LLMGW_ADMIN_KEY, HOME or a ctl.toml name
-# (tests/isolation.py), only the tools' LLMGW_* variables set below reach them.
+# (tests/support/isolation.py), only the tools' LLMGW_* variables set below reach them.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/common.sh

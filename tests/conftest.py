@@ -5,22 +5,25 @@ A skipped test is a failed test: a missing part must not pass silently.
 
 from __future__ import annotations
 
+import asyncio
+import inspect
 import os
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
+from typing import Any
 
 import openai
 import pytest
 
 from llmgw.core.judges import DEMO_JUDGE
 from llmgw.store.store import Store
-from tests import isolation
-from tests.e2e.server_process import LlmgwServer
-from tests.pg import fresh_database, postgres_url
-from tests.redis_server import redis_server
+from tests.support import isolation
+from tests.support.pg import fresh_database, postgres_url
+from tests.support.redis_server import redis_server
+from tests.support.server_process import LlmgwServer
 
-# A real PostgreSQL for the store and cluster tests (tests/pg.py), and a real Redis for the
-# shared limits (tests/redis_server.py).
+# A real PostgreSQL for the store and cluster tests (tests/support/pg.py), and a real Redis for the
+# shared limits (tests/support/redis_server.py).
 __all__ = ["postgres_url", "redis_server"]
 
 
@@ -36,12 +39,43 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]):  
 @pytest.fixture(scope="session", autouse=True)
 def never_the_users_install(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
     """The suite's own HOME and XDG directories, and none of the user's LLMGW_* settings, for the
-    test process (the in-process CLI runs) and every llmgw process it starts (tests/isolation.py)."""
+    test process (the in-process CLI runs) and every llmgw process it starts (tests/support/isolation.py)."""
     isolation.use_home(tmp_path_factory.mktemp("home"))
     before = isolation.isolate_this_process()
     yield
     os.environ.clear()
     os.environ.update(before)
+
+
+@pytest.fixture
+async def no_task_outlives_its_test() -> AsyncIterator[None]:
+    """An async test ends with no asyncio task of its own still running: every background task
+    is owned and cancelled on shutdown. Set up before the test's other fixtures, so it looks
+    once they have all closed."""
+    before = asyncio.all_tasks()
+    yield
+    here = asyncio.current_task()
+
+    def running() -> list[asyncio.Task[Any]]:
+        return [t for t in asyncio.all_tasks() if t is not here and t not in before and not t.done()]
+
+    if not running():
+        return
+    # A task cancelled by the last teardown ends at its next turn: give it those turns.
+    for _ in range(5):
+        await asyncio.sleep(0)
+    left = running()
+    for task in left:
+        task.cancel()
+    if left:
+        names = ", ".join(sorted(f"{t.get_name()} ({t.get_coro()!r})" for t in left))
+        pytest.fail(f"the test left {len(left)} task(s) running: {names}", pytrace=False)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if isinstance(item, pytest.Function) and inspect.iscoroutinefunction(item.obj):
+            item.fixturenames.insert(0, "no_task_outlives_its_test")
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])
@@ -54,6 +88,20 @@ def any_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]
     s = Store.open(url)
     yield s
     s.close()
+
+
+@pytest.fixture
+def sqlite_store(tmp_path: Path) -> Iterator[Store]:
+    """A migrated SQLite store of the test's own."""
+    s = Store.open(f"sqlite:///{tmp_path / 'llmgw.db'}")
+    yield s
+    s.close()
+
+
+@pytest.fixture
+def store(sqlite_store: Store) -> Store:
+    """The store a test gets unless its folder says otherwise (tests/store: `any_store`)."""
+    return sqlite_store
 
 
 DEMO = "gemma3-270m"
@@ -75,7 +123,7 @@ def no_engine_outlives_the_suite(tmp_path_factory: pytest.TempPathFactory) -> It
                 out.append(f"{proc.pid}: {cmd[:200]}")
         return out
 
-    from tests.e2e.server_process import wait_for
+    from tests.support.server_process import wait_for
 
     # Engines get SIGTERM, then SIGKILL after a grace period: allow them that long to go.
     wait_for("leaked engine processes to end", lambda: not leaked(), 15)

@@ -15,9 +15,9 @@ from typer.testing import CliRunner
 from llmgw.cli import ctl
 from llmgw.cli.client import config_path
 from llmgw.core.settings import default_data_dir
-from tests.e2e.cluster import Cluster
-from tests.e2e.server_process import LlmgwServer, run_cli
-from tests.isolation import INFRASTRUCTURE, suite_home
+from tests.support.cluster import Cluster
+from tests.support.isolation import INFRASTRUCTURE, suite_home
+from tests.support.server_process import LlmgwServer, run_cli
 
 ROOT = Path(__file__).resolve().parents[1]
 CANARY_KEY = "sk-llmgw-canary-0123456789abcdefghijklmnopqrstuvwxyz"

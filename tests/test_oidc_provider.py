@@ -1,4 +1,4 @@
-"""The test OpenID provider (tests/oidc_provider.py) is a real one that the console's single
+"""The test OpenID provider (tests/support/oidc_provider.py) is a real one that the console's single
 sign-on can be tested against: discovery, the authorization code flow with PKCE, ID tokens signed
 with a key from its JWKS carrying the nonce, email and groups, and users that tests can refuse,
 demote, sign out and remove."""
@@ -20,7 +20,7 @@ import pytest
 from joserfc import jwt
 from joserfc.jwk import KeySet
 
-from tests.oidc_provider import (
+from tests.support.oidc_provider import (
     ADMIN,
     USER,
     Browser,

@@ -10,13 +10,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from aiohttp.test_utils import TestClient, TestServer
+from aiohttp.test_utils import TestClient
 
-from llmgw.core.settings import load
 from llmgw.core.types import STORED, Model
-from llmgw.server.app import Server
-from llmgw.server.init import init
 from llmgw.store.store import Store
+from tests.api.conftest import MakeInstall
 from tests.fakes.gguf_files import write_gguf
 
 
@@ -38,16 +36,12 @@ class Api:
 
 
 @pytest.fixture
-async def api(tmp_path: Path) -> AsyncIterator[Api]:
-    data, extra = tmp_path / "data", tmp_path / "shared-models"
+async def api(tmp_path: Path, fresh_install: MakeInstall) -> AsyncIterator[Api]:
+    extra = tmp_path / "shared-models"
     extra.mkdir()
-    result = init(data, guard=False)
-    settings = load(data).model_copy(update={"model_roots": [str(extra)],
-                                             "provider_key_env": ["OPENAI_API_KEY"]})
-    store = Store.open(settings.database_url(data))
-    app = Server(data, settings, store).build_app()
-    async with TestClient(TestServer(app)) as client:
-        yield Api(client, {"Authorization": f"Bearer {result.admin_key}"}, data, extra, store)
+    install = fresh_install(model_roots=[str(extra)], provider_key_env=["OPENAI_API_KEY"])
+    async with install.serve() as client:
+        yield Api(client, install.admin, install.data, extra, install.store)
 
 
 def remote(name: str, variable: str) -> dict[str, Any]:

@@ -5,20 +5,18 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
-from llmgw.core.settings import ControlSettings, ServerSettings, load
+from llmgw.core.settings import ControlSettings
 from llmgw.core.types import KeyScope, Node, Replica, ReplicaState
 from llmgw.node import hardware
 from llmgw.node.gpus import GpuFinder
-from llmgw.server.app import Server
-from llmgw.server.init import init
 from llmgw.store.store import Store
+from tests.api.conftest import FreshInstall, MakeInstall
 from tests.api.test_errors import assert_openai_error
 from tests.factories import KEY_SECRET, NOW, api_key, local_model
 from tests.fakes.nvml import H200, FakeNvml
@@ -26,20 +24,22 @@ from tests.fakes.nvml import H200, FakeNvml
 
 @dataclass
 class Install:
-    """A fresh install (no embedded node), its store, and keys of each kind by name."""
+    """A fresh install (no embedded node), and keys of each kind by name."""
 
-    settings: ServerSettings
-    store: Store
+    fresh: FreshInstall
     keys: dict[str, str]
+
+    @property
+    def store(self) -> Store:
+        return self.fresh.store
 
 
 @pytest.fixture
-def install(tmp_path: Path) -> Iterator[Install]:
-    init(tmp_path / "data", guard=False, embedded_node=False)
+def install(fresh_install: MakeInstall) -> Iterator[Install]:
     # A request for a model with no ready replica waits this long for one (not the default 120 s).
-    settings = load(tmp_path / "data").model_copy(update={
-        "key_secret": KEY_SECRET.hex(), "control": ControlSettings(queue_timeout_s=2)})
-    store = Store.open(settings.database_url(tmp_path / "data"))
+    fresh = fresh_install(embedded_node=False, key_secret=KEY_SECRET.hex(),
+                          control=ControlSettings(queue_timeout_s=2))
+    store = fresh.store
     keys: dict[str, str] = {}
     # "node", "thief" and "other" are join tokens (the last two for the attacks below).
     for name, scope in (("node", KeyScope.NODE), ("user", KeyScope.USER),
@@ -49,16 +49,15 @@ def install(tmp_path: Path) -> Iterator[Install]:
         secret, key = api_key(scope=scope, name=f"test-{name}")
         store.keys.create(key.model_copy(update={"created_at": NOW}))
         keys[name] = secret
-    yield Install(settings, store, keys)
+    yield Install(fresh, keys)
 
 
 @pytest.fixture
 async def api(
-    tmp_path: Path, install: Install,
+    install: Install,
 ) -> AsyncIterator[tuple[TestClient[Any, Any], dict[str, str]]]:
     """The real app (no embedded node) with join tokens, a user and an admin key in its store."""
-    app = Server(tmp_path / "data", install.settings, install.store).build_app()
-    async with TestClient(TestServer(app)) as client:
+    async with install.fresh.serve() as client:
         yield client, install.keys
 
 

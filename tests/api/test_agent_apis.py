@@ -10,9 +10,8 @@ from __future__ import annotations
 import asyncio
 import json
 import math
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from pathlib import Path
 from typing import Any
 
 import aiohttp
@@ -48,13 +47,6 @@ RESPONSES_TOOL = {"type": "function", "name": "weather", "description": "The wea
                   "parameters": WEATHER_SCHEMA}
 # What the Messages-only fake wants from llmgw: its own key and a version header.
 CLAUDE_HEADERS = {"x-api-key": claude.API_KEY, "anthropic-version": "2023-06-01"}
-
-
-@pytest.fixture
-def store(tmp_path: Path) -> Iterator[Store]:
-    s = Store.open(f"sqlite:///{tmp_path / 'llmgw.db'}")
-    yield s
-    s.close()
 
 
 @asynccontextmanager

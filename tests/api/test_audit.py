@@ -5,16 +5,13 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import pytest
-from aiohttp.test_utils import TestClient, TestServer
+from aiohttp.test_utils import TestClient
 
-from llmgw.core.settings import load
-from llmgw.server.app import Server
-from llmgw.server.init import init
 from llmgw.store.store import Store
+from tests.api.conftest import MakeInstall, call
 
 ADMIN_NAME = "admin"  # the key `server init` makes
 
@@ -28,8 +25,7 @@ class Api:
 
     async def call(self, method: str, path: str, body: Any = None,
                    headers: dict[str, str] | None = None) -> tuple[int, Any]:
-        resp = await self.client.request(method, path, json=body, headers=headers or self.headers)
-        return resp.status, await resp.json()
+        return await call(self.client, method, path, body, headers or self.headers)
 
     async def ok(self, method: str, path: str, body: Any = None) -> Any:
         status, answer = await self.call(method, path, body)
@@ -42,13 +38,10 @@ class Api:
 
 
 @pytest.fixture
-async def api(tmp_path: Path) -> AsyncIterator[Api]:
-    result = init(tmp_path / "data", guard=False)
-    settings = load(tmp_path / "data")
-    store = Store.open(settings.database_url(tmp_path / "data"))
-    app = Server(tmp_path / "data", settings, store).build_app()
-    async with TestClient(TestServer(app)) as client:
-        yield Api(client, {"Authorization": f"Bearer {result.admin_key}"}, store, result.admin_key)
+async def api(fresh_install: MakeInstall) -> AsyncIterator[Api]:
+    install = fresh_install()
+    async with install.serve() as client:
+        yield Api(client, install.admin, install.store, install.admin_key)
 
 
 def remote(name: str) -> dict[str, Any]:

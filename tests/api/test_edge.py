@@ -21,11 +21,8 @@ from llmgw.api.context import response_headers
 from llmgw.api.edge import Connections, EdgeHandler, EdgeLimits, EdgeRunner
 from llmgw.api.hot_edge import hot_routes
 from llmgw.core.errors import RateLimited
-from llmgw.core.settings import load
 from llmgw.gateway.service import Gateway
-from llmgw.server.app import Server
-from llmgw.server.init import init
-from llmgw.store.store import Store
+from tests.api.conftest import make_install
 
 Route = tuple[str, Callable[[web.Request], Awaitable[web.StreamResponse]]]
 
@@ -53,10 +50,8 @@ def edge(request: pytest.FixtureRequest) -> Iterator[None]:
 @asynccontextmanager
 async def serving(tmp_path: Path, limits: EdgeLimits, *routes: Route) -> AsyncIterator[Running]:
     """The real app behind the edge, listening on a free port."""
-    result = init(tmp_path / "data", guard=False)
-    settings = load(tmp_path / "data").model_copy(update={"embedded_node": False})
-    app = Server(tmp_path / "data", settings, Store.open(settings.database_url(tmp_path / "data"))
-                 ).build_app()
+    install = make_install(tmp_path / "data", embedded_node=False)
+    app = install.app()
     for path, handler in routes:
         app.router.add_get(path, handler)
     hot = hot_routes(app[GATEWAY], app._client_max_size) if EDGE["hot"] else None
@@ -65,7 +60,7 @@ async def serving(tmp_path: Path, limits: EdgeLimits, *routes: Route) -> AsyncIt
     try:
         site = web.TCPSite(runner, "127.0.0.1", 0)
         await site.start()
-        yield Running(runner.addresses[0][1], result.admin_key, runner)
+        yield Running(runner.addresses[0][1], install.admin_key, runner)
     finally:
         await runner.cleanup()
 

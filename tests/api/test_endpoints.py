@@ -9,7 +9,8 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
-from llmgw.api import admin, data_plane, keys
+from llmgw.api import data_plane
+from llmgw.api.admin import keys, models
 from llmgw.api.appkeys import KEYS
 from llmgw.api.endpoints import invoke
 from llmgw.core.errors import Forbidden, InvalidRequest, NotFound
@@ -38,7 +39,7 @@ async def user_key(app: web.Application, name: str, minter: ApiKey | None = None
 
 async def test_a_user_key_cannot_invoke_an_admin_endpoint(app: web.Application) -> None:
     with pytest.raises(Forbidden):
-        await invoke(admin.LIST_MODELS, app, await user_key(app, "u"))
+        await invoke(models.LIST_MODELS, app, await user_key(app, "u"))
 
 
 async def test_invoke_answers_the_protocol_model(app: web.Application) -> None:
@@ -50,13 +51,13 @@ async def test_invoke_answers_the_protocol_model(app: web.Application) -> None:
 async def test_invoke_validates_a_body_as_http_does_naming_the_field(app: web.Application) -> None:
     model = {"name": "m", "source": {"kind": "remote", "base_url": "http://127.0.0.1:9/v1"}}
     root = await admin_key(app)
-    await invoke(admin.ADD_MODEL, app, root, body=model)
+    await invoke(models.ADD_MODEL, app, root, body=model)
     with pytest.raises(InvalidRequest) as bad:
-        await invoke(admin.SCALE_MODEL, app, root, body={"min": -1}, params={"name": "m"})
+        await invoke(models.SCALE_MODEL, app, root, body={"min": -1}, params={"name": "m"})
     assert bad.value.param == "min"
     # A model's unset fields stay unset: leaving out idle_s leaves it as it was.
-    await invoke(admin.SCALE_MODEL, app, root, body=ScaleRequest(min=0, idle_s=60), params={"name": "m"})
-    scaled = await invoke(admin.SCALE_MODEL, app, root, body=ScaleRequest(min=0, max=2),
+    await invoke(models.SCALE_MODEL, app, root, body=ScaleRequest(min=0, idle_s=60), params={"name": "m"})
+    scaled = await invoke(models.SCALE_MODEL, app, root, body=ScaleRequest(min=0, max=2),
                           params={"name": "m"})
     assert scaled.scaling.idle_s == 60 and scaled.scaling.max == 2
 

@@ -8,25 +8,18 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from aiohttp.test_utils import TestClient, TestServer
+from aiohttp.test_utils import TestClient
 
-from llmgw.core.settings import load
-from llmgw.server.app import Server
-from llmgw.server.init import init
-from llmgw.store.store import Store
+from tests.api.conftest import MakeInstall
 from tests.fakes.gguf_files import write_gguf
 
 
 @pytest.fixture
-async def api(tmp_path: Path) -> AsyncIterator[tuple[TestClient[Any, Any], str]]:
+async def api(fresh_install: MakeInstall) -> AsyncIterator[tuple[TestClient[Any, Any], str]]:
     """The real app on a fresh install with no models, and its admin key."""
-    result = init(tmp_path / "data", guard=False)
-    settings = load(tmp_path / "data").model_copy(update={"max_body_bytes": 4096})
-    store = Store.open(settings.database_url(tmp_path / "data"))
-    app = Server(tmp_path / "data", settings, store).build_app()
-    async with TestClient(TestServer(app)) as client:
-        assert result.admin_key
-        yield client, result.admin_key
+    install = fresh_install(max_body_bytes=4096)
+    async with install.serve() as client:
+        yield client, install.admin_key
 
 
 def assert_openai_error(body: dict[str, Any], code: str | None = None) -> None:

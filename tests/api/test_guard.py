@@ -4,26 +4,20 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any
 
 import pytest
-from aiohttp.test_utils import TestClient, TestServer
+from aiohttp.test_utils import TestClient
 
-from llmgw.core.settings import load
-from llmgw.server.app import Server
-from llmgw.server.init import init
-from llmgw.store.store import Store
+from tests.api.conftest import MakeInstall
 
 
 @pytest.fixture
-async def api(tmp_path: Path) -> AsyncIterator[tuple[TestClient[Any, Any], dict[str, str]]]:
-    result = init(tmp_path / "data", guard=False)
-    settings = load(tmp_path / "data")
-    store = Store.open(settings.database_url(tmp_path / "data"))
-    app = Server(tmp_path / "data", settings, store).build_app()
-    async with TestClient(TestServer(app)) as client:
-        yield client, {"Authorization": f"Bearer {result.admin_key}"}
+async def api(fresh_install: MakeInstall,
+              ) -> AsyncIterator[tuple[TestClient[Any, Any], dict[str, str]]]:
+    install = fresh_install()
+    async with install.serve() as client:
+        yield client, install.admin
 
 
 @pytest.mark.parametrize(

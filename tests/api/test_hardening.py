@@ -7,48 +7,41 @@ import json
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
 import pytest
-from aiohttp.test_utils import TestClient, TestServer
+from aiohttp.test_utils import TestClient
 
 from llmgw.api import body as body_module
-from llmgw.core.settings import load
-from llmgw.server.app import Server
-from llmgw.server.init import init
-from llmgw.store.store import Store
-from tests.pg import fresh_database
+from tests.api.conftest import FreshInstall, MakeInstall
+from tests.support.pg import fresh_database
 
 
 @asynccontextmanager
-async def serving(data: Path, database: str = "",
+async def serving(install: FreshInstall,
                   ) -> AsyncIterator[tuple[TestClient[Any, Any], dict[str, str]]]:
-    """A fresh install's app (on `database`, else SQLite) and its admin key's headers."""
-    result = init(data, database=database, guard=False)
-    settings = load(data)
-    store = Store.open(settings.database_url(data))
-    app = Server(data, settings, store).build_app()
-    async with TestClient(TestServer(app)) as client:
-        yield client, {"Authorization": f"Bearer {result.admin_key}"}
-    store.close()
+    """A fresh install's app and its admin key's headers."""
+    async with install.serve() as client:
+        yield client, install.admin
+    install.store.close()
 
 
 @pytest.fixture
-async def api(tmp_path: Path) -> AsyncIterator[tuple[TestClient[Any, Any], dict[str, str]]]:
-    async with serving(tmp_path / "data") as served:
+async def api(fresh_install: MakeInstall,
+              ) -> AsyncIterator[tuple[TestClient[Any, Any], dict[str, str]]]:
+    async with serving(fresh_install()) as served:
         yield served
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])
-async def any_api(request: pytest.FixtureRequest, tmp_path: Path,
+async def any_api(request: pytest.FixtureRequest, fresh_install: MakeInstall,
                   ) -> AsyncIterator[tuple[TestClient[Any, Any], dict[str, str]]]:
     """`api` on SQLite, then on a real PostgreSQL."""
     database = ""
     if request.param == "postgresql":
         database = fresh_database(request.getfixturevalue("postgres_url"))
-    async with serving(tmp_path / "data", database) as served:
+    async with serving(fresh_install(database=database)) as served:
         yield served
 
 
@@ -207,12 +200,8 @@ async def test_metrics_need_an_admin_or_metrics_key_unless_public(api: Any) -> N
         assert resp.status == 200 and "llmgw_" in await resp.text()
 
 
-async def test_public_metrics_take_no_key(tmp_path: Path) -> None:
-    init(tmp_path / "data", guard=False)
-    settings = load(tmp_path / "data").model_copy(update={"metrics_public": True})
-    store = Store.open(settings.database_url(tmp_path / "data"))
-    app = Server(tmp_path / "data", settings, store).build_app()
-    async with TestClient(TestServer(app)) as client:
+async def test_public_metrics_take_no_key(fresh_install: MakeInstall) -> None:
+    async with fresh_install(metrics_public=True).serve() as client:
         assert (await client.get("/metrics")).status == 200
 
 

@@ -6,18 +6,15 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
-from llmgw.core.settings import load
 from llmgw.core.types import UsageRow
-from llmgw.server.app import Server
-from llmgw.server.init import init
 from llmgw.store.store import Store
+from tests.api.conftest import MakeInstall, call
 
 MODEL = "m"
 # What the stand-in upstream reports for every answer.
@@ -51,9 +48,8 @@ class Api:
 
     async def call(self, method: str, path: str, body: Any = None,
                    key: str | None = None) -> tuple[int, dict[str, Any]]:
-        resp = await self.client.request(method, path, json=body,
-                                         headers={"Authorization": f"Bearer {key or self.admin}"})
-        return resp.status, await resp.json()
+        return await call(self.client, method, path, body,
+                          {"Authorization": f"Bearer {key or self.admin}"})
 
     async def mint(self, name: str, key: str | None = None, **fields: Any) -> dict[str, Any]:
         status, body = await self.call("POST", "/admin/v1/keys", {"name": name, **fields}, key)
@@ -92,15 +88,11 @@ async def upstream() -> AsyncIterator[Upstream]:
 
 
 @pytest.fixture
-async def api(tmp_path: Path, upstream: Upstream) -> AsyncIterator[Api]:
+async def api(fresh_install: MakeInstall, upstream: Upstream) -> AsyncIterator[Api]:
     """The real app on a fresh install, with model MODEL served by the stand-in upstream."""
-    result = init(tmp_path / "data", guard=False)
-    settings = load(tmp_path / "data")
-    store = Store.open(settings.database_url(tmp_path / "data"))
-    app = Server(tmp_path / "data", settings, store).build_app()
-    async with TestClient(TestServer(app)) as client:
-        assert result.admin_key
-        api = Api(client, result.admin_key, upstream, store)
+    install = fresh_install()
+    async with install.serve() as client:
+        api = Api(client, install.admin_key, upstream, install.store)
         status, body = await api.call("POST", "/admin/v1/models", {
             "name": MODEL, "source": {"kind": "remote", "base_url": upstream.url},
             "profiles": [{"engine": "remote", "cpu_cores": 0, "min_memory_gb": 0}],

@@ -5,17 +5,14 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 from typing import Any
 
 import pytest
-from aiohttp.test_utils import TestClient, TestServer
+from aiohttp.test_utils import TestClient
 
-from llmgw.core.settings import load
 from llmgw.core.types import Replica, ReplicaState
-from llmgw.server.app import Server
-from llmgw.server.init import init
 from llmgw.store.store import Store
+from tests.api.conftest import MakeInstall, call
 from tests.api.test_errors import assert_openai_error
 from tests.factories import node
 
@@ -30,9 +27,8 @@ class Api:
 
     async def call(self, method: str, path: str, body: Any = None,
                    key: str | None = None) -> tuple[int, Any]:
-        resp = await self.client.request(method, path, json=body,
-                                         headers={"Authorization": f"Bearer {key or self.admin}"})
-        return resp.status, await resp.json()
+        return await call(self.client, method, path, body,
+                          {"Authorization": f"Bearer {key or self.admin}"})
 
     def add_node(self, node_id: str, *, age_s: float = 0, replicas: int = 0) -> None:
         """A node as if its agent had reported `age_s` seconds ago, with replicas placed on it.
@@ -48,14 +44,10 @@ class Api:
 
 
 @pytest.fixture
-async def api(tmp_path: Path) -> AsyncIterator[Api]:
-    result = init(tmp_path / "data", guard=False)
-    settings = load(tmp_path / "data")
-    store = Store.open(settings.database_url(tmp_path / "data"))
-    app = Server(tmp_path / "data", settings, store).build_app()
-    async with TestClient(TestServer(app)) as client:
-        assert result.admin_key
-        yield Api(client, store, result.admin_key)
+async def api(fresh_install: MakeInstall) -> AsyncIterator[Api]:
+    install = fresh_install()
+    async with install.serve() as client:
+        yield Api(client, install.store, install.admin_key)
 
 
 async def test_the_list_shows_status_replicas_and_heartbeat_age(api: Api) -> None:

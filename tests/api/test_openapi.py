@@ -14,10 +14,8 @@ from aiohttp.test_utils import TestClient, TestServer
 from openapi_spec_validator import OpenAPIV31SpecValidator
 
 from llmgw.api.registry import ENDPOINTS, spec
-from llmgw.core.settings import load
-from llmgw.server.app import Server
-from llmgw.server.init import init
 from llmgw.store.store import Store
+from tests.api.conftest import make_install
 
 METHODS = {"get", "put", "post", "delete", "patch", "options", "head", "trace"}
 PUBLIC = {("get", "/health"), ("get", "/openapi.json")}
@@ -25,12 +23,8 @@ PUBLIC = {("get", "/health"), ("get", "/openapi.json")}
 
 def build(data_dir: Path) -> tuple[web.Application, Store, str]:
     """The real app on a fresh install (no models, guard off)."""
-    result = init(data_dir, guard=False)
-    assert result.admin_key
-    settings = load(data_dir)
-    store = Store.open(settings.database_url(data_dir))
-    app = Server(data_dir, settings, store).build_app()
-    return app, store, result.admin_key
+    install = make_install(data_dir)
+    return install.app(), install.store, install.admin_key
 
 
 @pytest.fixture

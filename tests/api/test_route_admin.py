@@ -4,16 +4,12 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import pytest
-from aiohttp.test_utils import TestClient, TestServer
+from aiohttp.test_utils import TestClient
 
-from llmgw.core.settings import load
-from llmgw.server.app import Server
-from llmgw.server.init import init
-from llmgw.store.store import Store
+from tests.api.conftest import MakeInstall, add_remote_models, call
 from tests.fakes.provider import ANSWER, FakeProvider
 
 
@@ -25,8 +21,7 @@ class Api:
 
     async def call(self, method: str, path: str, body: Any = None,
                    headers: dict[str, str] | None = None) -> tuple[int, Any]:
-        resp = await self.client.request(method, path, json=body, headers=headers or self.headers)
-        return resp.status, await resp.json()
+        return await call(self.client, method, path, body, headers or self.headers)
 
     async def user_key(self) -> dict[str, str]:
         status, made = await self.call("POST", "/admin/v1/keys", {"name": "someone"})
@@ -35,20 +30,12 @@ class Api:
 
 
 @pytest.fixture
-async def api(tmp_path: Path) -> AsyncIterator[Api]:
+async def api(fresh_install: MakeInstall) -> AsyncIterator[Api]:
     provider = await FakeProvider().start()
-    data = tmp_path / "data"
-    result = init(data, guard=False)
-    settings = load(data).model_copy(update={"embedded_node": False})
-    store = Store.open(settings.database_url(data))
-    app = Server(data, settings, store).build_app()
-    async with TestClient(TestServer(app)) as client:
-        api = Api(client, {"Authorization": f"Bearer {result.admin_key}"}, provider)
-        for name in ("first", "second"):
-            status, _ = await api.call("POST", "/admin/v1/models", {
-                "name": name, "source": {"kind": "remote", "base_url": provider.url}})
-            assert status == 201
-        yield api
+    install = fresh_install(embedded_node=False)
+    async with install.serve() as client:
+        await add_remote_models(client, install.admin, provider.url, "first", "second")
+        yield Api(client, install.admin, provider)
     await provider.close()
 
 

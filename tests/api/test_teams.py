@@ -17,8 +17,9 @@ from llmgw.core.settings import load
 from llmgw.server.app import Server
 from llmgw.server.init import init
 from llmgw.store.store import Store
+from tests.api.conftest import MakeInstall, add_remote_models, call
 from tests.fakes.provider import ANSWER, FakeProvider
-from tests.pg import fresh_database
+from tests.support.pg import fresh_database
 
 ASK = [{"role": "user", "content": "hi"}]
 
@@ -31,8 +32,7 @@ class Api:
 
     async def call(self, method: str, path: str, body: Any = None,
                    as_: dict[str, str] | None = None) -> tuple[int, Any]:
-        resp = await self.client.request(method, path, json=body, headers=as_ or self.admin)
-        return resp.status, await resp.json()
+        return await call(self.client, method, path, body, as_ or self.admin)
 
     async def key(self, body: dict[str, Any], as_: dict[str, str] | None = None
                   ) -> tuple[dict[str, str], dict[str, Any]]:
@@ -62,19 +62,12 @@ class Api:
 
 
 @pytest.fixture
-async def api(tmp_path: Path) -> AsyncIterator[Api]:
+async def api(fresh_install: MakeInstall) -> AsyncIterator[Api]:
     provider = await FakeProvider().start()
-    data = tmp_path / "data"
-    result = init(data, guard=False)
-    settings = load(data).model_copy(update={"embedded_node": False})
-    store = Store.open(settings.database_url(data))
-    app = Server(data, settings, store).build_app()
-    async with TestClient(TestServer(app)) as client:
-        api = Api(client, {"Authorization": f"Bearer {result.admin_key}"}, provider)
-        for name in ("alpha", "beta"):
-            status, _ = await api.call("POST", "/admin/v1/models", {
-                "name": name, "source": {"kind": "remote", "base_url": provider.url}})
-            assert status == 201
+    install = fresh_install(embedded_node=False)
+    async with install.serve() as client:
+        api = Api(client, install.admin, provider)
+        await add_remote_models(client, install.admin, provider.url, "alpha", "beta")
         for team in ({"name": "red", "models": ["alpha"], "limits": {"rpm": 100}},
                      {"name": "blue"}):
             status, made = await api.call("POST", "/admin/v1/teams", team)

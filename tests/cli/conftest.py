@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 
 from llmgw.cli import ctl
 from llmgw.cli.client import AdminClient
-from tests.e2e.server_process import LlmgwServer
+from tests.support.server_process import LlmgwServer
 
 # Nothing listens here: a request to a model behind it fails at once.
 DOWN = "http://127.0.0.1:9/v1"

@@ -19,7 +19,7 @@ from llmgw.core.protocol.models import ReplicaQuery, ScaleRequest
 from llmgw.core.protocol.nodes import NodeRemoveQuery
 from llmgw.core.types import Limits, Profile, Replica, Scaling
 from tests.conftest import DEMO
-from tests.e2e.server_process import LlmgwServer
+from tests.support.server_process import LlmgwServer
 
 
 def env_of(server: LlmgwServer) -> dict[str, str | None]:

@@ -11,7 +11,7 @@ import pytest
 
 from llmgw.cli.ctl_audit import CHANGE_CHARS, change, since_time
 from llmgw.core.audit import AuditEntry, AuditKind
-from tests.e2e.server_process import LlmgwServer
+from tests.support.server_process import LlmgwServer
 
 NOW = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 

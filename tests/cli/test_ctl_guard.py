@@ -20,7 +20,7 @@ import pytest
 from llmgw.core.ids import key_prefix
 from llmgw.core.judges import KNOWN
 from tests.conftest import DEMO
-from tests.e2e.server_process import LlmgwServer, wait_for
+from tests.support.server_process import LlmgwServer, wait_for
 
 JUDGE = "demo-judge"
 ACME = "acme-guard"

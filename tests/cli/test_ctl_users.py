@@ -14,7 +14,7 @@ from llmgw.core.settings import load
 from llmgw.core.users import Grant
 from llmgw.store.store import Store
 from tests.cli.test_ctl_guard import flat, row
-from tests.e2e.server_process import LlmgwServer
+from tests.support.server_process import LlmgwServer
 
 ISSUER = "https://idp.example.test"
 DAY = timedelta(days=1)

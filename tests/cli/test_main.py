@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.server_process import run_cli
+from tests.support.server_process import run_cli
 
 
 @pytest.mark.parametrize("command", [("server", "run"), ("node", "run", "--server", "http://x")])

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from datetime import timedelta
-from pathlib import Path
 
 import pytest
 
@@ -16,13 +14,6 @@ from llmgw.core.errors import Forbidden, NodeIdTaken
 from llmgw.core.types import ApiKey, KeyScope, Replica, ReplicaState
 from llmgw.store.store import Store
 from tests.factories import NOW, api_key, local_model, node
-
-
-@pytest.fixture
-def store(tmp_path: Path) -> Iterator[Store]:
-    s = Store.open(f"sqlite:///{tmp_path / 'llmgw.db'}")
-    yield s
-    s.close()
 
 
 def placed(id: str, node_id: str = "node-a", state: ReplicaState = ReplicaState.STARTING) -> Replica:

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import random
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
@@ -117,13 +115,6 @@ def test_room_for_one_more_means_the_model_fits_and_running_counts_its_replicas(
 
 
 # --- through the service, on a real store ------------------------------------------------------
-
-
-@pytest.fixture
-def store(tmp_path: Path) -> Iterator[Store]:
-    s = Store.open(f"sqlite:///{tmp_path / 'llmgw.db'}")
-    yield s
-    s.close()
 
 
 async def test_resources_of_the_running_demo_model_say_it_fits_where_it_runs(store: Store) -> None:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import threading
 from datetime import timedelta
-from pathlib import Path
 
 import pytest
 from sqlalchemy import insert
@@ -56,13 +55,6 @@ class Loops:
 
     async def deposed(self) -> None:
         self.events.append("stop")
-
-
-@pytest.fixture
-def store(tmp_path: Path) -> Store:
-    s = Store.open(f"sqlite:///{tmp_path / 'llmgw.db'}")
-    yield s
-    s.close()
 
 
 def two_servers(store: Store, clock: FakeClock) -> tuple[Elector, Loops, Elector, Loops]:

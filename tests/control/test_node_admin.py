@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
-
 import pytest
 
 from llmgw.control.node_admin import NodeAdmin, NodeState
@@ -15,13 +12,6 @@ from llmgw.store.store import Store
 from tests.factories import NOW, node
 
 TIMEOUT_S = 30.0
-
-
-@pytest.fixture
-def store(tmp_path: Path) -> Iterator[Store]:
-    s = Store.open(f"sqlite:///{tmp_path / 'llmgw.db'}")
-    yield s
-    s.close()
 
 
 class Nodes:

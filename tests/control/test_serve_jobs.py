@@ -64,13 +64,6 @@ def hub_request(name: str = "tiny", **over: object) -> ServeRequest:
 
 
 @pytest.fixture
-def store(tmp_path: Path) -> Store:
-    s = Store.open(f"sqlite:///{tmp_path / 'llmgw.db'}")
-    yield s
-    s.close()
-
-
-@pytest.fixture
 def gguf(tmp_path: Path) -> Path:
     return write_gguf(tmp_path / "tiny.gguf")
 

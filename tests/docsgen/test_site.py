@@ -20,7 +20,7 @@ import pytest
 from selenium import webdriver
 from selenium.webdriver.common.by import By
 
-from tests.e2e.browser import DESKTOP, chrome, wait_until
+from tests.support.browser import DESKTOP, chrome, wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -19,7 +19,7 @@ import openai
 import pytest
 
 from tests.conftest import DEMO
-from tests.e2e.server_process import LlmgwServer, wait_for
+from tests.support.server_process import LlmgwServer, wait_for
 
 pytestmark = pytest.mark.e2e
 

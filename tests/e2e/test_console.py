@@ -18,7 +18,7 @@ from selenium.webdriver.support.ui import Select
 from llmgw.core import settings
 from llmgw.core.judges import DEMO_JUDGE
 from tests.conftest import DEMO
-from tests.e2e.browser import (
+from tests.support.browser import (
     Http,
     browser,
     confirmed,
@@ -37,8 +37,8 @@ from tests.e2e.browser import (
     visit,
     wait_until,
 )
-from tests.e2e.local_hub import FILE, REPO, Hub
-from tests.e2e.server_process import LlmgwServer
+from tests.support.local_hub import FILE, REPO, Hub
+from tests.support.server_process import LlmgwServer
 
 __all__ = ["browser", "phone"]  # the fixtures
 

@@ -19,10 +19,10 @@ from selenium.webdriver.common.by import By
 from llmgw.core import settings
 from llmgw.core.settings import SsoSettings
 from tests.api.console.sso import ACCOUNTS, OPERATOR, ROLES, TEAM_ADMIN, VIEWER
-from tests.e2e.browser import DESKTOP, chrome, console_errors, cookies, find, text, wait_until
-from tests.e2e.server_process import LlmgwServer
 from tests.fakes.provider import FakeProvider
-from tests.oidc_provider import ADMIN, Account, OidcProvider, running_provider
+from tests.support.browser import DESKTOP, chrome, console_errors, cookies, find, text, wait_until
+from tests.support.oidc_provider import ADMIN, Account, OidcProvider, running_provider
+from tests.support.server_process import LlmgwServer
 
 SESSION = "llmgw_console"
 KEY_RE = re.compile(r"sk-llmgw-[A-Za-z0-9_-]{20,}")

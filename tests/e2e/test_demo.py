@@ -9,7 +9,7 @@ import openai
 import pytest
 
 from tests.conftest import DEMO
-from tests.e2e.server_process import LlmgwServer, wait_for
+from tests.support.server_process import LlmgwServer, wait_for
 
 HELLO = [{"role": "user", "content": "Write one short sentence about the sea."}]
 

@@ -15,7 +15,7 @@ import openai
 import pytest
 
 from llmgw.engines import llamacpp
-from tests.e2e.server_process import LlmgwServer, run_cli, wait_for
+from tests.support.server_process import LlmgwServer, run_cli, wait_for
 
 pytestmark = pytest.mark.e2e
 

@@ -13,8 +13,8 @@ import openai
 import pytest
 
 from tests.conftest import DEMO
-from tests.e2e.cluster import metric, metrics_text
-from tests.e2e.server_process import LlmgwServer, wait_for
+from tests.support.cluster import metric, metrics_text
+from tests.support.server_process import LlmgwServer, wait_for
 
 JUDGE = "demo-judge"
 HELLO = [{"role": "user", "content": "How do I bake bread?"}]

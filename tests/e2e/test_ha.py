@@ -2,7 +2,7 @@
 
 Engines are the fake engine (fast to start, says which port answered) except in the last test,
 which runs the real llama-server on the demo model. Timings are the harness's short ones
-(tests/e2e/cluster.py): lease TTL 3 s, renew deadline 2 s, retry 0.5 s, node timeout 3 s.
+(tests/support/cluster.py): lease TTL 3 s, renew deadline 2 s, retry 0.5 s, node timeout 3 s.
 """
 
 from __future__ import annotations
@@ -23,9 +23,9 @@ import openai
 import pytest
 
 from tests.conftest import DEMO
-from tests.e2e.cluster import TIMINGS, Background, Cluster, Server, hold
-from tests.e2e.server_process import pid_alive, wait_for
-from tests.pg import PostgresCluster, fresh_database, start_cluster
+from tests.support.cluster import TIMINGS, Background, Cluster, Server, hold
+from tests.support.pg import PostgresCluster, fresh_database, start_cluster
+from tests.support.server_process import pid_alive, wait_for
 
 MODEL = "tiny"
 TTL_S = float(TIMINGS["leader_ttl_s"])

@@ -18,10 +18,10 @@ import numpy as np
 import pytest
 
 from llmgw.core.judges import DEFAULT_JUDGE, KNOWN
-from tests.e2e.cluster import TIMINGS, Cluster, hold
-from tests.e2e.local_hub import Hub
 from tests.fakes.gguf_files import write_gguf
-from tests.pg import fresh_database
+from tests.support.cluster import TIMINGS, Cluster, hold
+from tests.support.local_hub import Hub
+from tests.support.pg import fresh_database
 
 SPEC = KNOWN[DEFAULT_JUDGE]
 # 1 MiB of weights at 64 KiB per 0.6 s: about 10 s per fetch, several keeper looks past the grace

@@ -18,7 +18,7 @@ import openai
 import pytest
 
 from tests.conftest import DEMO
-from tests.e2e.server_process import KEY_RE, LlmgwServer, wait_for
+from tests.support.server_process import KEY_RE, LlmgwServer, wait_for
 
 # Every key this module makes is named with this prefix, so teardown can find them all.
 PREFIX = f"e2e-keys-{uuid.uuid4().hex[:6]}"

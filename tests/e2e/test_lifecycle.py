@@ -13,8 +13,8 @@ from sqlalchemy import create_engine, text
 
 from llmgw.core.settings import ServerSettings, dump, load
 from tests.conftest import DEMO
-from tests.e2e.cluster import hold
-from tests.e2e.server_process import LlmgwServer, pid_alive, run_cli, wait_for
+from tests.support.cluster import hold
+from tests.support.server_process import LlmgwServer, pid_alive, run_cli, wait_for
 
 
 def test_kill_9_server_takes_its_engines_along(tmp_path: Path) -> None:

@@ -9,9 +9,9 @@ import httpx2
 import openai
 import pytest
 
-from tests.e2e.cluster import Cluster, hold
-from tests.e2e.server_process import pid_alive
-from tests.pg import fresh_database
+from tests.support.cluster import Cluster, hold
+from tests.support.pg import fresh_database
+from tests.support.server_process import pid_alive
 
 
 def chat(url: str, key: str) -> str:

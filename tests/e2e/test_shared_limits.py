@@ -18,10 +18,10 @@ import aiohttp
 import psutil
 import pytest
 
-from tests.e2e.cluster import Cluster
 from tests.fakes.provider import FakeProvider
-from tests.pg import fresh_database
-from tests.redis_server import RedisServer
+from tests.support.cluster import Cluster
+from tests.support.pg import fresh_database
+from tests.support.redis_server import RedisServer
 
 pytestmark = pytest.mark.e2e
 

@@ -23,8 +23,8 @@ import psutil
 import pytest
 
 from llmgw.store.store import Store
-from tests.e2e.server_process import LLMGW, LlmgwServer, pid_alive
 from tests.fakes.provider import USAGE, FakeProvider
+from tests.support.server_process import LLMGW, LlmgwServer, pid_alive
 
 WORKERS = 2
 

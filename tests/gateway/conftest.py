@@ -10,16 +10,7 @@ import pytest
 
 from llmgw.core.clock import FakeClock
 from llmgw.gateway.inflight import SharedInFlight
-from llmgw.store.store import Store
 from tests.factories import NOW
-
-
-@pytest.fixture
-def store(tmp_path: Path) -> Iterator[Store]:
-    """A migrated SQLite store of the test's own."""
-    s = Store.open(f"sqlite:///{tmp_path / 'llmgw.db'}")
-    yield s
-    s.close()
 
 
 @pytest.fixture

@@ -24,7 +24,7 @@ from llmgw.gateway.shared_limits import SharedLimits, connect
 from llmgw.store.store import Store
 from tests.factories import user_key
 from tests.fakes.provider import FakeProvider, GatewayRig
-from tests.redis_server import RedisServer
+from tests.support.redis_server import RedisServer
 
 
 def key_with(**limits: int) -> ApiKey:

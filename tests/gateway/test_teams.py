@@ -15,7 +15,7 @@ from llmgw.gateway.limits import Limiter
 from llmgw.gateway.usage import Tokens, UsageMeter
 from llmgw.store.store import Store
 from tests.factories import NOW, user_key
-from tests.pg import fresh_database
+from tests.support.pg import fresh_database
 
 MODEL = "gemma3-270m"
 

@@ -16,7 +16,7 @@ from llmgw.guard.admission import Slot
 from llmgw.guard.judge_queue import JudgeQueue
 from llmgw.guard.shared_slots import SharedSlots
 from llmgw.store.redis_pipe import Endpoint, RedisPipe
-from tests.redis_server import RedisServer
+from tests.support.redis_server import RedisServer
 
 
 def server_slots(redis_server: RedisServer, timeout_s: float = 2.0) -> SharedSlots:

@@ -14,8 +14,8 @@ from llmgw.core.errors import JoinRefused, ServerUnreachable
 from llmgw.core.types import ReplicaState
 from llmgw.node.remote import CHANGES_PATH, SYNC_PATH, ServerLink
 from llmgw.node.supervisor import Status
-from tests.e2e.server_process import free_port
 from tests.factories import node, replica_placed
+from tests.support.server_process import free_port
 
 
 class FakeServer:

@@ -1,6 +1,6 @@
 // A real OpenID provider for llmgw's tests: oidc-provider (an OpenID Certified implementation of
 // the provider side), configured for one confidential client and a few test accounts, with its
-// own login and consent pages. tests/oidc_provider.py starts it; it is not for production.
+// own login and consent pages. tests/support/oidc_provider.py starts it; it is not for production.
 //
 // Usage:
 //   node tests/oidc/provider.mjs --config CONFIG.json [--port N] [--exit-with-stdin]

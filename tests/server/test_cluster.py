@@ -20,7 +20,7 @@ from llmgw.server.init import init
 from llmgw.server.run import edge_limits, stop_gracefully
 from llmgw.store.server_repo import ServerRow
 from llmgw.store.store import Store
-from tests.pg import fresh_database
+from tests.support.pg import fresh_database
 
 
 async def wait_until(what: str, check: Any, timeout_s: float = 10.0) -> None:

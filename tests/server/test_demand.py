@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from datetime import timedelta
-from pathlib import Path
 
 import pytest
 
@@ -18,11 +16,9 @@ TIMEOUT = timedelta(seconds=30)
 
 
 @pytest.fixture
-def store(tmp_path: Path) -> Iterator[Store]:
-    s = Store.open(f"sqlite:///{tmp_path / 'llmgw.db'}")
-    s.servers.heartbeat("server-a", "http://a", NOW)
-    yield s
-    s.close()
+def store(sqlite_store: Store) -> Store:
+    sqlite_store.servers.heartbeat("server-a", "http://a", NOW)
+    return sqlite_store
 
 
 class Demand:

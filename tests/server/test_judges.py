@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -28,12 +27,10 @@ GPU_JUDGE = "qwen3guard-8b"  # known, runs on a GPU
 
 
 @pytest.fixture
-def store(tmp_path: Path) -> Iterator[Store]:
-    s = Store.open(f"sqlite:///{tmp_path / 'llmgw.db'}")
-    s.guard.set_switch("guard_enabled", True)
-    s.guard.set_policy(Policy(name="p", judges=[JUDGE]), "operator", NOW)
-    yield s
-    s.close()
+def store(sqlite_store: Store) -> Store:
+    sqlite_store.guard.set_switch("guard_enabled", True)
+    sqlite_store.guard.set_policy(Policy(name="p", judges=[JUDGE]), "operator", NOW)
+    return sqlite_store
 
 
 async def nothing() -> None:

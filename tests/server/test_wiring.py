@@ -22,7 +22,7 @@ from llmgw.server import wiring
 from llmgw.server.cluster import Leadership
 from llmgw.store.store import Store
 from tests.factories import NOW, gemma_model, gpu_profile, h200_node, local_model
-from tests.pg import fresh_database
+from tests.support.pg import fresh_database
 
 TTL = timedelta(seconds=15)
 

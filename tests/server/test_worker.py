@@ -19,7 +19,7 @@ from llmgw.server.run import worker_argv
 from llmgw.server.workers import IN_FLIGHT, WAKE_SIGNAL, WorkerPool, listen_for_wakes
 from llmgw.store.store import Store
 from tests.demand_factories import on_demand_model
-from tests.e2e.server_process import free_port
+from tests.support.server_process import free_port
 
 COLD = "cold-model"
 

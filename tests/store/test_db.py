@@ -6,7 +6,7 @@ import pytest
 
 from llmgw.core.errors import ConfigError, StoreUnavailable
 from llmgw.store.db import migrate, open_engine, read_revision
-from tests.e2e.server_process import free_port
+from tests.support.server_process import free_port
 
 
 def test_an_unreachable_database_is_store_unavailable_without_its_password() -> None:

@@ -13,7 +13,7 @@ from sqlalchemy import create_engine, text
 
 from llmgw.core.types import KeyScope
 from llmgw.store.store import Store
-from tests.pg import fresh_database
+from tests.support.pg import fresh_database
 
 NOW = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 

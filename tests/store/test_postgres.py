@@ -26,8 +26,8 @@ from llmgw.core.types import ApiKey, KeyScope, Limits, LocalSource, Model, Node,
 from llmgw.store.db import redact, schema_exists
 from llmgw.store.schema import api_keys, meta, metadata
 from llmgw.store.store import Store
-from tests.isolation import clean_env
-from tests.pg import free_port, fresh_database
+from tests.support.isolation import clean_env
+from tests.support.pg import free_port, fresh_database
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
 

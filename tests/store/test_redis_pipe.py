@@ -14,7 +14,7 @@ import uvloop
 
 from llmgw.core.errors import ConfigError, SharedStoreDown
 from llmgw.store.redis_pipe import Endpoint, RedisPipe, Script
-from tests.redis_server import RedisServer
+from tests.support.redis_server import RedisServer
 
 ECHO = Script("return ARGV[1]")
 

@@ -4,25 +4,23 @@ from __future__ import annotations
 
 import asyncio
 from collections import defaultdict
-from collections.abc import Awaitable, Callable
 from datetime import timedelta
 
 from llmgw.core.cache import CacheSpec
 from llmgw.core.clock import Clock
 from llmgw.core.protocol.cache import CacheModelStats, CacheStatsOut, PurgeOut
 from llmgw.gateway.cache.service import ResponseCache
+from llmgw.store.service import AdminService, OnChange
 from llmgw.store.store import Store
 
 
-class CacheAdmin:
+class CacheAdmin(AdminService):
     """Reads usage from the store and entries from the cache's own store."""
 
     def __init__(self, store: Store, clock: Clock, cache: ResponseCache,
-                 on_change: Callable[[], Awaitable[None]] | None = None) -> None:
-        self._store = store
-        self._clock = clock
+                 on_change: OnChange | None = None) -> None:
+        super().__init__(store, clock, on_change)
         self._cache = cache
-        self._on_change = on_change
 
     async def stats(self, days: int) -> CacheStatsOut:
         """Requests, hits and saved tokens per model over `days` (today the last), with the
@@ -61,6 +59,5 @@ class CacheAdmin:
         through a new epoch in the store that leaves them out of reach meanwhile."""
         await asyncio.to_thread(self._store.install.new_cache_epoch, model)
         purged = await self._cache.store.purge(model)
-        if self._on_change is not None:
-            await self._on_change()
+        await self._changed()
         return PurgeOut(model=model, purged=purged)

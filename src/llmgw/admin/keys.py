@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import fnmatch
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from datetime import datetime, timedelta
 
 from llmgw.core.clock import Clock
@@ -14,6 +14,7 @@ from llmgw.core.protocol.keys import KeyRequest
 from llmgw.core.types import ApiKey, KeyScope, Limits, Team, UsageRow
 from llmgw.core.users import is_person, who
 from llmgw.store.key_repo import MintCaps
+from llmgw.store.service import AdminService, OnChange
 from llmgw.store.store import Store
 
 # What a user key's family (the key an admin made and all minted beneath it) may mint; admin
@@ -21,24 +22,18 @@ from llmgw.store.store import Store
 MINT_CAPS = MintCaps(live=100, per_hour=100)
 
 
-class KeyAdmin:
+class KeyAdmin(AdminService):
     """Keys are shown once, at creation or rotation; only their keyed hash is stored."""
 
     def __init__(
         self, store: Store, clock: Clock, secret: bytes,
-        default_limits: Callable[[], Limits], on_change: Callable[[], Awaitable[None]] | None = None,
+        default_limits: Callable[[], Limits], on_change: OnChange | None = None,
         caps: MintCaps = MINT_CAPS,
     ) -> None:
-        self._store = store
+        super().__init__(store, clock, on_change)
         self._caps = caps
-        self._clock = clock
         self._secret = secret
         self._default = default_limits
-        self._on_change = on_change
-
-    async def _changed(self) -> None:
-        if self._on_change is not None:
-            await self._on_change()
 
     async def keys(self, viewer: ApiKey | None = None) -> list[ApiKey]:
         """Every key `viewer` may see (see `visible`); all of them without a viewer."""

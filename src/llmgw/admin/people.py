@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import math
 from collections import Counter
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -23,6 +23,7 @@ from llmgw.core.clock import Clock
 from llmgw.core.errors import NotFound, RateLimited, SignInRefused
 from llmgw.core.settings import SsoSettings
 from llmgw.core.users import ConsoleSession, Grant, Person, User, grant_for
+from llmgw.store.service import AdminService, OnChange
 from llmgw.store.signin_repo import WINDOW
 from llmgw.store.store import Store
 
@@ -60,18 +61,16 @@ class Visit:
 
 
 
-class People:
+class People(AdminService):
     """Signs people in and out and keeps their sessions; `revision` is the store revision this
     worker's snapshot has read (the cache lives as long as it stays)."""
 
     def __init__(self, store: Store, clock: Clock, sso: SsoSettings,
                  revision: Callable[[], int],
-                 on_change: Callable[[], Awaitable[None]] | None = None) -> None:
-        self._store = store
+                 on_change: OnChange | None = None) -> None:
         # Told after a change that moved the revision: this server's snapshot (and so its
         # cache) takes it before the call answers, not at the next poll.
-        self._on_change = on_change
-        self._clock = clock
+        super().__init__(store, clock, on_change)
         self._sso = sso
         self._revision = revision
         self._cache: dict[str, Visit] = {}
@@ -185,10 +184,6 @@ class People:
             await asyncio.to_thread(self._store.sessions.end, visit.session.id, reason,
                                     self._clock.now())
         await self._changed()
-
-    async def _changed(self) -> None:
-        if self._on_change is not None:
-            await self._on_change()
 
     # The admin's side: `ctl user ...` and the console's users page.
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 
 from llmgw.core.clock import Clock
 from llmgw.core.errors import Conflict, InvalidRequest
@@ -12,24 +12,19 @@ from llmgw.core.protocol.routes import RouteOut, TargetStatusOut
 from llmgw.core.routes import RouteSpec
 from llmgw.gateway.upstream.router import Router
 from llmgw.gateway.upstream.table import RoutingTable
+from llmgw.store.service import AdminService, OnChange
 from llmgw.store.store import Store
 
 
-class RouteAdmin:
+class RouteAdmin(AdminService):
     """Routes live in the store; every server's routing follows at its next refresh."""
 
     def __init__(self, store: Store, clock: Clock, router: Router,
                  table: Callable[[], RoutingTable],
-                 on_change: Callable[[], Awaitable[None]] | None = None) -> None:
-        self._store = store
-        self._clock = clock
+                 on_change: OnChange | None = None) -> None:
+        super().__init__(store, clock, on_change)
         self._router = router
         self._table = table
-        self._on_change = on_change
-
-    async def _changed(self) -> None:
-        if self._on_change is not None:
-            await self._on_change()
 
     async def routes(self) -> list[RouteOut]:
         return [self.shown(r) for r in await asyncio.to_thread(self._store.routes.list)]

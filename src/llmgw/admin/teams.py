@@ -3,26 +3,19 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
 
 from llmgw.core.clock import Clock
 from llmgw.core.protocol.keys import TeamOut, TeamRequest
 from llmgw.core.types import Team
+from llmgw.store.service import AdminService, OnChange
 from llmgw.store.store import Store
 
 
-class TeamAdmin:
+class TeamAdmin(AdminService):
     """Teams live in the store; every server's limiter follows at its next refresh."""
 
-    def __init__(self, store: Store, clock: Clock,
-                 on_change: Callable[[], Awaitable[None]] | None = None) -> None:
-        self._store = store
-        self._clock = clock
-        self._on_change = on_change
-
-    async def _changed(self) -> None:
-        if self._on_change is not None:
-            await self._on_change()
+    def __init__(self, store: Store, clock: Clock, on_change: OnChange | None = None) -> None:
+        super().__init__(store, clock, on_change)
 
     async def teams(self) -> list[TeamOut]:
         return await asyncio.to_thread(self._shown, None)

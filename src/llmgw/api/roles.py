@@ -36,7 +36,7 @@ PRIVATE_TAGS = frozenset({"keys", "users"})
 # What an operator changes: the install's serving side (models, nodes, jobs, cluster), the guard
 # and the routes. Teams and default limits are money and access: an admin's.
 OPERATOR_TAGS = frozenset({"admin", "guard", "routes", "cache"})
-# A team admin's reads outside the key endpoints (its own team only: `api.teams` checks it).
+# A team admin's reads outside the key endpoints (its own team only: `api.admin.teams` checks it).
 TEAM_ADMIN_READS = frozenset({"list_models", "get_team"})
 
 

@@ -31,6 +31,7 @@ from llmgw.core.types import (
 )
 from llmgw.node.files import local_model_file
 from llmgw.node.gguf_info import read_info
+from llmgw.store.service import AdminService, OnChange
 from llmgw.store.store import Store
 
 
@@ -87,14 +88,14 @@ def placement(
     return result
 
 
-class CatalogService:
+class CatalogService(AdminService):
     """Catalog changes made through the admin API; each records who made it."""
 
     def __init__(
         self,
         store: Store,
         clock: Clock,
-        on_change: Callable[[], Awaitable[None]] | None = None,
+        on_change: OnChange | None = None,
         locate: Callable[[Model], Path | None] = lambda _m: None,
         node_timeout: timedelta = NODE_TIMEOUT,
         model_roots: Sequence[Path] = (),
@@ -103,20 +104,15 @@ class CatalogService:
     ) -> None:
         """`model_roots`: where local GGUF files may be (none: no local file is accepted);
         `provider_key_env`: variables remote keys may come from besides LLMGW_PROVIDER_*;
-        `read_activity`: the live servers' merged demand, for each model's on-demand state."""
+        `read_activity`: the live servers' merged demand, for each model's on-demand state.
+        `on_change` is awaited after every change, so this server's routing table has it before
+        we answer."""
+        super().__init__(store, clock, on_change)
         self._read_activity = read_activity
-        self._store = store
-        self._clock = clock
         self._model_roots = list(model_roots)
         self._provider_key_env = frozenset(provider_key_env)
         self._locate = locate
         self._node_timeout = node_timeout
-        # Awaited after every change, so this server's routing table has it before we answer.
-        self._on_change = on_change
-
-    async def _changed(self) -> None:
-        if self._on_change is not None:
-            await self._on_change()
 
     async def models(self) -> list[Model]:
         return await asyncio.to_thread(self._store.catalog.list)

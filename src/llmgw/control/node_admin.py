@@ -6,7 +6,6 @@ import asyncio
 import builtins
 import re
 from collections import Counter
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import timedelta
 from enum import StrEnum
@@ -14,6 +13,7 @@ from enum import StrEnum
 from llmgw.core.clock import Clock
 from llmgw.core.errors import Conflict, InvalidRequest, NotFound
 from llmgw.core.types import Node, Replica
+from llmgw.store.service import AdminService, OnChange
 from llmgw.store.store import Store
 
 # Label rules, close to Kubernetes' so selectors written for it read the same here: a key is
@@ -75,7 +75,7 @@ def check_labels(set: dict[str, str], remove: list[str]) -> None:
         raise InvalidRequest("a label to remove needs a name of 1-253 characters", param="remove")
 
 
-class NodeAdmin:
+class NodeAdmin(AdminService):
     """Node changes made through the admin API; each wakes this server's caches and keeper."""
 
     def __init__(
@@ -83,17 +83,12 @@ class NodeAdmin:
         store: Store,
         clock: Clock,
         node_timeout_s: float,
-        on_change: Callable[[], Awaitable[None]] | None = None,
+        on_change: OnChange | None = None,
     ) -> None:
-        self._store = store
-        self._clock = clock
+        # `on_change` is awaited after every write, so the keeper acts on it now rather than at
+        # its next tick.
+        super().__init__(store, clock, on_change)
         self._timeout = timedelta(seconds=node_timeout_s)
-        # Awaited after every write, so the keeper acts on it now rather than at its next tick.
-        self._on_change = on_change
-
-    async def _changed(self) -> None:
-        if self._on_change is not None:
-            await self._on_change()
 
     def _view(self, node: Node, replica_count: int) -> NodeView:
         now = self._clock.now()

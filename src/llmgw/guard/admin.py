@@ -3,29 +3,21 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
 from datetime import datetime
 
 from llmgw.core.clock import Clock
 from llmgw.core.errors import InvalidRequest, NotFound
 from llmgw.core.guard import JudgeSpec, Policy, VerdictRecord
 from llmgw.core.judges import KNOWN, check_enabled
+from llmgw.store.service import AdminService, OnChange
 from llmgw.store.store import Store
 
 
-class GuardAdmin:
+class GuardAdmin(AdminService):
     """Changes made through the admin API; each bumps the revision so caches pick it up."""
 
-    def __init__(
-        self, store: Store, clock: Clock, on_change: Callable[[], Awaitable[None]] | None = None
-    ) -> None:
-        self._store = store
-        self._clock = clock
-        self._on_change = on_change
-
-    async def _changed(self) -> None:
-        if self._on_change is not None:
-            await self._on_change()
+    def __init__(self, store: Store, clock: Clock, on_change: OnChange | None = None) -> None:
+        super().__init__(store, clock, on_change)
 
     async def policies(self) -> list[Policy]:
         return await asyncio.to_thread(self._store.guard.policies)

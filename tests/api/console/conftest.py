@@ -13,10 +13,9 @@ import pytest
 from aiohttp import ClientResponse
 from aiohttp.test_utils import TestClient, TestServer
 
-from llmgw.core.settings import ServerSettings, load
-from llmgw.server.app import Server
-from llmgw.server.init import init
+from llmgw.core.settings import ServerSettings
 from llmgw.store.store import Store
+from tests.api.conftest import make_install
 
 _CSRF = re.compile(r'name="csrf_token" value="([^"]+)"')
 
@@ -89,12 +88,8 @@ class Install:
 
 
 async def open_install(tmp_path: Path, **settings: Any) -> tuple[TestServer, ServerSettings, str, Store]:
-    result = init(tmp_path / "data", guard=False)
-    assert result.admin_key
-    config = load(tmp_path / "data").model_copy(update=settings)
-    store = Store.open(config.database_url(tmp_path / "data"))
-    app = Server(tmp_path / "data", config, store).build_app()
-    return TestServer(app), config, result.admin_key, store
+    install = make_install(tmp_path / "data", **settings)
+    return TestServer(install.app()), install.settings, install.admin_key, install.store
 
 
 @pytest.fixture

@@ -1,4 +1,4 @@
-"""An install with `[sso]` pointed at a real OpenID provider (`tests/oidc_provider.py`), and a
+"""An install with `[sso]` pointed at a real OpenID provider (`tests/support/oidc_provider.py`), and a
 browser that signs in through the provider's own pages: the console's half in the test client,
 the provider's half in the provider's `Browser` (each keeps its own cookies, as one browser
 keeps each site's)."""
@@ -18,13 +18,11 @@ from aiohttp import ClientResponse
 from aiohttp.test_utils import TestClient, TestServer
 
 from llmgw.core.clock import FakeClock
-from llmgw.core.settings import SsoSettings, load
-from llmgw.server.app import Server
-from llmgw.server.init import init
-from llmgw.store.store import Store
+from llmgw.core.settings import SsoSettings
+from tests.api.conftest import make_install
 from tests.api.console.conftest import Browser, Install
-from tests.oidc_provider import ADMIN, Account, OidcProvider
-from tests.oidc_provider import Browser as ProviderBrowser
+from tests.support.oidc_provider import ADMIN, Account, OidcProvider
+from tests.support.oidc_provider import Browser as ProviderBrowser
 
 # The install's mapping from the provider's groups to roles.
 ROLES = {"llmgw-admins": "admin", "llmgw-ops": "operator", "llmgw-users": "viewer",
@@ -96,8 +94,6 @@ class SsoInstall:
 
 async def open_sso_install(tmp_path: Path, provider: OidcProvider, port: int,
                            **sso: Any) -> AsyncIterator[SsoInstall]:
-    result = init(tmp_path / "data", guard=False)
-    assert result.admin_key
     secret = tmp_path / "client-secret"
     secret.write_text(provider.client_secret + "\n")
     settings = SsoSettings.model_validate({
@@ -107,14 +103,12 @@ async def open_sso_install(tmp_path: Path, provider: OidcProvider, port: int,
         # Small, so a burst test reaches it.
         "signin_per_minute": 10,
         "scopes": ["openid", "email", "profile", "groups"], **sso})
-    config = load(tmp_path / "data").model_copy(update={"sso": settings})
-    store = Store.open(config.database_url(tmp_path / "data"))
+    fresh = make_install(tmp_path / "data", sso=settings)
     clock = FakeClock()
-    app = Server(tmp_path / "data", config, store, clock=clock).build_app()
-    server = TestServer(app, port=port)
+    server = TestServer(fresh.app(clock=clock), port=port)
     opened: list[TestClient[Any, Any]] = []
     async with TestClient(server) as client:
-        install = Install(server, config, store, result.admin_key, Browser(client),
+        install = Install(server, fresh.settings, fresh.store, fresh.admin_key, Browser(client),
                           tmp_path / "data", opened)
         sso_install = SsoInstall(install, provider, clock, settings)
         yield sso_install
@@ -131,7 +125,7 @@ def sso_port() -> int:
 
 @pytest.fixture
 def provider(tmp_path: Path, sso_port: int) -> Any:
-    from tests.oidc_provider import running_provider
+    from tests.support.oidc_provider import running_provider
 
     with running_provider(tmp_path / "oidc", accounts=dict(ACCOUNTS),
                           redirect_uris=(f"http://127.0.0.1:{sso_port}/ui/sso/callback",)) as p:

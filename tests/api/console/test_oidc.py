@@ -20,7 +20,7 @@ from joserfc.jwk import RSAKey
 
 from llmgw.api.console.oidc import Flow, Identity, OidcClient, safe_return_to
 from llmgw.core.errors import IdentityProviderUnavailable, SignInRefused
-from tests.oidc_provider import (
+from tests.support.oidc_provider import (
     ADMIN,
     DEFAULT_REDIRECT_URI,
     Browser,

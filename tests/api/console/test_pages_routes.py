@@ -11,10 +11,10 @@ from typing import Any
 import pytest
 from aiohttp import ClientResponse
 
+from llmgw.api.admin.routes import ADD_ROUTE, LIST_ROUTES, REMOVE_ROUTE
 from llmgw.api.console import render
 from llmgw.api.console.visitor import Visitor
 from llmgw.api.endpoints import invoke
-from llmgw.api.route_admin import ADD_ROUTE, LIST_ROUTES, REMOVE_ROUTE
 from llmgw.core.errors import Forbidden
 from llmgw.core.users import Grant, Person, Role, User
 from tests.api.console.conftest import Install

@@ -25,7 +25,7 @@ from tests.api.console.sso import (
     sso,
     sso_port,
 )
-from tests.oidc_provider import ADMIN, Account, OidcProvider
+from tests.support.oidc_provider import ADMIN, Account, OidcProvider
 
 __all__ = ["provider", "sso", "sso_port"]  # fixtures
 

@@ -9,10 +9,10 @@ from typing import Any
 
 import pytest
 
+from llmgw.api.admin.teams import ADD_TEAM, LIST_TEAMS, REMOVE_TEAM
 from llmgw.api.console import render
 from llmgw.api.console.visitor import Visitor
 from llmgw.api.endpoints import invoke
-from llmgw.api.teams import ADD_TEAM, LIST_TEAMS, REMOVE_TEAM
 from llmgw.core.errors import Forbidden
 from llmgw.core.types import UsageRow
 from llmgw.core.users import Grant, Person, Role, User

@@ -9,8 +9,8 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from aiohttp import ClientResponse
 
+from llmgw.api.admin.users import END_SESSIONS, LIST_USERS, REMOVE_USER, SET_ROLE
 from llmgw.api.endpoints import invoke
-from llmgw.api.users import END_SESSIONS, LIST_USERS, REMOVE_USER, SET_ROLE
 from llmgw.core.errors import Forbidden
 from llmgw.core.users import Grant, Person, Role, User
 from tests.api.console.conftest import Install

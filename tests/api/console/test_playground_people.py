@@ -29,7 +29,7 @@ from tests.api.console.sso import (
     provider,
     sso_port,
 )
-from tests.oidc_provider import ADMIN, OidcProvider
+from tests.support.oidc_provider import ADMIN, OidcProvider
 
 __all__ = ["provider", "sso_port"]  # fixtures
 

@@ -12,7 +12,7 @@ from llmgw.core.settings import LimitsSettings
 from llmgw.gateway import shared_limits
 from llmgw.gateway.cache.shared import PREFIX, SCRIPTS, InRedis
 from llmgw.store.redis_pipe import RedisPipe
-from tests.redis_server import RedisServer
+from tests.support.redis_server import RedisServer
 
 
 @pytest.fixture

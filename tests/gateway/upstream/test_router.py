@@ -7,7 +7,6 @@ import random
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field, replace
-from pathlib import Path
 from typing import Any
 
 import aiohttp
@@ -117,11 +116,6 @@ async def routed(store: Store, spec: RouteSpec, *, remote: frozenset[str] = froz
         await rig.close()
         for p in providers.values():
             await p.close()
-
-
-@pytest.fixture
-def store(tmp_path: Path) -> Store:
-    return Store.open(f"sqlite:///{tmp_path / 'llmgw.db'}")
 
 
 FAILURES: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {

@@ -15,7 +15,7 @@ from llmgw.core.types import LocalSource, Model, Profile
 from llmgw.gateway.upstream.router import Router
 from llmgw.gateway.upstream.shared_cooldowns import CooldownBus
 from llmgw.gateway.upstream.table import RoutingTable, Serving, Upstream
-from tests.redis_server import RedisServer
+from tests.support.redis_server import RedisServer
 
 SPEC = RouteSpec(name="chat", targets=[Target(model="a"), Target(model="b")],
                  fallback=Fallback(cooldown=Cooldown(failures=1, cooldown_s=30)))

@@ -8,10 +8,7 @@ from typing import Any
 
 from aiohttp import web
 
-from llmgw.api.console import data, forms, render
-from llmgw.api.console.access import root, visitor
-from llmgw.api.endpoints import Endpoint
-from llmgw.api.guard import (
+from llmgw.api.admin.guard import (
     DELETE_POLICY,
     GET_POLICY,
     GUARD_OVERVIEW,
@@ -21,6 +18,9 @@ from llmgw.api.guard import (
     PUT_POLICY,
     SET_SWITCHES,
 )
+from llmgw.api.console import data, forms, render
+from llmgw.api.console.access import root, visitor
+from llmgw.api.endpoints import Endpoint
 from llmgw.core.errors import InvalidRequest
 
 HERE = "/ui/guard"

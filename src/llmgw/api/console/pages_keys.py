@@ -7,11 +7,11 @@ from typing import Any
 
 from aiohttp import web
 
+from llmgw.api.admin.keys import CREATE_KEY, LIST_KEYS, REVOKE_KEY, ROTATE_KEY
 from llmgw.api.appkeys import GATEWAY
 from llmgw.api.console import data, forms, render
 from llmgw.api.console.access import root, visitor
 from llmgw.api.endpoints import Endpoint
-from llmgw.api.keys import CREATE_KEY, LIST_KEYS, REVOKE_KEY, ROTATE_KEY
 from llmgw.core.errors import NotFound
 from llmgw.core.protocol.keys import LiveCounts
 from llmgw.core.types import KeyScope, Team

@@ -7,12 +7,12 @@ from typing import Any
 
 from aiohttp import web
 
-from llmgw.api.admin import ADD_MODEL, LIST_MODELS, MODEL_RESOURCES, REMOVE_MODEL, SCALE_MODEL
+from llmgw.api.admin.jobs import GET_JOB, LIST_JOBS, START_JOB
+from llmgw.api.admin.models import ADD_MODEL, LIST_MODELS, MODEL_RESOURCES, REMOVE_MODEL, SCALE_MODEL
 from llmgw.api.appkeys import GATEWAY
 from llmgw.api.console import data, forms, render
 from llmgw.api.console.access import root, visitor
 from llmgw.api.endpoints import Endpoint
-from llmgw.api.jobs import GET_JOB, LIST_JOBS, START_JOB
 
 HERE = "/ui/models"
 # The page shows the newest job of this many models.

@@ -7,11 +7,11 @@ from typing import Any
 
 from aiohttp import web
 
+from llmgw.api.admin.keys import CREATE_KEY
+from llmgw.api.admin.nodes import CORDON_NODE, DRAIN_NODE, LABEL_NODE, LIST_NODES, UNCORDON_NODE
 from llmgw.api.console import data, forms, render
 from llmgw.api.console.access import root, visitor
 from llmgw.api.endpoints import Endpoint
-from llmgw.api.keys import CREATE_KEY
-from llmgw.api.nodes import CORDON_NODE, DRAIN_NODE, LABEL_NODE, LIST_NODES, UNCORDON_NODE
 
 HERE = "/ui/nodes"
 ACTIONS = {"cordon": CORDON_NODE, "uncordon": UNCORDON_NODE, "drain": DRAIN_NODE}

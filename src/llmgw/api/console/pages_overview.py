@@ -7,14 +7,14 @@ from typing import Any
 
 from aiohttp import web
 
-from llmgw.api.admin import CLUSTER_STATUS, LIST_REPLICAS
+from llmgw.api.admin.guard import GUARD_OVERVIEW
+from llmgw.api.admin.keys import USAGE
+from llmgw.api.admin.models import CLUSTER_STATUS, LIST_REPLICAS
+from llmgw.api.admin.nodes import LIST_NODES
 from llmgw.api.appkeys import GATEWAY, METRICS, METRICS_PEERS
 from llmgw.api.console import data, render
 from llmgw.api.console.access import root, visitor
 from llmgw.api.console.traffic import Traffic
-from llmgw.api.guard import GUARD_OVERVIEW
-from llmgw.api.keys import USAGE
-from llmgw.api.nodes import LIST_NODES
 from llmgw.gateway.metrics import Metrics, merged
 
 TRAFFIC = web.AppKey("console_traffic", Traffic)

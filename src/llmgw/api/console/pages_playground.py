@@ -10,12 +10,12 @@ from typing import Any
 import orjson
 from aiohttp import web
 
+from llmgw.api.admin.guard import LIST_VERDICTS
 from llmgw.api.appkeys import GATEWAY
 from llmgw.api.body import read_json
 from llmgw.api.console import data, render
 from llmgw.api.console.access import root, visitor
 from llmgw.api.context import REQUEST_ID, STARTED
-from llmgw.api.guard import LIST_VERDICTS
 from llmgw.api.replies import write
 from llmgw.core.errors import InvalidRequest
 from llmgw.gateway.wire.dialect import Api

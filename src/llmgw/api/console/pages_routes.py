@@ -6,10 +6,10 @@ from typing import Any
 
 from aiohttp import web
 
+from llmgw.api.admin.routes import ADD_ROUTE, LIST_ROUTES, REMOVE_ROUTE
 from llmgw.api.console import data, forms, render
 from llmgw.api.console.access import root, visitor
 from llmgw.api.endpoints import Endpoint
-from llmgw.api.route_admin import ADD_ROUTE, LIST_ROUTES, REMOVE_ROUTE
 from llmgw.core.errors import InvalidRequest
 from llmgw.core.routes import FailOn, Strategy
 

@@ -7,10 +7,10 @@ from typing import Any
 
 from aiohttp import web
 
+from llmgw.api.admin.teams import ADD_TEAM, LIST_TEAMS, REMOVE_TEAM
 from llmgw.api.console import data, forms, render
 from llmgw.api.console.access import root, visitor
 from llmgw.api.endpoints import Endpoint
-from llmgw.api.teams import ADD_TEAM, LIST_TEAMS, REMOVE_TEAM
 
 HERE = "/ui/teams"
 # The limits the add form asks for, as the API names them, with the page's labels.

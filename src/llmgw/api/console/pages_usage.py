@@ -8,10 +8,10 @@ from typing import Any
 
 from aiohttp import web
 
+from llmgw.api.admin.keys import GET_DEFAULT_LIMITS, LIST_KEYS, USAGE
+from llmgw.api.admin.teams import LIST_TEAMS
 from llmgw.api.console import data, render
 from llmgw.api.console.access import root, visitor
-from llmgw.api.keys import GET_DEFAULT_LIMITS, LIST_KEYS, USAGE
-from llmgw.api.teams import LIST_TEAMS
 from llmgw.core.errors import InvalidRequest
 from llmgw.core.types import TEAM_KEY_PREFIX
 from llmgw.core.users import Person

@@ -7,10 +7,10 @@ from typing import Any
 
 from aiohttp import web
 
+from llmgw.api.admin.users import END_SESSIONS, LIST_USERS, REMOVE_USER, SET_ROLE
 from llmgw.api.console import data, forms, render
 from llmgw.api.console.access import root, visitor
 from llmgw.api.endpoints import Endpoint
-from llmgw.api.users import END_SESSIONS, LIST_USERS, REMOVE_USER, SET_ROLE
 from llmgw.core.errors import InvalidRequest
 from llmgw.core.users import Role
 

@@ -34,7 +34,7 @@ from urllib.parse import quote, urljoin
 import httpx2
 import pytest
 
-OIDC_DIR = Path(__file__).parent / "oidc"
+OIDC_DIR = Path(__file__).resolve().parents[1] / "oidc"
 SCRIPT = OIDC_DIR / "provider.mjs"
 START_TIMEOUT_S = 30.0
 ADMIN_TIMEOUT_S = 10.0

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from llmgw.api.admin import NAME, by
+from llmgw.api.admin.models import NAME, by
 from llmgw.api.appkeys import CACHE, CATALOG
 from llmgw.api.endpoints import Call, Endpoint
 from llmgw.core.protocol.cache import (

@@ -29,8 +29,8 @@ from typing import Any
 import openai
 
 from llmgw.core.settings import ControlSettings, ServerSettings, dump, load
-from tests.e2e.server_process import LLMGW, LlmgwServer, free_port, pid_alive, wait_for
-from tests.isolation import clean_env
+from tests.support.isolation import clean_env
+from tests.support.server_process import LLMGW, LlmgwServer, free_port, pid_alive, wait_for
 
 FAKE_ENGINE = Path(__file__).resolve().parents[1] / "fakes" / "fake_engine.py"
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tests.isolation import clean_env
+from tests.support.isolation import clean_env
 
 LLMGW = [sys.executable, "-m", "llmgw.cli"]
 KEY_RE = re.compile(r"sk-llmgw-[A-Za-z0-9_-]+")
@@ -45,7 +45,7 @@ def wait_for(what: str, check: Callable[[], Any], timeout_s: float, every_s: flo
 
 def run_cli(*args: str, env: Mapping[str, str] | None = None,
             check: bool = True) -> subprocess.CompletedProcess[str]:
-    """`llmgw ARGS` in the suite's clean environment (tests/isolation.py) with `env` on top."""
+    """`llmgw ARGS` in the suite's clean environment (tests/support/isolation.py) with `env` on top."""
     proc = subprocess.run(
         [*LLMGW, *args], env={**clean_env(), **(env or {})}, capture_output=True, text=True,
         timeout=300,

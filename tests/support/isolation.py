@@ -18,11 +18,11 @@ from pathlib import Path
 # The LLMGW_* variables the test infrastructure reads (scripts/common.sh exports them):
 # where a tool the tests drive is, not anything of the user's install.
 INFRASTRUCTURE = frozenset({
-    "LLMGW_PG_BIN",         # tests/pg.py: PostgreSQL's initdb and pg_ctl
-    "LLMGW_CHROMIUM",       # tests/e2e/browser.py: the browser of the console's tests
-    "LLMGW_CHROMEDRIVER",   # tests/e2e/browser.py: its driver
+    "LLMGW_PG_BIN",         # tests/support/pg.py: PostgreSQL's initdb and pg_ctl
+    "LLMGW_CHROMIUM",       # tests/support/browser.py: the browser of the console's tests
+    "LLMGW_CHROMEDRIVER",   # tests/support/browser.py: its driver
     "LLMGW_MERMAID_JS",     # docsgen/hooks.py: the docs' diagram renderer
-    "LLMGW_REDIS_SERVER",   # tests/redis_server.py: the shared limits' Redis
+    "LLMGW_REDIS_SERVER",   # tests/support/redis_server.py: the shared limits' Redis
     "LLMGW_LLAMA_SERVER",   # the engine binary the end-to-end tests run
 })
 # Prefixes of the variables that configure the user's own install or account: dropped.

@@ -8,7 +8,7 @@ import sys
 import urllib.request
 from pathlib import Path
 
-from tests.e2e.server_process import free_port, wait_for
+from tests.support.server_process import free_port, wait_for
 
 REPO = "google/gemma-3-270m-GGUF"
 FILE = "gemma-3-270m-q4_k_m.gguf"

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from llmgw.api.admin import by
+from llmgw.api.admin.keys import live_counts
+from llmgw.api.admin.models import by
 from llmgw.api.appkeys import TEAMS
 from llmgw.api.endpoints import Call, Endpoint
-from llmgw.api.keys import live_counts
 from llmgw.core.errors import NotFound
 from llmgw.core.protocol.common import DataList, Removed
 from llmgw.core.protocol.keys import TeamOut, TeamRequest

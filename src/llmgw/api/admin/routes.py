@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from llmgw.api.admin import by
+from llmgw.api.admin.models import by
 from llmgw.api.appkeys import ROUTES
 from llmgw.api.endpoints import Call, Endpoint
 from llmgw.core.protocol.common import DataList, Removed

@@ -31,7 +31,7 @@ from selenium.webdriver.remote.webelement import WebElement
 from selenium.webdriver.support import expected_conditions as EC
 from selenium.webdriver.support.ui import WebDriverWait
 
-from tests.e2e.server_process import LlmgwServer
+from tests.support.server_process import LlmgwServer
 
 SCREENSHOTS = Path(__file__).resolve().parents[2] / "docs" / "screenshots"
 DESKTOP = (1280, 900)
