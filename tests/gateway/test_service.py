@@ -228,7 +228,7 @@ def test_a_routes_requests_are_judged_by_policies_of_its_name_and_of_every_targe
     from llmgw.core.clock import FakeClock
     from llmgw.core.guard import Direction, Policy
     from llmgw.core.routes import RouteSpec, Target
-    from llmgw.gateway.service import _route_policies
+    from llmgw.gateway.covering import route_policies as _route_policies
     from llmgw.gateway.upstream.router import Router
     from llmgw.guard.enforcement import Guard
 

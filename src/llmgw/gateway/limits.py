@@ -48,6 +48,7 @@ from llmgw.gateway.auth import KeyCache, is_team
 from llmgw.gateway.inflight import InFlight, LocalInFlight, entry
 from llmgw.gateway.limit_refusals import refusal
 from llmgw.gateway.shared_limits import Hold, Member, Refused, SharedLimits
+from llmgw.gateway.usage import Tokens
 from llmgw.gateway.windows import LocalWindows, Windows
 from llmgw.store.store import Store
 
@@ -76,6 +77,10 @@ class Ticket:
             return
         self.done = True
         self.limiter._settle(self, tokens)
+
+    def ended(self, _status: int, tokens: Tokens) -> None:
+        """`settle` as a closer of the call (`Exchange.end`)."""
+        self.settle(tokens.total)
 
 
 @dataclass
