@@ -138,3 +138,9 @@ def plan(api: Api, model: Model) -> tuple[str, Translation | None]:
             f"model '{model.name}' is served by a provider that speaks the {spoken} API only, and "
             f"llmgw does not translate {api.value} requests to it", param="model")
     return PATHS[translation.upstream], translation
+
+
+def from_chat(api: Api) -> Translation | None:
+    """How an answer made as a chat completion reaches a client of `api` (None: as it is): as it
+    would from an upstream that speaks chat completions only. The cache replays through it."""
+    return None if api == Api.CHAT else TRANSLATIONS.get((api, ProviderApi.OPENAI))
