@@ -33,16 +33,17 @@ class LimitKind:
     slot: int  # its place (1-based) among a member's limits in `limit_scripts.ADMIT`'s ARGV
 
 
-RPM = LimitKind("rpm", "rpm", Window.MINUTE, "rate_limit_rpm",
-                "key {key} is over {whose} limit of {limit} requests per minute", 1)
-TPM = LimitKind("tpm", "tpm", Window.MINUTE, "rate_limit_tpm",
-                "key {key} is over {whose} limit of {limit} tokens per minute", 2)
-CONCURRENT = LimitKind("concurrent", "concurrent", Window.IN_FLIGHT, "rate_limit_concurrent",
-                       "key {key} has {limit} requests{family} in flight already", 3)
-DAY = LimitKind("day", "tokens_per_day", Window.DAY, "budget_exceeded",
-                "key {key} has used or reserved {whose} {limit} tokens for today", 4)
-MONTH = LimitKind("month", "tokens_per_month", Window.MONTH, "budget_exceeded",
-                  "key {key} has used or reserved {whose} {limit} tokens for this month", 5)
+RPM = LimitKind("rpm", "rpm", Window.MINUTE, code="rate_limit_rpm",
+                words="key {key} is over {whose} limit of {limit} requests per minute", slot=1)
+TPM = LimitKind("tpm", "tpm", Window.MINUTE, code="rate_limit_tpm",
+                words="key {key} is over {whose} limit of {limit} tokens per minute", slot=2)
+CONCURRENT = LimitKind("concurrent", "concurrent", Window.IN_FLIGHT,
+                       code="rate_limit_concurrent",
+                       words="key {key} has {limit} requests{family} in flight already", slot=3)
+DAY = LimitKind("day", "tokens_per_day", Window.DAY, code="budget_exceeded",
+                words="key {key} has used or reserved {whose} {limit} tokens for today", slot=4)
+MONTH = LimitKind("month", "tokens_per_month", Window.MONTH, code="budget_exceeded",
+                  words="key {key} has used or reserved {whose} {limit} tokens for this month", slot=5)
 
 # In the order the engines check them, which is their order in the admission script's ARGV.
 KINDS = (RPM, TPM, CONCURRENT, DAY, MONTH)
