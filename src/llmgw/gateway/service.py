@@ -40,7 +40,8 @@ from llmgw.gateway.transport import Transport
 from llmgw.gateway.upstream.router import Plan, Router, resolve
 from llmgw.gateway.upstream.table import RoutingTable
 from llmgw.gateway.usage import Tokens, UsageMeter, UsageTap
-from llmgw.gateway.wire import anthropic_messages, openai_chat, openai_responses, translate
+from llmgw.gateway.wire import translate
+from llmgw.gateway.wire.apis import APIS
 from llmgw.gateway.wire.dialect import Api, Wire
 from llmgw.guard.enforcement import Guard
 
@@ -62,15 +63,7 @@ def _in_scopes(key: ApiKey, scopes: frozenset[KeyScope]) -> ApiKey:
 
 
 # Which dialect reads each API's requests.
-WIRES: dict[Api, Wire] = {
-    Api.CHAT: openai_chat.CHAT,
-    Api.COMPLETIONS: openai_chat.COMPLETIONS,
-    Api.EMBEDDINGS: openai_chat.EMBEDDINGS,
-    Api.RERANK: openai_chat.RERANK,
-    Api.RESPONSES: openai_responses.WIRE,
-    Api.MESSAGES: anthropic_messages.WIRE,
-    Api.COUNT_TOKENS: anthropic_messages.COUNT_TOKENS,
-}
+WIRES: dict[Api, Wire] = {api: spec.wire for api, spec in APIS.items()}
 
 # The status metrics show for a request whose client went away (nginx's): not an upstream error.
 CLIENT_CLOSED = 499

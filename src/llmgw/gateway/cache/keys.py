@@ -10,13 +10,14 @@ from typing import Any
 import orjson
 
 from llmgw.core.cache import NONE_SAID, OFF, CacheWhen, Directives
+from llmgw.gateway.wire.apis import APIS
 from llmgw.gateway.wire.dialect import Api
 
 __all__ = ["CACHED_APIS", "NONE_SAID", "OFF", "Directives", "bucket_key", "cache_key", "directives",
            "eligible", "last_user_turn"]
 
 # The APIs whose answers are kept: generation, in every dialect llmgw replays.
-CACHED_APIS = frozenset({Api.CHAT, Api.MESSAGES, Api.RESPONSES})
+CACHED_APIS = frozenset(api for api, spec in APIS.items() if spec.cacheable)
 
 # Fields that never change the answer: how it is delivered, and who asked (for the provider's
 # abuse tracking). Everything else the client sends is part of the key.
