@@ -22,8 +22,8 @@ from llmgw.core.guard import Direction, InputMode, OnFailure, Outcome, Policy, V
 from llmgw.core.judges import DEFAULT_JUDGE, KNOWN
 from llmgw.core.types import LocalSource, Model, Profile
 from llmgw.gateway.call import Exchange
-from llmgw.gateway.guarded import Judged, forward_guarded
 from llmgw.gateway.relay import outbound
+from llmgw.gateway.stages.guard import Judged, forward_guarded
 from llmgw.gateway.transport import Transport
 from llmgw.gateway.upstream.table import Serving, Upstream
 from llmgw.gateway.usage import UsageTap

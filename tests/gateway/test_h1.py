@@ -17,6 +17,7 @@ from llmgw.core.errors import UpstreamError, UpstreamTimeout
 from llmgw.core.types import Model, RemoteSource
 from llmgw.gateway.h1 import Pool, target
 from llmgw.gateway.h1_connection import ConnectError, H1Error, Proto, Response
+from llmgw.gateway.reach import connect
 from llmgw.gateway.transport import Transport
 from llmgw.gateway.upstream.table import Serving, Upstream
 from tests.fakes.timers import ManualTimers
@@ -304,7 +305,7 @@ async def test_an_upstream_whose_port_does_not_parse_is_a_502_not_a_fault(port: 
         route = Serving(Model(name="m", source=RemoteSource(base_url="http://127.0.0.1/v1")),
                         (Upstream("remote:m", f"http://127.0.0.1:{port}/v1"),))
         with pytest.raises(UpstreamError) as refused:
-            await client.connect(route, "/chat/completions", b"{}")
+            await connect(client, route, "/chat/completions", b"{}")
         assert refused.value.status == 502
     finally:
         await client.close()
@@ -317,12 +318,12 @@ async def test_the_transport_maps_the_clients_errors_once(
     await client.start()
     try:
         broken = await raw(replying(b"HTTP/1.1 200 OK\r\nContent-Length: 50\r\n\r\n{", close=True))
-        conn = await client.connect(remote_route(broken.url), "/chat/completions", b"{}")
+        conn = await connect(client, remote_route(broken.url), "/chat/completions", b"{}")
         with pytest.raises(UpstreamError, match="failed"):
             await conn.whole()
         conn.release()
         stalls = await raw(replying(b"HTTP/1.1 200 OK\r\nContent-Length: 50\r\n\r\n{"))
-        conn = await client.connect(remote_route(stalls.url), "/chat/completions", b"{}")
+        conn = await connect(client, remote_route(stalls.url), "/chat/completions", b"{}")
         with pytest.raises(UpstreamTimeout):
             await conn.whole()
         conn.release()

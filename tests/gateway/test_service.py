@@ -10,18 +10,31 @@ import time
 from collections.abc import AsyncIterator
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import anthropic
 import openai
 import pytest
 
-from llmgw.core.settings import ControlSettings
+from llmgw.core.cache import CacheMode, CacheSpec
+from llmgw.core.clock import FakeClock
+from llmgw.core.routes import RouteSpec, Target
+from llmgw.core.settings import CacheSettings, ControlSettings
 from llmgw.core.types import LocalSource, Model, Profile, Scaling
+from llmgw.gateway.auth import KeyCache
+from llmgw.gateway.cache.memory import MemoryCache
+from llmgw.gateway.cache.service import ResponseCache
+from llmgw.gateway.cache.store import InMemory
+from llmgw.gateway.limits import Limiter
 from llmgw.gateway.metrics import Metrics
 from llmgw.gateway.queue import QUEUE_FULL_RETRY_S, ColdQueue
+from llmgw.gateway.service import Gateway
+from llmgw.gateway.snapshot import Refresher, Snapshot
+from llmgw.gateway.transport import Transport
 from llmgw.gateway.upstream.table import RoutingTable, Serving, Upstream
+from llmgw.guard.enforcement import Guard
 from llmgw.store.store import Store
+from tests.factories import gemma_model, qwen_guard_model, remote_model
 from tests.fakes.provider import ANSWER, FakeProvider, GatewayRig
 
 ON_DEMAND = Model(name="m", source=LocalSource(path="/m.gguf"), profiles=[Profile(name="cpu")],
@@ -228,7 +241,7 @@ def test_a_routes_requests_are_judged_by_policies_of_its_name_and_of_every_targe
     from llmgw.core.clock import FakeClock
     from llmgw.core.guard import Direction, Policy
     from llmgw.core.routes import RouteSpec, Target
-    from llmgw.gateway.service import _route_policies
+    from llmgw.gateway.covering import route_policies as _route_policies
     from llmgw.gateway.upstream.router import Router
     from llmgw.guard.enforcement import Guard
 
@@ -249,3 +262,32 @@ def test_a_routes_requests_are_judged_by_policies_of_its_name_and_of_every_targe
     inputs, outputs = _route_policies(cast(Guard, Policies()), plan, "k")
     assert [p.name for p in inputs] == ["on-route", "on-a"]  # each once, whichever covers it
     assert [p.name for p in outputs] == ["on-b"]  # the fallback's policy too
+
+
+def test_each_served_name_runs_only_the_stages_that_apply_to_it(store: Store, clock: FakeClock) -> None:
+    """Built with the snapshot: a model without a guard or a cache runs `limits -> upstream`
+    (the path as it always was); the cache only where it is on for the model or route, the queue
+    only for a model that may start on demand, the guard never for a judge's own calls."""
+    cached = remote_model("cached").model_copy(update={"cache": CacheSpec(mode=CacheMode.EXACT)})
+    models = [remote_model("plain"), cached, gemma_model(), qwen_guard_model()]
+    refresher = Refresher(store, b"\x01" * 32)
+    refresher.current = Snapshot(1, KeyCache(b"\x01" * 32, []), RoutingTable(
+        {m.name: Serving(m, (Upstream(m.name, "http://127.0.0.1:9/v1"),)) for m in models}),
+        route_specs={"front": RouteSpec(name="front", targets=[Target(model="plain")])})
+
+    plain = Gateway(refresher, Transport(1.0), clock, limiter=Limiter(None, clock.now))
+    chains = refresher.current.chains
+    assert {name: chains[name].names for name in chains} == {
+        name: ("limits", "upstream") for name in ("plain", "cached", "gemma3-270m", "qwen3guard-0.6b",
+                                                  "front")}
+    assert plain.cache is None
+
+    Gateway(refresher, Transport(1.0), clock, cast(Guard, object()), Limiter(None, clock.now),
+            queue=ColdQueue(ControlSettings(), clock.monotonic, lambda _name: None),
+            cache=ResponseCache(CacheSettings(), InMemory(MemoryCache(10, 10_000, clock.monotonic))))
+    chains = refresher.current.chains
+    assert chains["plain"].names == ("limits", "guard", "upstream")
+    assert chains["cached"].names == ("limits", "cache", "guard", "upstream")
+    assert chains["gemma3-270m"].names == ("limits", "queue", "guard", "upstream")
+    assert chains["qwen3guard-0.6b"].names == ("limits", "queue", "upstream")
+    assert chains["front"].names == ("limits", "queue", "guard", "upstream")

@@ -11,6 +11,7 @@ from llmgw.core.engine_keys import EngineKeys
 from llmgw.core.errors import NoReadyReplica
 from llmgw.core.types import Replica, ReplicaState, Scaling
 from llmgw.gateway.snapshot import Refresher, build_routes
+from llmgw.gateway.upstream.choice import choose
 from llmgw.gateway.upstream.table import RoutingTable, Serving, Upstream
 from llmgw.server.init import demo_judge
 from llmgw.store.store import Store
@@ -73,7 +74,7 @@ def test_a_missing_key_variable_leaves_the_route_without_upstream_and_says_why(
     assert "LLMGW_PROVIDER_EXAMPLE" in route.unavailable
     # The client's 503 carries the same explanation.
     with pytest.raises(NoReadyReplica, match="LLMGW_PROVIDER_EXAMPLE is not set"):
-        RoutingTable(routes).choose(route)
+        choose(route)
     # One broken provider does not take the other models down with it.
     assert "gemma3-270m" in routes
 
@@ -174,7 +175,7 @@ def test_requests_in_flight_are_remembered_across_a_rebuild(monkeypatch: pytest.
     assert again["remote:gpt-4o-mini"].outstanding == 7
     # The balancer keeps steering away from the busy replica after the refresh.
     table = RoutingTable(second)
-    assert table.choose(table.resolve("gemma3-270m")).id == "r2"
+    assert choose(table.resolve("gemma3-270m")).id == "r2"
 
 
 def test_a_replica_that_moved_to_a_new_port_starts_a_fresh_count() -> None:

@@ -22,6 +22,7 @@ from llmgw.core.types import ApiKey, KeyScope
 from llmgw.gateway.service import Gateway
 from llmgw.gateway.traced import request_span
 from llmgw.gateway.wire import anthropic_messages, checks
+from llmgw.gateway.wire.apis import APIS
 from llmgw.gateway.wire.checks import MAX_TOKENS
 from llmgw.gateway.wire.dialect import Api
 from llmgw.guard import moderation
@@ -153,11 +154,12 @@ def _generation(required: tuple[str, ...], **props: Schema) -> Schema:
                max_completion_tokens=_TOKENS, **props)
 
 
-def _forward(name: str, path: str, summary: str, api: Api, body: Schema, *, tag: str = "openai",
-             **doc: Any) -> Endpoint[None, None]:
-    if tag == "anthropic":
+def _forward(name: str, summary: str, api: Api, body: Schema, **doc: Any) -> Endpoint[None, None]:
+    spec = APIS[api]  # its path, and whose dialect its callers (and its errors) speak
+    if spec.anthropic:
         doc["errors"] = "AnthropicError"
-    return raw(name, "POST", path, summary, tag, _proxy(api), body_schema=body, **doc)
+    return raw(name, "POST", spec.path, summary, "anthropic" if spec.anthropic else "openai",
+               _proxy(api), body_schema=body, **doc)
 
 
 HEALTH = raw("health", "GET", "/health", "Liveness", "meta", health, access=Access.PUBLIC,
@@ -165,7 +167,7 @@ HEALTH = raw("health", "GET", "/health", "Liveness", "meta", health, access=Acce
 METRICS_TEXT = raw("metrics", "GET", "/metrics", "Prometheus metrics (an admin or metrics key, unless "
                    "the install sets metrics_public)", "meta", metrics, access=Access.SCRAPER,
                    content=("text/plain",))
-CHAT = _forward("chat_completions", "/v1/chat/completions", "Chat completion", Api.CHAT,
+CHAT = _forward("chat_completions", "Chat completion", Api.CHAT,
                 _generation(("model", "messages"),
                             messages={"type": "array", "minItems": 1, "items": _MESSAGE}),
                 content=_SSE, example={"model": "gemma3-270m", "max_tokens": 32,
@@ -175,21 +177,21 @@ CHAT = _forward("chat_completions", "/v1/chat/completions", "Chat completion", A
                 "model (or a route's target), translated when the upstream speaks Anthropic's "
                 "dialect; `stream: true` answers in server-sent events. Fields llmgw does not "
                 "check pass through to the upstream as they are.")
-COMPLETIONS = _forward("completions", "/v1/completions", "Text completion", Api.COMPLETIONS,
+COMPLETIONS = _forward("completions", "Text completion", Api.COMPLETIONS,
                        _generation(("model", "prompt"), prompt=_TEXT_OR_ARRAY), content=_SSE,
                        description="OpenAI's text completions (a `prompt` rather than messages), "
                        "checked and forwarded as chat completions are; `stream: true` answers in "
                        "server-sent events.")
-EMBEDDINGS = _forward("embeddings", "/v1/embeddings", "Embeddings", Api.EMBEDDINGS,
+EMBEDDINGS = _forward("embeddings", "Embeddings", Api.EMBEDDINGS,
                       obj(("model", "input"), model=_STR, input=_TEXT_OR_ARRAY),
                       description="OpenAI's embeddings of `input`, from a replica of a model "
                       "whose engine serves them.")
-RERANK = _forward("rerank", "/v1/rerank", "Rerank documents (engines that serve it)", Api.RERANK,
+RERANK = _forward("rerank", "Rerank documents (engines that serve it)", Api.RERANK,
                   obj(("model", "query", "documents"), model=_STR, query=_STR,
                       documents={"type": "array"}),
                   description="The `documents` scored by relevance to `query` (llama.cpp's rerank "
                   "API), from a replica of a model whose engine serves reranking.")
-RESPONSES = _forward("responses", "/v1/responses", "OpenAI Responses (served from chat completions)",
+RESPONSES = _forward("responses", "OpenAI Responses (served from chat completions)",
                      Api.RESPONSES, obj(("model", "input"), model=_STR, input=_TEXT_OR_ARRAY,
                                         instructions={"type": ["string", "null"]},
                                         max_output_tokens=_TOKENS, stream={"type": "boolean"}),
@@ -200,20 +202,19 @@ RESPONSES = _forward("responses", "/v1/responses", "OpenAI Responses (served fro
                      "every request carries its whole conversation; what cannot be carried "
                      "(`previous_response_id`, hosted tools, ...) is refused with a 400 naming "
                      "the field.")
-MESSAGES = _forward("messages", "/v1/messages", "Anthropic Messages", Api.MESSAGES,
+MESSAGES = _forward("messages", "Anthropic Messages", Api.MESSAGES,
                     obj(("model", "messages", "max_tokens"), model=_STR, messages=_TURNS,
                         max_tokens=_TOKENS, stream={"type": "boolean"},
                         system={"type": ["string", "array"]}),
-                    tag="anthropic", content=_SSE,
+                    content=_SSE,
                     example={"model": "gemma3-270m", "max_tokens": 32,
                              "messages": [{"role": "user", "content": "Hello"}]},
                     description="Anthropic's Messages API, answered in Anthropic's shape (its "
                     "errors too), with the key as `x-api-key` or `Authorization: Bearer`. A model "
                     "whose upstream speaks OpenAI's dialect gets the request as a chat completion "
                     "and its answer (or stream) back as Anthropic's.")
-COUNT_TOKENS = _forward("count_tokens", "/v1/messages/count_tokens", "Anthropic token count",
+COUNT_TOKENS = _forward("count_tokens", "Anthropic token count",
                         Api.COUNT_TOKENS, obj(("model", "messages"), model=_STR, messages=_TURNS),
-                        tag="anthropic",
                         returns_schema=obj(("input_tokens",), input_tokens={"type": "integer"}),
                         description="The input tokens a Messages request would take: the "
                         "upstream's count when it speaks Anthropic's dialect, else an estimate. "

@@ -37,19 +37,14 @@ from llmgw.api.request_ids import CURRENT_ID, new_id
 from llmgw.core.deadline import Deadline
 from llmgw.core.errors import PayloadTooLarge
 from llmgw.gateway.service import Gateway
+from llmgw.gateway.wire.apis import APIS
 from llmgw.gateway.wire.dialect import Api
 
 logger = logging.getLogger(__name__)
 
-HOT: dict[bytes, Api] = {
-    b"/v1/chat/completions": Api.CHAT,
-    b"/v1/completions": Api.COMPLETIONS,
-    b"/v1/embeddings": Api.EMBEDDINGS,
-    b"/v1/messages": Api.MESSAGES,
-    b"/v1/responses": Api.RESPONSES,
-}
+HOT: dict[bytes, Api] = {spec.path.encode(): api for api, spec in APIS.items() if spec.hot}
 # The hot routes whose callers speak Anthropic's dialect (`errors.speaks_anthropic`).
-_ANTHROPIC = frozenset({Api.MESSAGES})
+_ANTHROPIC = frozenset(api for api in HOT.values() if APIS[api].anthropic)
 # A hot request carrying one of these is aiohttp's to answer: rare, and aiohttp handles them.
 _HANDED_OVER = frozenset({b"expect", b"content-encoding", b"transfer-encoding", b"upgrade"})
 # aiohttp's own bounds on a request's head, kept: past them, 431.

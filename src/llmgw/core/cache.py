@@ -8,6 +8,7 @@ call its model."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from enum import StrEnum
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -43,3 +44,16 @@ class CacheSpec(BaseModel):
     # Entries shared by every tenant that may call the model: only for answers that hold nothing
     # of one tenant's (a public FAQ model), never the default.
     shared: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Directives:
+    """What the client said of the cache for this request."""
+
+    lookup: bool = True  # False: `Cache-Control: no-cache`, answered fresh
+    store: bool = True  # False: `Cache-Control: no-store`, not kept
+    asked: bool = False  # `X-Llmgw-Cache: on`: cached whatever its temperature
+
+
+NONE_SAID = Directives()
+OFF = Directives(lookup=False, store=False)

@@ -8,21 +8,33 @@ from __future__ import annotations
 
 import logging
 from collections.abc import AsyncGenerator, Callable
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass, field
+from typing import Any
 
+from llmgw.core.cache import NONE_SAID, Directives
 from llmgw.core.types import ApiKey
+from llmgw.gateway.upstream.router import Plan
 from llmgw.gateway.upstream.table import Serving
-from llmgw.gateway.usage import UsageTap
+from llmgw.gateway.usage import Tokens, UsageTap
 from llmgw.gateway.wire.dialect import Api, Ask, Wire
-
-if TYPE_CHECKING:  # the plan's and the cache's modules import this one
-    from llmgw.gateway.cache.entry import CachedAnswer
-    from llmgw.gateway.cache.semantic import Vector
-    from llmgw.gateway.cache.service import Probe
-    from llmgw.gateway.upstream.router import Plan
+from llmgw.gateway.wire.translate import Translation
 
 logger = logging.getLogger(__name__)
+
+# What a stage that opened something runs when the call ends: its status and what it used.
+Closer = Callable[[int, Tokens], None]
+
+
+# Not frozen: made on every request, and a frozen dataclass sets each field through
+# `object.__setattr__` (five times the cost). Nothing changes one once made.
+@dataclass(slots=True)
+class Outbound:
+    """What goes to the upstream for a call: where, which bytes, and how its answer comes back."""
+
+    path: str
+    body: bytes
+    translation: Translation | None
+    wire: Wire  # the upstream's dialect
 
 
 # Not frozen: made on every request, and a frozen dataclass sets each field through
@@ -42,6 +54,11 @@ class UpstreamCall:
     started: float  # monotonic time the request arrived
     # Set when the client named a route: the targets to try, in order (`route` is the first).
     plan: Plan | None = None
+    # The upstream request as built for `route` (None: no upstream is asked; llmgw answers).
+    out: Outbound | None = None
+    said: Directives = NONE_SAID  # what the client said of the response cache
+    # What happens to it, shared by every stage (and every copy made for another target).
+    exchange: Exchange = field(default_factory=lambda: Exchange(UsageTap()))
 
 
 @dataclass
@@ -56,16 +73,29 @@ class Exchange:
     broke: bool = False  # the upstream's stream broke (the client got the dialect's error event)
     # On a route: the catalog model that answered, which usage and metrics are counted against.
     target: str = ""
-    # With the response cache on for the request: where its answer is kept, and the kept
-    # answer it was served (None: a miss).
-    probe: Probe | None = None
-    hit: CachedAnswer | None = None
-    vector: Vector | None = None  # a semantic look-up's embedding of the request, to index its answer
+    # Turned away at admission (a limit): not counted as a request at all.
+    refused: bool = False
+    # What the call is charged when no upstream answered it (a cached answer), instead of what
+    # the tap counted; and the tokens a cached answer saved (None: none was served).
+    charged: Tokens | None = None
+    saved: int | None = None
+    # What the stages opened, each settled when the call ends (`end`), the last opened first.
+    closers: list[Closer] = field(default_factory=list)
 
     def verdict(self, judged: bool) -> None:
         """Note an output judgment: `judged` when every judge gave a verdict. One pass let
         through unjudged leaves the whole answer unjudged."""
         self.judged = judged and self.judged is not False
+
+    def end(self, status: int, tokens: Tokens) -> None:
+        """Settle what the stages opened, as the call ended: once, the last opened first. A
+        closer's failure must not keep the next from settling what it holds."""
+        closers, self.closers = self.closers, []
+        for closer in reversed(closers):
+            try:
+                closer(status, tokens)
+            except Exception:
+                logger.exception("settling a call failed")
 
 
 class Stream:

@@ -18,35 +18,11 @@ import functools
 import ssl
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
 from urllib.parse import quote, unquote, urlsplit
 
-from llmgw.gateway.h1_connection import ConnectError, H1Error, Proto, Response
+from llmgw.gateway.h1_connection import ConnectError, H1Error, Proto, Response, Target
 
 _PATH_SAFE = "/:@!$&'()*+,;=-._~%?"
-
-
-@dataclass(frozen=True)
-class Target:
-    """Where a base URL points: the pool's key, and the path every request starts with."""
-
-    tls: bool
-    host: str
-    port: int
-    prefix: str
-    host_header: str
-    # `Basic …` from credentials in the URL (`https://user:pass@host/v1`), sent unless the
-    # request has its own Authorization.
-    basic_auth: str | None = None
-
-    def __hash__(self) -> int:
-        # Made once per base URL (`target` caches it) and hashed three times a request (the
-        # request head's cache, taking and giving back a pooled connection): not field by field.
-        cached: int | None = self.__dict__.get("_hash")
-        if cached is None:
-            cached = hash((self.tls, self.host, self.port, self.prefix, self.basic_auth))
-            object.__setattr__(self, "_hash", cached)
-        return cached
 
 
 @functools.lru_cache(maxsize=4096)

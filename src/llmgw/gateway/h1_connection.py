@@ -5,15 +5,37 @@ from __future__ import annotations
 import asyncio
 import zlib
 from collections import deque
-from typing import TYPE_CHECKING, cast
+from dataclasses import dataclass
+from typing import Protocol, cast
 
 import httptools
 from multidict import CIMultiDict, CIMultiDictProxy
 
 from llmgw.core.deadline import Deadline
 
-if TYPE_CHECKING:
-    from llmgw.gateway.h1 import Pool, Target
+
+@dataclass(frozen=True)
+class Target:
+    """Where a base URL points: the pool's key, and the path every request starts with."""
+
+    tls: bool
+    host: str
+    port: int
+    prefix: str
+    host_header: str
+    # `Basic …` from credentials in the URL (`https://user:pass@host/v1`), sent unless the
+    # request has its own Authorization.
+    basic_auth: str | None = None
+
+    def __hash__(self) -> int:
+        # Made once per base URL (`target` caches it) and hashed three times a request (the
+        # request head's cache, taking and giving back a pooled connection): not field by field.
+        cached: int | None = self.__dict__.get("_hash")
+        if cached is None:
+            cached = hash((self.tls, self.host, self.port, self.prefix, self.basic_auth))
+            object.__setattr__(self, "_hash", cached)
+        return cached
+
 
 # Past this many bytes buffered and unread, the socket is not read until the reader catches up.
 _HIGH_WATER = 1 << 20
@@ -228,10 +250,19 @@ class _Decoder:
         return self._z.flush() if self._z is not None else b""
 
 
+class Keeper(Protocol):
+    """What a connection needs of its pool (`h1.Pool`): to take it back once its answer was
+    read, and to forget it once it is lost."""
+
+    def _put(self, proto: Proto) -> None: ...
+
+    def _forget(self, proto: Proto) -> None: ...
+
+
 class Proto(asyncio.Protocol):
     """One connection: the parser's callbacks feed the response being read."""
 
-    def __init__(self, pool: Pool, key: Target) -> None:
+    def __init__(self, pool: Keeper, key: Target) -> None:
         self.pool = pool
         self.key = key
         self.transport: asyncio.Transport | None = None

@@ -7,6 +7,7 @@ from datetime import datetime, timedelta
 from llmgw.core.errors import RateLimited
 from llmgw.core.types import ApiKey, Limits
 from llmgw.gateway.auth import is_team
+from llmgw.gateway.limit_kinds import LimitKind, Window
 
 
 def _whose(key: ApiKey, member: ApiKey) -> str:
@@ -15,33 +16,24 @@ def _whose(key: ApiKey, member: ApiKey) -> str:
     return "its" if member.id == key.id else f"{member.label}'s (shared by the keys it minted)"
 
 
-def refusal(key: ApiKey, member: ApiKey, lim: Limits, limit: str, used: int,
+def refusal(key: ApiKey, member: ApiKey, lim: Limits, kind: LimitKind, used: int,
             now: datetime) -> RateLimited:
-    """The 429 for `key` over `member`'s `limit` (rpm, tpm, concurrent, day or month), of which
-    `member` had used `used`; counted by this server or in the shared store, said the same way."""
-    retry = 60 - now.second
-    if limit == "rpm":
-        return RateLimited(f"key {key.label} is over {_whose(key, member)} limit of {lim.rpm} "
-                           "requests per minute", retry, code="rate_limit_rpm")
-    if limit == "tpm":
-        return RateLimited(f"key {key.label} is over {_whose(key, member)} limit of {lim.tpm} "
-                           "tokens per minute", retry, code="rate_limit_tpm")
-    if limit == "concurrent":
-        family = "" if member.id == key.id else f" of team {member.name}" if is_team(member) \
-            else f" of {member.label}'s family"
-        return RateLimited(f"key {key.label} has {lim.concurrent} requests{family} in flight "
-                           "already", 1, code="rate_limit_concurrent")
-    if limit == "day":
-        return _spent(key, member, lim.tokens_per_day or 0, "today", used, _to_next_day(now))
-    return _spent(key, member, lim.tokens_per_month or 0, "this month", used, _to_next_month(now))
-
-
-def _spent(key: ApiKey, member: ApiKey, budget: int, when: str, spent: int,
-           to_reset: int) -> RateLimited:
-    # Refused only for reservations in flight: they settle soon, maybe below what they hold.
-    retry = to_reset if spent >= budget else 1
-    return RateLimited(f"key {key.label} has used or reserved {_whose(key, member)} {budget} "
-                       f"tokens for {when}", retry, code="budget_exceeded")
+    """The 429 for `key` over `member`'s limit of `kind`, of which `member` had used `used`;
+    counted by this server or in the shared store, said the same way."""
+    limit: int = getattr(lim, kind.field) or 0
+    family = ""
+    if kind.window == Window.IN_FLIGHT and member.id != key.id:
+        family = f" of team {member.name}" if is_team(member) else f" of {member.label}'s family"
+    words = kind.words.format(key=key.label, whose=_whose(key, member), limit=limit, family=family)
+    if kind.window == Window.MINUTE:
+        retry = 60 - now.second
+    elif kind.window == Window.IN_FLIGHT:
+        retry = 1
+    elif used < limit:  # refused only for reservations in flight: they settle soon, maybe below
+        retry = 1
+    else:
+        retry = _to_next_day(now) if kind.window == Window.DAY else _to_next_month(now)
+    return RateLimited(words, retry, code=kind.code)
 
 
 def _to_next_month(now: datetime) -> int:

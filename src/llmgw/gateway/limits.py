@@ -46,8 +46,10 @@ from llmgw.core.protocol.keys import LiveCounts
 from llmgw.core.types import ApiKey, Limits
 from llmgw.gateway.auth import KeyCache, is_team
 from llmgw.gateway.inflight import InFlight, LocalInFlight, entry
+from llmgw.gateway.limit_kinds import BY_NAME, CONCURRENT, DAY, MONTH, RPM, TPM
 from llmgw.gateway.limit_refusals import refusal
 from llmgw.gateway.shared_limits import Hold, Member, Refused, SharedLimits
+from llmgw.gateway.usage import Tokens
 from llmgw.gateway.windows import LocalWindows, Windows
 from llmgw.store.store import Store
 
@@ -76,6 +78,10 @@ class Ticket:
             return
         self.done = True
         self.limiter._settle(self, tokens)
+
+    def ended(self, _status: int, tokens: Tokens) -> None:
+        """`settle` as a closer of the call (`Exchange.end`)."""
+        self.settle(tokens.total)
 
 
 @dataclass
@@ -182,7 +188,8 @@ class Limiter:
             return self._unshared(shared, key, reserve_tokens)
         if isinstance(outcome, Refused):
             member = chain[outcome.index]
-            raise refusal(key, member, self.limits_for(member), outcome.limit, outcome.used, now)
+            raise refusal(key, member, self.limits_for(member), BY_NAME[outcome.limit], outcome.used,
+                          now)
         with self.flight.held():
             self._count(chain, minute, reserve_tokens)
         return Ticket(tuple(m.id for m in chain), minute, reserve_tokens, self, hold=outcome)
@@ -220,12 +227,12 @@ class Limiter:
         mid = member.id
         used_requests, used_tokens = self._minute(mid, seconds // 60)
         if lim.rpm is not None and used_requests + 1 > lim.rpm:
-            raise refusal(key, member, lim, "rpm", used_requests, now)
+            raise refusal(key, member, lim, RPM, used_requests, now)
         if lim.tpm is not None and used_tokens + reserve_tokens > lim.tpm and used_tokens > 0:
-            raise refusal(key, member, lim, "tpm", used_tokens, now)
+            raise refusal(key, member, lim, TPM, used_tokens, now)
         in_flight, reserved = self.flight.get(mid)
         if lim.concurrent is not None and in_flight + 1 > lim.concurrent:
-            raise refusal(key, member, lim, "concurrent", in_flight, now)
+            raise refusal(key, member, lim, CONCURRENT, in_flight, now)
         if lim.tokens_per_day is None and lim.tokens_per_month is None:
             return
         self._budget_keys.add(mid)
@@ -234,11 +241,11 @@ class Limiter:
         if lim.tokens_per_day is not None:
             total = self._day.get(mid, 0) + spent
             if _over(total, held, in_flight, lim.tokens_per_day):
-                raise refusal(key, member, lim, "day", total, now)
+                raise refusal(key, member, lim, DAY, total, now)
         if lim.tokens_per_month is not None:
             total = self._month.get(mid, 0) + spent
             if _over(total, held, in_flight, lim.tokens_per_month):
-                raise refusal(key, member, lim, "month", total, now)
+                raise refusal(key, member, lim, MONTH, total, now)
 
     def _minute(self, key_id: str, minute: int) -> tuple[int, int]:
         """The key's requests and tokens in `minute`: this server's now, the others' at the last

@@ -2,37 +2,33 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import Any
 
 import orjson
 
-from llmgw.gateway.call import UpstreamCall
+from llmgw.gateway.call import Outbound, UpstreamCall
+from llmgw.gateway.upstream.table import Serving
 from llmgw.gateway.wire import translate
-from llmgw.gateway.wire.dialect import Wire
-from llmgw.gateway.wire.translate import Translation
+from llmgw.gateway.wire.dialect import Api, Wire
 
-
-# Not frozen: made on every request, and a frozen dataclass sets each field through
-# `object.__setattr__` (five times the cost). Nothing changes one once made.
-@dataclass(slots=True)
-class Outbound:
-    """What goes to the upstream for a call: where, which bytes, and how its answer comes back."""
-
-    path: str
-    body: bytes
-    translation: Translation | None
-    wire: Wire  # the upstream's dialect
+__all__ = ["Outbound", "outbound", "request"]
 
 
 def outbound(call: UpstreamCall) -> Outbound:
     """The upstream request for `call`: the client's bytes unless the model must be renamed or
     the request translated."""
-    path, translation = translate.plan(call.api, call.route.model)
-    upstream_model = call.route.upstream_model
+    return request(call.route, call.api, call.body, call.payload, call.ask.model, call.wire)
+
+
+def request(route: Serving, api: Api, body: bytes, payload: dict[str, Any], model: str,
+            wire: Wire) -> Outbound:
+    """The upstream request to `route` for a request of `api` (`body` as it came, `payload` the
+    same parsed) naming `model`, in the client's dialect `wire`."""
+    path, translation = translate.plan(api, route.model)
+    upstream_model = route.upstream_model
     if translation is not None:
-        payload = translation.request(call.payload, upstream_model or call.ask.model)
-        return Outbound(path, orjson.dumps(payload), translation, translation.wire)
-    body = call.body
-    if upstream_model and call.payload.get("model") != upstream_model:
-        body = orjson.dumps({**call.payload, "model": upstream_model})
-    return Outbound(path, body, None, call.wire)
+        translated = translation.request(payload, upstream_model or model)
+        return Outbound(path, orjson.dumps(translated), translation, translation.wire)
+    if upstream_model and payload.get("model") != upstream_model:
+        body = orjson.dumps({**payload, "model": upstream_model})
+    return Outbound(path, body, None, wire)

@@ -1,5 +1,6 @@
-"""Sending a call upstream and turning the answer into a reply: passed through as it came, or
-translated into the client's dialect; streams chunk by chunk."""
+"""The last step of every chain: sending a call upstream (`reach`) and turning the answer into a
+reply, passed through as it came or translated into the client's dialect; streams chunk by
+chunk."""
 
 from __future__ import annotations
 
@@ -10,10 +11,10 @@ from collections.abc import AsyncGenerator, AsyncIterator
 import orjson
 
 from llmgw.core.errors import UpstreamError
-from llmgw.gateway.call import Exchange, Reply, Stream, UpstreamCall
-from llmgw.gateway.outbound import Outbound, outbound
+from llmgw.gateway.call import Exchange, Outbound, Reply, Stream, UpstreamCall
+from llmgw.gateway.outbound import outbound
+from llmgw.gateway.reach import reach
 from llmgw.gateway.transport import Connection, Transport
-from llmgw.gateway.upstream import attempt as fallback
 from llmgw.gateway.usage import UsageTap
 from llmgw.gateway.wire.dialect import Wire
 from llmgw.gateway.wire.sse import SseSplitter
@@ -61,10 +62,7 @@ def _not(call: UpstreamCall, what: str) -> UpstreamError:
 async def send(transport: Transport, call: UpstreamCall, out: Outbound, exchange: Exchange) -> Reply:
     """The upstream's answer to `call` (sent as `out`), unjudged; on a route, from the first of
     its targets that answers."""
-    if call.plan is None:
-        conn = await transport.connect(call.route, out.path, out.body)
-    else:
-        conn, call, out = await fallback.reach(transport, call, out, exchange)
+    conn, call, out = await reach(transport, call, out, exchange)
     try:
         if not 200 <= conn.status < 300:
             raise await conn.failure()

@@ -42,6 +42,7 @@ from redis.backoff import NoBackoff
 from llmgw.core.errors import ConfigError, SharedStoreDown
 from llmgw.core.settings import LimitsSettings
 from llmgw.core.types import Limits
+from llmgw.gateway.limit_kinds import KINDS
 from llmgw.gateway.limit_scripts import ADMIT_SCRIPT, RENEW_SCRIPT, SCRIPTS, SETTLE_SCRIPT, member_keys
 from llmgw.gateway.metrics import LIMITS_DEGRADED
 from llmgw.store.redis_pipe import Endpoint, RedisPipe, Reply, Script
@@ -149,9 +150,8 @@ class SharedLimits:
         for m in members:
             keys += member_keys(m.id, minute, day, month)
             lim = m.limits
-            args += [_limit(lim.rpm), _limit(lim.tpm), _limit(lim.concurrent),
-                     _limit(lim.tokens_per_day), _limit(lim.tokens_per_month),
-                     m.minute_seed[0], m.minute_seed[1], _limit(m.day_seed), _limit(m.month_seed)]
+            args += [_limit(getattr(lim, kind.field)) for kind in KINDS]
+            args += [m.minute_seed[0], m.minute_seed[1], _limit(m.day_seed), _limit(m.month_seed)]
         asked = _Asked(Hold(lease, tuple(keys), reserve), args,
                        asyncio.get_running_loop().create_future())
         self._asking.append(asked)

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Collection
-from dataclasses import dataclass, field
+from collections.abc import Callable, Collection, Mapping
+from dataclasses import dataclass, field, replace
 
 from llmgw.core import judges
 from llmgw.core.agent_wire import on_address
@@ -16,6 +16,8 @@ from llmgw.core.routes import RouteSpec
 from llmgw.core.types import ApiKey, Limits, Model, RemoteSource, Replica, ReplicaState, Team
 from llmgw.engines import llamacpp, remote
 from llmgw.gateway.auth import KeyCache
+from llmgw.gateway.chain import Chain
+from llmgw.gateway.upstream.choice import choose
 from llmgw.gateway.upstream.table import (
     RoutingTable,
     Serving,
@@ -46,6 +48,13 @@ class Snapshot:
     # Whether any model or route sets its own cache: when none does and `[cache]` is off, a
     # request costs the cache nothing.
     caching: bool = False
+    # What each served name (a catalog model, or a route by a name no model has) runs: only
+    # the stages that apply to it (`chain`), built with the snapshot.
+    chains: Mapping[str, Chain] = field(default_factory=dict)
+
+
+# Builds the chain of every served name of a snapshot (the gateway's `chains`).
+Chains = Callable[[Snapshot], Mapping[str, Chain]]
 
 
 def build_routes(
@@ -118,6 +127,7 @@ class Refresher:
         # How many judgments each runs at once, where fewer than its slots (`llamacpp.lanes`).
         self._judge_lanes: dict[str, int | None] = {}
         self.wake = asyncio.Event()
+        self._chains: Chains | None = None  # none until the gateway gives them
         # The loop and admin writes both refresh; one at a time, so an older read can never
         # replace a newer snapshot.
         self._lock = asyncio.Lock()
@@ -169,13 +179,22 @@ class Refresher:
                    if (r.model, r.profile or "") in profiles]
         self._judge_slots = {rid: llamacpp.slots(p) for rid, p in judging}
         self._judge_lanes = {rid: llamacpp.lanes(p) for rid, p in judging}
-        self.current = Snapshot(revision, KeyCache(self._secret, keys, teams), table, guard, limits,
-                                {r.name: r for r in specs}, epoch,
-                                any(m.cache is not None for m in models)
-                                or any(r.cache is not None for r in specs))
+        self.current = self._chained(Snapshot(
+            revision, KeyCache(self._secret, keys, teams), table, guard, limits,
+            {r.name: r for r in specs}, epoch,
+            any(m.cache is not None for m in models) or any(r.cache is not None for r in specs)))
         if self._on_refresh is not None:
             self._on_refresh(table)
         return True
+
+    def stage_with(self, chains: Chains) -> None:
+        """Build each served name's chain with `chains` from now on, starting with the snapshot
+        held now."""
+        self._chains = chains
+        self.current = self._chained(self.current)
+
+    def _chained(self, snap: Snapshot) -> Snapshot:
+        return snap if self._chains is None else replace(snap, chains=self._chains(snap))
 
     def judge_ready(self, name: str) -> bool:
         """Whether judge `name` has a ready replica in the current snapshot."""
@@ -192,7 +211,7 @@ class Refresher:
                                 "judge enable --repo`", param="judges")
         route = snap.table.resolve(name)
         if not route.upstreams:
-            snap.table.choose(route)  # raises with the reason
+            choose(route)  # raises with the reason
         return [JudgeTarget(spec=spec, base_url=up.base_url.removesuffix("/v1"), headers=up.headers,
                             id=up.id, slots=self._judge_slots.get(up.id),
                             lanes=self._judge_lanes.get(up.id), used=up.touch)

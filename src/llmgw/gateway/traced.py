@@ -17,18 +17,11 @@ from llmgw.core.tracing import Kind, Span, Tracer
 from llmgw.gateway.call import Exchange, UpstreamCall
 from llmgw.gateway.usage import Tokens, UsageTap
 from llmgw.gateway.wire import openai_chat
+from llmgw.gateway.wire.apis import APIS
 from llmgw.gateway.wire.dialect import Api, UsageFormat
 
 # `gen_ai.operation.name` per API (the conventions' well-known names where there is one).
-OPERATIONS: dict[Api, str] = {
-    Api.CHAT: "chat",
-    Api.COMPLETIONS: "text_completion",
-    Api.EMBEDDINGS: "embeddings",
-    Api.RERANK: "rerank",
-    Api.RESPONSES: "chat",
-    Api.MESSAGES: "chat",
-    Api.COUNT_TOKENS: "count_tokens",
-}
+OPERATIONS: dict[Api, str] = {api: spec.operation for api, spec in APIS.items()}
 FIRST_TOKEN = "gen_ai.first_token"
 # OpenAI's `finish_reason` and Anthropic's `stop_reason`, read from the answer's last bytes.
 _FINISH = re.compile(rb'"(?:finish_reason|stop_reason)"\s*:\s*"([A-Za-z_]{1,32})"')

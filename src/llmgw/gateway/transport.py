@@ -17,16 +17,12 @@ from collections.abc import AsyncGenerator, Callable, Iterator, Mapping
 from llmgw.core import tracing
 from llmgw.core.errors import LlmgwError, UpstreamError, UpstreamTimeout, UpstreamUnreachable
 from llmgw.core.tracing import Kind, Span
-from llmgw.gateway.h1 import Pool, Target, target
-from llmgw.gateway.h1_connection import ConnectError, H1Error, Response
-from llmgw.gateway.upstream.table import Serving, Upstream, choose
+from llmgw.gateway.h1 import Pool, target
+from llmgw.gateway.h1_connection import ConnectError, H1Error, Response, Target
+from llmgw.gateway.upstream.table import Upstream
 from llmgw.gateway.upstream_errors import MAX_ERROR_BODY, upstream_failure
 
 logger = logging.getLogger(__name__)
-
-# How long an upstream that could not be reached goes last in line: long enough to cover the
-# routing table's next refresh, which drops a replica whose node is gone.
-DOWN_FOR_S = 5.0
 
 # What the client (`h1`) decodes; anything else is refused with a 502 rather
 # than relayed as bytes the client cannot read and the usage tap cannot count.
@@ -182,13 +178,15 @@ def mapped(name: str) -> Iterator[None]:
 
 
 class Transport:
-    """One pooled HTTP client for all upstreams (`h1.Pool`: keep-alive connections per host)."""
+    """One pooled HTTP client for all upstreams (`h1.Pool`: keep-alive connections per host).
+
+    It only sends: which upstream an attempt goes to, and what follows a refused connection,
+    are the way out's (`reach`)."""
 
     def __init__(self, timeout_s: float, connect_timeout_s: float = 10.0) -> None:
         self.timeout_s = timeout_s
         self._connect_timeout_s = connect_timeout_s
         self._pool: Pool | None = None
-        self._turn = 0  # rotates ties between equally busy upstreams
 
     async def start(self) -> None:
         self._pool = Pool(self._connect_timeout_s, keepalive_s=30.0)
@@ -197,45 +195,34 @@ class Transport:
         if self._pool is not None:
             await self._pool.close()
 
-    async def connect(self, route: Serving, path: str, body: bytes) -> Connection:
-        """POST `body` to `path` of the least busy upstream of `route` and wait for the answer's
-        headers; a refused connection is retried once on another upstream."""
+    async def send(self, up: Upstream, path: str, body: bytes, retry: int = 0) -> Connection:
+        """POST `body` to `path` of `up` and wait for the answer's headers (`retry`: how many
+        upstreams this request tried before, for its span). UpstreamUnreachable when no
+        connection could be made: nothing was sent, so another upstream may be tried. The
+        upstream counts as busy from here until the connection is released."""
         assert self._pool is not None, "Transport.start() was not called"
-        tried: frozenset[str] = frozenset()
-        while True:
-            self._turn += 1
-            up = choose(route, tried, self._turn)
-            headers = {"Content-Type": "application/json", "Accept-Encoding": "identity",
-                       **up.headers}
-            span = tracing.child("upstream", Kind.CLIENT)
-            if span.recording:
-                attempt(span, up, path, len(tried))
-            span.inject(headers)
-            up.outstanding += 1
-            up.last_used = time.time()
-            try:
-                # A redirect is an upstream fault (502), never followed: it would carry the
-                # request, and the upstream's credentials, somewhere the catalog did not name.
-                resp = await self._pool.post(up.base_url, path, body, headers, self.timeout_s)
-                break
-            except ConnectError as exc:
-                # Nothing was sent: trying another upstream cannot run the request twice.
-                up.outstanding -= 1
-                up.down_until = time.monotonic() + DOWN_FOR_S
-                span.fail("connect_error")
-                span.end()
-                logger.warning("upstream %s could not be reached: %s", up.id, exc)
-                tried = tried | {up.id}
-                if len(tried) >= 2 or len(tried) >= len(route.upstreams):
-                    raise UpstreamUnreachable(
-                        f"model '{route.model.name}': could not connect to an upstream"
-                    ) from exc
-            except BaseException as exc:  # failed or cancelled while sending
-                up.outstanding -= 1
-                span.fail(tracing.error_type(exc))
-                span.end()
-                with mapped(shown(up)):
-                    raise exc
+        headers = {"Content-Type": "application/json", "Accept-Encoding": "identity", **up.headers}
+        span = tracing.child("upstream", Kind.CLIENT)
+        if span.recording:
+            attempt(span, up, path, retry)
+        span.inject(headers)
+        up.outstanding += 1
+        up.last_used = time.time()
+        try:
+            # A redirect is an upstream fault (502), never followed: it would carry the
+            # request, and the upstream's credentials, somewhere the catalog did not name.
+            resp = await self._pool.post(up.base_url, path, body, headers, self.timeout_s)
+        except ConnectError as exc:
+            up.outstanding -= 1
+            span.fail("connect_error")
+            span.end()
+            raise UpstreamUnreachable(f"upstream {shown(up)} could not be reached") from exc
+        except BaseException as exc:  # failed or cancelled while sending
+            up.outstanding -= 1
+            span.fail(tracing.error_type(exc))
+            span.end()
+            with mapped(shown(up)):
+                raise exc
         if span.recording:
             span.set("http.response.status_code", resp.status)
             if resp.status >= 400:

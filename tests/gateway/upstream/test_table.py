@@ -6,12 +6,12 @@ import pytest
 
 from llmgw.core.errors import ModelNotFound, NoReadyReplica
 from llmgw.core.types import ReplicaState
+from llmgw.gateway.upstream.choice import choose, pick
 from llmgw.gateway.upstream.table import (
     RoutingTable,
     Serving,
     Upstream,
     failing_reason,
-    pick,
     unavailable_reason,
 )
 from tests.factories import gemma_model, replica_failed, replica_pending, replica_placed
@@ -81,30 +81,26 @@ def test_resolve_of_an_unknown_model_is_a_404_naming_it() -> None:
 
 def test_choose_spreads_successive_requests_over_idle_replicas() -> None:
     route = Serving(gemma_model(), upstreams(0, 0))
-    table = RoutingTable({"gemma3-270m": route})
-    assert {table.choose(route).id for _ in range(4)} == {"rep-0", "rep-1"}
+    assert {choose(route).id for _ in range(4)} == {"rep-0", "rep-1"}
 
 
 def test_choose_prefers_the_replica_with_fewer_requests_in_flight() -> None:
     route = Serving(gemma_model(), upstreams(2, 0))
-    table = RoutingTable({"gemma3-270m": route})
-    assert [table.choose(route).id for _ in range(3)] == ["rep-1"] * 3
+    assert [choose(route).id for _ in range(3)] == ["rep-1"] * 3
 
 
 def test_choose_retries_on_another_replica() -> None:
     route = Serving(gemma_model(), upstreams(0, 0))
-    table = RoutingTable({"gemma3-270m": route})
-    first = table.choose(route)
-    second = table.choose(route, exclude=frozenset({first.id}))
+    first = choose(route)
+    second = choose(route, exclude=frozenset({first.id}))
     assert second.id != first.id
 
 
 def test_choose_without_any_upstream_is_a_503_with_the_reason() -> None:
     route = Serving(gemma_model(), (), unavailable="pending: needs 4 cores; node small has only 2")
-    table = RoutingTable({"gemma3-270m": route})
 
     with pytest.raises(NoReadyReplica) as caught:
-        table.choose(route)
+        choose(route)
 
     err = caught.value
     assert err.status == 503
@@ -115,10 +111,9 @@ def test_choose_without_any_upstream_is_a_503_with_the_reason() -> None:
 
 def test_choose_when_every_replica_was_tried_says_there_is_none_left_to_retry() -> None:
     route = Serving(gemma_model(), upstreams(0))
-    table = RoutingTable({"gemma3-270m": route})
 
     with pytest.raises(NoReadyReplica) as caught:
-        table.choose(route, exclude=frozenset({"rep-0"}))
+        choose(route, exclude=frozenset({"rep-0"}))
 
     assert caught.value.status == 503
     assert "no other ready replica" in caught.value.message

@@ -11,6 +11,7 @@ import orjson
 
 from llmgw.core.errors import LlmgwError
 from llmgw.gateway.cache.semantic import Vector, unit
+from llmgw.gateway.reach import connect
 from llmgw.gateway.transport import Transport
 from llmgw.gateway.upstream.table import RoutingTable
 from llmgw.gateway.wire.dialect import Api
@@ -42,7 +43,7 @@ class Embedder:
         body = orjson.dumps({"model": route.upstream_model or self.model, "input": text})
         try:
             async with asyncio.timeout(EMBED_TIMEOUT_S):
-                conn = await self._transport.connect(route, PATHS[Api.EMBEDDINGS], body)
+                conn = await connect(self._transport, route, PATHS[Api.EMBEDDINGS], body)
                 try:
                     if not 200 <= conn.status < 300:
                         raise await conn.failure()

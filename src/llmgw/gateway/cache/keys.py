@@ -5,33 +5,23 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import orjson
 
-from llmgw.core.cache import CacheWhen
+from llmgw.core.cache import NONE_SAID, OFF, CacheWhen, Directives
+from llmgw.gateway.wire.apis import APIS
 from llmgw.gateway.wire.dialect import Api
 
+__all__ = ["CACHED_APIS", "NONE_SAID", "OFF", "Directives", "bucket_key", "cache_key", "directives",
+           "eligible", "last_user_turn"]
+
 # The APIs whose answers are kept: generation, in every dialect llmgw replays.
-CACHED_APIS = frozenset({Api.CHAT, Api.MESSAGES, Api.RESPONSES})
+CACHED_APIS = frozenset(api for api, spec in APIS.items() if spec.cacheable)
 
 # Fields that never change the answer: how it is delivered, and who asked (for the provider's
 # abuse tracking). Everything else the client sends is part of the key.
 _IGNORED = frozenset({"stream", "stream_options", "user", "metadata", "store", "service_tier"})
-
-
-@dataclass(frozen=True, slots=True)
-class Directives:
-    """What the client said of the cache for this request."""
-
-    lookup: bool = True  # False: `Cache-Control: no-cache`, answered fresh
-    store: bool = True  # False: `Cache-Control: no-store`, not kept
-    asked: bool = False  # `X-Llmgw-Cache: on`: cached whatever its temperature
-
-
-NONE_SAID = Directives()
-OFF = Directives(lookup=False, store=False)
 
 
 def directives(cache_control: str | None, llmgw_cache: str | None) -> Directives:

@@ -1,6 +1,7 @@
 """A kept answer told again, in the caller's dialect, whole or as a stream: made as a chat
 completion (its events, when streamed), and carried to Anthropic's Messages or OpenAI's
-Responses by the same translators that carry an upstream's answers."""
+Responses through the translation table that carries an upstream's answers
+(`translate.from_chat`)."""
 
 from __future__ import annotations
 
@@ -13,10 +14,8 @@ import orjson
 
 from llmgw.gateway.cache.entry import CachedAnswer
 from llmgw.gateway.call import Reply, Stream
+from llmgw.gateway.wire import translate
 from llmgw.gateway.wire.dialect import Api
-from llmgw.gateway.wire.messages_chat_answer import ChatStreamAsMessages, chat_answer_as_message
-from llmgw.gateway.wire.responses_chat_answer import ChatStreamAsResponses, chat_answer_as_response
-from llmgw.gateway.wire.translate import StreamTranslator
 
 SSE = "text/event-stream"
 
@@ -24,17 +23,13 @@ SSE = "text/event-stream"
 def replay(answer: CachedAnswer, api: Api, model: str, stream: bool, usage: bool) -> Reply:
     """`answer` as the reply to a request of `api` naming `model`: streamed when `stream`, its
     usage in a chat stream only when the client asked for it (`usage`)."""
+    translation = translate.from_chat(api)
     if not stream:
         chat = _chat(answer, model)
-        if api == Api.MESSAGES:
-            return Reply(body=orjson.dumps(chat_answer_as_message(chat, model)))
-        if api == Api.RESPONSES:
-            return Reply(body=orjson.dumps(chat_answer_as_response(chat, model)))
-        return Reply(body=orjson.dumps(chat))
+        return Reply(body=orjson.dumps(chat if translation is None
+                                       else translation.answer(chat, model)))
     events = _chat_events(answer, model, usage or api != Api.CHAT)
-    translator: StreamTranslator | None = (
-        ChatStreamAsMessages(model) if api == Api.MESSAGES
-        else ChatStreamAsResponses(model) if api == Api.RESPONSES else None)
+    translator = None if translation is None else translation.stream(model)
     if translator is None:
         body = b"".join(e + b"\n\n" for e in events)
     else:

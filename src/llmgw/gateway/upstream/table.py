@@ -1,5 +1,5 @@
-"""The routing table: how each catalog model is served (`Serving`), and the least-outstanding
-balancer that picks one of its upstreams."""
+"""The routing table: how each catalog model is served (`Serving`) and why one has no ready
+replica. Which of its upstreams one request goes to is `choice`'s."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 
 from llmgw.core import demand
 from llmgw.core.demand import WAITING_FOR_ROOM
-from llmgw.core.errors import ModelNotFound, NoReadyReplica
+from llmgw.core.errors import ModelNotFound
 from llmgw.core.types import Model, Replica, ReplicaState, Scaling
 
 
@@ -65,53 +65,17 @@ class Serving:
         return sum(1 for u in self.upstreams if u.down_until <= now)
 
 
-def pick(
-    upstreams: tuple[Upstream, ...], exclude: frozenset[str], turn: int, now: float = 0.0
-) -> Upstream | None:
-    """The upstream with the fewest requests in flight, one recently refused only when no other
-    is left; ties rotate with `turn`."""
-    best: Upstream | None = None
-    best_down = True
-    n = len(upstreams)
-    for i in range(n):
-        up = upstreams[(turn + i) % n]
-        if up.id in exclude:
-            continue
-        down = up.down_until > now
-        if best is None or (best_down and not down) or (
-            down == best_down and up.outstanding < best.outstanding
-        ):
-            best, best_down = up, down
-    return best
-
-
 class RoutingTable:
-    """An immutable-per-revision map of model name to Serving, plus a rotating tie-breaker."""
+    """An immutable-per-revision map of model name to Serving."""
 
     def __init__(self, routes: dict[str, Serving]) -> None:
         self.routes = routes
-        self._turn = 0
 
     def resolve(self, name: str) -> Serving:
         route = self.routes.get(name)
         if route is None:
             raise ModelNotFound(f"The model '{name}' does not exist", param="model")
         return route
-
-    def choose(self, route: Serving, exclude: frozenset[str] = frozenset()) -> Upstream:
-        """An upstream for one attempt; NoReadyReplica with the reason when there is none."""
-        self._turn += 1
-        return choose(route, exclude, self._turn)
-
-
-def choose(route: Serving, exclude: frozenset[str], turn: int) -> Upstream:
-    """The upstream `pick` chooses now; NoReadyReplica with the reason when there is none."""
-    up = pick(route.upstreams, exclude, turn, time.monotonic())
-    if up is None:
-        if exclude:
-            raise NoReadyReplica(f"model '{route.model.name}': no other ready replica to retry on")
-        raise NoReadyReplica(f"model '{route.model.name}' has no ready replica: {route.unavailable}")
-    return up
 
 
 def unavailable_reason(replicas: list[Replica], scaling: Scaling | None = None) -> str:

@@ -11,18 +11,11 @@ from typing import Any, Protocol
 from llmgw.core.errors import InvalidRequest
 from llmgw.core.types import Model, ProviderApi, RemoteSource
 from llmgw.gateway.wire import anthropic_messages, messages_chat, openai_chat, responses_chat
+from llmgw.gateway.wire.apis import APIS
 from llmgw.gateway.wire.dialect import Api, Wire
 
 # Where each API lives under an upstream's base URL (`…/v1`).
-PATHS = {
-    Api.CHAT: "/chat/completions",
-    Api.COMPLETIONS: "/completions",
-    Api.EMBEDDINGS: "/embeddings",
-    Api.RESPONSES: "/responses",
-    Api.MESSAGES: "/messages",
-    Api.COUNT_TOKENS: "/messages/count_tokens",
-    Api.RERANK: "/rerank",
-}
+PATHS = {api: spec.upstream_path for api, spec in APIS.items()}
 
 # What each kind of upstream answers natively. llama-server answers every API llmgw serves, but
 # its Responses stream lacks the sequence numbers and indexes the openai SDK's stream helper needs:
@@ -138,3 +131,9 @@ def plan(api: Api, model: Model) -> tuple[str, Translation | None]:
             f"model '{model.name}' is served by a provider that speaks the {spoken} API only, and "
             f"llmgw does not translate {api.value} requests to it", param="model")
     return PATHS[translation.upstream], translation
+
+
+def from_chat(api: Api) -> Translation | None:
+    """How an answer made as a chat completion reaches a client of `api` (None: as it is): as it
+    would from an upstream that speaks chat completions only. The cache replays through it."""
+    return None if api == Api.CHAT else TRANSLATIONS.get((api, ProviderApi.OPENAI))

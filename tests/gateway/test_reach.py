@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from llmgw.core.routes import FailOn, Retry
-from llmgw.gateway.upstream.attempt import backoff_s, classify
+from llmgw.gateway.reach import backoff_s, classify
 
 
 @pytest.mark.parametrize(("status", "body", "kind"), [

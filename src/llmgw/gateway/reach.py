@@ -1,5 +1,10 @@
-"""Fallbacks and retries for a call to a route: the one place that decides, from a classified
-upstream failure, whether to try the same target again, the next target, or give up.
+"""The one way out: from a call to the connection whose answer its client gets.
+
+A model is a route with one target. `reach` walks the call's targets (a model's one, or the
+targets its route's plan ranked), and is the one place that decides, from a classified upstream
+failure, whether to try the same target again, the next target, or give up; `connect` is one
+attempt on one target: the replica `choice` picks, once more on another when the connection is
+refused. The transport only sends.
 
 Everything here happens before an answer's first byte goes to the client: `reach` returns a
 connection whose status is 2xx, and from then on the answer (whole or streamed) is the client's,
@@ -24,10 +29,12 @@ from llmgw.core.errors import (
     UpstreamUnreachable,
 )
 from llmgw.core.routes import FailOn, Retry
-from llmgw.gateway.call import Exchange, UpstreamCall
-from llmgw.gateway.outbound import Outbound, outbound
+from llmgw.gateway.call import Exchange, Outbound, UpstreamCall
+from llmgw.gateway.outbound import outbound
 from llmgw.gateway.transport import Connection, Transport
+from llmgw.gateway.upstream.choice import choose
 from llmgw.gateway.upstream.router import Plan
+from llmgw.gateway.upstream.table import Serving
 from llmgw.gateway.upstream_errors import retry_after, upstream_failure
 
 logger = logging.getLogger(__name__)
@@ -38,6 +45,28 @@ _CONTEXT_MARKERS = (b"context_length_exceeded", b"exceed_context_size", b"maximu
                     b"prompt is too long", b"context window")
 # What llmgw answers as 502 although the status is not 5xx: the target, not the client, is wrong.
 _BROKEN = frozenset({401, 403, 407})
+# How long an upstream that could not be reached goes last in line: long enough to cover the
+# routing table's next refresh, which drops a replica whose node is gone.
+DOWN_FOR_S = 5.0
+
+
+async def connect(transport: Transport, route: Serving, path: str, body: bytes) -> Connection:
+    """POST `body` to `path` of the least busy upstream of `route` and wait for the answer's
+    headers, whatever its status; a refused connection is tried once more on another upstream
+    (nothing was sent: it cannot run the request twice)."""
+    tried: frozenset[str] = frozenset()
+    while True:
+        up = choose(route, tried)
+        try:
+            return await transport.send(up, path, body, len(tried))
+        except UpstreamUnreachable as exc:
+            up.down_until = time.monotonic() + DOWN_FOR_S
+            logger.warning("upstream %s could not be reached: %s", up.id, exc.__cause__)
+            tried = tried | {up.id}
+            if len(tried) >= 2 or len(tried) >= len(route.upstreams):
+                raise UpstreamUnreachable(
+                    f"model '{route.model.name}': could not connect to an upstream"
+                ) from exc.__cause__
 
 
 def classify(status: int, body: bytes) -> FailOn | None:
@@ -70,17 +99,13 @@ class Failed(Exception):
 
 async def reach(transport: Transport, call: UpstreamCall, out: Outbound,
                 exchange: Exchange) -> tuple[Connection, UpstreamCall, Outbound]:
-    """A 2xx answer's connection for `call`, and the call and request as they went to the target
-    that gave it. Without a plan: the model's upstream, as `Transport.connect` picks it."""
+    """The connection whose answer goes to `call`'s client, and the call and request as they
+    went to the target that gave it. On a route: a 2xx answer, from the first target that gave
+    one. A model is a route of one target without fallback rules: its answer, whatever the
+    status (the caller turns a failure into the client's error)."""
     plan = call.plan
     if plan is None:
-        conn = await transport.connect(call.route, out.path, out.body)
-        if not 200 <= conn.status < 300:
-            try:
-                raise await conn.failure()
-            finally:
-                conn.release()
-        return conn, call, out
+        return await connect(transport, call.route, out.path, out.body), call, out
     spec, router = plan.spec, plan.router
     if plan.left_out:
         span = tracing.current()
@@ -136,7 +161,7 @@ async def _attempt(transport: Transport, call: UpstreamCall, out: Outbound, plan
         wait: float | None = None
         error: LlmgwError
         try:
-            conn = await transport.connect(call.route, out.path, out.body)
+            conn = await connect(transport, call.route, out.path, out.body)
         except UpstreamUnreachable as exc:
             kind, error = FailOn.CONNECT, exc
             wait = backoff_s(rule, retry, None)
