@@ -249,3 +249,39 @@ def test_a_routes_requests_are_judged_by_policies_of_its_name_and_of_every_targe
     inputs, outputs = _route_policies(cast(Guard, Policies()), plan, "k")
     assert [p.name for p in inputs] == ["on-route", "on-a"]  # each once, whichever covers it
     assert [p.name for p in outputs] == ["on-b"]  # the fallback's policy too
+
+
+async def test_two_gateways_with_the_same_snapshot_send_a_conversation_to_the_same_replica(
+        tmp_path: Path) -> None:
+    # Two gateways stand for two workers or two servers: each its own counts, nothing shared
+    # but the routing table. A conversation's turns alternate between them.
+    reps = [await FakeProvider().start(), await FakeProvider().start()]
+    stores = [Store.open(f"sqlite:///{tmp_path / f'{n}.db'}") for n in range(2)]
+    rigs = [await GatewayRig(reps[0], store).start() for store in stores]
+    for rig in rigs:
+        assert rig.refresher is not None
+        model = rig.refresher.current.table.routes["m"].model
+        ups = (Upstream("rep-a", reps[0].url), Upstream("rep-b", reps[1].url))
+        rig.refresher.current = replace(rig.refresher.current,
+                                        table=RoutingTable({"m": Serving(model, ups)}))
+    try:
+        clients = [rig.openai() for rig in rigs]
+        for n in range(8):
+            history: list[Any] = [{"role": "system", "content": f"Agent {n}. " + "Rules. " * 200}]
+            for turn in range(4):
+                history.append({"role": "user", "content": f"question {turn}"})
+                await clients[turn % 2].chat.completions.create(model="m", messages=history)
+                history.append({"role": "assistant", "content": ANSWER})
+        served = [{body["messages"][0]["content"] for body in rep.requests} for rep in reps]
+        counts = [len(rep.requests) for rep in reps]
+        assert not served[0] & served[1]  # no conversation on both
+        assert sum(counts) == 32 and min(counts) >= 8  # and not all on one
+    finally:
+        for client in clients:
+            await client.close()
+        for rig in rigs:
+            await rig.close()
+        for rep in reps:
+            await rep.close()
+        for store in stores:
+            store.close()

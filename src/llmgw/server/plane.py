@@ -172,6 +172,7 @@ def build(store: Store, settings: ServerSettings, clock: Clock, activity_id: str
                                        clock.monotonic))
     gateway = Gateway(refresher, client, clock, guard, limiter, meter, metrics, queue=queue,
                       router=router, tracer=tracer, people_limits=s.sso.playground_limits,
+                      prefix_routing=s.prefix_routing,
                       cache=ResponseCache(
                           s.cache, answers, Embedder(client, lambda: refresher.current.table,
                                                      s.cache.embedding_model)
