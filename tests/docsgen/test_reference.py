@@ -31,6 +31,7 @@ from llmgw.cli.main import app
 from llmgw.core import errors, settings
 from llmgw.core.clock import SystemClock
 from llmgw.gateway.metrics import FAMILIES, LABELS, Metrics
+from llmgw.gateway.replica_signals import ReplicaSignals
 from llmgw.gateway.route_metrics import RouteMetrics
 from llmgw.gateway.shared_limits import DegradedMetric
 from llmgw.gateway.upstream.router import Router
@@ -246,6 +247,7 @@ def scrape() -> str:
     metrics = Metrics(lambda: table)
     metrics.add_collector(RouteMetrics(Router(SystemClock()), dict, SystemClock()))
     metrics.add_collector(DegradedMetric(cast(Any, SimpleNamespace(degraded=False))))
+    metrics.add_collector(ReplicaSignals(lambda: table))
     return metrics.render().decode()
 
 

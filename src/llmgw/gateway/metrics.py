@@ -82,6 +82,7 @@ LABELS: dict[str, str] = {
     "from_target": "The target the request failed on.",
     "to_target": "The target it moved on to.",
     "reason": "The failure that moved it or retried it: connect, 5xx, timeout, 429 or context-length.",
+    "replica": "The replica's id (`llmgw ctl replica list`).",
     "result": "hit (answered from the response cache) or miss (answered by the upstream, and kept "
               "when it could be).",
 }
@@ -152,6 +153,19 @@ LIMITS_DEGRADED = Family("llmgw_limits_degraded", "gauge",
                          "1 while the shared limit store (Redis) does not answer and limits fall "
                          "back or refuse", when="With `[limits] redis_url` set.")
 
+# What each ready replica of llmgw's engines reports (`replica_signals`): the signals Kubernetes'
+# inference gateways pick a server by.
+_SIGNALS_WHEN = "For each ready replica of llmgw's own engines that answered its last poll."
+REPLICA_QUEUED = Family("llmgw_replica_queued_requests", "gauge",
+                        "Requests waiting for a slot of the replica's engine (llama.cpp's "
+                        "requests_deferred)", ("model", "replica"), when=_SIGNALS_WHEN)
+REPLICA_RUNNING = Family("llmgw_replica_running_requests", "gauge",
+                         "Requests the replica's engine is processing (llama.cpp's "
+                         "requests_processing)", ("model", "replica"), when=_SIGNALS_WHEN)
+REPLICA_KV_CACHE = Family("llmgw_replica_kv_cache_usage_ratio", "gauge",
+                          "Share of the replica's KV cache its running requests hold, 0 to 1",
+                          ("model", "replica"), when=_SIGNALS_WHEN)
+
 # Every family a scrape of a server may show, in the order it shows them.
 FAMILIES: tuple[Family, ...] = (
     REQUESTS, REQUEST_SECONDS, TTFT, GATEWAY_ADDED, UPSTREAM_ERRORS, JUDGMENTS, QUEUE_WAIT_SECONDS,
@@ -159,6 +173,7 @@ FAMILIES: tuple[Family, ...] = (
     GUARD_IN_FLIGHT, GUARD_JUDGE_SLOTS, GUARD_SHED, JUDGE_PROMPT_TOKENS, JUDGE_SERVICE_SECONDS,
     CACHE_LOOKUPS, CACHE_SAVED_TOKENS, UP,
     ROUTE_FALLBACKS, ROUTE_RETRIES, ROUTE_COOLDOWNS, ROUTE_COOLING_DOWN, LIMITS_DEGRADED,
+    REPLICA_QUEUED, REPLICA_RUNNING, REPLICA_KV_CACHE,
 )
 
 # One worker's counters, JSON-able: what a worker sends the one that was scraped.
