@@ -80,8 +80,8 @@ def test_a_popular_prefix_spreads_once_its_replica_is_over_the_bound() -> None:
         assert chosen is not None
         chosen[0].outstanding += 1
     loads = sorted(up.outstanding for up in ups)
-    # ceil(1.25 × 20 / 2) = 13 bounds the first in line: 13 of 20, not 20.
-    assert loads == [7, 13]
+    # ceil(1.25 × 20 / 2) + 2 = 15 bounds the first in line: 15 of 20, not 20.
+    assert loads == [5, 15]
 
 
 def test_the_bound_passes_over_the_first_replica_and_says_why() -> None:
@@ -89,13 +89,16 @@ def test_the_bound_passes_over_the_first_replica_and_says_why() -> None:
     found = affinity(conversation(1, 1))
     assert found is not None
     first = rank(found.key, ups)[0]
-    first.outstanding = 3
+    first.outstanding = 6  # ceil(1.25 × 7 / 2) + 2 = 7: room for one more
+    assert near(ups, frozenset(), found, 0.0) == (
+        first, f"prefix of {found.blocks} blocks → {first.id} (rendezvous), load 6 < bound 7")
+    first.outstanding = 7  # ceil(1.25 × 8 / 2) + 2 = 7: full
     chosen = near(ups, frozenset(), found, 0.0)
     assert chosen is not None
     up, why = chosen
     assert up is not first
-    assert why == (f"prefix of {found.blocks} blocks → {up.id} (rendezvous), load 0 < bound 3; "
-                   f"{first.id} first but at load 3")
+    assert why == (f"prefix of {found.blocks} blocks → {up.id} (rendezvous), load 0 < bound 7; "
+                   f"{first.id} first but at load 7")
 
 
 def test_a_replica_gone_moves_only_the_conversations_it_served() -> None:
