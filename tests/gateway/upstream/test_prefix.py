@@ -6,14 +6,7 @@ from collections import Counter
 from typing import Any
 
 from llmgw.gateway.upstream.choice import choose
-from llmgw.gateway.upstream.prefix import (
-    BLOCK_CHARS,
-    Affinity,
-    affinity,
-    block_hashes,
-    near,
-    rank,
-)
+from llmgw.gateway.upstream.prefix import Affinity, affinity, near, rank
 from llmgw.gateway.upstream.table import Serving, Upstream
 from tests.factories import gemma_model, remote_model
 
@@ -42,10 +35,8 @@ def first_choice(payload: dict[str, Any], ups: tuple[Upstream, ...],
     return chosen[0].id
 
 
-def test_two_prompts_sharing_a_start_share_their_first_block_hashes() -> None:
-    start = "x" * (3 * BLOCK_CHARS)
-    one, two = block_hashes(start + "one"), block_hashes(start + "two, longer")
-    assert one[:3] == two[:3] and one[3] != two[3]
+def test_a_prompt_json_cannot_render_has_no_affinity() -> None:
+    assert affinity({"messages": [{"role": "user", "content": 2**70}]}) is None
 
 
 def test_every_turn_of_a_conversation_goes_to_the_replica_its_first_went_to() -> None:
