@@ -190,8 +190,10 @@ class Gateway:
         exchange = Exchange(tap)
         call = UpstreamCall(route, body, payload, api, wire, ask, request_id, key,
                             started if started is not None else sent, plan, out, said, exchange)
+        # Computed only where it may choose: a model of llmgw's engines not on one replica alone
+        # (none yet: the queue may hand it several), or a route, whose targets may be such.
         if self._prefix_routing and api in _CONVERSING and out is not None and (
-                not route.model.is_remote or plan is not None):
+                plan is not None or (not route.model.is_remote and len(route.upstreams) != 1)):
             call.affinity = affinity(payload, session)
         if span.recording:
             asked(span, call)
