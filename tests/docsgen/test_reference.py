@@ -33,6 +33,7 @@ from llmgw.core import errors, settings
 from llmgw.core.clock import SystemClock
 from llmgw.gateway.gpu_metrics import GpuMetrics
 from llmgw.gateway.metrics import FAMILIES, LABELS, Metrics
+from llmgw.gateway.replica_signals import ReplicaSignals
 from llmgw.gateway.route_metrics import RouteMetrics
 from llmgw.gateway.shared_limits import DegradedMetric
 from llmgw.gateway.upstream.router import Router
@@ -249,6 +250,7 @@ def scrape() -> str:
     metrics.add_collector(RouteMetrics(Router(SystemClock()), dict, SystemClock()))
     metrics.add_collector(DegradedMetric(cast(Any, SimpleNamespace(degraded=False))))
     metrics.add_collector(GpuMetrics(list, SystemClock(), timedelta(seconds=30)))
+    metrics.add_collector(ReplicaSignals(lambda: table))
     return metrics.render().decode()
 
 

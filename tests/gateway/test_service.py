@@ -291,3 +291,60 @@ def test_each_served_name_runs_only_the_stages_that_apply_to_it(store: Store, cl
     assert chains["gemma3-270m"].names == ("limits", "queue", "guard", "upstream")
     assert chains["qwen3guard-0.6b"].names == ("limits", "queue", "upstream")
     assert chains["front"].names == ("limits", "queue", "guard", "upstream")
+
+
+@contextlib.asynccontextmanager
+async def two_replicas(tmp_path: Path, gateways: int = 1
+                       ) -> AsyncIterator[tuple[list[FakeProvider], list[openai.AsyncOpenAI]]]:
+    """Model `m` on two replicas (fake engines), served by `gateways` gateways that share nothing
+    but the routing table (as two workers or two servers do); an OpenAI client of each."""
+    reps = [await FakeProvider().start(), await FakeProvider().start()]
+    stores = [Store.open(f"sqlite:///{tmp_path / f'{n}.db'}") for n in range(gateways)]
+    rigs = [await GatewayRig(reps[0], store).start() for store in stores]
+    for rig in rigs:
+        assert rig.refresher is not None
+        model = rig.refresher.current.table.routes["m"].model
+        ups = (Upstream("rep-a", reps[0].url), Upstream("rep-b", reps[1].url))
+        rig.refresher.current = replace(rig.refresher.current,
+                                        table=RoutingTable({"m": Serving(model, ups)}))
+    clients = [rig.openai() for rig in rigs]
+    try:
+        yield reps, clients
+    finally:
+        for client in clients:
+            await client.close()
+        for rig in rigs:
+            await rig.close()
+        for rep in reps:
+            await rep.close()
+        for store in stores:
+            store.close()
+
+
+async def test_two_gateways_with_the_same_snapshot_send_a_conversation_to_the_same_replica(
+        tmp_path: Path) -> None:
+    # A conversation's turns alternate between the two gateways.
+    async with two_replicas(tmp_path, gateways=2) as (reps, clients):
+        for n in range(8):
+            history: list[Any] = [{"role": "system", "content": f"Agent {n}. " + "Rules. " * 200}]
+            for turn in range(4):
+                history.append({"role": "user", "content": f"question {turn}"})
+                await clients[turn % 2].chat.completions.create(model="m", messages=history)
+                history.append({"role": "assistant", "content": ANSWER})
+        served = [{body["messages"][0]["content"] for body in rep.requests} for rep in reps]
+        counts = [len(rep.requests) for rep in reps]
+        assert not served[0] & served[1]  # no conversation on both
+        assert sum(counts) == 32 and min(counts) >= 8  # and not all on one
+
+
+async def test_a_session_header_keeps_unrelated_prompts_on_one_replica(tmp_path: Path) -> None:
+    async with two_replicas(tmp_path) as (reps, (client,)):
+        for n in range(8):
+            await client.chat.completions.create(
+                model="m", messages=[{"role": "user", "content": f"task {n}"}],
+                extra_headers={"X-Llmgw-Session": "ticket-4711"})
+        assert sorted(len(rep.requests) for rep in reps) == [0, 8]
+        for n in range(8):  # the same prompts without a session spread
+            await client.chat.completions.create(
+                model="m", messages=[{"role": "user", "content": f"task {n}"}])
+        assert min(len(rep.requests) for rep in reps) > 0

@@ -175,7 +175,7 @@ def test_requests_in_flight_are_remembered_across_a_rebuild(monkeypatch: pytest.
     assert again["remote:gpt-4o-mini"].outstanding == 7
     # The balancer keeps steering away from the busy replica after the refresh.
     table = RoutingTable(second)
-    assert choose(table.resolve("gemma3-270m")).id == "r2"
+    assert choose(table.resolve("gemma3-270m"))[0].id == "r2"
 
 
 def test_a_replica_that_moved_to_a_new_port_starts_a_fresh_count() -> None:

@@ -8,7 +8,7 @@ import asyncio
 import socket
 import time
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -22,6 +22,7 @@ from llmgw.core.judges import DEFAULT_JUDGE, KNOWN
 from llmgw.core.settings import TelemetrySettings, load
 from llmgw.core.tracing import NOOP_TRACER, Kind
 from llmgw.gateway.traced import FIRST_TOKEN
+from llmgw.gateway.upstream.table import RoutingTable, Serving, Upstream
 from llmgw.guard.enforcement import Guard, GuardView
 from llmgw.guard.judge_client import JudgeClient, JudgeTarget
 from llmgw.server.app import Server
@@ -290,3 +291,32 @@ async def test_a_routes_fallback_is_an_event_and_each_target_an_attempt(tmp_path
     attempts = [s for s in receiver.spans if s.parent_id == root.span_id and s.kind == "client"]
     assert [(a.attributes["llmgw.upstream"], a.error) for a in attempts] == [("down", True), ("up", False)]
     assert attempts[0].attributes["error.type"] == "connect_error"
+
+
+async def test_the_replica_a_conversation_goes_to_is_explained_in_its_trace(tmp_path: Path) -> None:
+    reps = [await FakeProvider().start(), await FakeProvider().start()]
+    async with OtlpReceiver() as receiver:
+        tracer = OtelTracer(TelemetrySettings(otlp_endpoint=receiver.url, service_name="llmgw-test"))
+        store = Store.open(f"sqlite:///{tmp_path / 'llmgw.db'}")
+        rig = await GatewayRig(reps[0], store, tracer=tracer).start()
+        assert rig.refresher is not None
+        model = rig.refresher.current.table.routes["m"].model
+        ups = (Upstream("rep-a", reps[0].url), Upstream("rep-b", reps[1].url))
+        rig.refresher.current = replace(rig.refresher.current,
+                                        table=RoutingTable({"m": Serving(model, ups)}))
+        try:
+            async with rig.openai() as client:
+                await client.chat.completions.create(
+                    model="m", messages=[{"role": "system", "content": "Rules. " * 300},
+                                         {"role": "user", "content": PROMPT}])
+        finally:
+            await rig.close()
+            await asyncio.to_thread(tracer.close)
+            store.close()
+            for rep in reps:
+                await rep.close()
+    root = receiver.one("chat m")
+    choice = dict(root.event_attributes)["llmgw.choice"]
+    went = "rep-a" if reps[0].requests else "rep-b"
+    assert choice == {"llmgw.upstream": went,
+                      "llmgw.reason": f"prefix of 3 blocks → {went} (rendezvous), load 0 < bound 3"}

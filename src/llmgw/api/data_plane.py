@@ -53,7 +53,7 @@ def _head(request: web.Request, api: Api) -> Head:
     return Head(api, request.path, headers.get("Authorization"), headers.get("x-api-key"),
                 speaks_anthropic(request.path, "anthropic-version" in headers),
                 request.get(REQUEST_ID, ""), request.get(STARTED), headers.get("Cache-Control"),
-                headers.get("X-Llmgw-Cache"))
+                headers.get("X-Llmgw-Cache"), headers.get("X-Llmgw-Session"))
 
 
 def _body(request: web.Request) -> Callable[[], Awaitable[bytes]]:

@@ -41,6 +41,7 @@ class Head:
     started: float | None  # monotonic time it arrived
     cache_control: str | None = None  # the `Cache-Control` header
     llmgw_cache: str | None = None  # the `X-Llmgw-Cache` header
+    session: str | None = None  # the `X-Llmgw-Session` header
 
 
 def credentials(authorization: str | None, api_key: str | None) -> str | None:
@@ -62,7 +63,7 @@ async def answer(gateway: Gateway, head: Head, body: Body) -> Reply:
         said = NONE_SAID if head.cache_control is None and head.llmgw_cache is None else \
             directives(head.cache_control, head.llmgw_cache)
         return await gateway.forward(key, head.api, data, parse_json(data), head.request_id,
-                                     head.started, said)
+                                     head.started, said, head.session)
     except LlmgwError as exc:
         if exc.status >= 500:
             logger.warning("POST %s -> %d: %s", head.path, exc.status, exc.message)

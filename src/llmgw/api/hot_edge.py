@@ -292,7 +292,8 @@ class HotConnection(asyncio.Protocol):
             anthropic = api in _ANTHROPIC or b"anthropic-version" in headers
             head = Head(api, request.path.decode(), _text(headers.get(b"authorization")),
                         _text(headers.get(b"x-api-key")), anthropic, rid, started,
-                        _text(headers.get(b"cache-control")), _text(headers.get(b"x-llmgw-cache")))
+                        _text(headers.get(b"cache-control")), _text(headers.get(b"x-llmgw-cache")),
+                        _text(headers.get(b"x-llmgw-session")))
             if request.too_large:  # the bound is the edge's: the body was never kept
                 reply = refusal(PayloadTooLarge("request body is too large"), head)
             else:

@@ -404,6 +404,11 @@ class ServerSettings(BaseModel):
     not a trusted proxy, and its `X-Forwarded-Proto: https` makes the console's cookies
     `Secure`. The console's sign-in limit and the audit log count by that address; without
     this, every client behind a proxy is the proxy."""
+    prefix_routing: bool = True
+    """Whether a request to a model with several replicas of llmgw's own engines goes to the
+    replica its conversation (or named session) went to, within a bound on load, so that the
+    engine's prompt cache serves it; false: least outstanding requests, as for remote
+    providers."""
 
     control: ControlSettings = Field(default_factory=ControlSettings)
     """The control plane's knobs: the `[control]` table."""

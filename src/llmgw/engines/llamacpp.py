@@ -165,4 +165,6 @@ def argv(
         alias,
         # llama.cpp's web UI is not part of the gateway's surface.
         "--no-webui",
+        # Its load (requests queued and running) for `/metrics` (`gateway.replica_signals`).
+        *([] if _has_flag(args, "--metrics") else ["--metrics"]),
     ]

@@ -13,6 +13,7 @@ from typing import Any
 
 from llmgw.core.cache import NONE_SAID, Directives
 from llmgw.core.types import ApiKey
+from llmgw.gateway.upstream.prefix import Affinity
 from llmgw.gateway.upstream.router import Plan
 from llmgw.gateway.upstream.table import Serving
 from llmgw.gateway.usage import Tokens, UsageTap
@@ -59,6 +60,8 @@ class UpstreamCall:
     said: Directives = NONE_SAID  # what the client said of the response cache
     # What happens to it, shared by every stage (and every copy made for another target).
     exchange: Exchange = field(default_factory=lambda: Exchange(UsageTap()))
+    # What keeps it with its conversation on a model's replicas (None: least outstanding).
+    affinity: Affinity | None = None
 
 
 @dataclass

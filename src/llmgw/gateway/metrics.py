@@ -82,6 +82,7 @@ LABELS: dict[str, str] = {
     "from_target": "The target the request failed on.",
     "to_target": "The target it moved on to.",
     "reason": "The failure that moved it or retried it: connect, 5xx, timeout, 429 or context-length.",
+    "replica": "The replica's id (`llmgw ctl replica list`).",
     "result": "hit (answered from the response cache) or miss (answered by the upstream, and kept "
               "when it could be).",
     "node": "The node's id.",
@@ -169,6 +170,19 @@ GPU_MEMORY_TOTAL = Family("llmgw_gpu_memory_total_bytes", "gauge", "A GPU's memo
 GPU_TEMPERATURE = Family("llmgw_gpu_temperature_celsius", "gauge",
                          "A GPU's temperature at its node's last report", _GPU, when=_GPU_WHEN)
 
+# What each ready replica of llmgw's engines reports (`replica_signals`): the signals Kubernetes'
+# inference gateways pick a server by.
+_SIGNALS_WHEN = "For each ready replica of llmgw's own engines that answered its last poll."
+REPLICA_QUEUED = Family("llmgw_replica_queued_requests", "gauge",
+                        "Requests waiting for a slot of the replica's engine (llama.cpp's "
+                        "requests_deferred)", ("model", "replica"), when=_SIGNALS_WHEN)
+REPLICA_RUNNING = Family("llmgw_replica_running_requests", "gauge",
+                         "Requests the replica's engine is processing (llama.cpp's "
+                         "requests_processing)", ("model", "replica"), when=_SIGNALS_WHEN)
+REPLICA_KV_CACHE = Family("llmgw_replica_kv_cache_usage_ratio", "gauge",
+                          "Share of the replica's KV cache its running requests hold, 0 to 1",
+                          ("model", "replica"), when=_SIGNALS_WHEN)
+
 # Every family a scrape of a server may show, in the order it shows them.
 FAMILIES: tuple[Family, ...] = (
     REQUESTS, REQUEST_SECONDS, TTFT, GATEWAY_ADDED, UPSTREAM_ERRORS, JUDGMENTS, QUEUE_WAIT_SECONDS,
@@ -177,6 +191,7 @@ FAMILIES: tuple[Family, ...] = (
     CACHE_LOOKUPS, CACHE_SAVED_TOKENS, UP,
     ROUTE_FALLBACKS, ROUTE_RETRIES, ROUTE_COOLDOWNS, ROUTE_COOLING_DOWN, LIMITS_DEGRADED,
     GPU_UTILIZATION, GPU_MEMORY_USED, GPU_MEMORY_TOTAL, GPU_TEMPERATURE,
+    REPLICA_QUEUED, REPLICA_RUNNING, REPLICA_KV_CACHE,
 )
 
 # One worker's counters, JSON-able: what a worker sends the one that was scraped.

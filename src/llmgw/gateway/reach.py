@@ -33,6 +33,7 @@ from llmgw.gateway.call import Exchange, Outbound, UpstreamCall
 from llmgw.gateway.outbound import outbound
 from llmgw.gateway.transport import Connection, Transport
 from llmgw.gateway.upstream.choice import choose
+from llmgw.gateway.upstream.prefix import Affinity
 from llmgw.gateway.upstream.router import Plan
 from llmgw.gateway.upstream.table import Serving
 from llmgw.gateway.upstream_errors import retry_after, upstream_failure
@@ -50,13 +51,19 @@ _BROKEN = frozenset({401, 403, 407})
 DOWN_FOR_S = 5.0
 
 
-async def connect(transport: Transport, route: Serving, path: str, body: bytes) -> Connection:
-    """POST `body` to `path` of the least busy upstream of `route` and wait for the answer's
-    headers, whatever its status; a refused connection is tried once more on another upstream
-    (nothing was sent: it cannot run the request twice)."""
+async def connect(transport: Transport, route: Serving, path: str, body: bytes,
+                  found: Affinity | None = None) -> Connection:
+    """POST `body` to `path` of the upstream of `route` `choice` chooses (for `found`, the
+    request's affinity, where it has one) and wait for the answer's headers, whatever its
+    status; a refused connection is tried once more on another upstream (nothing was sent: it
+    cannot run the request twice)."""
     tried: frozenset[str] = frozenset()
     while True:
-        up = choose(route, tried)
+        up, why = choose(route, tried, found)
+        if why:
+            span = tracing.current()
+            if span.recording:
+                span.event("llmgw.choice", {"llmgw.upstream": up.id, "llmgw.reason": why})
         try:
             return await transport.send(up, path, body, len(tried))
         except UpstreamUnreachable as exc:
@@ -105,7 +112,7 @@ async def reach(transport: Transport, call: UpstreamCall, out: Outbound,
     status (the caller turns a failure into the client's error)."""
     plan = call.plan
     if plan is None:
-        return await connect(transport, call.route, out.path, out.body), call, out
+        return await connect(transport, call.route, out.path, out.body, call.affinity), call, out
     spec, router = plan.spec, plan.router
     if plan.left_out:
         span = tracing.current()
@@ -161,7 +168,7 @@ async def _attempt(transport: Transport, call: UpstreamCall, out: Outbound, plan
         wait: float | None = None
         error: LlmgwError
         try:
-            conn = await connect(transport, call.route, out.path, out.body)
+            conn = await connect(transport, call.route, out.path, out.body, call.affinity)
         except UpstreamUnreachable as exc:
             kind, error = FailOn.CONNECT, exc
             wait = backoff_s(rule, retry, None)

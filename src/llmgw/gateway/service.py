@@ -37,6 +37,7 @@ from llmgw.gateway.stages import limits as limits_stage
 from llmgw.gateway.stages import queue as queue_stage
 from llmgw.gateway.traced import TracedTap, asked, ended
 from llmgw.gateway.transport import Transport
+from llmgw.gateway.upstream.prefix import affinity
 from llmgw.gateway.upstream.router import Plan, Router, resolve
 from llmgw.gateway.upstream.table import RoutingTable
 from llmgw.gateway.usage import Tokens, UsageMeter, UsageTap
@@ -65,6 +66,9 @@ def _in_scopes(key: ApiKey, scopes: frozenset[KeyScope]) -> ApiKey:
 # Which dialect reads each API's requests.
 WIRES: dict[Api, Wire] = {api: spec.wire for api, spec in APIS.items()}
 
+# The APIs whose prompts grow turn by turn on a shared start: where a replica's prompt cache pays.
+_CONVERSING = frozenset({Api.CHAT, Api.COMPLETIONS, Api.RESPONSES, Api.MESSAGES})
+
 # The status metrics show for a request whose client went away (nginx's): not an upstream error.
 CLIENT_CLOSED = 499
 
@@ -87,6 +91,7 @@ class Gateway:
         tracer: Tracer = NOOP_TRACER,
         cache: ResponseCache | None = None,
         people_limits: Limits = PLAYGROUND_LIMITS,
+        prefix_routing: bool = True,
     ) -> None:
         self._refresher = refresher
         # Routes' cooldowns and fallback counts, this server's.
@@ -101,6 +106,8 @@ class Gateway:
         self.metrics = metrics
         self.cache = cache  # the response cache, when the install turned it on anywhere
         self._people_limits = people_limits  # what an admin or operator may send (`person_key`)
+        # Whether a local model's requests go where their conversation went (`upstream.prefix`).
+        self._prefix_routing = prefix_routing
         refresher.stage_with(self._chains)
 
     def authenticate(
@@ -150,10 +157,11 @@ class Gateway:
 
     async def forward(self, key: ApiKey, api: Api, body: bytes, payload: dict[str, Any],
                       request_id: str = "", started: float | None = None,
-                      said: Directives = NONE_SAID) -> Reply:
+                      said: Directives = NONE_SAID, session: str | None = None) -> Reply:
         """Send one request of `api` (its raw `body` and parsed `payload`) through the chain of
         stages its model or route runs, and return the answer (`said`: what the client said of
-        the response cache). A streamed reply settles usage when it is closed."""
+        the response cache; `session`: its `X-Llmgw-Session` header). A streamed reply settles
+        usage when it is closed."""
         wire = WIRES[api]
         ask = wire.read(payload)
         snap = self._refresher.current
@@ -182,6 +190,11 @@ class Gateway:
         exchange = Exchange(tap)
         call = UpstreamCall(route, body, payload, api, wire, ask, request_id, key,
                             started if started is not None else sent, plan, out, said, exchange)
+        # Computed only where it may choose: a model of llmgw's engines not on one replica alone
+        # (none yet: the queue may hand it several), or a route, whose targets may be such.
+        if self._prefix_routing and api in _CONVERSING and out is not None and (
+                plan is not None or (not route.model.is_remote and len(route.upstreams) != 1)):
+            call.affinity = affinity(payload, session)
         if span.recording:
             asked(span, call)
         chain = snap.chains.get(ask.model) or self._chain(snap, ask.model)

@@ -70,7 +70,7 @@ from llmgw.node.files import ModelFiles
 from llmgw.node.gpus import GpuFinder, GpuRules
 from llmgw.server import judges, wiring
 from llmgw.server.cluster import Leadership, server_views
-from llmgw.server.plane import DataPlane, make_tracer
+from llmgw.server.plane import SIGNALS_S, DataPlane, make_tracer
 from llmgw.server.plane import build as build_plane
 from llmgw.server.workers import Peers, is_worker_row
 from llmgw.store.store import Store
@@ -236,6 +236,8 @@ class Server:
             await self._server_heartbeat(leadership.server_id)
             await plane.start()
             plane.run(s, self._spawn)
+            # Only the process that answers `/metrics` reads the replicas' load.
+            self._spawn(plane.signals.run(SIGNALS_S), "replica-signals")
             self._spawn(self._heartbeats(leadership.server_id), "heartbeat")
             if s.embedded_node:
                 self._spawn(agent.run(self.loops.agent_s), "node-agent")

@@ -29,6 +29,7 @@ from llmgw.gateway.inflight import InFlight, JudgeSlots, LocalInFlight, SharedIn
 from llmgw.gateway.limits import Limiter
 from llmgw.gateway.metrics import Metrics
 from llmgw.gateway.queue import ColdQueue
+from llmgw.gateway.replica_signals import ReplicaSignals
 from llmgw.gateway.route_metrics import RouteMetrics
 from llmgw.gateway.service import Gateway
 from llmgw.gateway.snapshot import Refresher
@@ -50,6 +51,8 @@ from llmgw.store.store import Store
 VERDICT_FLUSH_S = 1.0
 # How often usage is written and rate-limit counts are shared with the other servers.
 ACCOUNTING_S = 1.0
+# How often the replicas' load is read for `/metrics` (a scrape every 15 s sees fresh figures).
+SIGNALS_S = 5.0
 
 Spawn = Callable[[Coroutine[Any, Any, None], str], None]
 
@@ -81,6 +84,9 @@ class DataPlane:
     limiter: Limiter
     router: Router
     gateway: Gateway
+    # What each ready replica of llmgw's engines says of its load, for `/metrics`: polled by the
+    # process that answers `/metrics` only (`run_signals`).
+    signals: ReplicaSignals
 
     async def start(self) -> None:
         """Open the upstream clients and load the first snapshot."""
@@ -177,9 +183,12 @@ def build(store: Store, settings: ServerSettings, clock: Clock, activity_id: str
                                        clock.monotonic))
     gateway = Gateway(refresher, client, clock, guard, limiter, meter, metrics, queue=queue,
                       router=router, tracer=tracer, people_limits=s.sso.playground_limits,
+                      prefix_routing=s.prefix_routing,
                       cache=ResponseCache(
                           s.cache, answers, Embedder(client, lambda: refresher.current.table,
                                                      s.cache.embedding_model)
                           if s.cache.embedding_model else None))
+    signals = ReplicaSignals(lambda: refresher.current.table)
+    metrics.add_collector(signals)
     return DataPlane(refresher, queue, tracker, demand, client, judge_client, metrics,
-                     verdict_log, guard, meter, limiter, router, gateway)
+                     verdict_log, guard, meter, limiter, router, gateway, signals)

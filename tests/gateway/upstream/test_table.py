@@ -81,18 +81,18 @@ def test_resolve_of_an_unknown_model_is_a_404_naming_it() -> None:
 
 def test_choose_spreads_successive_requests_over_idle_replicas() -> None:
     route = Serving(gemma_model(), upstreams(0, 0))
-    assert {choose(route).id for _ in range(4)} == {"rep-0", "rep-1"}
+    assert {choose(route)[0].id for _ in range(4)} == {"rep-0", "rep-1"}
 
 
 def test_choose_prefers_the_replica_with_fewer_requests_in_flight() -> None:
     route = Serving(gemma_model(), upstreams(2, 0))
-    assert [choose(route).id for _ in range(3)] == ["rep-1"] * 3
+    assert [choose(route)[0].id for _ in range(3)] == ["rep-1"] * 3
 
 
 def test_choose_retries_on_another_replica() -> None:
     route = Serving(gemma_model(), upstreams(0, 0))
-    first = choose(route)
-    second = choose(route, exclude=frozenset({first.id}))
+    first, _ = choose(route)
+    second, _ = choose(route, exclude=frozenset({first.id}))
     assert second.id != first.id
 
 

@@ -3,9 +3,10 @@
 A pure function of the candidates (a model's ready upstreams, each carrying its load: requests
 in flight, and until when a refused connection keeps it last in line), what the attempt must
 avoid (the upstreams it already tried) and the tie-breaker `turn`; time is passed in. The way
-out (`reach.connect`) calls it and sends to what it chose; the transport never chooses. A choice
-that reads the request (a prompt's prefix already cached on one replica) plugs in here, as
-another input to `pick`.
+out (`reach.connect`) calls it and sends to what it chose; the transport never chooses. For a
+model llmgw serves on its own engines, a request's affinity (its conversation's head or its
+session, `prefix.affinity`) ranks the replicas instead (`prefix.near`), weighed against load;
+a remote provider's upstreams stay least outstanding.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import itertools
 import time
 
 from llmgw.core.errors import NoReadyReplica
+from llmgw.gateway.upstream.prefix import Affinity, near
 from llmgw.gateway.upstream.table import Serving, Upstream
 
 # Rotates ties between equally busy upstreams, across every request of the process.
@@ -40,12 +42,20 @@ def pick(
     return best
 
 
-def choose(route: Serving, exclude: frozenset[str] = frozenset()) -> Upstream:
-    """The upstream `pick` chooses now, on the next turn; NoReadyReplica with the reason when
+def choose(route: Serving, exclude: frozenset[str] = frozenset(),
+           found: Affinity | None = None) -> tuple[Upstream, str]:
+    """The upstream to send to now and why ("" for least outstanding): by `found`'s ranking
+    (`prefix.near`) when the request has an affinity and the model runs on llmgw's engines on
+    more than one replica, else `pick`'s on the next turn. NoReadyReplica with the reason when
     there is none."""
-    up = pick(route.upstreams, exclude, next(_turns), time.monotonic())
+    now = time.monotonic()
+    if found is not None and len(route.upstreams) > 1 and not route.model.is_remote:
+        chosen = near(route.upstreams, exclude, found, now)
+        if chosen is not None:
+            return chosen
+    up = pick(route.upstreams, exclude, next(_turns), now)
     if up is None:
         if exclude:
             raise NoReadyReplica(f"model '{route.model.name}': no other ready replica to retry on")
         raise NoReadyReplica(f"model '{route.model.name}' has no ready replica: {route.unavailable}")
-    return up
+    return up, ""
