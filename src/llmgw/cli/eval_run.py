@@ -3,6 +3,7 @@ progress bar."""
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from pathlib import Path
@@ -39,9 +40,16 @@ def judge_all(judge: Judge, cases: list[Case], concurrency: int, what: str) -> l
                         disable=not render.err_console.is_terminal)
     with progress, ThreadPoolExecutor(max_workers=concurrency) as pool:
         task = progress.add_task(what, total=len(cases))
+        stop = threading.Event()
 
         def one(i: int) -> None:
-            answers[i] = judge(cases[i])
+            if stop.is_set():  # a call failed: send no more (a bad key would fail them all)
+                return
+            try:
+                answers[i] = judge(cases[i])
+            except BaseException:
+                stop.set()
+                raise
             progress.advance(task)
 
         futures = [pool.submit(one, i) for i in range(len(cases))]
