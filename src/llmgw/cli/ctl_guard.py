@@ -35,12 +35,12 @@ from llmgw.core.protocol.guard import (
     VerdictQuery,
 )
 
-guard_app = typer.Typer(help="Guard policies, judges and the verdict log.", no_args_is_help=True)
-policy_app = typer.Typer(help="Which traffic is judged, by which judges.", no_args_is_help=True)
-judge_app = typer.Typer(help="The judge models.", no_args_is_help=True)
 if TYPE_CHECKING:
     from llmgw.cli.evaluate import Report
 
+guard_app = typer.Typer(help="Guard policies, judges and the verdict log.", no_args_is_help=True)
+policy_app = typer.Typer(help="Which traffic is judged, by which judges.", no_args_is_help=True)
+judge_app = typer.Typer(help="The judge models.", no_args_is_help=True)
 PolicyName = Annotated[str, typer.Argument(help="The policy's name.")]
 
 # Which option of `policy set` gives each field of the Policy it sends.
