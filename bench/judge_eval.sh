@@ -59,6 +59,9 @@ trap cleanup EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
 
+# The code measured is the code the server starts with; the record names it.
+commit=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
+src_modified=$(git diff --quiet HEAD -- src 2>/dev/null && echo false || echo true)
 GW_PORT=$("$PY" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
 URL=http://127.0.0.1:$GW_PORT
 export LLMGW_DATA_DIR=$TMP/llmgw
@@ -80,9 +83,7 @@ sys.exit(not any(r["model"] == sys.argv[1] and r["state"] == "ready" for r in js
     sleep 1
 done
 
-commit=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
-git diff --quiet HEAD -- src 2>/dev/null || commit="$commit (src/ modified)"
-mkdir -p bench/results
+load_before=$(cut -d' ' -f1 /proc/loadavg)
 limit=()
 [[ -n $LIMIT ]] && limit=(--limit "$LIMIT")
 for set in $SETS; do
@@ -92,23 +93,14 @@ for set in $SETS; do
 done
 kill -0 "$GW_PID" 2>/dev/null || die "llmgw died during the run"
 
-"$PY" - "$TMP" "$JUDGE" "$commit" "$(nproc)" "$CONCURRENCY" "$BUDGET_MS" "${LIMIT:-all}" $SETS <<'EOF' | tee bench/results/judge_eval.md
-import json, sys
-from datetime import datetime, timezone
-tmp, judge, commit, cores, conc, budget, limit, *sets = sys.argv[1:]
-reports = {s: json.load(open(f"{tmp}/{s}.json")) for s in sets}
-when = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-print(f"# llmgw judge eval, {when}\n")
-print(f"commit {commit}; {cores} cores; judge {judge}; concurrency {conc}; budget {budget} ms; "
-      f"cases per set: {limit}; policy {next(iter(reports.values()))['policy']}.\n")
-print("| set | cases | failed | precision | recall | F1 | over-block | p50 ms | p95 ms | time s |")
-print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
-for s, r in reports.items():
-    over = "" if r["over_block"] is None else f"{r['over_block']:.3f}"
-    print(f"| {s} | {r['cases']} | {r['failed']} | {r['precision']:.3f} | {r['recall']:.3f} | "
-          f"{r['f1']:.3f} | {over} | {r['p50_ms']} | {r['p95_ms']} | {r['seconds']} |")
-json.dump({"when": when, "commit": commit, "judge": judge, "reports": reports},
-          open("bench/results/judge_eval.json", "w"), indent=1)
-EOF
+settings="{\"concurrency\": $CONCURRENCY, \"budget_ms\": $BUDGET_MS, \"policy\": \"$POLICY\", \"limit\": ${LIMIT:-null}}"
+"$PY" bench/judge_eval.py --reports "$TMP" --sets "$SETS" --load-before "$load_before" \
+    --out bench/results/judge_eval.md --json bench/results/judge_eval.json \
+    --header "# llmgw judge eval, $(date -u '+%Y-%m-%d %H:%M UTC')" --header "" \
+    --header "commit $commit$([[ $src_modified == true ]] && echo ' (src/ modified)'); $(nproc) cores; judge $JUDGE; concurrency $CONCURRENCY, budget $BUDGET_MS ms, policy $POLICY, cases per set: ${LIMIT:-all}; load average before: $load_before." \
+    --header "" \
+    --meta "commit=$commit" --meta "src_modified=$src_modified" --meta "settings=$settings" \
+    --meta "command=$(env | grep -E '^(JUDGE_EVAL|BENCH)_[A-Z0-9_]+=' | sort | sed -E "s/^([^=]+)=(.*)$/\1='\2'/" | tr '\n' ' ' || true)bash bench/judge_eval.sh" \
+    || die "the report failed"
 append_warnings "$TMP/llmgw.log" bench/results/judge_eval.md
 log "written bench/results/judge_eval.md and bench/results/judge_eval.json"
