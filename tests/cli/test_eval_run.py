@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import threading
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -12,7 +13,7 @@ from rich.console import Console
 
 from llmgw.cli import render
 from llmgw.cli.client import CtlError
-from llmgw.cli.eval_run import judge_all
+from llmgw.cli.eval_run import cases_of, judge_all
 from llmgw.cli.evaluate import Case
 
 CASES = [Case(f"case {i}", "safe") for i in range(6)]
@@ -62,3 +63,13 @@ def test_the_progress_bar_shows_on_a_terminal_only(monkeypatch: pytest.MonkeyPat
     monkeypatch.setattr(render, "err_console", Console(file=out, force_terminal=terminal, width=100))
     judge_all(echo, CASES, 2, "demo-judge on xstest")
     assert ("demo-judge on xstest" in out.getvalue()) is terminal
+
+
+def test_a_shipped_sets_name_wins_over_a_file_of_that_name_and_dot_slash_reaches_the_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "sst").write_text('{"text": "mine", "label": "safe"}\n')
+    monkeypatch.chdir(tmp_path)
+    name, shipped = cases_of("sst")
+    assert (name, len(shipped)) == ("sst", 100)
+    assert cases_of("./sst") == ("sst", [Case("mine", "safe")])
