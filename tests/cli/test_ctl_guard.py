@@ -126,9 +126,10 @@ def test_eval_json_gives_scores_between_zero_and_one(demo_server: LlmgwServer, c
 
 @pytest.mark.usefixtures("judge_ready")
 def test_eval_of_a_shipped_set_on_the_demo_judge(demo_server: LlmgwServer) -> None:
-    # The shipped set as an installed ctl finds it, judged by the real demo judge, two at a time.
+    # The shipped set as an installed ctl finds it, judged by the real demo judge, two at a time
+    # (a judge that runs one at a time: the budget leaves room for the queue on a busy host).
     report = ctl_json(demo_server, "guard", "eval", "--judge", JUDGE, "--set", "jbb", "--limit", "6",
-                      "--concurrency", "2")
+                      "--concurrency", "2", "--budget-ms", "30000")
     assert (report["set"], report["cases"]) == ("jbb", 6)
     assert report["tp"] + report["fp"] + report["fn"] + report["tn"] + report["failed"] == 6
     assert sum(c["cases"] for c in report["categories"].values()) == 6

@@ -21,6 +21,7 @@ from click.testing import Result
 from typer.testing import CliRunner
 
 from llmgw.cli import ctl, evalsets
+from llmgw.cli.client import AdminClient
 
 Answer = Callable[[dict[str, Any]], dict[str, Any]]
 
@@ -273,3 +274,19 @@ def test_the_table_shows_the_figures_and_a_row_per_category(admin: FakeAdmin, kn
     assert lines["weapons"] == ["weapons", "4", "0", "3", "0.750", ""]
     assert lines["kitchen"] == ["kitchen", "4", "0", "1", "", "0.250"]
     assert lines["history"] == ["history", "2", "0", "1", "1.000", "0.000"]
+
+
+def test_each_call_waits_as_long_as_the_judgments_budget_and_more(
+    admin: FakeAdmin, known: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A two-minute budget must not be cut at the admin client's usual 30 s (which would end the run).
+    waits: list[float] = []
+    call = AdminClient.call
+
+    def timed(self: AdminClient, method: str, path: str, body: Any = None) -> Any:
+        waits.append(self.timeout_s)
+        return call(self, method, path, body)
+
+    monkeypatch.setattr(AdminClient, "call", timed)
+    ok(admin, "--set", str(known), "--budget-ms", "120000")
+    assert set(waits) == {150.0} and len(waits) == len(KNOWN)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -322,7 +323,8 @@ def guard_eval(
         raise typer.Exit(2) from None
     cases = spread(cases, limit)
     try:
-        client = AdminClient.resolve(ctl.url, ctl.key)
+        # A judgment may take its whole budget, queue included: the call waits that long and more.
+        client = replace(AdminClient.resolve(ctl.url, ctl.key), timeout_s=budget_ms / 1000 + 30)
     except CtlError as exc:
         render.error(str(exc))
         raise typer.Exit(1) from None
