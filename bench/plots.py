@@ -44,6 +44,7 @@ RECORDS = {
     "request_path": ("request_path.json", "bash bench/run.sh"),
     "guard": ("guard.json", "bash bench/guard.sh"),
     "ondemand": ("ondemand.json", "bash bench/ondemand.sh"),
+    "judge_eval": ("judge_eval.json", "bash bench/judge_eval.sh"),
 }
 LLMGW, REDIS, ACCENT, FLOOR, NGINX, MUTED = "#1f6fb2", "#7aa9d6", "#e07b39", "#9c9c9c", "#5a9e5a", "#555555"
 PASSTHROUGH, ANCHOR = ACCENT, "#7b4fa0"  # the aiohttp pass-through; LiteLLM's proxy, the anchor
@@ -579,6 +580,13 @@ def cold_start_table(results: Path) -> str:
                   f"{rec['bound']['seconds']:g} s)).")
 
 
+def judge_eval_table(results: Path) -> str:
+    """The demo judge's figures on each shipped set (`ctl guard eval`)."""
+    from bench import judge_eval
+
+    return judge_eval.table(load(results, "judge_eval"))
+
+
 TABLES: dict[str, Callable[[Path], str]] = {
     "runs": runs_table,
     "request-path": request_path_table,
@@ -587,6 +595,7 @@ TABLES: dict[str, Callable[[Path], str]] = {
     "guard-chat": guard_chat_table,
     "judge": judge_table,
     "cold-start": cold_start_table,
+    "judge-eval": judge_eval_table,
 }
 
 

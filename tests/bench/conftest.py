@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from bench import guard_load, ondemand, record, report
+from bench import guard_load, judge_eval, ondemand, record, report
 
 # bench/run.sh's result lines (api target mode conc rps p50_ms p99_ms errors cpu_us), two rounds:
 # the direct rows, llmgw with 1 and 2 workers (in memory and with Redis), the floors.
@@ -85,10 +85,25 @@ def write_records(to: Path, meta_extra: dict[str, object] | None = None,
                  ondemand.figures([1.16, 1.2, 1.1, 1.3, 1.15], [0.99, 1.0, 0.95, 1.05, 0.98],
                                   [1.18, 1.25, 1.2, 1.22, 1.3], argv))
 
+    record.write(to / "judge_eval.json", "judge_eval", meta,
+                 judge_eval.figures({"xstest": eval_report(tp=150, fp=40, fn=50, tn=210),
+                                     "sst": eval_report(tp=90, fp=0, fn=8, tn=0, failed=2)}))
+
+
+def eval_report(tp: int, fp: int, fn: int, tn: int, failed: int = 0) -> dict[str, object]:
+    """What `ctl guard eval --json` prints for a set, with these counts."""
+    precision, recall = tp / (tp + fp), tp / (tp + fn)
+    return {"judge": "demo-judge", "set": "s", "policy": "strict", "seconds": 61.5,
+            "cases": tp + fp + fn + tn + failed, "failed": failed, "tp": tp, "fp": fp, "fn": fn, "tn": tn,
+            "precision": round(precision, 3), "recall": round(recall, 3),
+            "f1": round(2 * precision * recall / (precision + recall), 3),
+            "over_block": round(fp / (fp + tn), 3) if fp + tn else None, "p50_ms": 900.0,
+            "p95_ms": 1400.0, "failures": {"failed_timeout": failed} if failed else {}, "categories": {}}
+
 
 @pytest.fixture
 def records(tmp_path: Path) -> Path:
-    """A directory with the three records, as bench/figures/ holds them."""
+    """A directory with the four records, as bench/figures/ holds them."""
     write_records(tmp_path)
     return tmp_path
 

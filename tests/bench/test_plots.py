@@ -139,7 +139,7 @@ def test_the_command_line_writes_the_pngs_and_says_what_is_missing(records: Path
 
 def test_the_tables_carry_the_records_figures_and_metadata(records: Path) -> None:
     runs = plots.table(records, "runs")
-    for name in ("request_path.json", "guard.json", "ondemand.json"):
+    for name in ("request_path.json", "guard.json", "ondemand.json", "judge_eval.json"):
         assert name in runs
     meta = json.loads((records / "guard.json").read_text())["meta"]
     assert meta["commit"] in runs and f"{meta['machine']['cores']} cores" in runs
@@ -155,6 +155,10 @@ def test_the_tables_carry_the_records_figures_and_metadata(records: Path) -> Non
     assert "second replica 41 s" in judge
     assert "| (b) input | 10 |" in plots.table(records, "guard-chat")
     assert "within its bound of 0.50 s" in plots.table(records, "cold-start")
+    # Precision 150/190, recall 150/200, over-block 40/250; SimpleSafetyTests has no safe case.
+    judged = plots.table(records, "judge-eval")
+    assert "| `xstest` | 450 | 0 | 0.789 | 0.750 | 0.769 | 0.160 | 900.0 | 1400.0 | 61.5 |" in judged
+    assert "| `sst` | 100 | 2 | 1.000 | 0.918 | 0.957 | – |" in judged
     with pytest.raises(plots.RecordError, match="no table named 'nope'"):
         plots.table(records, "nope")
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from bench import guard_load, ondemand, record, report
-from tests.bench.conftest import LITELLM, guard_args, judge_cell, result_lines
+from tests.bench.conftest import LITELLM, eval_report, guard_args, judge_cell, result_lines
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -136,3 +136,25 @@ def test_the_ondemand_record_has_every_sample_and_the_bound() -> None:
     assert figures["swap_s"] == [1.4, 1.5, 1.3]
     assert figures["bound"] == {"fraction": ondemand.ALLOWED_FRACTION, "seconds": ondemand.ALLOWED_S}
     assert figures["replica_argv"][0] == "llama-server"
+
+
+def test_the_judge_eval_record_has_each_sets_report_and_the_code_measured(tmp_path: Path) -> None:
+    for name, counts in (("xstest", (150, 40, 50, 210)), ("sst", (90, 0, 10, 0))):
+        (tmp_path / f"{name}.json").write_text(json.dumps(eval_report(*counts)))
+    out, rec_path = tmp_path / "judge_eval.md", tmp_path / "judge_eval.json"
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "judge_eval.py"), "--reports", str(tmp_path), "--sets",
+         "xstest sst", "--out", str(out), "--json", str(rec_path), "--load-before", "1.5",
+         "--header", "# llmgw judge eval", "--meta", "commit=abc1234", "--meta", "src_modified=false",
+         "--meta", "command=bash bench/judge_eval.sh"],
+        capture_output=True, text=True, check=True)
+    rec = json.loads(rec_path.read_text())
+    assert (rec["bench"], rec["judge"], rec["policy"]) == ("judge_eval", "demo-judge", "strict")
+    assert [s["set"] for s in rec["sets"]] == ["xstest", "sst"]
+    assert rec["sets"][0]["over_block"] == 0.16 and rec["sets"][1]["over_block"] is None
+    assert (rec["meta"]["commit"], rec["meta"]["src_modified"]) == ("abc1234", False)
+    assert rec["meta"]["machine"]["load_before"] == 1.5
+    # The printed report is the file's, the table with its header.
+    assert proc.stdout == out.read_text()
+    assert proc.stdout.startswith("# llmgw judge eval\n| set | cases |")
+    assert "| `sst` | 100 | 0 | 1.000 | 0.900 | 0.947 | – |" in proc.stdout

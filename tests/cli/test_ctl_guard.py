@@ -102,7 +102,7 @@ def test_eval_prints_precision_recall_f1_and_latency(demo_server: LlmgwServer, c
     assert proc.returncode == 0
     assert f"{JUDGE} on cases.jsonl" in proc.stdout
     header = row(proc.stdout, "cases")
-    assert header == ["cases", "precision", "recall", "F1", "failed", "p50 ms", "p99 ms"]
+    assert header == ["cases", "precision", "recall", "F1", "over-block", "failed", "p50 ms", "p95 ms"]
     cells = row(proc.stdout, str(len(CASES)))
     assert len(cells) == len(header)
     for cell in cells[1:4]:
@@ -112,15 +112,27 @@ def test_eval_prints_precision_recall_f1_and_latency(demo_server: LlmgwServer, c
 @pytest.mark.usefixtures("judge_ready")
 def test_eval_json_gives_scores_between_zero_and_one(demo_server: LlmgwServer, cases_file: Path) -> None:
     report = ctl_json(demo_server, "guard", "eval", "--judge", JUDGE, "--file", str(cases_file))
-    assert set(report) == {"cases", "precision", "recall", "f1", "failed", "p50_ms", "p99_ms"}
+    assert set(report) >= {"cases", "precision", "recall", "f1", "over_block", "failed", "p50_ms",
+                           "p95_ms", "failures", "categories"}
     assert report["cases"] == len(CASES)
     for field in ("precision", "recall", "f1"):
         assert isinstance(report[field], float) and 0.0 <= report[field] <= 1.0, report
     assert 0 <= report["failed"] <= len(CASES)
     if report["failed"] < len(CASES):  # something was judged: its latency is there
-        assert 0 < report["p50_ms"] <= report["p99_ms"] < 5000
+        assert 0 < report["p50_ms"] <= report["p95_ms"] < 5000
     else:
-        assert report["p50_ms"] is None and report["p99_ms"] is None
+        assert report["p50_ms"] is None and report["p95_ms"] is None
+
+
+@pytest.mark.usefixtures("judge_ready")
+def test_eval_of_a_shipped_set_on_the_demo_judge(demo_server: LlmgwServer) -> None:
+    # The shipped set as an installed ctl finds it, judged by the real demo judge, two at a time
+    # (a judge that runs one at a time: the budget leaves room for the queue on a busy host).
+    report = ctl_json(demo_server, "guard", "eval", "--judge", JUDGE, "--set", "jbb", "--limit", "6",
+                      "--concurrency", "2", "--budget-ms", "30000")
+    assert (report["set"], report["cases"]) == ("jbb", 6)
+    assert report["tp"] + report["fp"] + report["fn"] + report["tn"] + report["failed"] == 6
+    assert sum(c["cases"] for c in report["categories"].values()) == 6
 
 
 @pytest.mark.parametrize(

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -33,6 +35,9 @@ from llmgw.core.protocol.guard import (
     SwitchRequest,
     VerdictQuery,
 )
+
+if TYPE_CHECKING:
+    from llmgw.cli.evaluate import Report
 
 guard_app = typer.Typer(help="Guard policies, judges and the verdict log.", no_args_is_help=True)
 policy_app = typer.Typer(help="Which traffic is judged, by which judges.", no_args_is_help=True)
@@ -285,38 +290,79 @@ def verdicts(
 def guard_eval(
     ctx: typer.Context,
     judge: Annotated[str, typer.Option(help="The judge to evaluate.")],
-    file: Annotated[Path, typer.Option(help='JSONL: {"text", "label": "safe"|"unsafe", "direction"}.')],
+    set_: Annotated[str | None, typer.Option(
+        "--set", help="A shipped set (xstest, jbb, jbb-pair, sst) or a JSONL file: "
+                      '{"text", "label": "safe"|"unsafe", "direction", "category"} a line.')] = None,
+    file: Annotated[Path | None, typer.Option(help="A JSONL file of cases (the same as --set FILE).")] = None,
+    policy: Annotated[Controversial, typer.Option(
+        help="strict: a Controversial verdict counts as unsafe; loose: as safe.",
+        case_sensitive=False)] = Controversial.STRICT,
+    strict: Annotated[bool | None, typer.Option(
+        "--strict/--no-strict", hidden=True, help="The old spelling of --policy strict|loose.")] = None,
+    concurrency: Annotated[int, typer.Option(min=1, max=64, help="Judgments in flight at once.")] = 1,
+    limit: Annotated[int | None, typer.Option(
+        min=1, help="Judge only this many cases, taken evenly across the set.")] = None,
     budget_ms: Annotated[int, typer.Option(help="Milliseconds each judgment may take.")] = 5000,
-    strict: Annotated[bool, typer.Option(help="Count Controversial as unsafe.")] = True,
+    json_out: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
 ) -> None:
-    """Precision, recall, F1 and latency of a judge on your own labelled cases."""
+    """Precision, recall, F1, over-blocking and latency of a judge on a public set or your own cases."""
     ctl = CtlContext.of(ctx)
-    from llmgw.cli.evaluate import Case, score
+    from llmgw.cli.client import AdminClient, CtlError
+    from llmgw.cli.eval_run import cases_of, judge_all
+    from llmgw.cli.evaluate import Case, score, spread
 
+    if (set_ is None) == (file is None):
+        render.error("give the cases with --set NAME|FILE (or --file FILE)")
+        raise typer.Exit(2)
+    if strict is not None:
+        policy = Controversial.STRICT if strict else Controversial.LOOSE
     try:
-        cases = [Case.from_json(line, n) for n, line in
-                 enumerate(file.read_text().splitlines(), 1) if line.strip()]
+        name, cases = cases_of(set_ if set_ is not None else str(file))
     except (OSError, ValueError) as exc:
         render.error(str(exc))
         raise typer.Exit(2) from None
-    answers = []
-    with render.console.status(f"judging {len(cases)} cases with {judge}…"):
-        for c in cases:
-            request = JudgmentRequest(judge=judge, text=c.text, direction=c.direction,
-                                      budget_ms=budget_ms)
-            answers.append(ctl.call("POST", "/admin/v1/guard/judgments", body(request)))
+    cases = spread(cases, limit)
+    try:
+        # A judgment may take its whole budget, queue included: the call waits that long and more.
+        client = replace(AdminClient.resolve(ctl.url, ctl.key), timeout_s=budget_ms / 1000 + 30)
+    except CtlError as exc:
+        render.error(str(exc))
+        raise typer.Exit(1) from None
+
+    def one(c: Case) -> dict[str, Any]:
+        request = JudgmentRequest(judge=judge, text=c.text, direction=c.direction, budget_ms=budget_ms)
+        return dict(client.call("POST", "/admin/v1/guard/judgments", body(request)))
+
+    started = time.monotonic()
+    try:
+        answers = judge_all(one, cases, concurrency, f"{judge} on {name}")
+    except CtlError as exc:
+        render.error(str(exc))
+        raise typer.Exit(1) from None
+    seconds = round(time.monotonic() - started, 1)
     errors = sorted({a["error"] for a in answers if a.get("error")})
     if answers and all(a.get("verdict") is None for a in answers):
-        render.error(f"no case was judged: {'; '.join(errors)}")
+        render.error(f"no case was judged: {'; '.join(errors[:3])}")
         raise typer.Exit(1)
-    for message in errors:
+    for message in errors[:5]:
         render.error(f"some judgments failed: {message}")
-    report = score(cases, answers, strict=strict)
-    if ctl.json:
-        render.emit_json(report)
+    report = score(cases, answers, policy=policy)
+    if ctl.json or json_out:
+        render.emit_json({"judge": judge, "set": name, "policy": policy, "seconds": seconds,
+                          **report.model_dump(mode="json")})
         return
-    render.table(f"{judge} on {file.name}", ["cases", "precision", "recall", "F1", "failed",
-                                             "p50 ms", "p99 ms"],
-                 [[report["cases"], report["precision"], report["recall"], report["f1"],
-                   report["failed"], report["p50_ms"], report["p99_ms"]]])
+    _eval_tables(f"{judge} on {name} ({policy}, {seconds} s)", report)
 
+
+def _eval_tables(title: str, report: Report) -> None:
+    def rate(value: float | None, present: int) -> str:
+        return "" if value is None or not present else f"{value:.3f}"
+
+    render.table(title, ["cases", "precision", "recall", "F1", "over-block", "failed", "p50 ms", "p95 ms"],
+                 [[report.cases, report.precision, report.recall, report.f1,
+                   rate(report.over_block, report.fp + report.tn), report.failed, report.p50_ms,
+                   report.p95_ms]])
+    if report.categories:
+        render.table("by category", ["category", "cases", "failed", "flagged", "recall", "over-block"],
+                     [[name, c.cases, c.failed, c.tp + c.fp, rate(c.recall, c.tp + c.fn),
+                       rate(c.over_block, c.fp + c.tn)] for name, c in report.categories.items()])
