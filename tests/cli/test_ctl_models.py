@@ -10,7 +10,10 @@ from typing import Any
 
 import pytest
 import typer
+from typer.testing import CliRunner
 
+from llmgw.cli import ctl
+from llmgw.cli.client import AdminClient
 from llmgw.cli.ctl_models import idle_text, parse_idle
 from llmgw.core.protocol.models import ModelOut
 from llmgw.server.init import demo_judge, demo_model
@@ -206,3 +209,28 @@ def test_model_list_fits_80_columns_with_every_name_whole(offline_ctl: OfflineCt
     wide = offline_ctl(answers, "model", "list", columns=200)
     assert row(wide, DEMO)[1] == "gemma-3-270m-q4_k_m.gguf" and row(wide, DEMO)[-1] == "2026-12-03 07:18"
     assert json.loads(offline_ctl(answers, "--json", "model", "list"))["data"][0]["source"]["path"] == GGUF
+
+
+@pytest.mark.parametrize(("args", "code", "said"), [
+    (["--path", "/m", "--command", "srv --host {host}"], 1,
+     "--command: profile 'default': the command never names {port}"),
+    (["--path", "/m", "--command", "srv --port {port} --api-key {api_key}"], 1,
+     "{api_key} is for env only"),
+    (["--path", "/m", "--command", "srv --port {port}", "--args", "-c 8"], 1,
+     "takes its arguments in command, not args"),
+    (["--base-url", "https://h/v1", "--command", "srv --port {port}"], 2,
+     "--command runs the model on a node"),
+    (["--path", "/m", "--env", "A=1"], 2, "--env and --ready-path are for a command engine"),
+    (["--path", "/m", "--command", "srv --port {port}", "--env", "A"], 2, "--env takes KEY=VALUE"),
+])
+def test_a_command_profile_no_engine_could_start_from_is_refused_before_anything_is_sent(
+    monkeypatch: pytest.MonkeyPatch, args: list[str], code: int, said: str
+) -> None:
+    def never(*_args: object) -> None:
+        raise AssertionError("nothing may be sent")
+
+    monkeypatch.setattr(AdminClient, "call", never)
+    result = CliRunner().invoke(ctl.app, ["--url", "http://127.0.0.1:9", "--key", "sk-llmgw-x",
+                                          "model", "add", "m", *args])
+    assert result.exit_code == code, result.output
+    assert said in " ".join(result.output.split())

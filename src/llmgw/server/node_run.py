@@ -60,6 +60,11 @@ class NodeConfig(BaseModel):
     directory."""
     interval_s: float | None = Field(default=None, gt=0)
     """Seconds between reports to the servers, the heartbeat (`--interval`); default 5."""
+    engine_commands: list[str] = Field(default_factory=list)
+    """Programs `command` engines may run here (`--engine-command`, merged), by name on PATH or
+    absolute path, as a profile's command gives them; empty: none. Whoever holds an admin key
+    runs what a profile says with an allowed program: allow engines, not shells or interpreters
+    you would not hand out."""
 
 
 def load_config(path: Path) -> NodeConfig:
@@ -91,6 +96,7 @@ class NodeOptions:
     gpus: dict[str, int] = field(default_factory=dict)
     interval_s: float = 5.0
     start_timeout_s: float = 120.0
+    engine_commands: list[str] = field(default_factory=list)
 
 
 def reaching_address(server_url: str) -> str:
@@ -151,6 +157,7 @@ async def run_node(opts: NodeOptions) -> None:
             files=ModelFiles(opts.data_dir / "models"),
             engine_key=lambda: link.engine_key,
             compat=EngineCompat(opts.data_dir / COMPAT_FILE),
+            engine_commands=frozenset(opts.engine_commands),
             # A node has no store: judges enabled by repo are warmed in the default format.
             warm_up=judge_warm_up(),
         ),
