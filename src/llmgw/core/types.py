@@ -149,9 +149,15 @@ class Profile(Frozen):
     # Engine `command` only: the argv template (`engine_command.PLACEHOLDERS`), values added to
     # its environment (same placeholders), and the path that answers 200 once it serves
     # (None: `/v1/models`).
-    command: list[str] = Field(default_factory=list)
-    env: dict[str, str] = Field(default_factory=dict)
-    ready_path: str | None = Field(default=None, max_length=512)
+    command: list[str] = Field(default_factory=list, description=(
+        "Engine command only: the program and its arguments, run without a shell; placeholders "
+        "{model_path} {model} {host} {port} {devices} {threads}; {port} is required."))
+    env: dict[str, str] = Field(default_factory=dict, description=(
+        "Engine command only: variables added to the engine's environment; the placeholders of "
+        "command but {port}, and {api_key} (the engine key, never allowed in command)."))
+    ready_path: str | None = Field(default=None, max_length=512, description=(
+        "Engine command only: the path that answers 200 once the engine serves; null: "
+        "/v1/models."))
 
     @model_validator(mode="after")
     def _engine_fields(self) -> Profile:
