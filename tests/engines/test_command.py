@@ -66,8 +66,11 @@ def test_the_engine_key_is_in_the_environment_and_never_in_the_argv() -> None:
     ({"command": []}, "a command engine needs a command"),
     ({"command": ["srv", "--host", "{host}"]}, "never names {port}"),
     ({"command": ["srv", "--port", "{port}", "--m", "{model_file}"]}, "unknown placeholder {model_file}"),
-    ({"command": ["srv", "--port", "{port}", "{"]}, "write {{ or }} for a literal brace"),
-    ({"command": ["srv", "--port", "{port:>5}"]}, "with no format"),
+    ({"command": ["srv", "--port", "{port}", "{"]}, "command[3]: Single '{' encountered in format "
+                                                     "string (write {{ or }} for a literal brace)"),
+    ({"command": ["srv", "--port", "{port:>5}"]}, "command[2]: write a placeholder as {port}, with "
+                                                  "no format"),
+    ({"command": VLLM, "env": {"K": "{x!r}"}}, "env K: write a placeholder as {x}, with no format"),
     ({"command": ["{model_path}", "--port", "{port}"]}, "the program (the command's first item) "
                                                         "takes no placeholder"),
     ({"command": VLLM, "env": {"P": "{port}"}}, "env takes no {port}"),

@@ -1,6 +1,9 @@
 """The `command` engine's templates: which placeholders an argv or environment value may use
-(the environment all but `{port}`, and `{api_key}` too), checked when a profile is made, and filled in when a
-replica starts (`engines.command`)."""
+(the environment all but `{port}`, and `{api_key}` too), checked when a profile is made, and
+filled in when a replica starts (`engines.command`).
+
+Refusals name where a template is wrong (`command[2]`, `env FOO`), never the text: like every
+validation error here, they do not echo what was given."""
 
 from __future__ import annotations
 
@@ -33,15 +36,22 @@ def fields(text: str) -> list[str]:
     try:
         parsed = list(Formatter().parse(text))
     except ValueError as exc:
-        raise ValueError(f"{text!r}: {exc} (write {{{{ or }}}} for a literal brace)") from None
+        raise ValueError(f"{exc} (write {{{{ or }}}} for a literal brace)") from None
     found = []
     for _, name, spec, conversion in parsed:
         if name is None:
             continue
         if spec or conversion:
-            raise ValueError(f"{text!r}: write a placeholder as {{{name}}}, with no format")
+            raise ValueError(f"write a placeholder as {{{name}}}, with no format")
         found.append(name)
     return found
+
+
+def _fields_at(where: str, text: str) -> list[str]:
+    try:
+        return fields(text)
+    except ValueError as exc:
+        raise ValueError(f"{where}: {exc}") from None
 
 
 def check(command: Sequence[str], env: Mapping[str, str]) -> None:
@@ -50,17 +60,17 @@ def check(command: Sequence[str], env: Mapping[str, str]) -> None:
     `{port}` (llmgw could not reach the engine), or an environment name llmgw owns."""
     if not command or not command[0].strip():
         raise ValueError("a command engine needs a command: the program, then its arguments")
-    if fields(command[0]):
+    if _fields_at("command[0]", command[0]):
         raise ValueError("the program (the command's first item) takes no placeholder: nodes "
                          "allow command engines by their program")
     named: list[str] = []
-    for text in command:
-        named += fields(text)
+    for i, text in enumerate(command):
+        named += _fields_at(f"command[{i}]", text)
     if KEY_PLACEHOLDER in named:
         raise ValueError(f"{{{KEY_PLACEHOLDER}}} is for env only: anyone on the node can read a "
                          "command line (ps); give the key to the engine through its environment "
                          f"(env, or {KEY_ENV}, which is always set)")
-    in_env = [name for value in env.values() for name in fields(value)]
+    in_env = [name for key, value in env.items() for name in _fields_at(f"env {key}", value)]
     if "port" in in_env:
         # The environment is set once per replica; the port is picked anew at each start.
         raise ValueError("env takes no {port}: give the port in the command")

@@ -146,9 +146,7 @@ class Profile(Frozen):
     gpu_class: str | None = None
     gpu: int = Field(default=0, ge=0)
     node_selector: dict[str, str] = Field(default_factory=dict)
-    # Engine `command` only: the argv template (`engine_command.PLACEHOLDERS`), values added to
-    # its environment (same placeholders), and the path that answers 200 once it serves
-    # (None: `/v1/models`).
+    # The `command` engine's template (`core.engine_command`).
     command: list[str] = Field(default_factory=list, description=(
         "Engine command only: the program and its arguments, run without a shell; placeholders "
         "{model_path} {model} {host} {port} {devices} {threads}; {port} is required."))
