@@ -76,6 +76,8 @@ def test_a_small_openai_compatible_server_runs_as_a_replica_and_is_named_when_it
     add(install, "py-chat", install.data_dir / "models" / "py-weights", small_server())
     ready = install.wait_ready("py-chat", 60)
     assert ready["profile"] == "gpu"
+    shown = install.ctl("model", "resources", "py-chat").stdout
+    assert "args or command" in shown and "openai_server.py" in shown
     client = openai.OpenAI(base_url=install.url + "/v1", api_key=install.admin_key, max_retries=0)
     answer = client.chat.completions.create(model="py-chat", messages=HELLO, max_tokens=8)
     assert answer.choices[0].message.content == "Hello from the command engine."

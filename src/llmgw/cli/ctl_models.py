@@ -253,9 +253,10 @@ def _resources_table(d: ResourcesOut) -> None:
     est = d.estimates
     render.table(
         "profiles",
-        ["name", "engine", "cores", "memory GB", "estimate (GiB)", "args"],
+        ["name", "engine", "cores", "memory GB", "estimate (GiB)", "args or command"],
         [[p.name, p.engine, p.cpu_cores, p.min_memory_gb,
-          est[p.name].describe if p.name in est else "-", " ".join(p.args)] for p in m.profiles],
+          est[p.name].describe if p.name in est else "-",
+          shlex.join(p.command) if p.command else " ".join(p.args)] for p in m.profiles],
     )
     render.table(
         "placement",
