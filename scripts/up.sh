@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Install llmgw with llama-server and the demo model, set it up, start it, and print how to use it.
-# Environment: LLMGW_DATA_DIR (default ~/.local/share/llmgw), LLMGW_PORT (default 8080).
+# Environment: LLMGW_DATA_DIR (default ~/.local/share/llmgw), LLMGW_PORT (default 8080),
+# LLMGW_LLAMA_SERVER (a llama-server to run: nothing is built). With CUDA's compiler (nvcc on PATH or
+# in /usr/local/cuda/bin) llama-server is built with CUDA (LLMGW_CUDA_ARCHITECTURES: default native).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/common.sh

@@ -255,3 +255,28 @@ def test_model_add_sends_the_gpu_settings_of_its_profile(monkeypatch: pytest.Mon
     [profile] = sent[0]["profiles"]
     assert (profile["gpu"], profile["gpu_class"], profile["gpu_memory_gb"], profile["gpu_share"],
             profile["gpu_layers"]) == (2, "a100", 90.0, True, 40)
+
+
+@pytest.mark.parametrize(("args", "code", "said"), [
+    (["--path", "/m", "--command", "srv --host {host}"], 1,
+     "--command: profile 'default': the command never names {port}"),
+    (["--path", "/m", "--command", "srv --port {port} --api-key {api_key}"], 1,
+     "{api_key} is for env only"),
+    (["--path", "/m", "--command", "srv --port {port}", "--args", "-c 8"], 1,
+     "takes its arguments in command, not args"),
+    (["--base-url", "https://h/v1", "--command", "srv --port {port}"], 2,
+     "--command runs the model on a node"),
+    (["--path", "/m", "--env", "A=1"], 2, "--env and --ready-path are for a command engine"),
+    (["--path", "/m", "--command", "srv --port {port}", "--env", "A"], 2, "--env takes KEY=VALUE"),
+])
+def test_a_command_profile_no_engine_could_start_from_is_refused_before_anything_is_sent(
+    monkeypatch: pytest.MonkeyPatch, args: list[str], code: int, said: str
+) -> None:
+    def never(*_args: object) -> None:
+        raise AssertionError("nothing may be sent")
+
+    monkeypatch.setattr(AdminClient, "call", never)
+    result = CliRunner().invoke(ctl.app, ["--url", "http://127.0.0.1:9", "--key", "sk-llmgw-x",
+                                          "model", "add", "m", *args])
+    assert result.exit_code == code, result.output
+    assert said in " ".join(result.output.split())

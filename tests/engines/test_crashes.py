@@ -19,6 +19,15 @@ def test_a_kill_is_taken_for_the_out_of_memory_killer_with_memory_advice() -> No
     assert "out-of-memory killer" in said and "min_memory_gb" in said
 
 
+def test_another_engine_dying_of_a_signal_gets_what_happened_without_llama_servers_remedies() -> None:
+    said = summary("vllm", Exit(-signal.SIGSEGV))
+    assert said == ("vllm crashed with a segmentation fault (SIGSEGV): the engine log's last lines "
+                    "say why")
+    killed = summary("sglang.launch_server", Exit(-signal.SIGKILL))
+    assert "out-of-memory killer" in killed and "min_memory_gb" in killed
+    assert "llama-server" not in said + killed + summary("vllm", Exit(-signal.SIGILL))
+
+
 def test_an_unusual_signal_is_named() -> None:
     assert summary("llama-server", Exit(-signal.SIGUSR1)) == "llama-server was stopped by signal SIGUSR1 (10)"
 

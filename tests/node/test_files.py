@@ -574,6 +574,21 @@ def test_every_refused_local_path_gets_one_and_the_same_answer(roots: tuple[Path
     assert answers == {(files_mod.LOCAL_FILE_RULE, "source.path")}
 
 
+def test_a_command_engines_model_may_be_a_directory_inside_a_root_and_nowhere_else(
+    roots: tuple[Path, Path],
+) -> None:
+    root, outside = roots
+    (root / "qwen").mkdir()
+    (root / "escape").symlink_to(outside)
+    assert local_model_file(str(root / "qwen"), [root], directory=True) == (root / "qwen").resolve()
+    # llama-server's model is a file: a directory is refused there, as before.
+    assert refused(str(root / "qwen"), [root]) == (files_mod.LOCAL_FILE_RULE, "source.path")
+    for path in (str(outside), str(root / "escape"), "/etc", str(root / "missing")):
+        with pytest.raises(InvalidRequest) as caught:
+            local_model_file(path, [root], directory=True)
+        assert caught.value.message == files_mod.LOCAL_FILE_RULE
+
+
 def test_a_gguf_inside_a_root_is_accepted_by_its_canonical_path(
     roots: tuple[Path, Path], tmp_path: Path
 ) -> None:

@@ -41,7 +41,8 @@ MODEL_OPTIONS = {"Model.name": "NAME", "path": "--path", "base_url": "--base-url
                  "args": "--args", "cpu_cores": "--cores", "min_memory_gb": "--memory-gb",
                  "node_selector": "--node-selector", "gpu": "--gpus", "gpu_class": "--gpu-class",
                  "gpu_memory_gb": "--gpu-memory-gb", "gpu_layers": "--gpu-layers",
-                 "Scaling.min": "--min", "Scaling.max": "--max"}
+                 "Scaling.min": "--min", "Scaling.max": "--max", "command": "--command",
+                 "env": "--env", "ready_path": "--ready-path", "Profile": "--command"}
 
 
 def _source(m: Model, short: bool = False) -> str:
@@ -115,8 +116,20 @@ def model_add(
         help="Replicas may share their GPUs with other sharing replicas, by memory.")] = False,
     gpu_layers: Annotated[int | None, typer.Option(
         help="Layers offloaded to the GPUs (partial offload); default: all.")] = None,
+    command: Annotated[str | None, typer.Option(
+        help="Run the model with this command (engine `command`: vLLM, SGLang, another "
+             "llama-server), one shell-quoted string with placeholders {model_path} {model} "
+             "{host} {port} {devices} {threads}; it must listen on {host}:{port}. The node must "
+             "allow its program (engine_commands).")] = None,
+    env: Annotated[list[str] | None, typer.Option(
+        help="KEY=VALUE added to the command engine's environment (repeatable; placeholders "
+             "as in --command but {port}). The engine key is in LLMGW_ENGINE_KEY.")] = None,
+    ready_path: Annotated[str | None, typer.Option(
+        help="Path the command engine answers 200 on once it serves; default /v1/models.")]
+    = None,
 ) -> None:
-    """Add a model: a local GGUF (--path) or a remote provider (--base-url)."""
+    """Add a model: a local GGUF (--path) or a remote provider (--base-url); with --command,
+    --path may be a directory and any OpenAI-compatible server runs it."""
     ctl = CtlContext.of(ctx)
     if (path is None) == (base_url is None):
         render.error("give exactly one source: --path FILE or --base-url URL")
@@ -124,20 +137,25 @@ def model_add(
     if api is not None and path is not None:
         render.error("--api is the dialect of a remote provider: give it with --base-url, not --path")
         raise typer.Exit(2)
-    selector: dict[str, str] = {}
-    for pair in node_selector or []:
-        key, sep, value = pair.partition("=")
-        if not sep or not key:
-            render.error(f"--node-selector takes KEY=VALUE, got {pair!r}")
-            raise typer.Exit(2)
-        selector[key] = value
+    if command is not None and path is None:
+        render.error("--command runs the model on a node: give it with --path, not --base-url")
+        raise typer.Exit(2)
+    if command is None and (env or ready_path is not None):
+        render.error("--env and --ready-path are for a command engine: give --command too")
+        raise typer.Exit(2)
+    selector = _key_values(node_selector, "--node-selector")
+    environment = _key_values(env, "--env")
+    engine = {} if command is None else {
+        "engine": Engine.COMMAND, "command": shlex.split(command), "env": environment,
+        "ready_path": ready_path}
     with options_for(MODEL_OPTIONS):
         if path is not None:
             source: LocalSource | RemoteSource = LocalSource(kind="local", path=path)
-            profiles = [Profile(name=profile, engine=Engine.LLAMACPP, args=shlex.split(args),
-                                cpu_cores=cores, min_memory_gb=memory_gb, node_selector=selector,
-                                gpu=gpus, gpu_class=gpu_class, gpu_memory_gb=gpu_memory_gb,
-                                gpu_share=gpu_share, gpu_layers=gpu_layers)]
+            profiles = [Profile.model_validate(
+                {"name": profile, "engine": Engine.LLAMACPP, "args": shlex.split(args),
+                 "cpu_cores": cores, "min_memory_gb": memory_gb, "node_selector": selector,
+                 "gpu": gpus, "gpu_class": gpu_class, "gpu_memory_gb": gpu_memory_gb,
+                 "gpu_share": gpu_share, "gpu_layers": gpu_layers, **engine})]
         else:
             # `api` is left out unless given, so a server that predates it still accepts the body.
             dialect = {"api": api} if api is not None else {}
@@ -150,6 +168,18 @@ def model_add(
             max=max(min_replicas, 1) if max_replicas is None else max(max_replicas, min_replicas)))
     data = ctl.call("POST", "/admin/v1/models", body(model))
     ctl.show_as(Model, data, lambda m: render.console.print(f"added {m.name} (by {m.by})"))
+
+
+def _key_values(pairs: list[str] | None, option: str) -> dict[str, str]:
+    """`KEY=VALUE` options as a dict; exits with a usage error on one without `=`."""
+    out: dict[str, str] = {}
+    for pair in pairs or []:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            render.error(f"{option} takes KEY=VALUE, got {pair!r}")
+            raise typer.Exit(2)
+        out[key] = value
+    return out
 
 
 @model_app.command("remove")
@@ -234,9 +264,10 @@ def _resources_table(d: ResourcesOut) -> None:
     est = d.estimates
     render.table(
         "profiles",
-        ["name", "engine", "cores", "memory GB", "estimate (GiB)", "args"],
+        ["name", "engine", "cores", "memory GB", "estimate (GiB)", "args or command"],
         [[p.name, p.engine, p.cpu_cores, p.min_memory_gb,
-          est[p.name].describe if p.name in est else "-", " ".join(p.args)] for p in m.profiles],
+          est[p.name].describe if p.name in est else "-",
+          shlex.join(p.command) if p.command else " ".join(p.args)] for p in m.profiles],
     )
     render.table(
         "placement",

@@ -182,6 +182,9 @@ def node_run(
         help="Model files and engine logs; default: node/ in the data dir.")] = None,
     interval: Annotated[float | None, typer.Option(
         help="Seconds between reports to the servers (the heartbeat); default 5.")] = None,
+    engine_command: Annotated[list[str] | None, typer.Option(
+        help="A program `command` engines may run here, by name or absolute path, as profiles "
+             "give it (repeatable); none by default.")] = None,
     log_level: LogLevelOpt = LogLevel.INFO,
     log_format: LogFormatOpt = LogFormat.JSON,
 ) -> None:
@@ -228,6 +231,7 @@ def node_run(
         memory_gb=memory_gb if memory_gb is not None else file.memory_gb,
         gpus=gpus, address=address or file.address, interval_s=interval_s,
         gpu_rules=GpuRules(renames, frozenset([*file.hide_gpus, *(hide_gpu or [])])),
+        engine_commands=[*file.engine_commands, *(engine_command or [])],
     )
     if node_id or file.node_id:
         opts.node_id = node_id or file.node_id or opts.node_id

@@ -20,6 +20,7 @@ from llmgw.core.demand import Activity, Evicted
 from llmgw.core.errors import Conflict, InvalidRequest, LlmgwError
 from llmgw.core.names import PROVIDER_KEY_RULE, provider_key_allowed
 from llmgw.core.types import (
+    Engine,
     Fit,
     LocalSource,
     Model,
@@ -120,10 +121,11 @@ class CatalogService(AdminService):
     async def get(self, name: str) -> Model:
         return await asyncio.to_thread(self._store.catalog.get, name)
 
-    async def local_source(self, source: LocalSource) -> LocalSource:
-        """The source with its canonical path, if it is a GGUF file inside the model roots;
-        one InvalidRequest for every other path, whatever the reason."""
-        real = await asyncio.to_thread(local_model_file, source.path, self._model_roots)
+    async def local_source(self, source: LocalSource, directory: bool = False) -> LocalSource:
+        """The source with its canonical path, if it is a GGUF file (or, with `directory`, a
+        directory) inside the model roots; one InvalidRequest for every other path, whatever
+        the reason."""
+        real = await asyncio.to_thread(local_model_file, source.path, self._model_roots, directory)
         return source.model_copy(update={"path": str(real)})
 
     async def add(self, model: Model, by: str) -> Model:
@@ -136,7 +138,10 @@ class CatalogService(AdminService):
             raise InvalidRequest(f"source.api_key_env {PROVIDER_KEY_RULE}",
                                  param="source.api_key_env")
         if isinstance(src, LocalSource):
-            model = model.model_copy(update={"source": await self.local_source(src)})
+            # Only command engines read a directory (vLLM's, SGLang's weights); llama-server
+            # reads one GGUF file.
+            directory = all(p.engine == Engine.COMMAND for p in model.profiles)
+            model = model.model_copy(update={"source": await self.local_source(src, directory)})
         routes = await asyncio.to_thread(self._store.routes.list)
         if any(r.name == model.name for r in routes):
             # A model of a route's name would take the name over from the route.

@@ -53,6 +53,8 @@ ENVIRONMENT: dict[str, str] = {
                         "`~/.config/llmgw/ctl.toml`.",
     "LLMGW_SERVER": "`llmgw node run --server`: the server URL(s), comma-separated.",
     "LLMGW_NODE_TOKEN": "`llmgw node run --token`: the join token (out of shell history and ps).",
+    "LLMGW_ENGINE_KEY": "Set, not read, by llmgw: in a `command` engine's environment, the key the "
+                        "servers send it; a profile hands it to the engine with `env` (`{api_key}`).",
 }
 
 
@@ -398,6 +400,11 @@ class ServerSettings(BaseModel):
     `DATA_DIR/models`."""
     provider_key_env: list[str] = Field(default_factory=list)
     """Environment variables a remote model's `api_key_env` may name besides `LLMGW_PROVIDER_*`."""
+    engine_commands: list[str] = Field(default_factory=list)
+    """Programs `command` engines may run on this server's embedded node, by name on PATH or
+    absolute path, as a profile's command gives them; empty: none. Whoever holds an admin key
+    runs what a profile says with an allowed program: allow engines, not shells or interpreters
+    you would not hand out."""
     trusted_proxies: list[str] = Field(default_factory=list)
     """Addresses or networks (`10.0.0.5`, `10.0.0.0/8`) of reverse proxies in front of llmgw:
     from a connection of theirs, the client is the last address in `X-Forwarded-For` that is

@@ -18,7 +18,7 @@ from pydantic import (
     model_validator,
 )
 
-from llmgw.core import names, redact
+from llmgw.core import engine_command, names, redact
 from llmgw.core.cache import CacheSpec
 from llmgw.core.ids import new_id
 from llmgw.core.names import _REPO_RE, NAME_PATTERN
@@ -52,6 +52,9 @@ class Engine(StrEnum):
 
     LLAMACPP = "llamacpp"
     REMOTE = "remote"
+    # Any OpenAI-compatible server started from the profile's `command` (vLLM, SGLang, another
+    # llama-server build), supervised like llama-server.
+    COMMAND = "command"
 
 
 class Frozen(BaseModel):
@@ -151,6 +154,35 @@ class Profile(Frozen):
     # The layers llama-server offloads to the GPU (partial offload); None: all of them.
     gpu_layers: int | None = Field(default=None, ge=0)
     node_selector: dict[str, str] = Field(default_factory=dict)
+    # The `command` engine's template (`core.engine_command`).
+    command: list[str] = Field(default_factory=list, description=(
+        "Engine command only: the program and its arguments, run without a shell; placeholders "
+        "{model_path} {model} {host} {port} {devices} {threads}; {port} is required."))
+    env: dict[str, str] = Field(default_factory=dict, description=(
+        "Engine command only: variables added to the engine's environment; the placeholders of "
+        "command but {port}, and {api_key} (the engine key, never allowed in command)."))
+    ready_path: str | None = Field(default=None, max_length=512, description=(
+        "Engine command only: the path that answers 200 once the engine serves; null: "
+        "/v1/models."))
+
+    @model_validator(mode="after")
+    def _engine_fields(self) -> Profile:
+        if self.engine != Engine.COMMAND:
+            given = [n for n in ("command", "env", "ready_path") if getattr(self, n)]
+            if given:
+                raise ValueError(f"profile {self.name!r}: {', '.join(given)} are for engine "
+                                 f"'command', not {self.engine.value!r}")
+            return self
+        if self.args:
+            raise ValueError(f"profile {self.name!r}: a command engine takes its arguments in "
+                             "command, not args")
+        try:
+            engine_command.check(self.command, self.env)
+        except ValueError as exc:
+            raise ValueError(f"profile {self.name!r}: {exc}") from None
+        if self.ready_path is not None and not self.ready_path.startswith("/"):
+            raise ValueError(f"profile {self.name!r}: ready_path must be a path starting with /")
+        return self
 
 
 class Scaling(Frozen):

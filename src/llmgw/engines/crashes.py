@@ -81,15 +81,26 @@ class Exit:
         return self.signal == signal.SIGILL
 
 
+# Another engine (a `command` engine: vLLM, SGLang) dying of the same signals: what happened is
+# the same, the llama-server remedies are not.
+_OTHER_ENGINE_ADVICE: dict[int, str] = {
+    signal.SIGKILL: "the engine needs more memory than was free: give the profile a larger "
+                    "min_memory_gb, or the engine a smaller model or context",
+}
+_SEE_LOG = "the engine log's last lines say why"
+
+
 def summary(engine: str, ended: Exit) -> str:
     """One line: what happened and what to do."""
     sig = ended.signal
     if sig in _ADVICE:
         what, advice = _ADVICE[sig]
+        if engine != "llama-server":
+            advice = _OTHER_ENGINE_ADVICE.get(sig, _SEE_LOG)
         return f"{engine} {what}: {advice}"
     if sig is not None:
         return f"{engine} was stopped by signal {_name(sig)}"
-    return f"{engine} exited with code {ended.returncode}: the engine log's last lines say why"
+    return f"{engine} exited with code {ended.returncode}: {_SEE_LOG}"
 
 
 def message(engine: str, ended: Exit, log_path: str, last_output: str,

@@ -16,8 +16,17 @@ from llmgw.core.clock import Clock
 from llmgw.core.devices import named
 from llmgw.core.errors import LlmgwError, ServerUnreachable
 from llmgw.core.loops import every
-from llmgw.core.types import Engine, Gpu, HubSource, LocalSource, Model, Replica, ReplicaState
-from llmgw.engines import llamacpp
+from llmgw.core.types import (
+    Engine,
+    Gpu,
+    HubSource,
+    LocalSource,
+    Model,
+    Profile,
+    Replica,
+    ReplicaState,
+)
+from llmgw.engines import command, llamacpp
 from llmgw.engines.crashes import NO_REPACK, Exit
 from llmgw.node import engine_devices
 from llmgw.node.engine_compat import EngineCompat
@@ -90,6 +99,9 @@ class AgentConfig:
     warm_up_timeout_s: float = WARM_UP_S
     # This node's GPUs as last found: a replica's devices' memory sets its split across them.
     devices: Callable[[], list[Gpu]] = list
+    # The programs `command` engines may run on this node (names or absolute paths, as a
+    # profile's command gives them); empty: none.
+    engine_commands: frozenset[str] = frozenset()
 
 
 def fingerprint(a: Assignment) -> str:
@@ -212,7 +224,7 @@ class NodeAgent:
         if a.model is None:
             return f"model {a.replica.model} is not in the catalog"
         profile = next((p for p in a.model.profiles if p.name == a.replica.profile), None)
-        if profile is None or profile.engine != Engine.LLAMACPP:
+        if profile is None or profile.engine not in (Engine.LLAMACPP, Engine.COMMAND):
             return f"profile {a.replica.profile!r} is missing or not a local engine"
         src = a.model.source
         try:
@@ -222,6 +234,8 @@ class NodeAgent:
                 path = str(self._cfg.files.path_for(src))
             else:
                 return f"this node cannot run a {src.kind} source"
+            if profile.engine == Engine.COMMAND:
+                return self._command_launch(a, profile, path)
             binary = self._cfg.llama_server()
         except LlmgwError as exc:
             return exc.message
@@ -258,6 +272,32 @@ class NodeAgent:
             adapt=self._adapt(binary) if compat is not None else None,
             env={**llamacpp.gpu_env(profile, uuids), **({llamacpp.API_KEY_ENV: key} if key else {})},
             on_gpu=profile.gpu > 0,
+        )
+
+    def _command_launch(self, a: Assignment, profile: Profile, path: str) -> Launch:
+        """How to run a `command` engine: the profile's argv and environment filled in,
+        supervised as llama-server is; ConfigError unless this node allows its program."""
+        command.allowed(profile, self._cfg.engine_commands)
+        assert a.model is not None
+        host, alias, key = self._cfg.host, a.model.name, self._cfg.engine_key()
+        devices = tuple(a.replica.devices)
+
+        def at(port: int) -> command.Replica:
+            return command.Replica(path, alias, host, port, devices, profile.cpu_cores)
+
+        return Launch(
+            replica_id=a.replica.id,
+            command=lambda port: command.argv(profile, at(port)),
+            host=host,
+            log_path=self._cfg.log_dir / f"{a.replica.id}.log",
+            health_path=command.ready_path(profile),
+            start_timeout_s=self._cfg.start_timeout_s,
+            backoff_base_s=self._cfg.backoff_base_s,
+            max_failures=self._cfg.max_failures,
+            engine=command.name(profile),
+            # The port is not in the environment (it is picked per start), so one serves all.
+            env=command.env(profile, at(0), key),
+            health_headers={"Authorization": f"Bearer {key}"} if key else {},
         )
 
     async def _warm_up(self, a: Assignment) -> WarmUp | None:

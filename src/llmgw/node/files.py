@@ -47,20 +47,24 @@ GGUF_MAGIC = b"GGUF"
 # One answer for every refused local path: whether the file exists, is outside the roots or is
 # not a GGUF must not be told apart (that would let an admin key probe the server's disk).
 LOCAL_FILE_RULE = (
-    "source.path must be the absolute path of a GGUF file inside the model directories "
-    "(DATA_DIR/models, or model_roots in the server's config.toml)"
+    "source.path must be the absolute path of a GGUF file (or a directory, for a model whose "
+    "profiles are all command engines) inside the model directories (DATA_DIR/models, or "
+    "model_roots in the server's config.toml)"
 )
 
 
-def local_model_file(path: str, roots: Sequence[Path]) -> Path:
-    """The canonical path (symlinks resolved) of a local GGUF file inside one of `roots`;
-    anything else is the same InvalidRequest."""
+def local_model_file(path: str, roots: Sequence[Path], directory: bool = False) -> Path:
+    """The canonical path (symlinks resolved) of a local GGUF file inside one of `roots` (or,
+    with `directory`, of a directory there: a `command` engine's model, such as vLLM's
+    safetensors); anything else is the same InvalidRequest."""
     try:
         if "\0" in path or not os.path.isabs(path):
             raise ValueError("not absolute")
         real = Path(os.path.realpath(path, strict=True))
         if not any(real.is_relative_to(os.path.realpath(r)) for r in roots):
             raise ValueError("outside the roots")
+        if directory and real.is_dir():
+            return real
         # O_NOFOLLOW: `real` has no symlink left, so one swapped in since is refused.
         # O_NONBLOCK: a FIFO placed there must not hang the request.
         fd = os.open(real, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)

@@ -96,6 +96,9 @@ class Launch:
     # Placed on GPUs: an engine whose log says it found none is stopped rather than left
     # serving from the CPU.
     on_gpu: bool = False
+    # Sent with each health check: an engine that guards its readiness path with the engine key
+    # (vLLM's `/v1/models` with `--api-key`) must be asked with it. Never in a repr either.
+    health_headers: dict[str, str] = field(default_factory=dict, repr=False)
 
 
 @dataclass(frozen=True)
@@ -192,7 +195,7 @@ class Supervisor:
         base = f"http://{launch.host}:{port}"
         try:
             code = await wait_healthy(proc, base + launch.health_path, launch.start_timeout_s,
-                                      self.monotonic)
+                                      self.monotonic, launch.health_headers)
         except TimeoutError:
             await terminate(proc, launch.stop_grace_s)
             self._proc = None
@@ -236,10 +239,11 @@ class Supervisor:
 
 
 async def wait_healthy(
-    proc: asyncio.subprocess.Process, url: str, timeout_s: float, monotonic: Callable[[], float]
+    proc: asyncio.subprocess.Process, url: str, timeout_s: float, monotonic: Callable[[], float],
+    headers: dict[str, str] | None = None,
 ) -> int | None:
-    """None once `url` answers 200; the exit code if the process ends first; TimeoutError
-    after `timeout_s`."""
+    """None once `url` answers 200 (asked with `headers`); the exit code if the process ends
+    first; TimeoutError after `timeout_s`."""
     deadline = monotonic() + timeout_s
     timeout = aiohttp.ClientTimeout(total=2)
     # One waiter for the whole start, so polling wakes at once if the process dies.
@@ -248,7 +252,7 @@ async def wait_healthy(
         async with aiohttp.ClientSession(timeout=timeout) as session:
             while not exited.done():
                 try:
-                    async with session.get(url) as resp:
+                    async with session.get(url, headers=headers) as resp:
                         if resp.status == 200:
                             return None
                 except (aiohttp.ClientError, TimeoutError):

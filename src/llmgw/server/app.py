@@ -151,6 +151,7 @@ class Server:
                         backoff_base_s=self.loops.backoff_base_s, files=files,
                         engine_key=lambda: engine_key,
                         compat=EngineCompat(self.data_dir / COMPAT_FILE),
+                        engine_commands=frozenset(s.engine_commands),
                         warm_up=judge_warm_up(
                             lambda: asyncio.to_thread(store.guard.enabled_judges)),
                         devices=lambda: self.found_gpus),

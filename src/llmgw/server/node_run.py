@@ -70,6 +70,11 @@ class NodeConfig(BaseModel):
     directory."""
     interval_s: float | None = Field(default=None, gt=0)
     """Seconds between reports to the servers, the heartbeat (`--interval`); default 5."""
+    engine_commands: list[str] = Field(default_factory=list)
+    """Programs `command` engines may run here (`--engine-command`, merged), by name on PATH or
+    absolute path, as a profile's command gives them; empty: none. Whoever holds an admin key
+    runs what a profile says with an allowed program: allow engines, not shells or interpreters
+    you would not hand out."""
 
 
     @field_validator("gpus", "gpu_classes")
@@ -110,6 +115,7 @@ class NodeOptions:
     gpu_rules: GpuRules = field(default_factory=GpuRules)
     interval_s: float = 5.0
     start_timeout_s: float = 120.0
+    engine_commands: list[str] = field(default_factory=list)
 
 
 def reaching_address(server_url: str) -> str:
@@ -182,6 +188,7 @@ async def run_node(opts: NodeOptions) -> None:
             files=ModelFiles(opts.data_dir / "models"),
             engine_key=lambda: link.engine_key,
             compat=EngineCompat(opts.data_dir / COMPAT_FILE),
+            engine_commands=frozenset(opts.engine_commands),
             # A node has no store: judges enabled by repo are warmed in the default format.
             warm_up=judge_warm_up(),
             devices=lambda: node.devices,
