@@ -45,7 +45,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench.ondemand import Install, log  # noqa: E402
-from tests.e2e.server_process import wait_for  # noqa: E402
+from tests.support.server_process import wait_for  # noqa: E402
 
 from bench import record  # noqa: E402
 

@@ -20,7 +20,7 @@ import openai
 import pytest
 
 from llmgw.engines import llamacpp
-from tests.e2e.server_process import LlmgwServer, wait_for
+from tests.support.server_process import LlmgwServer, wait_for
 
 pytestmark = pytest.mark.e2e
 

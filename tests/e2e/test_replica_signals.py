@@ -6,7 +6,7 @@ from __future__ import annotations
 import urllib.request
 
 from tests.conftest import DEMO
-from tests.e2e.server_process import LlmgwServer, wait_for
+from tests.support.server_process import LlmgwServer, wait_for
 
 
 def scrape(server: LlmgwServer) -> str:
