@@ -25,7 +25,7 @@ def installed_by_up() -> set[str]:
     """The distributions up.sh asks pip for: llmgw, its dependencies and the extras it names.
 
     The engine extra it may add is left out: it is skipped when llama-server is already there."""
-    extras = re.findall(r"^ensure_venv\s+(\S+)\s*$", UP.read_text(), re.MULTILINE)
+    extras = re.findall(r"^ensure_venv\s+(\S+)(?:\s+cuda)?\s*$", UP.read_text(), re.MULTILINE)
     assert len(extras) == 1, "up.sh installs its extras with one `ensure_venv EXTRAS` line"
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     reqs = list(project["dependencies"])
