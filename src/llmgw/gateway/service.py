@@ -295,11 +295,11 @@ class Gateway:
                                                       self.metrics)))
         if self.queue is not None and (model is None or not (model.is_remote or model.scaling.max == 0)):
             stages.append(("queue", queue_stage.stage(self.queue, self._table, self.metrics)))
+        if self.fair is not None and model is not None and not model.is_remote:
+            # Before the guard, which takes the way out itself where a policy covers the call.
+            stages.append(("fair", fair_stage.stage(self.fair, self._table)))
         if self.guard is not None and (model is None or not model.guard):
             stages.append(("guard", guard_stage.stage(self.guard, self._transport)))
-        if self.fair is not None and model is not None and not model.is_remote:
-            # Last: a held call takes its slot only for the upstream's own time.
-            stages.append(("fair", fair_stage.stage(self.fair, self._table)))
         every = admission + stages
         return Chain(tuple(n for n, _ in every) + ("upstream",),
                      compose([s for _, s in every], self._upstream),

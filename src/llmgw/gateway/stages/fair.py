@@ -1,6 +1,7 @@
 """The fair-share stage: a call to a local model whose ready replicas have every slot busy waits
-for its tenant's turn (`FairShare`), last before the upstream, so only the upstream's own time
-holds a slot. Built into the chain of models on llmgw's own engines only."""
+for its tenant's turn (`FairShare`). After the cold-start queue (a model with no replica has no
+slots to share) and before the guard, which takes the way out itself where a policy covers the
+call. Built into the chain of models on llmgw's own engines only."""
 
 from __future__ import annotations
 
