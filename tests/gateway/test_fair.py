@@ -233,3 +233,17 @@ def test_a_team_is_one_tenant_and_a_key_outside_teams_is_its_own() -> None:
     assert fair_stage.tenant(alone) == f"key:{alone.id}"
     share = FairShare({"t": 3.0}, 60.0, lambda: 0.0)
     assert share.weight(one.team) == 3.0 and share.weight(alone.team) == 1.0
+
+
+async def test_a_replica_added_sends_the_held_requests_its_slots_make_room_for() -> None:
+    rig = Rig(slots=1)
+    asked = [rig.ask("a") for _ in range(4)]
+    await settled()
+    assert rig.held() == {"a": 3}
+    rig.slots = 3  # a new routing table: two more slots
+    rig.share.refreshed()
+    await settled()
+    assert rig.held() == {"a": 1} and len(rig.went) == 3
+    for task in asked:
+        task.cancel()
+    await asyncio.gather(*asked, return_exceptions=True)

@@ -48,6 +48,7 @@ class _Line:
     held: dict[str, deque[_Held]] = field(default_factory=dict)
     served: dict[str, float] = field(default_factory=dict)
     sent: dict[str, int] = field(default_factory=dict)  # running, per tenant
+    capacity: Callable[[], int] = lambda: 0  # its slots now, as its last request saw them
 
     def floor(self) -> float:
         """The least virtual time of the tenants with requests held or running (0: none)."""
@@ -109,6 +110,7 @@ class FairShare:
         must run when the request ends. QueueTimeout (503, Retry-After) once the wait budget
         is spent; a cancelled request leaves its place."""
         line = self._lines.setdefault(model, _Line())
+        line.capacity = capacity
         if tenant not in line.held and not line.sent.get(tenant):
             # Idle until now: it starts level with the busy ones (idleness banks no credit).
             line.served[tenant] = max(line.served.get(tenant, 0.0), line.floor())
@@ -131,6 +133,12 @@ class FairShare:
                 raise self._timed_out(model, held) from None
             raise
         return Turn(line, tenant, cost, weight, self, capacity)
+
+    def refreshed(self) -> None:
+        """Send what the slots of a new routing table make room for (a replica added)."""
+        for line in self._lines.values():
+            if line.held:
+                self.release(line, line.capacity())
 
     def expire(self) -> None:
         """Refuse every held request whose wait budget is spent by the queue's clock (each

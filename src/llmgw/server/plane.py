@@ -137,9 +137,12 @@ def build(store: Store, settings: ServerSettings, clock: Clock, activity_id: str
     demand = ActivityReporter(store, activity_id, clock, on_cold or on_change)
     flight = flight or LocalInFlight()
     queue = ColdQueue(s.control, clock.monotonic, on_cold=demand.cold, flight=flight)
+    # A busy local model's requests wait here, shared fairly between tenants (per process).
+    fair = FairShare(s.control.fair_weights, s.control.queue_timeout_s, clock.monotonic)
 
     def refreshed(table: RoutingTable) -> None:
         queue.refreshed(table)
+        fair.refreshed()  # a replica added frees slots for the held requests
         on_change()  # a change another process made reaches this one's loops too
 
     refresher = Refresher(store, bytes.fromhex(s.key_secret), engine_keys, s.provider_key_env,
@@ -170,8 +173,6 @@ def build(store: Store, settings: ServerSettings, clock: Clock, activity_id: str
     bus = CooldownBus(limiter.shared.client, limiter.shared.timeout_s) if limiter.shared else None
     router = Router(clock, bus=bus)
     metrics.add_collector(RouteMetrics(router, lambda: refresher.current.route_specs, clock))
-    # A busy local model's requests wait here, shared fairly between tenants (per process).
-    fair = FairShare(s.control.fair_weights, s.control.queue_timeout_s, clock.monotonic)
     metrics.add_collector(FairMetrics(fair))
     gpus = GpuMetrics(store.nodes.list, clock, timedelta(seconds=s.control.node_timeout_s))
     metrics.add_collector(gpus)
