@@ -66,7 +66,6 @@ class Turn:
     cost: int
     weight: float
     share: FairShare
-    capacity: Callable[[], int]
     done: bool = False
 
     def ended(self, _status: int, tokens: Tokens) -> None:
@@ -79,7 +78,11 @@ class Turn:
         if used:  # nothing counted (a failure before any answer): the estimate stays
             self.line.served[self.tenant] = self.line.served.get(self.tenant, 0.0) + (
                 used - self.cost) / self.weight
-        self.share.release(self.line, self.capacity())
+        if not self.line.running and not self.line.held:
+            # The model is idle: what each tenant was served no longer matters (nor is kept).
+            self.line.served.clear()
+            self.line.sent.clear()
+        self.share.release(self.line, self.line.capacity())
 
 
 class FairShare:
@@ -117,7 +120,7 @@ class FairShare:
         slots = capacity()
         if not line.held and (slots == 0 or line.running < slots):
             _go(line, tenant, weight, cost)
-            return Turn(line, tenant, cost, weight, self, capacity)
+            return Turn(line, tenant, cost, weight, self)
         held = _Held(tenant, weight, cost, self._monotonic())
         line.held.setdefault(tenant, deque()).append(held)
         try:
@@ -126,13 +129,13 @@ class FairShare:
         except BaseException as exc:
             if held.go.done() and not held.go.cancelled() and held.go.exception() is None:
                 # Sent just as it left: its slot goes to the next one.
-                Turn(line, tenant, cost, weight, self, capacity).ended(0, Tokens())
+                Turn(line, tenant, cost, weight, self).ended(0, Tokens())
             else:
                 _leave(line, held)
             if isinstance(exc, TimeoutError):
                 raise self._timed_out(model, held) from None
             raise
-        return Turn(line, tenant, cost, weight, self, capacity)
+        return Turn(line, tenant, cost, weight, self)
 
     def refreshed(self) -> None:
         """Send what the slots of a new routing table make room for (a replica added)."""
