@@ -106,21 +106,31 @@ class FairShare:
         return {(model, tenant): len(q) for model, line in self._lines.items()
                 for tenant, q in line.held.items()}
 
-    async def turn(self, model: str, tenant: str, weight: float, cost: int,
-                   capacity: Callable[[], int]) -> Turn:
-        """Wait for a slot of `model` (`capacity()`: its ready replicas' slots, 0 for unknown:
-        never held) for a request of `tenant` estimated at `cost` tokens; the turn's `ended`
-        must run when the request ends. QueueTimeout (503, Retry-After) once the wait budget
-        is spent; a cancelled request leaves its place."""
+    def now(self, model: str, tenant: str, weight: float, cost: int,
+            capacity: Callable[[], int]) -> Turn | None:
+        """A turn on `model`'s slots at once when one is free and nobody waits (None: wait for
+        one with `turn`). `capacity()` is its ready replicas' slots (0 for unknown: never held);
+        `cost` the request's estimate in tokens; the turn's `ended` must run when it ends."""
         line = self._lines.setdefault(model, _Line())
         line.capacity = capacity
         if tenant not in line.held and not line.sent.get(tenant):
             # Idle until now: it starts level with the busy ones (idleness banks no credit).
             line.served[tenant] = max(line.served.get(tenant, 0.0), line.floor())
         slots = capacity()
-        if not line.held and (slots == 0 or line.running < slots):
-            _go(line, tenant, weight, cost)
-            return Turn(line, tenant, cost, weight, self)
+        if line.held or (slots and line.running >= slots):
+            return None
+        _go(line, tenant, weight, cost)
+        return Turn(line, tenant, cost, weight, self)
+
+    async def turn(self, model: str, tenant: str, weight: float, cost: int,
+                   capacity: Callable[[], int]) -> Turn:
+        """A turn on `model`'s slots, as `now`, once the request's share is due.
+        QueueTimeout (503, Retry-After) once the wait budget is spent; a cancelled request
+        leaves its place."""
+        at_once = self.now(model, tenant, weight, cost, capacity)
+        if at_once is not None:
+            return at_once
+        line = self._lines[model]
         held = _Held(tenant, weight, cost, self._monotonic())
         line.held.setdefault(tenant, deque()).append(held)
         try:

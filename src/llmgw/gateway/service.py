@@ -280,8 +280,8 @@ class Gateway:
     def _chain(self, snap: Snapshot, name: str) -> Chain:
         """The stages `name` runs, only those that apply to it: limits where the install
         counts them; the cache where it or the install turns it on; the queue for a model that
-        may start on demand; the guard unless it is a judge; fair shares for a model on llmgw's own
-        engines. Then the upstream."""
+        may start on demand; fair shares for a model on llmgw's own engines; the guard unless it
+        is a judge. Then the upstream."""
         model = None if (served := snap.table.routes.get(name)) is None else served.model
         spec = snap.route_specs.get(name) if model is None else None
         admission: list[tuple[str, Stage]] = []

@@ -10,7 +10,7 @@ from collections.abc import Awaitable, Callable
 from llmgw.core.types import ApiKey
 from llmgw.gateway.call import Reply, UpstreamCall
 from llmgw.gateway.chain import Next, Stage
-from llmgw.gateway.fair import FairShare
+from llmgw.gateway.fair import FairShare, Turn
 from llmgw.gateway.limits import reserve_estimate
 from llmgw.gateway.upstream.table import RoutingTable
 
@@ -20,24 +20,28 @@ def stage(share: FairShare, table: Callable[[], RoutingTable]) -> Stage:
     routing table now, whose ready replicas' slots are the model's."""
 
     def fair(call: UpstreamCall, nxt: Next) -> Awaitable[Reply]:
-        return _turn(share, table, call, nxt)
+        name = call.route.model.name
+        key = call.key
+
+        def capacity() -> int:
+            # The replicas ready now: the model may gain or lose one while a call waits.
+            route = table().routes.get(name)
+            ups = route.upstreams if route is not None else ()
+            return 0 if not ups or any(u.slots == 0 for u in ups) else sum(u.slots for u in ups)
+
+        ask = (name, tenant(key), share.weight(key.team),
+               reserve_estimate(call.ask.max_tokens, len(call.body)), capacity)
+        turn = share.now(*ask)
+        if turn is None:
+            return _held(share.turn(*ask), call, nxt)
+        call.exchange.closers.append(turn.ended)
+        return nxt(call)  # a free slot: no frame of its own on the request's way
 
     return fair
 
 
-async def _turn(share: FairShare, table: Callable[[], RoutingTable], call: UpstreamCall,
-                nxt: Next) -> Reply:
-    name = call.route.model.name
-    key = call.key
-    cost = reserve_estimate(call.ask.max_tokens, len(call.body))
-
-    def capacity() -> int:
-        # The replicas ready now: the model may have gained or lost one while the call waited.
-        route = table().routes.get(name)
-        ups = route.upstreams if route is not None else ()
-        return 0 if not ups or any(u.slots == 0 for u in ups) else sum(u.slots for u in ups)
-
-    turn = await share.turn(name, tenant(key), share.weight(key.team), cost, capacity)
+async def _held(waiting: Awaitable[Turn], call: UpstreamCall, nxt: Next) -> Reply:
+    turn = await waiting
     call.exchange.closers.append(turn.ended)
     return await nxt(call)
 
