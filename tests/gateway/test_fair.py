@@ -247,3 +247,11 @@ async def test_a_replica_added_sends_the_held_requests_its_slots_make_room_for()
     for task in asked:
         task.cancel()
     await asyncio.gather(*asked, return_exceptions=True)
+
+
+async def test_each_worker_sends_its_share_of_the_slots() -> None:
+    share = FairShare({}, 60.0, lambda: 0.0, processes=2)
+    turns = [share.now("m", "a", 1.0, COST, lambda: 4) for _ in range(3)]
+    assert [t is not None for t in turns] == [True, True, False]  # 2 of the 4: the other worker's 2
+    odd = [share.now("n", "a", 1.0, COST, lambda: 3) for _ in range(3)]
+    assert [t is not None for t in odd] == [True, True, False]  # 3 slots: 2 each, none left idle

@@ -8,8 +8,9 @@ request is charged its estimate when it goes (`reserve_estimate`: prompt bytes /
 the least virtual time of the busy tenants, so idleness banks no credit. A tenant alone is held
 only while the slots are all busy, and then in arrival order.
 
-One per process, like the cold-start queue: each worker and server holds and releases its own
-requests against the slots it sees, counting only the requests it sent.
+One per process, like the cold-start queue: each worker holds and releases its own requests,
+counting only those it sent, against its share of the slots (the slots over the server's
+workers, rounded up); each server as if it were alone.
 """
 
 from __future__ import annotations
@@ -89,9 +90,11 @@ class FairShare:
     """Held requests of every local model of this process, released by fair share of tokens."""
 
     def __init__(self, weights: Mapping[str, float], timeout_s: float,
-                 monotonic: Callable[[], float]) -> None:
+                 monotonic: Callable[[], float], processes: int = 1) -> None:
         """`weights` by team name (a tenant not named weighs 1); `timeout_s` is the longest a
-        request waits before it is refused with `queue_timeout` (503, Retry-After)."""
+        request waits before it is refused with `queue_timeout` (503, Retry-After);
+        `processes` the server's workers, each of which sends its share of the slots."""
+        self._processes = processes
         self._weights = dict(weights)
         self._timeout_s = timeout_s
         self._monotonic = monotonic
@@ -112,11 +115,11 @@ class FairShare:
         one with `turn`). `capacity()` is its ready replicas' slots (0 for unknown: never held);
         `cost` the request's estimate in tokens; the turn's `ended` must run when it ends."""
         line = self._lines.setdefault(model, _Line())
-        line.capacity = capacity
+        line.capacity = lambda: self._mine(capacity())
         if tenant not in line.held and not line.sent.get(tenant):
             # Idle until now: it starts level with the busy ones (idleness banks no credit).
             line.served[tenant] = max(line.served.get(tenant, 0.0), line.floor())
-        slots = capacity()
+        slots = line.capacity()
         if line.held or (slots and line.running >= slots):
             return None
         _go(line, tenant, weight, cost)
@@ -146,6 +149,11 @@ class FairShare:
                 raise self._timed_out(model, held) from None
             raise
         return Turn(line, tenant, cost, weight, self)
+
+    def _mine(self, slots: int) -> int:
+        # Each worker sends its share of the slots, rounded up (one at least): the workers'
+        # shares add up to the slots when they divide them, and never leave one idle.
+        return -(-slots // self._processes)
 
     def refreshed(self) -> None:
         """Send what the slots of a new routing table make room for (a replica added)."""
