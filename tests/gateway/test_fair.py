@@ -98,6 +98,23 @@ async def test_under_a_flood_another_tenants_request_goes_within_one_slot_turn()
     assert rig.went.count("batch") == 16
 
 
+async def test_a_backlog_that_used_less_than_its_estimate_still_lets_a_newcomer_go_next() -> None:
+    rig = Rig(slots=2)
+    flood = [rig.ask("batch") for _ in range(8)]
+    await settled()
+    for _ in range(3):
+        single = rig.ask("interactive")
+        await settled()
+        rig.end_one("batch", used=COST // 2)  # estimated at COST, used half: corrected down
+        await single
+        assert rig.went[-1] == "interactive"
+        rig.end_one("interactive")
+        await settled()
+    for task in flood:
+        task.cancel()
+    await asyncio.gather(*flood, return_exceptions=True)
+
+
 async def test_weights_share_the_tokens_two_to_one() -> None:
     rig = Rig(slots=1, weights={"gold": 2.0})
     asked = [rig.ask(t) for _ in range(40) for t in ("gold", "bronze")]
@@ -106,7 +123,7 @@ async def test_weights_share_the_tokens_two_to_one() -> None:
         rig.end_one(rig.went[-1])
         await settled()
     counts = Counter(rig.went[1:31])
-    assert counts == {"gold": 20, "bronze": 10}
+    assert abs(counts["gold"] - 20) <= 1 and counts["gold"] + counts["bronze"] == 30  # 2:1, to a request
     for task in asked:
         task.cancel()
     await asyncio.gather(*asked, return_exceptions=True)

@@ -37,7 +37,7 @@ class _Held:
     weight: float
     cost: int
     arrived: float  # on the queue's monotonic clock
-    go: asyncio.Future[None] = field(default_factory=lambda: asyncio.get_running_loop().create_future())
+    go: asyncio.Future[float] = field(default_factory=lambda: asyncio.get_running_loop().create_future())
 
 
 @dataclass
@@ -49,12 +49,14 @@ class _Line:
     held: dict[str, deque[_Held]] = field(default_factory=dict)
     served: dict[str, float] = field(default_factory=dict)
     sent: dict[str, int] = field(default_factory=dict)  # running, per tenant
+    starts: list[float] = field(default_factory=list)  # each running request's virtual start
     capacity: Callable[[], int] = lambda: 0  # its slots now, as its last request saw them
 
     def floor(self) -> float:
-        """The least virtual time of the tenants with requests held or running (0: none)."""
-        active = {*self.held, *(t for t, n in self.sent.items() if n)}
-        return min((self.served.get(t, 0.0) for t in active), default=0.0)
+        """The virtual time now: the least start of a running request or of a held tenant's
+        next (0: none). A tenant that was idle starts here, ahead of a backlog's next request
+        even after what the backlog used was corrected down."""
+        return min((*self.starts, *(self.served.get(t, 0.0) for t in self.held)), default=0.0)
 
 
 @dataclass
@@ -67,6 +69,7 @@ class Turn:
     cost: int
     weight: float
     share: FairShare
+    start: float  # its virtual start
     done: bool = False
 
     def ended(self, _status: int, tokens: Tokens) -> None:
@@ -75,6 +78,7 @@ class Turn:
         self.done = True
         self.line.running -= 1
         self.line.sent[self.tenant] -= 1
+        self.line.starts.remove(self.start)
         used = tokens.total
         if used:  # nothing counted (a failure before any answer): the estimate stays
             self.line.served[self.tenant] = self.line.served.get(self.tenant, 0.0) + (
@@ -83,6 +87,7 @@ class Turn:
             # The model is idle: what each tenant was served no longer matters (nor is kept).
             self.line.served.clear()
             self.line.sent.clear()
+            self.line.starts.clear()
         self.share.release(self.line, self.line.capacity())
 
 
@@ -122,8 +127,7 @@ class FairShare:
         slots = line.capacity()
         if line.held or (slots and line.running >= slots):
             return None
-        _go(line, tenant, weight, cost)
-        return Turn(line, tenant, cost, weight, self)
+        return Turn(line, tenant, cost, weight, self, _go(line, tenant, weight, cost))
 
     async def turn(self, model: str, tenant: str, weight: float, cost: int,
                    capacity: Callable[[], int]) -> Turn:
@@ -142,13 +146,13 @@ class FairShare:
         except BaseException as exc:
             if held.go.done() and not held.go.cancelled() and held.go.exception() is None:
                 # Sent just as it left: its slot goes to the next one.
-                Turn(line, tenant, cost, weight, self).ended(0, Tokens())
+                Turn(line, tenant, cost, weight, self, held.go.result()).ended(0, Tokens())
             else:
                 _leave(line, held)
             if isinstance(exc, TimeoutError):
                 raise self._timed_out(model, held) from None
             raise
-        return Turn(line, tenant, cost, weight, self)
+        return Turn(line, tenant, cost, weight, self, held.go.result())
 
     def _mine(self, slots: int) -> int:
         # Each worker sends its share of the slots, rounded up (one at least): the workers'
@@ -182,8 +186,7 @@ class FairShare:
             held = line.held[tenant].popleft()
             if not line.held[tenant]:
                 del line.held[tenant]
-            _go(line, tenant, held.weight, held.cost)
-            held.go.set_result(None)
+            held.go.set_result(_go(line, tenant, held.weight, held.cost))
 
     def _timed_out(self, model: str, held: _Held) -> QueueTimeout:
         waited = round(self._monotonic() - held.arrived)
@@ -191,10 +194,14 @@ class FairShare:
                             f"{waited} s", retry_after_s=FAIR_RETRY_S)
 
 
-def _go(line: _Line, tenant: str, weight: float, cost: int) -> None:
+def _go(line: _Line, tenant: str, weight: float, cost: int) -> float:
+    """Send a request of `tenant`: its virtual start (the tenant's time before it)."""
+    start = line.served.get(tenant, 0.0)
     line.running += 1
     line.sent[tenant] = line.sent.get(tenant, 0) + 1
-    line.served[tenant] = line.served.get(tenant, 0.0) + cost / weight
+    line.served[tenant] = start + cost / weight
+    line.starts.append(start)
+    return start
 
 
 def _leave(line: _Line, held: _Held) -> None:
