@@ -4,9 +4,9 @@ waits here, and the next to go is the one of the tenant served the fewest tokens
 A tenant is a team (by its id) or a key outside teams. Each tenant of a model has a virtual
 time: the tokens it was sent, divided by its weight (start-time fair queueing by tokens). A
 request is charged its estimate when it goes (`reserve_estimate`: prompt bytes / 4 plus its
-`max_tokens`) and corrected to what it used when it ends. A tenant that was idle starts at
-the least virtual time of the busy tenants, so idleness banks no credit. A tenant alone is held
-only while the slots are all busy, and then in arrival order.
+`max_tokens`) and corrected to what it used when it ends. A tenant that was idle starts at the
+virtual time now (the least start of a request running or due), so idleness banks no credit. A
+tenant alone is held only while the slots are all busy, and then in arrival order.
 
 One per process, like the cold-start queue: each worker holds and releases its own requests,
 counting only those it sent, against its share of the slots (the slots over the server's
