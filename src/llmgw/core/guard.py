@@ -59,6 +59,9 @@ class Policy(Frozen):
     name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
     models: list[str] = Field(default_factory=lambda: ["*"])  # names or fnmatch patterns
     keys: list[str] = Field(default_factory=lambda: ["*"])  # key names or patterns
+    # MCP tools covered, as patterns over `SERVER/TOOL`: input judges a call's arguments, output
+    # its result. Empty: the policy covers no tool calls.
+    tools: list[str] = Field(default_factory=list, max_length=256)
     input: bool = True
     output: bool = False
     input_mode: InputMode = InputMode.BEFORE

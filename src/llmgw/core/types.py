@@ -3,6 +3,7 @@ model fits them, keys and their usage."""
 
 from __future__ import annotations
 
+import fnmatch
 from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Annotated, Literal
@@ -373,6 +374,31 @@ class Limits(Frozen):
                          for n in Limits.model_fields})
 
 
+class ToolGrants(Frozen):
+    """Which MCP servers' tools are allowed and denied, as patterns over `SERVER/TOOL`; a deny wins."""
+
+    allow: list[str] = Field(default_factory=list, max_length=256)
+    deny: list[str] = Field(default_factory=list, max_length=256)
+
+    @property
+    def empty(self) -> bool:
+        return not self.allow and not self.deny
+
+    def allows(self, server: str, tool: str) -> bool:
+        """Whether a pattern of `allow` matches and none of `deny` does."""
+        return _matches(self.allow, server, tool) and not self.denies(server, tool)
+
+    def denies(self, server: str, tool: str) -> bool:
+        return _matches(self.deny, server, tool)
+
+
+def _matches(patterns: list[str], server: str, tool: str) -> bool:
+    target = f"{server}/{tool}"
+    # `github` alone grants the whole server, as `github/*` does.
+    return any(fnmatch.fnmatchcase(target, p if "/" in p or p == "*" else f"{p}/*")
+               for p in patterns)
+
+
 class KeyInfo(Frozen):
     """A key as it may be shown: everything stored about it but its hash (`ApiKey` adds that;
     the admin API's `KeyOut` adds how logs name it)."""
@@ -401,6 +427,9 @@ class KeyInfo(Frozen):
     team_id: str | None = None
     # A user key that may mint keys for its team, and see its team's keys and usage.
     team_admin: bool = False
+    # MCP tools this key may use (none when empty, for a user key; see `gateway.mcp` for how a
+    # team's grants and a minter's apply).
+    tools: ToolGrants = Field(default_factory=ToolGrants)
 
 
 class ApiKey(KeyInfo):
@@ -446,6 +475,11 @@ class Team(Frozen):
     # Models (names or patterns) the team's keys may call; empty: any the key may.
     models: list[str] = Field(default_factory=list)
     limits: Limits = Field(default_factory=Limits)
+    # MCP tools the team's keys may use: a key without grants of its own gets the team's, and a
+    # key's own grants stay within them.
+    tools: ToolGrants = Field(default_factory=ToolGrants)
+    # The team's share of a busy model against other teams' (fair queueing); 1 is an even share.
+    weight: float = Field(default=1.0, gt=0, le=1000)
     note: str = Field(default="", max_length=1000)
     by: str = ""
     created_at: datetime | None = None

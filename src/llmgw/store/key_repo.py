@@ -12,7 +12,7 @@ from sqlalchemy import Connection, Engine, delete, insert, select, update
 
 from llmgw.core.audit import AuditKind
 from llmgw.core.errors import Conflict, Forbidden, NotFound, RateLimited, Unauthenticated
-from llmgw.core.types import ApiKey, KeyScope, Limits
+from llmgw.core.types import ApiKey, KeyScope, Limits, ToolGrants
 from llmgw.store.audit_repo import record
 from llmgw.store.db import bump_revision, utc
 from llmgw.store.schema import api_keys, settings
@@ -38,6 +38,7 @@ def _to_key(row: Any) -> ApiKey:
         team=row.team,
         team_id=row.team_id,
         team_admin=bool(row.team_admin),
+        tools=ToolGrants.model_validate(row.tools or {}),
     )
 
 

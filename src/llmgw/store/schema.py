@@ -100,6 +100,8 @@ api_keys = Table(
     Column("team_admin", Boolean, nullable=False, default=False),
     # The team itself (teams.id): its name alone could be a later team's.
     Column("team_id", String(64), nullable=True, index=True),
+    # MCP tool grants (`ToolGrants`: allow and deny patterns).
+    Column("tools", JSON, nullable=False, default=dict),
 )
 
 serve_jobs = Table(
@@ -235,6 +237,45 @@ teams = Table(
     Column("by", String(256), nullable=False),
     Column("created_at", DateTime(timezone=True), nullable=False),
     Column("updated_at", DateTime(timezone=True), nullable=False),
+)
+
+# Upstream MCP servers in the catalog (`McpServer`, less its name, in `spec`).
+mcp_servers = Table(
+    "mcp_servers",
+    metadata,
+    Column("name", String(64), primary_key=True),
+    Column("spec", JSON, nullable=False),
+    Column("by", String(256), nullable=False),
+    Column("created_at", DateTime(timezone=True), nullable=False),
+    Column("updated_at", DateTime(timezone=True), nullable=False),
+)
+
+# Where each stdio MCP server runs: written by its node's agent (`McpRun`).
+mcp_runs = Table(
+    "mcp_runs",
+    metadata,
+    Column("server", String(64), primary_key=True),
+    Column("node_id", String(128), nullable=False, index=True),
+    Column("state", String(16), nullable=False),
+    Column("endpoint", String(512), nullable=True),
+    Column("pid", Integer, nullable=True),
+    Column("restarts", Integer, nullable=False, default=0),
+    Column("last_error", Text, nullable=True),
+    Column("updated_at", DateTime(timezone=True), nullable=False),
+)
+
+# Tool calls per key, server, tool and day; written in batches by every server (additive upserts).
+mcp_usage = Table(
+    "mcp_usage",
+    metadata,
+    Column("key_id", String(64), primary_key=True),
+    Column("server", String(64), primary_key=True),
+    Column("tool", String(128), primary_key=True),
+    Column("day", String(10), primary_key=True),  # YYYY-MM-DD, UTC
+    Column("calls", BigInteger, nullable=False, default=0),
+    Column("errors", BigInteger, nullable=False, default=0),
+    Column("blocked", BigInteger, nullable=False, default=0),
+    Column("cost", Float, nullable=False, default=0.0),
 )
 
 # Every change made through the admin API, written in the change's own transaction (see
