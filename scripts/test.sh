@@ -2,7 +2,8 @@
 # The whole test suite: lint, types, layer contract, and pytest (unit, engine, end to end with
 # the real llama-server on the demo model, the store on a real PostgreSQL, the console in a real
 # Chromium, the shared limits on a real Redis, the docs site built strict and read in Chromium,
-# and the real OpenID provider the console's single sign-on is to be tested against).
+# the real OpenID provider the console's single sign-on is to be tested against, and MCP's own
+# server-everything and conformance suite).
 # Extra arguments go to pytest. It is safe in the shell where up.sh runs: the tests never read or
 # write the install that LLMGW_DATA_DIR, LLMGW_ADMIN_KEY, HOME or a ctl.toml name
 # (tests/support/isolation.py), only the tools' LLMGW_* variables set below reach them.
@@ -14,7 +15,7 @@ ensure_postgres
 ensure_chromium
 ensure_redis
 ensure_mermaid
-ensure_oidc_provider
+ensure_test_npm
 
 echo "== ruff";         .venv/bin/ruff check src tests bench
 echo "== mypy";         .venv/bin/mypy

@@ -18,13 +18,15 @@ import pytest
 from llmgw.core.judges import DEMO_JUDGE
 from llmgw.store.store import Store
 from tests.support import isolation
+from tests.support.mcp_everything import everything_http, everything_stdio
 from tests.support.pg import fresh_database, postgres_url
 from tests.support.redis_server import redis_server
 from tests.support.server_process import LlmgwServer
 
-# A real PostgreSQL for the store and cluster tests (tests/support/pg.py), and a real Redis for the
-# shared limits (tests/support/redis_server.py).
-__all__ = ["postgres_url", "redis_server"]
+# A real PostgreSQL for the store and cluster tests (tests/support/pg.py), a real Redis for the
+# shared limits (tests/support/redis_server.py), and MCP's own server-everything as a third-party
+# MCP server over streamable HTTP and stdio (tests/support/mcp_everything.py).
+__all__ = ["everything_http", "everything_stdio", "postgres_url", "redis_server"]
 
 
 @pytest.hookimpl(hookwrapper=True)
