@@ -21,11 +21,14 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import httpx2
 import psutil
 import pytest
-from mcp.client.stdio import StdioServerParameters
+
+if TYPE_CHECKING:  # the SDK takes seconds to import: only the tests that use it pay for it
+    from mcp.client.stdio import StdioServerParameters
 
 MCP_DIR = Path(__file__).resolve().parents[1] / "mcp"
 MODULES = MCP_DIR / "node_modules"
@@ -51,6 +54,8 @@ def everything_command(transport: str = "stdio") -> list[str]:
 
 def everything_stdio_params() -> StdioServerParameters:
     """server-everything over stdio, as the `mcp` SDK's `stdio_client` spawns it."""
+    from mcp.client.stdio import StdioServerParameters
+
     node, script, transport = everything_command("stdio")
     return StdioServerParameters(command=node, args=[script, transport], cwd=MCP_DIR)
 
