@@ -13,9 +13,9 @@ import pytest
 
 from llmgw.core.guard import Direction, JudgeFormat, JudgeSpec, Outcome, VerdictRecord
 from llmgw.core.judges import DEFAULT_JUDGE, KNOWN
+from llmgw.guard import verdicts
 from llmgw.guard.admission import PromptEval
 from llmgw.guard.enforcement import Answer, Guard, GuardView
-from llmgw.guard import verdicts
 from llmgw.guard.judge_client import JudgeClient, JudgeTarget, completion_body, prompt_eval
 from llmgw.guard.prompts import Turn, tool_categories, tool_turns
 from tests.fakes.judge import FakeJudge
