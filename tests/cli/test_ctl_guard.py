@@ -187,7 +187,7 @@ def test_policy_set_show_list_change_and_remove(demo_server: LlmgwServer) -> Non
         shown = ctl_json(demo_server, "guard", "policy", "show", name)
         assert shown.pop("updated_at")
         assert shown == {
-            "name": name, "models": [DEMO], "keys": ["*"], "input": False, "output": True,
+            "name": name, "models": [DEMO], "keys": ["*"], "tools": [], "input": False, "output": True,
             "input_mode": "before", "judges": [JUDGE], "block_categories": ["Violent", "PII"],
             "controversial": "loose", "budget_ms": 3000, "on_failure": "open",
             "stream_window_chars": 400, "enabled": True, "by": by,
@@ -197,7 +197,8 @@ def test_policy_set_show_list_change_and_remove(demo_server: LlmgwServer) -> Non
         in_status = {p["name"]: p for p in ctl_json(demo_server, "guard", "status")["policies"]}
         assert in_status[name] == listed
 
-        expected_row = [name, "yes", DEMO, "*", "output", JUDGE, "Violent,PII", "loose", "3000", "open", by]
+        expected_row = [name, "yes", DEMO, "*", "none", "output", JUDGE, "Violent,PII", "loose", "3000",
+                        "open", by]
         assert row(demo_server.ctl("guard", "policy", "show", name).stdout, name) == expected_row
         assert row(demo_server.ctl("guard", "policy", "list").stdout, name) == expected_row
         assert row(demo_server.ctl("guard", "status").stdout, name) == expected_row
@@ -212,7 +213,16 @@ def test_policy_set_show_list_change_and_remove(demo_server: LlmgwServer) -> Non
         both = ctl_json(demo_server, "guard", "policy", "show", name)
         assert both.pop("updated_at")
         assert both == {**shown, "budget_ms": 1500, "input": True}
-        assert row(demo_server.ctl("guard", "policy", "show", name).stdout, name)[4] == "input+output"
+        assert row(demo_server.ctl("guard", "policy", "show", name).stdout, name)[5] == "input+output"
+
+        # MCP tools: repeated or comma-separated patterns replace the list; '' empties it.
+        demo_server.ctl("guard", "policy", "set", name, "--tools", "github", "--tools", "web/fetch*,docs")
+        tools = ctl_json(demo_server, "guard", "policy", "show", name)
+        assert tools["tools"] == ["github", "web/fetch*", "docs"] and tools["budget_ms"] == 1500
+        shown_row = row(demo_server.ctl("guard", "policy", "show", name).stdout, name)
+        assert shown_row[4] == "github,web/fetch*,docs"
+        demo_server.ctl("guard", "policy", "set", name, "--tools", "")
+        assert ctl_json(demo_server, "guard", "policy", "show", name)["tools"] == []
 
         # A change that would leave it checking nothing is refused, and changes nothing.
         proc = demo_server.ctl("guard", "policy", "set", name, "--no-input", "--no-output", check=False)

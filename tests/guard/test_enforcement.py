@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
@@ -23,14 +22,12 @@ from llmgw.core.guard import (
 )
 from llmgw.core.judges import DEFAULT_JUDGE, KNOWN
 from llmgw.guard import grammars, prompts
-from llmgw.guard.enforcement import Guard, GuardView, RequestInfo, applying
+from llmgw.guard.enforcement import Guard, GuardView, applying, applying_tools
 from llmgw.guard.judge_client import JudgeClient, JudgeTarget
-from llmgw.guard.prompts import Turn
+from llmgw.guard.prompts import Turn, tool_turns
 from tests.fakes.judge import FakeJudge
+from tests.support.guard_rig import HELLO, INFO, Rig, guard_rig
 
-SPEC = KNOWN[DEFAULT_JUDGE]
-INFO = RequestInfo(model="chat-model", key_name="team-a", key_label="sk-abc…", request_id="req-1")
-HELLO = [Turn("user", "hello there")]
 # A generous bound on a 200 ms budget: a correctness check that the budget is kept, not a benchmark.
 WELL_UNDER_S = 2.0
 
@@ -39,39 +36,10 @@ def policy(**kw: Any) -> Policy:
     return Policy(**{"name": "p", "judges": ["j1"], "budget_ms": 3000, **kw})
 
 
-@dataclass
-class Rig:
-    guard: Guard
-    judges: dict[str, FakeJudge]
-    records: list[VerdictRecord] = field(default_factory=list)
-    view: GuardView = field(default_factory=lambda: GuardView(enabled=True))
-
-    async def check(self, p: Policy | list[Policy], turns: list[Turn] = HELLO,
-                    direction: Direction = Direction.INPUT) -> bool:
-        return await self.guard.check(p if isinstance(p, list) else [p], direction, turns, INFO)
-
-
 @pytest.fixture
 async def rig() -> AsyncIterator[Rig]:
-    judges = {name: await FakeJudge().start() for name in ("j1", "j2")}
-
-    def locate(name: str) -> list[JudgeTarget]:
-        if name not in judges:
-            raise NoReadyReplica(f"judge {name} has no ready replica")
-        return [JudgeTarget(SPEC, judges[name].url)]
-
-    client = JudgeClient(locate)
-    await client.start()
-    records: list[VerdictRecord] = []
-    holder: list[Rig] = []
-    guard = Guard(client, lambda: holder[0].view, records.append, lambda: datetime.now(UTC), time.monotonic)
-    holder.append(Rig(guard, judges, records))
-    try:
-        yield holder[0]
-    finally:
-        await client.close()
-        for judge in judges.values():
-            await judge.close()
+    async with guard_rig() as started:
+        yield started
 
 
 async def test_a_safe_prompt_passes_and_is_logged(rig: Rig) -> None:
@@ -304,6 +272,44 @@ def test_applying_matches_models_keys_direction_and_switches() -> None:
     assert names("anything", "anyone", Direction.OUTPUT) == ["out"]
     switched_off = GuardView(enabled=False, policies=view.policies)
     assert names("llama-3b", "team-a", Direction.INPUT, switched_off) == []
+
+
+def test_a_policy_covers_the_mcp_tools_it_names_for_the_keys_it_names() -> None:
+    gh = policy(name="gh", tools=["github"], keys=["agent-*"], models=["none-of-them"])
+    fetch = policy(name="fetch", tools=["web/fetch*"], input=False, output=True)
+    chat = policy(name="chat")  # names no tools: covers no tool calls
+    off = policy(name="off", tools=["*"], enabled=False)
+    view = GuardView(enabled=True, policies=(gh, fetch, chat, off))
+
+    def names(server: str, tool: str, key: str, direction: Direction, v: GuardView = view) -> list[str]:
+        return [p.name for p in applying_tools(v, server, tool, key, direction)]
+
+    # A bare server covers all its tools, as in grants; a policy's models say nothing of tools.
+    assert names("github", "create_issue", "agent-1", Direction.INPUT) == ["gh"]
+    assert names("github", "create_issue", "ops", Direction.INPUT) == []
+    assert names("web", "fetch_url", "ops", Direction.OUTPUT) == ["fetch"]
+    assert names("web", "fetch_url", "ops", Direction.INPUT) == []
+    assert names("web", "search", "agent-1", Direction.OUTPUT) == []
+    switched_off = GuardView(enabled=False, policies=view.policies)
+    assert names("github", "create_issue", "agent-1", Direction.INPUT, switched_off) == []
+
+
+@pytest.mark.parametrize(("direction", "subject"), [(Direction.INPUT, "the tool call"),
+                                                    (Direction.OUTPUT, "the tool's result")])
+async def test_a_tool_judgment_is_refused_in_a_tool_calls_words(
+    rig: Rig, direction: Direction, subject: str
+) -> None:
+    turns = tool_turns("gh/issue", "{}", None if direction == Direction.INPUT else "result")
+    p = policy(input=direction == Direction.INPUT, output=direction == Direction.OUTPUT,
+               budget_ms=200)
+    rig.judges["j1"].unsafe("Unethical Acts")
+    with pytest.raises(GuardBlocked) as blocked:
+        await rig.guard.check([p], direction, turns, INFO, tool=True)
+    assert blocked.value.message.startswith(f"{subject} was blocked by guard policy 'p'")
+    rig.judges["j1"].never()
+    with pytest.raises(GuardUnavailable) as unjudged:
+        await rig.guard.check([p], direction, turns, INFO, tool=True)
+    assert f"could not judge {subject} within 200 ms" in unjudged.value.message
 
 
 async def test_guard_policies_follow_the_current_view(rig: Rig) -> None:

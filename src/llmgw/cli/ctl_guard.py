@@ -46,6 +46,7 @@ PolicyName = Annotated[str, typer.Argument(help="The policy's name.")]
 
 # Which option of `policy set` gives each field of the Policy it sends.
 POLICY_OPTIONS = {"name": "NAME", "judges": "--judges", "models": "--models", "keys": "--keys",
+                  "tools": "--tools",
                   "block_categories": "--block", "budget_ms": "--budget-ms",
                   "stream_window_chars": "--window-chars", "Policy": "--input/--output"}
 
@@ -65,10 +66,12 @@ def _policies_table(policies: Sequence[Policy]) -> None:
         "policies",
         # What a policy judges with, within what time, and what a failure does, before the rest.
         [Col("name", whole=True), Col("on", priority=HIGH), Col("models", priority=HIGH),
-         Col("keys", priority=LOW), "checks", Col("judges", priority=HIGH), Col("blocks", priority=LOW),
+         Col("keys", priority=LOW), Col("tools", priority=LOW), "checks", Col("judges", priority=HIGH),
+         Col("blocks", priority=LOW),
          Col("controversial", priority=LOW), Col("budget ms", priority=HIGH),
          Col("on failure", priority=HIGH), Col("by", priority=LOW)],
-        [[p.name, "yes" if p.enabled else "no", ",".join(p.models), ",".join(p.keys), _checks(p),
+        [[p.name, "yes" if p.enabled else "no", ",".join(p.models), ",".join(p.keys),
+          ",".join(p.tools) or "none", _checks(p),
           ",".join(p.judges), ",".join(p.block_categories) or "all", p.controversial, p.budget_ms,
           p.on_failure, p.by] for p in policies],
     )
@@ -139,10 +142,15 @@ def policy_set(
         help="Models it applies to, comma-separated names or patterns (default when new: *).")] = None,
     keys: Annotated[str | None, typer.Option(
         help="Keys it applies to, comma-separated names or patterns (default when new: *).")] = None,
+    tools: Annotated[list[str] | None, typer.Option(
+        help="MCP tools it applies to, as patterns over SERVER/TOOL (a bare SERVER is all its "
+             "tools); repeat it or separate with commas; replaces the list, and --tools '' "
+             "empties it (default when new: none).")] = None,
     input: Annotated[bool | None, typer.Option(
-        "--input/--no-input", help="Judge the prompts (on when new).")] = None,
+        "--input/--no-input", help="Judge the prompts, and tool calls' arguments (on when new).")] = None,
     output: Annotated[bool | None, typer.Option(
-        "--output/--no-output", help="Judge the answers, streams included (off when new).")] = None,
+        "--output/--no-output", help="Judge the answers, streams included, and tools' results "
+                                     "(off when new).")] = None,
     input_mode: Annotated[InputMode | None, typer.Option(
         help="before: judge, then call the model; parallel: both at once.", case_sensitive=False)] = None,
     block: Annotated[str | None, typer.Option(help="Categories that block (default: all).")] = None,
@@ -167,7 +175,8 @@ def policy_set(
     except LookupError:
         current = {}
     changes = {
-        "judges": _split(judges), "models": _split(models), "keys": _split(keys), "input": input,
+        "judges": _split(judges), "models": _split(models), "keys": _split(keys),
+        "tools": None if tools is None else [t for v in tools for t in _split(v) or []], "input": input,
         "output": output, "input_mode": input_mode, "block_categories": _split(block),
         "controversial": controversial, "budget_ms": budget_ms, "on_failure": on_failure,
         "stream_window_chars": window_chars, "enabled": enabled,

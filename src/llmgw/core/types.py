@@ -386,13 +386,14 @@ class ToolGrants(Frozen):
 
     def allows(self, server: str, tool: str) -> bool:
         """Whether a pattern of `allow` matches and none of `deny` does."""
-        return _matches(self.allow, server, tool) and not self.denies(server, tool)
+        return tool_matches(self.allow, server, tool) and not self.denies(server, tool)
 
     def denies(self, server: str, tool: str) -> bool:
-        return _matches(self.deny, server, tool)
+        return tool_matches(self.deny, server, tool)
 
 
-def _matches(patterns: list[str], server: str, tool: str) -> bool:
+def tool_matches(patterns: list[str], server: str, tool: str) -> bool:
+    """Whether a pattern over `SERVER/TOOL` matches (grants and guard policies read them alike)."""
     target = f"{server}/{tool}"
     # `github` alone grants the whole server, as `github/*` does.
     return any(fnmatch.fnmatchcase(target, p if "/" in p or p == "*" else f"{p}/*")

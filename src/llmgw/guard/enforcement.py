@@ -45,6 +45,7 @@ from llmgw.core.guard import (
 )
 from llmgw.core.judges import DEFAULT_JUDGE
 from llmgw.core.tracing import Kind
+from llmgw.core.types import tool_matches
 from llmgw.guard.judge_client import JudgeClient
 from llmgw.guard.prompts import Turn
 
@@ -83,6 +84,29 @@ def applying(view: GuardView, model: str, key_name: str, direction: Direction) -
         and any(fnmatch.fnmatchcase(model, pat) for pat in p.models)
         and any(fnmatch.fnmatchcase(key_name, pat) for pat in p.keys)
     ]
+
+
+def applying_tools(
+    view: GuardView, server: str, tool: str, key_name: str, direction: Direction
+) -> list[Policy]:
+    """Enabled policies covering this MCP tool (`Policy.tools`, over `SERVER/TOOL`) and key that
+    check this direction: input judges a call's arguments, output its result. A policy's
+    `models` say nothing about tools, and one that names no tools covers none."""
+    if not view.enabled:
+        return []
+    return [
+        p
+        for p in view.policies
+        if p.enabled
+        and (p.input if direction == Direction.INPUT else p.output)
+        and tool_matches(p.tools, server, tool)
+        and any(fnmatch.fnmatchcase(key_name, pat) for pat in p.keys)
+    ]
+
+
+# What a judgment is about, in the words a refusal uses: (input, output).
+_CHAT_SUBJECTS = ("request", "response")
+_TOOL_SUBJECTS = ("tool call", "tool's result")
 
 
 def unsafe_categories(policy: Policy, verdict: Verdict) -> list[str] | None:
@@ -132,15 +156,22 @@ class Guard:
     def policies(self, model: str, key_name: str, direction: Direction) -> list[Policy]:
         return applying(self._view(), model, key_name, direction)
 
+    def tool_policies(self, server: str, tool: str, key_name: str, direction: Direction) -> list[Policy]:
+        """The policies covering an MCP tool call (`applying_tools`)."""
+        return applying_tools(self._view(), server, tool, key_name, direction)
+
     async def check(
-        self, policies: list[Policy], direction: Direction, turns: list[Turn], info: RequestInfo
+        self, policies: list[Policy], direction: Direction, turns: list[Turn], info: RequestInfo,
+        *, tool: bool = False,
     ) -> bool:
         """Return when every policy lets the turns through; raise GuardBlocked or GuardUnavailable.
         True when each judge of each policy gave a verdict; False when a policy let the turns
-        through without one (`on_failure: open`): a pass the judges never gave."""
+        through without one (`on_failure: open`): a pass the judges never gave. `tool`: the
+        turns are an MCP tool call's (`prompts.tool_turns`), judged with the tool prompt."""
         if not policies:
             return True
-        results = await asyncio.gather(*(self._policy(p, direction, turns, info) for p in policies))
+        results = await asyncio.gather(*(self._policy(p, direction, turns, info, tool)
+                                         for p in policies))
         for blocked, _ in results:
             if blocked is not None:
                 raise blocked
@@ -185,14 +216,16 @@ class Guard:
         return list(dict.fromkeys(self.answering(j) for j in judges))
 
     async def _policy(
-        self, policy: Policy, direction: Direction, turns: list[Turn], info: RequestInfo
+        self, policy: Policy, direction: Direction, turns: list[Turn], info: RequestInfo,
+        tool: bool,
     ) -> tuple[LlmgwError | None, bool]:
         """What `policy` makes of the turns: the error that refuses them (None: they pass), and
         whether every judge gave a verdict."""
         answers = await asyncio.gather(
-            *(self.ask(j, direction, turns, policy.budget_ms, policy.name)
+            *(self.ask(j, direction, turns, policy.budget_ms, policy.name, tool=tool)
               for j in self._answering(policy.judges))
         )
+        subject = (_TOOL_SUBJECTS if tool else _CHAT_SUBJECTS)[direction == Direction.OUTPUT]
         blocked: GuardBlocked | None = None
         failed: Answer | None = None
         for a in answers:
@@ -200,9 +233,8 @@ class Guard:
             if a.verdict is None:
                 failed = failed or a
             elif cats is not None and blocked is None:
-                where = "request" if direction == Direction.INPUT else "response"
                 blocked = GuardBlocked(
-                    f"the {where} was blocked by guard policy '{policy.name}': judge {a.judge} "
+                    f"the {subject} was blocked by guard policy '{policy.name}': judge {a.judge} "
                     f"found it unsafe ({', '.join(cats)})",
                     param="messages" if direction == Direction.INPUT else None,
                 )
@@ -225,8 +257,7 @@ class Guard:
             return blocked, failed is None
         if failed is not None and policy.on_failure == OnFailure.CLOSED:
             refused = GuardUnavailable(
-                f"guard policy '{policy.name}' could not judge the "
-                f"{'request' if direction == Direction.INPUT else 'response'} within "
+                f"guard policy '{policy.name}' could not judge the {subject} within "
                 f"{policy.budget_ms} ms (judge {failed.judge}: {failed.error}); it fails closed"
             )
             if failed.retry_after_ms is not None:  # shed: the client is told when to come back
@@ -235,7 +266,7 @@ class Guard:
         return None, failed is None
 
     async def ask(self, judge: str, direction: Direction, turns: list[Turn], budget_ms: int,
-                  policy: str = "") -> Answer:
+                  policy: str = "", *, tool: bool = False) -> Answer:
         """One judge's answer within `budget_ms`, failures included (never raises for them),
         under a span of its own (the judged text in it only when `log_prompts` is on).
 
@@ -245,7 +276,7 @@ class Guard:
         attributes = {"llmgw.guard.judge": judge, "llmgw.guard.direction": direction.value,
                       "llmgw.guard.budget_ms": budget_ms, "llmgw.guard.policy": policy}
         with tracing.spanned(f"judge {judge}", Kind.CLIENT, attributes) as span:
-            answer = await self._ask(judge, direction, turns, budget_ms)
+            answer = await self._ask(judge, direction, turns, budget_ms, tool)
             if span.recording:
                 span.update({"llmgw.guard.outcome": answer.outcome.value,
                              "llmgw.guard.latency_ms": round(answer.latency_ms, 1)})
@@ -257,14 +288,15 @@ class Guard:
                     span.set("llmgw.guard.text", _joined(turns))
             return answer
 
-    async def _ask(self, judge: str, direction: Direction, turns: list[Turn], budget_ms: int) -> Answer:
+    async def _ask(self, judge: str, direction: Direction, turns: list[Turn], budget_ms: int,
+                   tool: bool) -> Answer:
         start = self._monotonic()
 
         def took() -> float:
             return (self._monotonic() - start) * 1000
 
         try:
-            verdict = await self._client.judge(judge, direction, turns, budget_ms / 1000)
+            verdict = await self._client.judge(judge, direction, turns, budget_ms / 1000, tool=tool)
         except TimeoutError:
             return Answer(judge, Outcome.FAILED_TIMEOUT, took(), error="timed out")
         except JudgeShed as exc:

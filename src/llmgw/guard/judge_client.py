@@ -115,13 +115,15 @@ def defuse(fmt: JudgeFormat, text: str) -> str:
     return text
 
 
-def completion_body(spec: JudgeSpec, direction: Direction, turns: list[Turn]) -> dict[str, Any]:
-    """llama-server `/completion` request for one judgment."""
+def completion_body(spec: JudgeSpec, direction: Direction, turns: list[Turn], *,
+                    tool: bool = False) -> dict[str, Any]:
+    """llama-server `/completion` request for one judgment (of an MCP tool call: `tool`)."""
     safe_turns = [Turn(t.role, defuse(spec.format, t.content)) for t in turns]
+    categories = prompts.tool_categories(spec.categories, tool)
     return {
         "prompt": prompts.render(spec.format, direction, safe_turns,
-                                 llama_guard_categories=spec.categories),
-        "grammar": grammars.grammar(spec.format, direction, llama_guard_categories=spec.categories),
+                                 llama_guard_categories=spec.categories, tool=tool),
+        "grammar": grammars.grammar(spec.format, direction, llama_guard_categories=categories),
         "n_predict": grammars.n_predict(spec.format, direction),
         "temperature": 0,
         # The fixed policy text comes first in every prompt, so the engine reuses its KV cache.
@@ -207,10 +209,12 @@ class JudgeClient:
             await self._session.close()
 
     async def judge(
-        self, judge: str, direction: Direction, turns: list[Turn], timeout_s: float
+        self, judge: str, direction: Direction, turns: list[Turn], timeout_s: float, *,
+        tool: bool = False,
     ) -> Verdict:
         """The judge's verdict within `timeout_s`; TimeoutError when it takes longer, JudgeShed
-        at once when it could not be answered in time.
+        at once when it could not be answered in time. `tool`: the turns are an MCP tool call's
+        (`prompts.tool_turns`), judged with the tool prompt.
 
         The time waiting for a slot counts against `timeout_s`. On timeout the request is
         cancelled, which closes its connection and frees its slot here at once: llama-server
@@ -220,7 +224,7 @@ class JudgeClient:
         targets = self._locate(judge)
         if not targets:
             raise NoReadyReplica(f"judge {judge} has no ready replica")
-        request = completion_body(targets[0].spec, direction, turns)
+        request = completion_body(targets[0].spec, direction, turns, tool=tool)
         queue = self._queue(judge, targets)
         headers = {"Content-Type": "application/json"}
         tracing.current().inject(headers)  # the judgment's span, when the request is traced
@@ -263,4 +267,4 @@ class JudgeClient:
             self._observe.judge_prompt(judge, *tokens)
         spec = targets[0].spec
         return verdicts.parse(spec.format, direction, str(content),
-                              llama_guard_categories=spec.categories)
+                              llama_guard_categories=prompts.tool_categories(spec.categories, tool))

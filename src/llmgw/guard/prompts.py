@@ -228,12 +228,10 @@ def llama_guard_codes(categories: int) -> list[str]:
     return [f"S{i}" for i in range(1, categories + 1)]
 
 
-def _llama_guard(direction: Direction, turns: Sequence[Turn], categories: int) -> str:
+def _llama_guard(direction: Direction, turns: Sequence[Turn], categories: dict[str, str]) -> str:
     agent = _LG_AGENT[direction]
     # llama-recipes joins `f"S{i}: {c.name}"` with "\n", and each name ends in ". ".
-    category_lines = "\n".join(
-        f"{code}: {LLAMA_GUARD_CATEGORIES[code]}. " for code in llama_guard_codes(categories)
-    )
+    category_lines = "\n".join(f"{code}: {name}. " for code, name in categories.items())
     conversation = "\n\n".join(f"{_LG_ROLE[t.role]}: {t.content}" for t in turns)
     return (
         "<|start_header_id|>user<|end_header_id|> "
@@ -257,6 +255,42 @@ def _llama_guard(direction: Direction, turns: Sequence[Turn], categories: int) -
     )
 
 
+# --- tool calls (MCP) ------------------------------------------------------------------------
+
+# What a tool returns is data the agent asked for, yet a model reads instructions in it as if they
+# were its user's (indirect prompt injection: a web page, a ticket or a file written to be
+# obeyed). Both judges read a tool call as a conversation whose user is the agent making the call
+# and whose answer is the tool's result: Qwen3Guard in its response-moderation form as it was
+# trained (its category list is fixed by its training; an injected instruction to act against the
+# user reads as Unethical Acts or worse), Llama Guard with a category list of its own, as Llama
+# Guard 3 was trained to take (llama-recipes' `build_custom_prompt`): S1-S13 as ever, and S14,
+# which in a chat judgment is Code Interpreter Abuse, is Prompt Injection. Its codes stay within
+# the fourteen every Llama Guard 3 verdict is read with, so the grammar and the parser are the
+# chat judgments' own (`tool_categories`).
+PROMPT_INJECTION = "Prompt Injection"
+LLAMA_GUARD_TOOL_CATEGORIES: dict[str, str] = {
+    **{f"S{i}": LLAMA_GUARD_CATEGORIES[f"S{i}"] for i in range(1, 14)},
+    "S14": PROMPT_INJECTION,
+}
+
+
+def tool_categories(llama_guard_categories: int, tool: bool) -> int:
+    """How many Llama Guard codes a verdict may name: the judge's own, or for a tool judgment
+    those of `LLAMA_GUARD_TOOL_CATEGORIES`."""
+    return len(LLAMA_GUARD_TOOL_CATEGORIES) if tool else llama_guard_categories
+
+
+def tool_turns(target: str, arguments: str, result: str | None = None) -> list[Turn]:
+    """A tool call as a judge reads it: the call (`target` is `SERVER/TOOL`, `arguments` its
+    JSON) as the user's turn and, when the result is judged, the result as the assistant's.
+    The result is said to be the tool's, so that instructions in it read as what they are: text
+    from elsewhere telling the agent what to do."""
+    call = Turn("user", f"Call the tool {target} with these arguments: {arguments}")
+    if result is None:
+        return [call]
+    return [call, Turn("assistant", f"The tool {target} returned:\n{result}")]
+
+
 # --- both -----------------------------------------------------------------------------------
 
 _LAST_ROLE = {Direction.INPUT: "user", Direction.OUTPUT: "assistant"}
@@ -269,13 +303,16 @@ def render(
     *,
     llama_guard_categories: int = 14,
     with_bos: bool = False,
+    tool: bool = False,
 ) -> str:
     """The raw prompt for llama-server's `/completion` asking the judge about the last turn.
 
     `direction` INPUT judges the user's last message (it must be the last turn), OUTPUT the
     assistant's (likewise). `llama_guard_categories` is 13 for Llama Guard 3 1B, 14 for 8B.
     `with_bos` prepends Llama Guard's `<|begin_of_text|>` (see the module docstring for why it
-    is off by default); Qwen3Guard's prompt has no BOS either way.
+    is off by default); Qwen3Guard's prompt has no BOS either way. `tool` judges an MCP tool
+    call (`tool_turns`): Llama Guard is given `LLAMA_GUARD_TOOL_CATEGORIES` (its verdict is
+    read with `tool_categories`), Qwen3Guard its own prompt as it is.
     """
     if not turns:
         raise InvalidRequest("nothing to judge: the conversation is empty")
@@ -287,7 +324,9 @@ def render(
         )
     if fmt is JudgeFormat.QWEN3GUARD:
         return _qwen3guard(direction, turns)
-    prompt = _llama_guard(direction, turns, llama_guard_categories)
+    listed = LLAMA_GUARD_TOOL_CATEGORIES if tool else {
+        code: LLAMA_GUARD_CATEGORIES[code] for code in llama_guard_codes(llama_guard_categories)}
+    prompt = _llama_guard(direction, turns, listed)
     return LLAMA_GUARD_BOS + prompt if with_bos else prompt
 
 

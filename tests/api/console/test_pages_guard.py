@@ -91,3 +91,23 @@ async def test_a_judgment_names_its_outcome_and_why_it_failed(install: Install) 
     resp = await install.browser.post("/ui/guard/judgment", {"csrf_token": token, "judge": "nobody"})
     assert resp.status == 400
     assert "&#39;text&#39; is required" in await resp.text()
+
+
+async def test_the_guard_page_shows_which_tools_a_policy_covers_and_tool_verdicts(
+    install: Install,
+) -> None:
+    install.store.guard.add_verdicts([VerdictRecord(
+        at=datetime.now(UTC), policy="tools", judge="j", direction=Direction.OUTPUT,
+        outcome=Outcome.UNSAFE, latency_ms=5.0, model="mcp:github/get_issue", request_id="req-tool")])
+    await install.browser.signin(install.admin)
+    token = await install.browser.csrf("/ui/guard")
+    tools = {**POLICY, "tools": ["github", "web/fetch*"]}
+    resp = await install.browser.post("/ui/guard/policies", {"csrf_token": token, "name": "tools",
+                                                             "policy": json.dumps(tools)})
+    assert resp.status == 303, await resp.text()
+    page = await (await install.browser.get("/ui/guard")).text()
+    row = page.split('<tr data-policy="tools">')[1].split("</tr>")[0]
+    assert "<td class=\"wrap\">github, web/fetch*</td>" in row
+    assert "<td>mcp:github/get_issue</td>" in page
+    editor = await (await install.browser.get("/ui/guard/new-policy")).text()
+    assert "&#34;tools&#34;: []" in editor

@@ -67,8 +67,8 @@ async def policy(request: web.Request) -> web.Response:
 
 async def new_policy(request: web.Request) -> web.Response:
     """The editor for a new policy, with a template to start from."""
-    start = {"models": ["*"], "keys": ["*"], "input": True, "output": False, "judges": [],
-             "on_failure": "closed"}
+    start = {"models": ["*"], "keys": ["*"], "tools": [], "input": True, "output": False,
+             "judges": [], "on_failure": "closed"}
     return render.page(request, "policy.html", name="", text=json.dumps(start, indent=2), new=True)
 
 
