@@ -163,7 +163,8 @@ def main(args: list[str] | None = None) -> None:
         sys.exit(1)
     if code < 0:
         # Die as the child did, so the agent names the same signal.
-        signal.signal(-code, signal.SIG_DFL)
+        if -code not in (signal.SIGKILL, signal.SIGSTOP):  # these cannot be caught anyway
+            signal.signal(-code, signal.SIG_DFL)
         os.kill(os.getpid(), -code)
     sys.exit(code)
 
