@@ -17,9 +17,9 @@ import pytest
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
-from llmgw.api.mcp_bridge import ENV_VAR
 from llmgw.core.engine_command import KEY_ENV
 from llmgw.node.hardware import free_port
+from llmgw.node.mcp_stdio import BRIDGE_ENV
 from llmgw.node.process import spawn, terminate
 from llmgw.node.supervisor import wait_healthy
 
@@ -42,7 +42,7 @@ async def bridge(tmp_path: Path) -> AsyncIterator[Bridge]:
     port, log = free_port(), tmp_path / "bridge.log"
     argv = [sys.executable, "-m", "llmgw.api.mcp_bridge", "--host", "127.0.0.1", "--port",
             str(port), "--log", str(log), "--", sys.executable, SERVER, str(tmp_path)]
-    proc = await spawn(argv, log, {KEY_ENV: KEY, ENV_VAR: orjson.dumps({"GREETING": "hi"}).decode()})
+    proc = await spawn(argv, log, {KEY_ENV: KEY, BRIDGE_ENV: orjson.dumps({"GREETING": "hi"}).decode()})
     try:
         code = await wait_healthy(proc, f"http://127.0.0.1:{port}/healthz", 60,
                                   asyncio.get_running_loop().time)

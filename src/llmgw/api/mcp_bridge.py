@@ -28,14 +28,10 @@ from aiohttp import web
 
 from llmgw.core.engine_command import KEY_ENV
 from llmgw.core.errors import UpstreamError, UpstreamTimeout
-from llmgw.node.mcp_stdio import StdioMcp
+from llmgw.node.mcp_stdio import BRIDGE_ENV, HEALTH_PATH, MCP_PATH, StdioMcp
 
 logger = logging.getLogger(__name__)
 
-# The server's own `env`, as JSON (secrets stay out of argv, which anyone on the node can read).
-ENV_VAR = "LLMGW_MCP_ENV"
-MCP_PATH = "/mcp"
-HEALTH_PATH = "/healthz"
 MAX_BODY_BYTES = 16 * 1024 * 1024
 _MUX = web.AppKey("mux", StdioMcp)
 _KEY = web.AppKey("key", str)
@@ -150,7 +146,7 @@ def main(args: list[str] | None = None) -> None:
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,
                         format="%(asctime)s llmgw-mcp-bridge %(levelname)s %(message)s")
     key = os.environ.pop(KEY_ENV, "")
-    env = orjson.loads(os.environ.pop(ENV_VAR, "{}"))
+    env = orjson.loads(os.environ.pop(BRIDGE_ENV, "{}"))
     if not key:
         logger.error("%s is not set: the bridge serves only callers holding the node's key",
                      KEY_ENV)

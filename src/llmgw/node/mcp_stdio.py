@@ -34,6 +34,13 @@ MAX_LINE_BYTES = 80 * 1024 * 1024
 # interpreter or `npx` to run, nothing of llmgw's (its join token, the engine key).
 BASE_ENV = ("PATH", "HOME", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TMPDIR", "USER", "LOGNAME")
 CLIENT_INFO = {"name": "llmgw-mcp-bridge", "version": "1"}
+# The bridge (`llmgw.api.mcp_bridge`): how a node agent runs it, the variable its server's
+# `env` travels in (as JSON: secrets stay out of argv, which anyone on the node can read), and
+# its paths.
+BRIDGE_MODULE = "llmgw.api.mcp_bridge"
+BRIDGE_ENV = "LLMGW_MCP_ENV"
+MCP_PATH = "/mcp"
+HEALTH_PATH = "/healthz"
 Message = dict[str, Any]
 
 
