@@ -292,14 +292,16 @@ def stdio_server(name: str, *command: str, **over: Any) -> McpServer:
 
 
 def add_mcp_server(store: Store, server: McpServer) -> None:
-    """Put `server` in the catalog's `mcp_servers` as it is stored (its spec less its name)."""
-    from sqlalchemy import insert
+    """Put `server` in the catalog's `mcp_servers` as it is stored (its spec less its name),
+    in place of any server of its name."""
+    from sqlalchemy import delete, insert
 
     from llmgw.store.db import bump_revision
     from llmgw.store.schema import mcp_servers
 
     spec = server.model_dump(mode="json", exclude={"name", "by", "created_at", "updated_at"})
     with store.engine.begin() as conn:
+        conn.execute(delete(mcp_servers).where(mcp_servers.c.name == server.name))
         conn.execute(insert(mcp_servers).values(name=server.name, spec=spec, by="test",
                                                 created_at=NOW, updated_at=NOW))
         bump_revision(conn)

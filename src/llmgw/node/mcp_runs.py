@@ -12,7 +12,7 @@ import hashlib
 import logging
 import sys
 from collections.abc import Awaitable, Callable, Collection
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import orjson
@@ -142,8 +142,15 @@ class McpRunner:
             self._gave_up[server.name] = fingerprint(server)
             return
         name = server.name
+        crashed: list[str] = []
 
         async def report(_rid: str, status: Status) -> None:
+            # A run ready again keeps what it last died of: a tool server that crashes now and
+            # then says so while it serves (a replica's error clears; its traffic retries).
+            if status.state == ReplicaState.FAILED and status.last_error:
+                crashed[:] = [status.last_error]
+            elif status.state == ReplicaState.READY and crashed:
+                status = replace(status, last_error=crashed[0])
             await self._report(name, status)
 
         sup = Supervisor(self._launch(server), report, self._clock.monotonic)
