@@ -54,7 +54,11 @@ ENVIRONMENT: dict[str, str] = {
     "LLMGW_SERVER": "`llmgw node run --server`: the server URL(s), comma-separated.",
     "LLMGW_NODE_TOKEN": "`llmgw node run --token`: the join token (out of shell history and ps).",
     "LLMGW_ENGINE_KEY": "Set, not read, by llmgw: in a `command` engine's environment, the key the "
-                        "servers send it; a profile hands it to the engine with `env` (`{api_key}`).",
+                        "servers send it; a profile hands it to the engine with `env` (`{api_key}`). "
+                        "A stdio MCP server's bridge requires it of every call, and keeps it from "
+                        "the server's own process.",
+    "LLMGW_MCP_ENV": "Set, not read, by llmgw: in a stdio MCP server's bridge's environment, the "
+                     "server's `env` as JSON, which the bridge gives the server's process.",
 }
 
 
