@@ -13,6 +13,7 @@ from pathlib import Path
 import aiohttp
 import httpx2
 import orjson
+import psutil
 import pytest
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
@@ -96,3 +97,15 @@ async def test_the_bridge_ends_as_its_child_did(bridge: Bridge) -> None:
     code = await asyncio.wait_for(bridge.proc.wait(), 30)
     assert code == -signal.SIGKILL, bridge.log.read_text()
     assert "the MCP server's process ended (signal 9)" in bridge.log.read_text()
+
+
+async def test_the_child_dies_with_its_bridge_even_when_the_bridge_is_killed(
+    bridge: Bridge,
+) -> None:
+    async with bridge.client() as client:
+        pid = int((await client.call_tool("pid", {})).content[0].text)  # type: ignore[union-attr]
+    child = psutil.Process(pid)
+    bridge.proc.kill()  # SIGKILL: the bridge cleans nothing up; the kernel's parent-death signal does
+    await bridge.proc.wait()
+    _, alive = await asyncio.to_thread(psutil.wait_procs, [child], 15)
+    assert alive == []
