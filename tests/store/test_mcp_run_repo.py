@@ -6,9 +6,14 @@ from datetime import timedelta
 
 from llmgw.core.mcp import McpRun, McpRunState
 from llmgw.store.store import Store
-from tests.factories import NOW, add_mcp_server, stdio_server
+from tests.factories import NOW, add_mcp_server, node, stdio_server
 
 LATER = NOW + timedelta(seconds=5)
+
+
+def nodes(store: Store, *ids: str) -> None:
+    for id_ in ids:
+        store.nodes.upsert(node(id_, address="127.0.0.1"), NOW)
 
 
 def ready(server: str, node: str, port: int = 9000) -> McpRun:
@@ -20,6 +25,7 @@ def test_the_gateway_reads_each_ready_run_and_a_state_change_moves_the_revision(
     any_store: Store,
 ) -> None:
     store = any_store
+    nodes(store, "n1")
     add_mcp_server(store, stdio_server("tools", node="n1"))
     before = store.revision()
     assert store.mcp_runs.report(ready("tools", "n1"), NOW)
@@ -39,6 +45,7 @@ def test_the_gateway_reads_each_ready_run_and_a_state_change_moves_the_revision(
 
 def test_a_run_counts_only_for_an_enabled_server_on_the_node_it_names(any_store: Store) -> None:
     store = any_store
+    nodes(store, "n1", "n2", "local")
     add_mcp_server(store, stdio_server("pinned", node="n1"))
     add_mcp_server(store, stdio_server("off", node="n1", enabled=False))
     add_mcp_server(store, stdio_server("anywhere"))
@@ -46,6 +53,15 @@ def test_a_run_counts_only_for_an_enabled_server_on_the_node_it_names(any_store:
                 ready("removed", "n1")):
         store.mcp_runs.report(run, NOW)
     assert set(store.mcp_runs.ready()) == {"anywhere"}
+
+
+def test_a_run_on_a_node_not_seen_lately_is_not_called(any_store: Store) -> None:
+    store = any_store
+    nodes(store, "n1")
+    add_mcp_server(store, stdio_server("tools", node="n1"))
+    store.mcp_runs.report(ready("tools", "n1"), NOW)
+    assert set(store.mcp_runs.ready(seen_since=NOW)) == {"tools"}
+    assert store.mcp_runs.ready(seen_since=LATER) == {}
 
 
 def test_forget_drops_only_the_nodes_own_run_and_reset_clears_its_endpoints(

@@ -61,8 +61,6 @@ class StdioMcp:
         self._proc: asyncio.subprocess.Process | None = None
         self._reader: asyncio.Task[None] | None = None
         self._pending: dict[int, asyncio.Future[Message]] = {}
-        # Our id → the caller's, for the cancellations callers send.
-        self._theirs: dict[int, Any] = {}
         self._ids = itertools.count(1)
         self._write = asyncio.Lock()
         self.initialized: Message | None = None  # the child's answer to `initialize`
@@ -108,30 +106,34 @@ class StdioMcp:
         theirs = message.get("id")
         waiter: asyncio.Future[Message] = asyncio.get_running_loop().create_future()
         self._pending[ours] = waiter
-        self._theirs[ours] = theirs
         try:
             await self._send({**message, "id": ours})
             answer = await asyncio.wait_for(waiter, timeout_s)
         except TimeoutError as exc:
-            with contextlib.suppress(UpstreamError):
-                await self._send({"jsonrpc": "2.0", "method": "notifications/cancelled",
-                                  "params": {"requestId": ours, "reason": "timed out"}})
+            self._cancel(ours, "timed out")
             raise UpstreamTimeout(f"the MCP server did not answer within {timeout_s:g}s") from exc
+        except asyncio.CancelledError:
+            self._cancel(ours, "the caller went away")
+            raise
         finally:
             self._pending.pop(ours, None)
-            self._theirs.pop(ours, None)
         return {**answer, "id": theirs}
 
     async def notify(self, message: Message) -> None:
-        """Pass a caller's notification on; a cancellation names the request by our id."""
-        if message.get("method") == "notifications/cancelled":
-            params = message.get("params")
-            wanted = params.get("requestId") if isinstance(params, dict) else None
-            ours = next((o for o, t in self._theirs.items() if t == wanted), None)
-            if ours is None:
-                return  # answered already, or never ours
-            message = {**message, "params": {**params, "requestId": ours}}  # type: ignore[dict-item]
-        await self._send(message)
+        """Pass a caller's notification on, but for a cancellation: callers' ids are not unique
+        (two may both use 1), so one could cancel another's call. A call is cancelled when its
+        caller goes away or its time is up (`request`)."""
+        if message.get("method") != "notifications/cancelled":
+            await self._send(message)
+
+    def _cancel(self, ours: int, reason: str) -> None:
+        """Tell the child to stop working on request `ours` (best effort, without waiting)."""
+        proc = self._proc
+        if self.alive and proc is not None and proc.stdin is not None:
+            with contextlib.suppress(ConnectionError, RuntimeError):
+                proc.stdin.write(orjson.dumps({"jsonrpc": "2.0", "method": "notifications/cancelled",
+                                               "params": {"requestId": ours, "reason": reason}})
+                                 + b"\n")
 
     async def wait(self) -> int:
         """Until the child ends (or stops speaking): its exit status."""

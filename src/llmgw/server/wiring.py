@@ -168,11 +168,16 @@ def mcp_servers_reader(
 
 
 def mcp_reporter(
-    store: Store, clock: Clock, node_id: str, on_report: Callable[[], Awaitable[None]]
+    store: Store, clock: Clock, node_id: str, leading: Callable[[], bool],
+    on_report: Callable[[], Awaitable[None]],
 ) -> Callable[[str, Status], Awaitable[None]]:
-    """Writes the embedded node's stdio MCP runs, as `/agent/v1/mcp` does a remote node's."""
+    """Writes the embedded node's stdio MCP runs, as `/agent/v1/mcp` does a remote node's: only
+    of servers it runs now (a server that stopped leading says nothing more of its runs)."""
 
     def write(server: str, status: Status) -> bool:
+        if not any(s.name == server and runs_on(s, node_id, leading())
+                   for s in store.mcp_runs.stdio_servers()):
+            return False
         return store.mcp_runs.report(McpRun(
             server=server, node_id=node_id, state=McpRunState(status.state.value),
             endpoint=status.endpoint, pid=status.pid, restarts=status.restarts,

@@ -11,7 +11,7 @@ from sqlalchemy import Connection, Engine, delete, insert, select, update
 
 from llmgw.core.mcp import McpRun, McpRunState, McpServer, McpTransport
 from llmgw.store.db import bump_revision, utc
-from llmgw.store.schema import mcp_runs, mcp_servers
+from llmgw.store.schema import mcp_runs, mcp_servers, nodes
 
 logger = logging.getLogger(__name__)
 
@@ -56,20 +56,25 @@ class McpRunRepo:
         with self._engine.connect() as conn:
             return [_to_run(r) for r in conn.execute(query).all()]
 
-    def ready(self) -> dict[str, McpRun]:
+    def ready(self, seen_since: datetime | None = None) -> dict[str, McpRun]:
         """What the gateway calls a stdio server at: server name → its run, for each enabled
-        stdio server whose bridge is ready on the node it is meant to run on. A run's `endpoint`
-        is the bridge's MCP URL (streamable HTTP, plain JSON answers); every call to it carries
-        the engine key of the run's node (`EngineKeys.headers(run.node_id)`)."""
+        stdio server whose bridge is ready on the node it is meant to run on (and, with
+        `seen_since`, whose node reported since then: a lost node's bridges are not called). A
+        run's `endpoint` is the bridge's MCP URL (streamable HTTP, answers in plain JSON);
+        every call to it carries the engine key of the run's node
+        (`EngineKeys.headers(run.node_id)`)."""
+        query = select(mcp_runs, nodes.c.heartbeat_at).join(
+            nodes, nodes.c.id == mcp_runs.c.node_id).where(
+            mcp_runs.c.state == McpRunState.READY.value, mcp_runs.c.endpoint.is_not(None))
         with self._engine.connect() as conn:
             servers = _stdio(conn)
-            rows = conn.execute(select(mcp_runs).where(
-                mcp_runs.c.state == McpRunState.READY.value,
-                mcp_runs.c.endpoint.is_not(None))).all()
+            rows = conn.execute(query).all()
         out: dict[str, McpRun] = {}
         for row in rows:
             spec = servers.get(row.server)
-            if spec is not None and spec.enabled and spec.node in (None, row.node_id):
+            seen = utc(row.heartbeat_at)
+            if (spec is not None and spec.enabled and spec.node in (None, row.node_id)
+                    and (seen_since is None or (seen is not None and seen >= seen_since))):
                 out[row.server] = _to_run(row)
         return out
 
