@@ -113,7 +113,10 @@ async def test_a_killed_server_is_restarted_and_says_what_it_died_of(
     os.kill(pid, signal.SIGKILL)
     failed = await node.reports.until(lambda s: s.state == ReplicaState.FAILED, "failed")
     assert failed.last_error is not None
-    assert failed.last_error.startswith("MCP server tools was killed (SIGKILL)")
+    # What happened, without a model engine's remedies (no profile to give more memory).
+    assert failed.last_error.startswith("MCP server tools was killed (SIGKILL), most likely by "
+                                        "the kernel's out-of-memory killer: its log's last lines "
+                                        "say why")
     again = await node.ready(after=1)
     assert again.endpoint is not None and again.pid != first.pid
     async with client(again.endpoint) as c:

@@ -184,6 +184,7 @@ class McpRunner:
             backoff_base_s=cfg.backoff_base_s,
             max_failures=cfg.max_failures,
             engine=f"MCP server {server.name}",
+            serves_a_model=False,
             env={BRIDGE_ENV: orjson.dumps(server.env).decode(), **({KEY_ENV: key} if key else {})},
         )
 
