@@ -76,3 +76,12 @@ def test_forget_drops_only_the_nodes_own_run_and_reset_clears_its_endpoints(
     assert (run.state, run.endpoint, run.pid) == (McpRunState.STARTING, None, None)
     assert store.mcp_runs.forget("tools", "local")
     assert store.mcp_runs.list() == []
+
+
+def test_a_run_off_its_nodes_address_as_it_is_now_is_not_called(any_store: Store) -> None:
+    store = any_store
+    nodes(store, "n1")
+    add_mcp_server(store, stdio_server("tools", node="n1"))
+    store.mcp_runs.report(ready("tools", "n1"), NOW)
+    store.nodes.upsert(node("n1", address="10.0.0.7"), LATER)  # the node moved
+    assert store.mcp_runs.ready() == {}

@@ -33,7 +33,7 @@ logger = logging.getLogger(__name__)
 
 SYNC_PATH = "/agent/v1/sync"
 CHANGES_PATH = "/agent/v1/changes"
-MCP_PATH = "/agent/v1/mcp"
+MCP_SYNC_PATH = "/agent/v1/mcp"
 # How long the server holds one changes call open (its bound is 30 s).
 WATCH_WAIT_S = 25.0
 
@@ -100,7 +100,7 @@ class ServerLink:
         url = self._servers[self._good]
         try:
             async with self._session.post(
-                url + MCP_PATH, data=body,
+                url + MCP_SYNC_PATH, data=body,
                 headers={"Authorization": f"Bearer {self._token}",
                          "Content-Type": "application/json"},
             ) as resp:
@@ -108,11 +108,12 @@ class ServerLink:
                 if resp.status == 404:
                     return []
                 if resp.status != 200:
-                    logger.warning("%s%s: HTTP %d %s", url, MCP_PATH, resp.status, _message(raw))
+                    logger.warning("%s%s: HTTP %d %s", url, MCP_SYNC_PATH, resp.status,
+                                   _message(raw))
                     return None
             answer = McpSyncResponse.model_validate_json(raw)
         except (aiohttp.ClientError, TimeoutError, ValidationError) as exc:
-            logger.warning("%s%s: %s", url, MCP_PATH, type(exc).__name__)
+            logger.warning("%s%s: %s", url, MCP_SYNC_PATH, type(exc).__name__)
             return None
         for name, status in sent.items():
             if self._mcp_pending.get(name) is status:

@@ -9,6 +9,7 @@ from typing import Any
 from pydantic import ValidationError
 from sqlalchemy import Connection, Engine, delete, insert, select, update
 
+from llmgw.core.agent_wire import on_address
 from llmgw.core.mcp import McpRun, McpRunState, McpServer, McpTransport
 from llmgw.store.db import bump_revision, utc
 from llmgw.store.schema import mcp_runs, mcp_servers, nodes
@@ -63,7 +64,7 @@ class McpRunRepo:
         run's `endpoint` is the bridge's MCP URL (streamable HTTP, answers in plain JSON);
         every call to it carries the engine key of the run's node
         (`EngineKeys.headers(run.node_id)`)."""
-        query = select(mcp_runs, nodes.c.heartbeat_at).join(
+        query = select(mcp_runs, nodes.c.heartbeat_at, nodes.c.address).join(
             nodes, nodes.c.id == mcp_runs.c.node_id).where(
             mcp_runs.c.state == McpRunState.READY.value, mcp_runs.c.endpoint.is_not(None))
         with self._engine.connect() as conn:
@@ -73,7 +74,9 @@ class McpRunRepo:
         for row in rows:
             spec = servers.get(row.server)
             seen = utc(row.heartbeat_at)
+            # On the node's address as it is now: a node that moved is not called where it was.
             if (spec is not None and spec.enabled and spec.node in (None, row.node_id)
+                    and on_address(row.endpoint, row.address)
                     and (seen_since is None or (seen is not None and seen >= seen_since))):
                 out[row.server] = _to_run(row)
         return out
