@@ -9,6 +9,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from llmgw.core.ids import hash_key, key_prefix, new_api_key
+from llmgw.core.mcp import McpServer, McpTransport
 from llmgw.core.types import (
     ApiKey,
     Engine,
@@ -24,6 +25,7 @@ from llmgw.core.types import (
     ReplicaState,
     Scaling,
 )
+from llmgw.store.store import Store
 
 # The moment "now" in tests that do not move time; FakeClock() starts here too.
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
@@ -281,3 +283,25 @@ def upstream_call(route: Any, body: bytes, api: Any = None, **over: Any) -> Any:
     if "ask" not in over:
         values["ask"] = wire.read(payload)
     return UpstreamCall(**{**values, **over})
+
+
+def stdio_server(name: str, *command: str, **over: Any) -> McpServer:
+    """A stdio MCP server (its command `true` unless given)."""
+    return McpServer(name=name, transport=McpTransport.STDIO, command=list(command or ["true"]),
+                     **over)
+
+
+def add_mcp_server(store: Store, server: McpServer) -> None:
+    """Put `server` in the catalog's `mcp_servers` as it is stored (its spec less its name),
+    in place of any server of its name."""
+    from sqlalchemy import delete, insert
+
+    from llmgw.store.db import bump_revision
+    from llmgw.store.schema import mcp_servers
+
+    spec = server.model_dump(mode="json", exclude={"name", "by", "created_at", "updated_at"})
+    with store.engine.begin() as conn:
+        conn.execute(delete(mcp_servers).where(mcp_servers.c.name == server.name))
+        conn.execute(insert(mcp_servers).values(name=server.name, spec=spec, by="test",
+                                                created_at=NOW, updated_at=NOW))
+        bump_revision(conn)

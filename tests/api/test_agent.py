@@ -18,7 +18,7 @@ from llmgw.node.gpus import GpuFinder
 from llmgw.store.store import Store
 from tests.api.conftest import FreshInstall, MakeInstall
 from tests.api.test_errors import assert_openai_error
-from tests.factories import KEY_SECRET, NOW, api_key, local_model
+from tests.factories import KEY_SECRET, NOW, add_mcp_server, api_key, local_model, stdio_server
 from tests.fakes.nvml import H200, FakeNvml
 
 
@@ -326,3 +326,65 @@ async def test_a_gpu_reading_out_of_range_is_a_400_naming_the_field(api: Any) ->
 
     assert resp.status == 400
     assert (await resp.json())["error"]["param"] == "node.devices.0.utilization"
+
+
+async def _joined(client: Any, keys: dict[str, str], token: str = "node") -> None:
+    resp = await client.post("/agent/v1/sync", json={"node": NODE, "agent": "agent-a"},
+                             headers=bearer(keys[token]))
+    assert resp.status == 200
+
+
+def _run(server: str, endpoint: str) -> dict[str, Any]:
+    return {"server": server, "state": "ready", "endpoint": endpoint, "pid": 7, "restarts": 0}
+
+
+async def test_a_node_is_told_only_its_stdio_servers_and_believed_only_about_them(
+    api: Any, install: Install
+) -> None:
+    client, keys = api
+    await _joined(client, keys)
+    store = install.store
+    add_mcp_server(store, stdio_server("mine", node="node-a"))
+    add_mcp_server(store, stdio_server("theirs", node="node-b"))
+    add_mcp_server(store, stdio_server("servers-own"))  # no node: a server's embedded one
+    resp = await client.post("/agent/v1/mcp", headers=bearer(keys["node"]), json={"runs": [
+        _run("mine", "http://127.0.0.11:9001/mcp"),
+        # Another node's server: a node that claims it gets no traffic for it.
+        _run("theirs", "http://127.0.0.11:9002/mcp"),
+        _run("servers-own", "http://127.0.0.11:9003/mcp"),
+    ]})
+    assert resp.status == 200
+    assert [s["name"] for s in (await resp.json())["servers"]] == ["mine"]
+    assert {n: r.endpoint for n, r in store.mcp_runs.ready().items()} == {
+        "mine": "http://127.0.0.11:9001/mcp"}
+    assert [r.server for r in store.mcp_runs.list()] == ["mine"]
+
+
+async def test_a_bridge_reported_off_the_nodes_address_gets_no_traffic(
+    api: Any, install: Install
+) -> None:
+    client, keys = api
+    await _joined(client, keys)
+    add_mcp_server(install.store, stdio_server("mine", node="node-a"))
+    resp = await client.post("/agent/v1/mcp", headers=bearer(keys["node"]),
+                             json={"runs": [_run("mine", "http://10.6.6.6:9001/mcp")]})
+    assert resp.status == 200
+    assert install.store.mcp_runs.ready() == {}
+    (run,) = install.store.mcp_runs.list()
+    assert run.endpoint is None and "off its own address" in (run.last_error or "")
+
+
+async def test_a_stopped_run_goes_and_a_token_without_a_node_is_refused(
+    api: Any, install: Install
+) -> None:
+    client, keys = api
+    resp = await client.post("/agent/v1/mcp", headers=bearer(keys["thief"]), json={})
+    assert resp.status == 403
+    await _joined(client, keys)
+    add_mcp_server(install.store, stdio_server("mine", node="node-a"))
+    await client.post("/agent/v1/mcp", headers=bearer(keys["node"]),
+                      json={"runs": [_run("mine", "http://127.0.0.11:9001/mcp")]})
+    resp = await client.post("/agent/v1/mcp", headers=bearer(keys["node"]),
+                             json={"stopped": ["mine"]})
+    assert resp.status == 200
+    assert install.store.mcp_runs.list() == []

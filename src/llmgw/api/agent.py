@@ -7,9 +7,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from llmgw.api.appkeys import AGENTS, CHANGES
+from llmgw.api.appkeys import AGENTS, CHANGES, MCP_AGENTS
 from llmgw.api.endpoints import Access, Call, Endpoint
-from llmgw.core.agent_wire import Changes, SyncRequest, SyncResponse
+from llmgw.core.agent_wire import (
+    Changes,
+    McpSyncRequest,
+    McpSyncResponse,
+    SyncRequest,
+    SyncResponse,
+)
 from llmgw.core.protocol.nodes import ChangesQuery
 
 TAG = "agent"
@@ -17,6 +23,10 @@ TAG = "agent"
 
 async def sync(call: Call[SyncRequest, None]) -> SyncResponse:
     return await call.app[AGENTS].sync(call.body, call.caller)
+
+
+async def mcp_sync(call: Call[McpSyncRequest, None]) -> McpSyncResponse:
+    return await call.app[MCP_AGENTS].sync(call.body, call.caller)
 
 
 async def changes(call: Call[None, ChangesQuery]) -> Changes:
@@ -33,4 +43,9 @@ WATCH_CHANGES = Endpoint("agent_changes", "GET", "/agent/v1/changes",
                          "seconds, at most 30, pass); answers the revision then", TAG, changes,
                          access=Access.NODE, query=ChangesQuery, returns=Changes)
 
-ENDPOINTS: list[Endpoint[Any, Any]] = [SYNC, WATCH_CHANGES]
+MCP_SYNC = Endpoint("agent_mcp_sync", "POST", "/agent/v1/mcp",
+                    "A node agent's stdio MCP servers: their runs' reports in, the servers it "
+                    "runs out", TAG, mcp_sync, access=Access.NODE, body=McpSyncRequest,
+                    returns=McpSyncResponse)
+
+ENDPOINTS: list[Endpoint[Any, Any]] = [SYNC, MCP_SYNC, WATCH_CHANGES]

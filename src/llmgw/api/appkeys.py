@@ -13,6 +13,7 @@ from llmgw.admin.routes import RouteAdmin
 from llmgw.admin.teams import TeamAdmin
 from llmgw.control.agents import AgentService
 from llmgw.control.catalog import CatalogService
+from llmgw.control.mcp_agents import McpAgentService
 from llmgw.control.node_admin import NodeAdmin
 from llmgw.control.serve_jobs import ServeJobs
 from llmgw.core.audit import AuditEntry
@@ -49,6 +50,7 @@ METRICS_PUBLIC = web.AppKey("metrics_public", bool)
 ClusterStatus = Callable[[], Awaitable[ClusterOut]]
 CLUSTER: web.AppKey[ClusterStatus] = web.AppKey("cluster")
 AGENTS = web.AppKey("agents", AgentService)
+MCP_AGENTS = web.AppKey("mcp_agents", McpAgentService)
 # The audit log, read with a query's filters (composed in the server layer over the store).
 AuditReader = Callable[[AuditQuery], Awaitable[list[AuditEntry]]]
 AUDIT: web.AppKey[AuditReader] = web.AppKey("audit")

@@ -185,6 +185,9 @@ def node_run(
     engine_command: Annotated[list[str] | None, typer.Option(
         help="A program `command` engines may run here, by name or absolute path, as profiles "
              "give it (repeatable); none by default.")] = None,
+    mcp_command: Annotated[list[str] | None, typer.Option(
+        help="A program stdio MCP servers may run here, by name or absolute path, as their "
+             "command gives it (repeatable); none by default.")] = None,
     log_level: LogLevelOpt = LogLevel.INFO,
     log_format: LogFormatOpt = LogFormat.JSON,
 ) -> None:
@@ -232,6 +235,7 @@ def node_run(
         gpus=gpus, address=address or file.address, interval_s=interval_s,
         gpu_rules=GpuRules(renames, frozenset([*file.hide_gpus, *(hide_gpu or [])])),
         engine_commands=[*file.engine_commands, *(engine_command or [])],
+        mcp_commands=[*file.mcp_commands, *(mcp_command or [])],
     )
     if node_id or file.node_id:
         opts.node_id = node_id or file.node_id or opts.node_id

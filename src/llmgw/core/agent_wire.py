@@ -6,6 +6,7 @@ from urllib.parse import urlsplit
 
 from pydantic import Field
 
+from llmgw.core.mcp import MCP_SERVER_NAME, McpRunState, McpServer
 from llmgw.core.types import Frozen, Model, Node, Replica, ReplicaState
 
 
@@ -50,6 +51,33 @@ class SyncResponse(Frozen):
 
     assignments: list[Assigned]
     engine_key: str
+
+
+class McpRunReport(Frozen):
+    """The latest a node's agent said about the bridge of one stdio MCP server it runs."""
+
+    server: str = Field(pattern=MCP_SERVER_NAME)
+    state: McpRunState
+    endpoint: str | None = Field(default=None, max_length=256)
+    pid: int | None = None
+    restarts: int = Field(default=0, ge=0)
+    last_error: str | None = None
+
+
+class McpSyncRequest(Frozen):
+    """`/agent/v1/mcp`, after each sync: the node's stdio MCP servers' runs, and those it
+    stopped (their rows can go). The node is the one the join token is bound to. A call of its
+    own, so agents and servers of versions without MCP keep syncing with each other."""
+
+    runs: list[McpRunReport] = Field(default_factory=list, max_length=10_000)
+    stopped: list[str] = Field(default_factory=list, max_length=10_000)
+
+
+class McpSyncResponse(Frozen):
+    """The stdio MCP servers the node runs (enabled, with `node` naming it); their bridges
+    require the node's engine key, as its engines do."""
+
+    servers: list[McpServer]
 
 
 def on_address(endpoint: str, address: str) -> bool:

@@ -54,7 +54,11 @@ ENVIRONMENT: dict[str, str] = {
     "LLMGW_SERVER": "`llmgw node run --server`: the server URL(s), comma-separated.",
     "LLMGW_NODE_TOKEN": "`llmgw node run --token`: the join token (out of shell history and ps).",
     "LLMGW_ENGINE_KEY": "Set, not read, by llmgw: in a `command` engine's environment, the key the "
-                        "servers send it; a profile hands it to the engine with `env` (`{api_key}`).",
+                        "servers send it; a profile hands it to the engine with `env` (`{api_key}`). "
+                        "A stdio MCP server's bridge requires it of every call, and keeps it from "
+                        "the server's own process.",
+    "LLMGW_MCP_ENV": "Set, not read, by llmgw: in a stdio MCP server's bridge's environment, the "
+                     "server's `env` as JSON, which the bridge gives the server's process.",
 }
 
 
@@ -405,6 +409,11 @@ class ServerSettings(BaseModel):
     absolute path, as a profile's command gives them; empty: none. Whoever holds an admin key
     runs what a profile says with an allowed program: allow engines, not shells or interpreters
     you would not hand out."""
+    mcp_commands: list[str] = Field(default_factory=list)
+    """Programs stdio MCP servers may run on this server's embedded node, by name on PATH or
+    absolute path, as a server's command gives them; empty: none. Whoever holds an admin key
+    runs what a stdio server's command says with an allowed program (`npx` runs any package):
+    allow only what you would let an admin run on this machine."""
     trusted_proxies: list[str] = Field(default_factory=list)
     """Addresses or networks (`10.0.0.5`, `10.0.0.0/8`) of reverse proxies in front of llmgw:
     from a connection of theirs, the client is the last address in `X-Forwarded-For` that is

@@ -90,26 +90,35 @@ _OTHER_ENGINE_ADVICE: dict[int, str] = {
 _SEE_LOG = "the engine log's last lines say why"
 
 
-def summary(engine: str, ended: Exit) -> str:
+# A process that serves no model (a stdio MCP server behind its bridge): a model's remedies
+# would mislead.
+_SEE_ITS_LOG = "its log's last lines say why"
+
+
+def summary(engine: str, ended: Exit, serves_a_model: bool = True) -> str:
     """One line: what happened and what to do."""
     sig = ended.signal
     if sig in _ADVICE:
         what, advice = _ADVICE[sig]
-        if engine != "llama-server":
+        if not serves_a_model:
+            advice = _SEE_ITS_LOG
+        elif engine != "llama-server":
             advice = _OTHER_ENGINE_ADVICE.get(sig, _SEE_LOG)
         return f"{engine} {what}: {advice}"
     if sig is not None:
         return f"{engine} was stopped by signal {_name(sig)}"
-    return f"{engine} exited with code {ended.returncode}: {_SEE_LOG}"
+    return f"{engine} exited with code {ended.returncode}: " + (
+        _SEE_LOG if serves_a_model else _SEE_ITS_LOG)
 
 
 def message(engine: str, ended: Exit, log_path: str, last_output: str,
-            found_no_gpu: bool = False) -> str:
+            found_no_gpu: bool = False, serves_a_model: bool = True) -> str:
     """A replica's last error: the summary first (what one-line views show), then where the
     engine's log is and its last lines. An engine that found no GPU to offload to (its log
     says so: `found_no_gpu`, or the last lines) is said to lack one, whatever it died of."""
-    first = NO_CUDA if found_no_gpu or no_gpu(last_output) else summary(engine, ended)
-    lines = [first, f"engine log: {log_path}"]
+    first = (NO_CUDA if found_no_gpu or no_gpu(last_output)
+             else summary(engine, ended, serves_a_model))
+    lines = [first, f"{'engine log' if serves_a_model else 'log'}: {log_path}"]
     if last_output:
         lines += ["last output:", last_output]
     return "\n".join(lines)

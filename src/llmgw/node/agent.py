@@ -31,6 +31,7 @@ from llmgw.engines.crashes import NO_REPACK, Exit
 from llmgw.node import engine_devices
 from llmgw.node.engine_compat import EngineCompat
 from llmgw.node.files import ModelFiles
+from llmgw.node.mcp_runs import McpRunner
 from llmgw.node.supervisor import (
     MAX_FAILURES,
     WARM_UP_S,
@@ -124,8 +125,11 @@ class NodeAgent:
         report: Reporter,
         forget: Callable[[str], Awaitable[None]],
         clock: Clock,
+        mcp: McpRunner | None = None,
     ) -> None:
         self._cfg = config
+        # The stdio MCP servers this node runs, reconciled on the same passes.
+        self._mcp = mcp
         self._assignments = assignments
         self._report = report
         self._forget = forget
@@ -148,6 +152,8 @@ class NodeAgent:
             await every(interval_s, self.wake, self.reconcile, "node agent", logger)
         finally:
             await self.stop_all()
+            if self._mcp is not None:
+                await self._mcp.stop_all()
 
     async def reconcile(self) -> None:
         """Read assignments once and apply the plan."""
@@ -171,6 +177,8 @@ class NodeAgent:
             await self._forget(rid)
         for a in actions.start:
             await self._start(a)
+        if self._mcp is not None:
+            await self._mcp.reconcile()
 
     def _reap(self) -> None:
         """Take the supervisors that ended out of the running: one that gave up on a crash loop

@@ -14,8 +14,17 @@ import aiohttp
 import orjson
 from pydantic import ValidationError
 
-from llmgw.core.agent_wire import Changes, ReplicaReport, SyncRequest, SyncResponse
+from llmgw.core.agent_wire import (
+    Changes,
+    McpRunReport,
+    McpSyncRequest,
+    McpSyncResponse,
+    ReplicaReport,
+    SyncRequest,
+    SyncResponse,
+)
 from llmgw.core.errors import JoinRefused, ServerUnreachable
+from llmgw.core.mcp import McpRunState, McpServer
 from llmgw.core.types import Node
 from llmgw.node.agent import Assignment
 from llmgw.node.supervisor import Status
@@ -24,6 +33,7 @@ logger = logging.getLogger(__name__)
 
 SYNC_PATH = "/agent/v1/sync"
 CHANGES_PATH = "/agent/v1/changes"
+MCP_SYNC_PATH = "/agent/v1/mcp"
 # How long the server holds one changes call open (its bound is 30 s).
 WATCH_WAIT_S = 25.0
 
@@ -50,6 +60,8 @@ class ServerLink:
         self._good = 0
         self._cut_off = False
         self.engine_key: str | None = None
+        self._mcp_pending: dict[str, Status] = {}
+        self._mcp_stopped: set[str] = set()
 
     async def start(self) -> None:
         self._session = aiohttp.ClientSession(timeout=self._timeout)
@@ -66,6 +78,48 @@ class ServerLink:
         """A replica the servers told this node to stop is gone: say so next round."""
         self._stopped.add(replica_id)
         self._pending.pop(replica_id, None)
+
+    async def report_mcp(self, server: str, status: Status) -> None:
+        """Keep the latest status of a stdio MCP server's run for the next round."""
+        self._mcp_pending[server] = status
+
+    async def forget_mcp(self, server: str) -> None:
+        """A stdio MCP server this node no longer runs is stopped: say so next round."""
+        self._mcp_stopped.add(server)
+        self._mcp_pending.pop(server, None)
+
+    async def mcp_servers(self) -> list[McpServer] | None:
+        """After a round: the stdio MCP servers' runs to the server that answered it, and the
+        servers this node runs back; None when it did not answer (the runs stay as they are).
+        A server without the call (an earlier version) has none for it to run."""
+        assert self._session is not None, "ServerLink.start() was not called"
+        sent, stopped = dict(self._mcp_pending), set(self._mcp_stopped)
+        body = orjson.dumps(McpSyncRequest(
+            runs=[_mcp_report(name, s) for name, s in sent.items()],
+            stopped=sorted(stopped)).model_dump(mode="json"))
+        url = self._servers[self._good]
+        try:
+            async with self._session.post(
+                url + MCP_SYNC_PATH, data=body,
+                headers={"Authorization": f"Bearer {self._token}",
+                         "Content-Type": "application/json"},
+            ) as resp:
+                raw = await resp.read()
+                if resp.status == 404:
+                    return []
+                if resp.status != 200:
+                    logger.warning("%s%s: HTTP %d %s", url, MCP_SYNC_PATH, resp.status,
+                                   _message(raw))
+                    return None
+            answer = McpSyncResponse.model_validate_json(raw)
+        except (aiohttp.ClientError, TimeoutError, ValidationError) as exc:
+            logger.warning("%s%s: %s", url, MCP_SYNC_PATH, type(exc).__name__)
+            return None
+        for name, status in sent.items():
+            if self._mcp_pending.get(name) is status:
+                del self._mcp_pending[name]
+        self._mcp_stopped -= stopped
+        return answer.servers
 
     async def assignments(self) -> list[Assignment]:
         """One round with the first server that answers; ServerUnreachable when none does."""
@@ -163,6 +217,11 @@ class ServerLink:
 def _report(replica_id: str, s: Status) -> ReplicaReport:
     return ReplicaReport(id=replica_id, state=s.state, endpoint=s.endpoint, pid=s.pid,
                          restarts=s.restarts, last_error=s.last_error)
+
+
+def _mcp_report(server: str, s: Status) -> McpRunReport:
+    return McpRunReport(server=server, state=McpRunState(s.state.value), endpoint=s.endpoint,
+                        pid=s.pid, restarts=s.restarts, last_error=s.last_error)
 
 
 def _message(raw: bytes) -> str:

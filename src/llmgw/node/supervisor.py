@@ -99,6 +99,9 @@ class Launch:
     # Sent with each health check: an engine that guards its readiness path with the engine key
     # (vLLM's `/v1/models` with `--api-key`) must be asked with it. Never in a repr either.
     health_headers: dict[str, str] = field(default_factory=dict, repr=False)
+    # False for a process that serves no model (a stdio MCP server's bridge): its crashes are
+    # said without a model engine's remedies.
+    serves_a_model: bool = True
 
 
 @dataclass(frozen=True)
@@ -231,7 +234,7 @@ class Supervisor:
     def _said(self, ended: Exit, start: int) -> str:
         log = self.launch.log_path
         return crashes.message(self.launch.engine, ended, str(log), tail(log),
-                               self._found_no_gpu(start))
+                               self._found_no_gpu(start), self.launch.serves_a_model)
 
     def _found_no_gpu(self, start: int) -> bool:
         """Whether a GPU replica's engine logged, since `start`, that it found no GPU."""

@@ -31,6 +31,7 @@ from llmgw.api.appkeys import (
     JOBS,
     JUDGE_STATUS,
     KEYS,
+    MCP_AGENTS,
     METRICS,
     METRICS_PEERS,
     METRICS_PUBLIC,
@@ -47,6 +48,7 @@ from llmgw.control.agents import AgentService
 from llmgw.control.catalog import CatalogService
 from llmgw.control.duties import LeaderDuties
 from llmgw.control.leader import Elector, Timing
+from llmgw.control.mcp_agents import McpAgentService
 from llmgw.control.node_admin import NodeAdmin
 from llmgw.control.notifier import Notifier
 from llmgw.control.replica_keeper import ReplicaKeeper
@@ -68,6 +70,7 @@ from llmgw.node.engine_compat import FILE_NAME as COMPAT_FILE
 from llmgw.node.engine_compat import EngineCompat
 from llmgw.node.files import ModelFiles
 from llmgw.node.gpus import GpuFinder, GpuRules
+from llmgw.node.mcp_runs import McpRunConfig, McpRunner
 from llmgw.server import judges, wiring
 from llmgw.server.cluster import Leadership, server_views
 from llmgw.server.plane import SIGNALS_S, DataPlane, make_tracer
@@ -159,6 +162,17 @@ class Server:
             report=wiring.agent_reporter(store, clock, notifier.settle),
             forget=wiring.agent_forgetter(store),
             clock=clock,
+            mcp=McpRunner(
+                McpRunConfig(host="127.0.0.1", log_dir=self.data_dir / "logs",
+                             engine_key=lambda: engine_key,
+                             commands=frozenset(s.mcp_commands),
+                             backoff_base_s=self.loops.backoff_base_s),
+                servers=wiring.mcp_servers_reader(store, s.node_id, lambda: leadership.leading),
+                report=wiring.mcp_reporter(store, clock, s.node_id, lambda: leadership.leading,
+                                           notifier.settle),
+                forget=wiring.mcp_forgetter(store, s.node_id),
+                clock=clock,
+            ),
         )
         notifier.watch(agent.wake)
 
@@ -210,6 +224,7 @@ class Server:
         app[AGENTS] = AgentService(store, clock, engine_keys, on_change=notifier.settle,
                                    node_timeout=node_timeout,
                                    servers_nodes=frozenset({"local", s.node_id}))
+        app[MCP_AGENTS] = McpAgentService(store, clock, on_change=notifier.settle)
         app[NODES] = NodeAdmin(store, clock, control.node_timeout_s, on_change=notifier.settle)
         app[PEOPLE] = People(store, clock, s.sso, lambda: refresher.current.revision,
                              on_change=notifier.settle)
@@ -343,6 +358,7 @@ class Server:
                 self.store.replicas.update(
                     r.id, now, state=ReplicaState.STARTING, endpoint=None, pid=None
                 )
+        self.store.mcp_runs.reset(self.settings.node_id, now)
 
     async def _heartbeat_once(self) -> None:
         s = self.settings

@@ -26,6 +26,7 @@ from llmgw.node.engine_compat import FILE_NAME as COMPAT_FILE
 from llmgw.node.engine_compat import EngineCompat
 from llmgw.node.files import ModelFiles
 from llmgw.node.gpus import GpuFinder, GpuRules, declared
+from llmgw.node.mcp_runs import McpRunConfig, McpRunner
 from llmgw.node.remote import ServerLink
 from llmgw.node.supervisor import Status
 
@@ -75,6 +76,11 @@ class NodeConfig(BaseModel):
     absolute path, as a profile's command gives them; empty: none. Whoever holds an admin key
     runs what a profile says with an allowed program: allow engines, not shells or interpreters
     you would not hand out."""
+    mcp_commands: list[str] = Field(default_factory=list)
+    """Programs stdio MCP servers may run here (`--mcp-command`, merged), by name on PATH or
+    absolute path, as a server's command gives them; empty: none. Whoever holds an admin key
+    runs what a stdio server's command says with an allowed program (`npx` runs any package):
+    allow only what you would let an admin run on this machine."""
 
 
     @field_validator("gpus", "gpu_classes")
@@ -116,6 +122,7 @@ class NodeOptions:
     interval_s: float = 5.0
     start_timeout_s: float = 120.0
     engine_commands: list[str] = field(default_factory=list)
+    mcp_commands: list[str] = field(default_factory=list)
 
 
 def reaching_address(server_url: str) -> str:
@@ -179,11 +186,22 @@ async def run_node(opts: NodeOptions) -> None:
         await link.report(replica_id, status)
         agent.wake.set()  # a new state reaches the servers now, not at the next heartbeat
 
+    async def report_mcp(server: str, status: Status) -> None:
+        await link.report_mcp(server, status)
+        agent.wake.set()
+
+    log_dir = opts.data_dir / "logs"
+    mcp = McpRunner(
+        McpRunConfig(host=node.address, log_dir=log_dir, engine_key=lambda: link.engine_key,
+                     commands=frozenset(opts.mcp_commands)),
+        servers=link.mcp_servers, report=report_mcp, forget=link.forget_mcp,
+        clock=SystemClock(),
+    )
     agent = NodeAgent(
         AgentConfig(
             node_id=node.id,
             host=node.address,
-            log_dir=opts.data_dir / "logs",
+            log_dir=log_dir,
             start_timeout_s=opts.start_timeout_s,
             files=ModelFiles(opts.data_dir / "models"),
             engine_key=lambda: link.engine_key,
@@ -197,6 +215,7 @@ async def run_node(opts: NodeOptions) -> None:
         report=report,
         forget=link.forget,
         clock=SystemClock(),
+        mcp=mcp,
     )
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

@@ -8,12 +8,14 @@ from datetime import datetime, timedelta
 from pathlib import Path
 
 from llmgw.api.console.oidc import OidcClient
+from llmgw.control.mcp_agents import runs_on
 from llmgw.control.replica_keeper import Action, Forget, Pend, Place, Stop, new_replica
 from llmgw.core.audit import AuditEntry
 from llmgw.core.clock import Clock
 from llmgw.core.demand import Activity, Evicted
 from llmgw.core.errors import ConfigError
 from llmgw.core.guard import VerdictRecord
+from llmgw.core.mcp import McpRun, McpRunState, McpServer
 from llmgw.core.protocol.audit import AuditQuery
 from llmgw.core.settings import SsoSettings
 from llmgw.core.types import Model, Node, Replica, ReplicaState
@@ -145,6 +147,52 @@ def agent_reporter(
 def agent_forgetter(store: Store) -> Callable[[str], Awaitable[None]]:
     async def run(replica_id: str) -> None:
         await asyncio.to_thread(store.replicas.delete, replica_id)
+
+    return run
+
+
+def mcp_servers_reader(
+    store: Store, node_id: str, leading: Callable[[], bool]
+) -> Callable[[], Awaitable[list[McpServer] | None]]:
+    """The stdio MCP servers the embedded node runs: those naming it, and those naming no node
+    while this server leads."""
+
+    def read() -> list[McpServer]:
+        leads = leading()
+        return [s for s in store.mcp_runs.stdio_servers() if runs_on(s, node_id, leads)]
+
+    async def run() -> list[McpServer] | None:
+        return await asyncio.to_thread(read)
+
+    return run
+
+
+def mcp_reporter(
+    store: Store, clock: Clock, node_id: str, leading: Callable[[], bool],
+    on_report: Callable[[], Awaitable[None]],
+) -> Callable[[str, Status], Awaitable[None]]:
+    """Writes the embedded node's stdio MCP runs, as `/agent/v1/mcp` does a remote node's: only
+    of servers it runs now (a server that stopped leading says nothing more of its runs)."""
+
+    def write(server: str, status: Status) -> bool:
+        if not any(s.name == server and runs_on(s, node_id, leading())
+                   for s in store.mcp_runs.stdio_servers()):
+            return False
+        return store.mcp_runs.report(McpRun(
+            server=server, node_id=node_id, state=McpRunState(status.state.value),
+            endpoint=status.endpoint, pid=status.pid, restarts=status.restarts,
+            last_error=status.last_error), clock.now())
+
+    async def run(server: str, status: Status) -> None:
+        if await asyncio.to_thread(write, server, status):
+            await on_report()
+
+    return run
+
+
+def mcp_forgetter(store: Store, node_id: str) -> Callable[[str], Awaitable[None]]:
+    async def run(server: str) -> None:
+        await asyncio.to_thread(store.mcp_runs.forget, server, node_id)
 
     return run
 
