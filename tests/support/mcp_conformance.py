@@ -1,10 +1,10 @@
 """The MCP project's own conformance suite (npm `@modelcontextprotocol/conformance`, pinned in
-tests/mcp with the Node.js it runs on; see tests/support/mcp_everything.py) run against a server's
+tests/mcp_npm with the Node.js it runs on; see tests/support/mcp_everything.py) run against a server's
 streamable HTTP endpoint: its server scenarios connect as a client and check what the server
 answers. `run_conformance` runs it and reads each scenario's `checks.json` back into pass/fail.
 
 The CLI has no option for headers: for an endpoint that wants a key (llmgw's `/mcp`),
-`tests/mcp/bearer.mjs` is preloaded and adds `Authorization: Bearer KEY` to every request it
+`tests/mcp_npm/bearer.mjs` is preloaded and adds `Authorization: Bearer KEY` to every request it
 makes."""
 
 from __future__ import annotations

