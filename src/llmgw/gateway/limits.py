@@ -202,8 +202,15 @@ class Limiter:
                     used = self.flight.get(c.id)[0]
                     if used + 1 > c.in_flight:
                         raise c.refuse(script_kind(c.counts, CONCURRENT.name), used, now)
-            self._count(ids, minute, 0)
+            self._count_calls(counters, minute)
         return Ticket(ids, minute, 0, self)
+
+    def _count_calls(self, counters: Sequence[Counter], minute: int) -> None:
+        for c in counters:
+            self.flight.add(c.id, 1, 0)
+            if c.per_minute is not None:  # only a limit per minute needs the minute's count
+                self._local[(c.id, minute)].requests += 1
+                self.windows.add(c.id, minute, 1, 0)
 
     async def admit_calls_shared(self, counters: Sequence[Counter]) -> Ticket:
         """`admit_calls` in the shared limit store, by the request kinds' admission script (a
@@ -224,10 +231,9 @@ class Limiter:
         if isinstance(outcome, Refused):
             c = counters[outcome.index]
             raise c.refuse(script_kind(c.counts, outcome.limit), outcome.used, now)
-        ids = tuple(c.id for c in counters)
         with self.flight.held():
-            self._count(ids, minute, 0)
-        return Ticket(ids, minute, 0, self, hold=outcome)
+            self._count_calls(counters, minute)
+        return Ticket(tuple(c.id for c in counters), minute, 0, self, hold=outcome)
 
     def _calls_unshared(self, shared: SharedLimits, counters: Sequence[Counter]) -> Ticket:
         if shared.closed:
@@ -345,15 +351,19 @@ class Limiter:
         if ticket.hold is not None and self.shared is not None:
             self.shared.settle(ticket.hold, tokens)
         budgets = self._budget_keys
+        # Nothing to move in the windows when the use was the reservation (a tool call's: none).
+        delta = tokens - ticket.reserved
         with self.flight.held():
             for key_id in ticket.key_ids:
                 self.flight.add(key_id, -1, -ticket.reserved)
-                self.windows.add(key_id, ticket.minute, 0, tokens - ticket.reserved)
+                if delta:
+                    self.windows.add(key_id, ticket.minute, 0, delta)
                 if key_id in budgets:
                     self.flight.add(_budget_names(key_id)[0], 0, tokens)
                     self._local_tokens[key_id] += tokens
-        for key_id in ticket.key_ids:
-            self._local[(key_id, ticket.minute)].tokens += tokens - ticket.reserved
+        if delta:
+            for key_id in ticket.key_ids:
+                self._local[(key_id, ticket.minute)].tokens += delta
 
     async def sync(self, flush_usage: Callable[[], Awaitable[None]] | None = None) -> None:
         """Write this process's counts, read everyone's.

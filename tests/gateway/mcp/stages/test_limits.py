@@ -37,23 +37,38 @@ class Upstream:
 
     def __init__(self, hold: bool = False) -> None:
         self.reached = 0
+        self.waiting = 0  # calls it holds now
+        self.changed = asyncio.Event()
         self.release = asyncio.Event()
         if not hold:
             self.release.set()
 
     async def __call__(self, _call: ToolCall) -> ToolResult:
         self.reached += 1
-        await self.release.wait()
+        self.waiting += 1
+        self.changed.set()
+        try:
+            await self.release.wait()
+        finally:
+            self.waiting -= 1
         return ToolResult(content=[{"type": "text", "text": "ok"}])
 
 
 async def burst(limiters: list[Limiter], calls: list[ToolCall], upstream: Upstream
                 ) -> tuple[list[asyncio.Task[ToolResult]], list[RateLimited]]:
-    """Every call at once, spread over `limiters`; the calls admitted (still running while the
-    upstream holds them) and the refusals."""
+    """Every call at once, spread over `limiters`, until each has ended or waits upstream; the
+    calls admitted and still running (while the upstream holds them), and the refusals."""
     stages = [limits_stage(lim) for lim in limiters]
     tasks = [asyncio.create_task(stages[i % len(stages)](c, upstream)) for i, c in enumerate(calls)]
-    await asyncio.wait(tasks, timeout=0.5)  # the refused ones end; the admitted wait upstream
+    for t in tasks:
+        t.add_done_callback(lambda _t: upstream.changed.set())
+
+    async def settled() -> None:
+        while sum(t.done() for t in tasks) + upstream.waiting < len(tasks):
+            upstream.changed.clear()
+            await upstream.changed.wait()
+
+    await asyncio.wait_for(settled(), 10)
     refused = [t.exception() for t in tasks if t.done() and t.exception() is not None]
     assert all(isinstance(e, RateLimited) for e in refused)
     return [t for t in tasks if not t.done()], [e for e in refused if isinstance(e, RateLimited)]
