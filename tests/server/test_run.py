@@ -17,11 +17,11 @@ from llmgw.api.edge import EdgeRunner
 from llmgw.control.serve_jobs import ServeJobs
 from llmgw.core.settings import load
 from llmgw.core.types import Limits
+from llmgw.gateway.mcp.usage import Outcome
 from llmgw.server.app import Server
 from llmgw.server.init import init
 from llmgw.server.run import OPEN_FILES_CAP, edge_limits, raise_open_files_limit, stop_gracefully
 from llmgw.store.store import Store
-from llmgw.gateway.mcp.usage import Outcome
 from tests.fakes.provider import ANSWER, FakeProvider, GatewayRig
 from tests.gateway.mcp.test_usage import written
 
