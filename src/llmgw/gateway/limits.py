@@ -1,5 +1,7 @@
 """Per-key limits on the request path: requests and tokens per minute, requests in flight, and
-token budgets per day and month.
+token budgets per day and month. MCP tool calls are admitted by the same engines on counters of
+their own (`admit_calls`, `Counter`: calls per minute and in flight), so they hold as the
+request kinds do, on one server and across servers.
 
 A key minted by a user key shares its minter's limits: admission checks and counts a request
 against the key and every minter above it (`KeyCache.chain`), so a family of keys has one rpm,
