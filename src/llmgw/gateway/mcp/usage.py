@@ -7,19 +7,16 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections import defaultdict
 from collections.abc import Callable
 from datetime import date, datetime
 from enum import StrEnum
 
-from llmgw.core.errors import LlmgwError, StoreRefused
+from llmgw.core.errors import LlmgwError
 from llmgw.core.mcp import McpUsageRow
-from llmgw.store.mcp_usage_repo import MCP_COUNTERS
+from llmgw.gateway.usage import RowBuffer
 from llmgw.store.store import Store
 
 logger = logging.getLogger(__name__)
-
-_Key = tuple[str, str, str, str]  # key id, server, tool, day
 
 
 class Outcome(StrEnum):
@@ -31,18 +28,13 @@ class Outcome(StrEnum):
     REFUSED = "refused"  # over a limit: it never ran
 
 
-def _zero() -> dict[str, float]:
-    return dict.fromkeys(MCP_COUNTERS, 0)
-
-
 class McpUsageMeter:
     """`record` never blocks; `flush` writes the deltas; a clean shutdown loses nothing."""
 
     def __init__(self, store: Store, now: Callable[[], datetime]) -> None:
-        self._store = store
         self._now = now
-        self._buf: defaultdict[_Key, dict[str, float]] = defaultdict(_zero)
-        self._lock = asyncio.Lock()
+        self._rows = RowBuffer(McpUsageRow, ("key_id", "server", "tool", "day"),
+                               lambda rows: store.mcp_usage.add(rows), "tool usage")
         self._day: date | None = None
         self._day_text = ""
 
@@ -55,7 +47,7 @@ class McpUsageMeter:
         day = self._now().date()
         if day != self._day:
             self._day, self._day_text = day, day.isoformat()
-        row = self._buf[(key_id, server, tool, self._day_text)]
+        row = self._rows.counts((key_id, server, tool, self._day_text))
         row["calls"] += 1
         row["errors"] += outcome == Outcome.ERROR
         row["blocked"] += outcome == Outcome.BLOCKED
@@ -64,37 +56,7 @@ class McpUsageMeter:
 
     async def flush(self) -> None:
         """Write what was counted since the last flush; what could not be written is kept."""
-        async with self._lock:
-            batch, self._buf = self._buf, defaultdict(_zero)
-            if not batch:
-                return
-            rows = [_row(k, counts) for k, counts in batch.items()]
-            try:
-                await asyncio.to_thread(self._store.mcp_usage.add, rows)
-            except StoreRefused:
-                await self._one_by_one(rows)
-            except BaseException:
-                self._keep(rows)
-                raise
-
-    async def _one_by_one(self, rows: list[McpUsageRow]) -> None:
-        """Each row on its own, so a row the database refuses holds back no other."""
-        for i, row in enumerate(rows):
-            try:
-                await asyncio.to_thread(self._store.mcp_usage.add, [row])
-            except StoreRefused as exc:
-                logger.error("tool usage row refused by the database, dropped: key %s, server %s, "
-                             "tool %s, day %s: %s", row.key_id, row.server, row.tool, row.day,
-                             exc.message)
-            except BaseException:
-                self._keep(rows[i:])
-                raise
-
-    def _keep(self, rows: list[McpUsageRow]) -> None:
-        for r in rows:
-            counts = self._buf[(r.key_id, r.server, r.tool, r.day)]
-            for name in MCP_COUNTERS:
-                counts[name] += getattr(r, name)
+        await self._rows.flush()
 
     async def run(self, interval_s: float) -> None:
         """Flush every `interval_s` until cancelled (the owner flushes once more on shutdown)."""
@@ -107,9 +69,3 @@ class McpUsageMeter:
             except Exception:
                 logger.exception("tool usage not written; kept for the next try")
 
-
-def _row(key: _Key, counts: dict[str, float]) -> McpUsageRow:
-    key_id, server, tool, day = key
-    return McpUsageRow(key_id=key_id, server=server, tool=tool, day=day,
-                       calls=int(counts["calls"]), errors=int(counts["errors"]),
-                       blocked=int(counts["blocked"]), cost=counts["cost"])
