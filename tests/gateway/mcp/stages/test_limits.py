@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from llmgw.core.clock import FakeClock
-from llmgw.core.errors import RateLimited
+from llmgw.core.errors import LimitsUnavailable, RateLimited
 from llmgw.core.mcp import McpServer
 from llmgw.core.types import ApiKey, Limits, Team
 from llmgw.gateway.auth import KeyCache
@@ -21,7 +21,7 @@ from llmgw.gateway.limits import Limiter
 from llmgw.gateway.mcp.call import ToolCall, ToolResult
 from llmgw.gateway.mcp.stages.limits import limits_stage
 from llmgw.store.store import Store
-from tests.gateway.test_shared_limits import key_with, minted, shared
+from tests.gateway.test_shared_limits import key_with, limiter_on, minted, shared
 from tests.gateway.test_windows import ServerRig
 from tests.support.redis_server import RedisServer
 
@@ -209,3 +209,23 @@ async def test_default_tool_limits_apply_to_keys_that_set_none(clock: FakeClock)
     upstream = Upstream()
     _, refused = await burst([limiter], [call(key_with()) for _ in range(1)] * 3, upstream)
     assert upstream.reached == 2 and len(refused) == 1
+
+
+async def test_when_redis_stalls_tool_limits_hold_on_local_counts_or_refuse_when_closed(
+        redis_server: RedisServer, clock: FakeClock) -> None:
+    key = key_with(tool_calls_per_minute=4)
+    async with limiter_on(redis_server, clock, redis_timeout_ms=50) as (limiter, _):
+        upstream = Upstream()
+        await burst([limiter], [call(key) for _ in range(2)], upstream)
+        redis_server.pause()
+        try:
+            _, refused = await burst([limiter], [call(key) for _ in range(4)], upstream)
+        finally:
+            redis_server.resume()
+        assert upstream.reached == 4 and len(refused) == 2  # this process's counts held it
+    async with limiter_on(redis_server, clock, on_redis_error="closed") as (limiter, _):
+        redis_server.kill()
+        upstream = Upstream()
+        with pytest.raises(LimitsUnavailable) as caught:
+            await limits_stage(limiter)(call(key_with(tool_concurrent=1)), upstream)
+        assert caught.value.status == 503 and upstream.reached == 0
