@@ -356,7 +356,8 @@ class Metrics(Collector):
         """An MCP tool call to `server` ended with `outcome` after `seconds`."""
         self.mcp_inflight[(server,)] -= 1
         self.mcp_calls[(server, tool, outcome)] += 1
-        self.mcp_seconds.observe(f"{server}{_JOIN}{tool}", seconds)
+        # A tool's name is its upstream's word: never let it split the histogram's labels.
+        self.mcp_seconds.observe(f"{server}{_JOIN}{tool.replace(_JOIN, ' ')}", seconds)
 
     def judged(self, record: VerdictRecord) -> None:
         self.judgments[(record.policy, record.judge, record.outcome.value)] += 1
