@@ -83,7 +83,9 @@ async def test_a_team_is_created_shown_changed_and_removed_once_it_has_no_keys(a
     status, changed = await api.call("PUT", "/admin/v1/teams/red", {
         "limits": {"tokens_per_day": 5000}})
     assert status == 200 and changed["limits"] == {"rpm": None, "tpm": None, "concurrent": None,
-                                                  "tokens_per_day": 5000, "tokens_per_month": None}
+                                                  "tokens_per_day": 5000, "tokens_per_month": None,
+                                                  "tool_calls_per_minute": None,
+                                                  "tool_concurrent": None}
     member, made = await api.key({"name": "m", "team": "red"})
     assert made["team"] == "red"
     assert (await api.call("DELETE", "/admin/v1/teams/red"))[0] == 409  # it has a live key

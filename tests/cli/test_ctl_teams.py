@@ -15,16 +15,20 @@ def ctl_json(server: LlmgwServer, *args: str) -> Any:
 
 def test_team_create_list_show_and_remove(bare_server: LlmgwServer) -> None:
     out = bare_server.ctl("team", "create", "red", "--models", "down-*", "--rpm", "100",
-                          "--tokens-per-day", "50000", "--note", "research").stdout
-    assert row(out, "red")[1:3] == ["down-*", "rpm 100, tokens_per_day 50000"]
+                          "--tokens-per-day", "50000", "--tool-concurrent", "4",
+                          "--note", "research").stdout
+    assert row(out, "red")[1:3] == ["down-*", "rpm 100, tokens_per_day 50000, tool_concurrent 4"]
     team = ctl_json(bare_server, "team", "show", "red")
     assert team["limits"]["tokens_per_day"] == 50000 and team["keys"] == 0
+    assert team["limits"]["tool_concurrent"] == 4
     changed = ctl_json(bare_server, "team", "create", "red", "--rpm", "10", "--replace")
     assert changed["limits"]["rpm"] == 10 and changed["models"] == []
     assert [t["name"] for t in ctl_json(bare_server, "team", "list")["data"]] == ["red"]
 
-    made = ctl_json(bare_server, "key", "create", "red-admin", "--team", "red", "--team-admin")
+    made = ctl_json(bare_server, "key", "create", "red-admin", "--team", "red", "--team-admin",
+                    "--tool-calls-per-minute", "30")
     assert made["team"] == "red" and made["team_admin"] is True
+    assert made["limits"]["tool_calls_per_minute"] == 30
     assert row(bare_server.ctl("key", "list").stdout, made["id"])[4] == "red (admin)"
     proc = bare_server.ctl("team", "remove", "red", check=False)
     assert proc.returncode == 1 and "still has keys" in flat(proc.stderr)
@@ -53,3 +57,12 @@ def test_team_errors_are_one_clear_line(bare_server: LlmgwServer) -> None:
         proc = bare_server.ctl(*args, check=False)
         assert proc.returncode == 1, args
         assert said in flat(proc.stderr) and "Traceback" not in proc.stderr, (args, proc.stderr)
+
+
+def test_default_limits_take_the_tool_limits(bare_server: LlmgwServer) -> None:
+    try:
+        limits = ctl_json(bare_server, "limits", "default", "--tool-calls-per-minute", "120",
+                          "--tool-concurrent", "8")
+        assert limits["tool_calls_per_minute"] == 120 and limits["tool_concurrent"] == 8
+    finally:
+        bare_server.ctl("limits", "default", "--clear")

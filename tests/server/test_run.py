@@ -17,11 +17,13 @@ from llmgw.api.edge import EdgeRunner
 from llmgw.control.serve_jobs import ServeJobs
 from llmgw.core.settings import load
 from llmgw.core.types import Limits
+from llmgw.gateway.mcp.usage import Outcome
 from llmgw.server.app import Server
 from llmgw.server.init import init
 from llmgw.server.run import OPEN_FILES_CAP, edge_limits, raise_open_files_limit, stop_gracefully
 from llmgw.store.store import Store
 from tests.fakes.provider import ANSWER, FakeProvider, GatewayRig
+from tests.gateway.mcp.test_usage import written
 
 
 def test_the_open_files_limit_is_raised_to_the_hard_limit() -> None:
@@ -95,6 +97,23 @@ async def test_a_stop_leaves_the_cluster_first_then_lets_the_request_in_flight_f
         assert resp.status == 200 and await resp.text() == "finished"
         async with asyncio.timeout(10):
             await stopping
+
+
+async def test_a_stop_ends_the_tool_usage_writer_and_writes_what_it_had_counted(
+    tmp_path: Path,
+) -> None:
+    async def nothing(_request: web.Request) -> web.Response:
+        return web.Response()
+
+    server, runner, _url = await start(tmp_path, 5, nothing)
+    assert running("mcp-usage")
+    assert server.plane is not None
+    server.plane.tools.meter.record("key-a", "github", "search", Outcome.OK, 0.5)
+    async with asyncio.timeout(10):
+        await stop_gracefully(server, runner)
+    assert not running("mcp-usage")
+    [row] = written(server.store).values()
+    assert (row.key_id, row.server, row.calls, row.cost) == ("key-a", "github", 1, 0.5)
 
 
 async def test_a_stop_while_the_leader_is_still_taking_over_jobs_stops_its_loops(

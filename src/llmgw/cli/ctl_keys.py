@@ -24,9 +24,8 @@ LIMIT_FIELDS = tuple(Limits.model_fields)
 LIMIT_OPTIONS = {f: "--" + f.replace("_", "-") for f in LIMIT_FIELDS}
 
 
-def limits_given(rpm: int | None, tpm: int | None, concurrent: int | None, per_day: int | None,
-            per_month: int | None) -> dict[str, int]:
-    values = dict(zip(LIMIT_FIELDS, (rpm, tpm, concurrent, per_day, per_month), strict=True))
+def limits_given(**values: int | None) -> dict[str, int]:
+    """The `Limits` fields given (by name) on the command line."""
     return {k: v for k, v in values.items() if v is not None}
 
 
@@ -70,6 +69,8 @@ def key_create(
     concurrent: Annotated[int | None, Opt(help="Requests in flight.")] = None,
     tokens_per_day: Annotated[int | None, Opt(help="Token budget per day (UTC).")] = None,
     tokens_per_month: Annotated[int | None, Opt(help="Token budget per month (UTC).")] = None,
+    tool_calls_per_minute: Annotated[int | None, Opt(help="MCP tool calls per minute.")] = None,
+    tool_concurrent: Annotated[int | None, Opt(help="MCP tool calls in flight.")] = None,
     note: Annotated[str, Opt(help="Owner or purpose.")] = "",
     team: Annotated[str | None, Opt(help="The team it belongs to (a user key's only): the team's "
                                          "models and limits hold too.")] = None,
@@ -84,7 +85,10 @@ def key_create(
         request = KeyRequest(
             name=name, scope=scope, models=[m.strip() for m in (models or "").split(",") if m.strip()],
             expires_in_days=expires_in_days, note=note, team=team, team_admin=team_admin,
-            limits=Limits(**limits_given(rpm, tpm, concurrent, tokens_per_day, tokens_per_month)))
+            limits=Limits(**limits_given(
+                rpm=rpm, tpm=tpm, concurrent=concurrent, tokens_per_day=tokens_per_day,
+                tokens_per_month=tokens_per_month, tool_calls_per_minute=tool_calls_per_minute,
+                tool_concurrent=tool_concurrent)))
     ctl.show_as(KeyCreated, ctl.call("POST", "/admin/v1/keys", body(request)), _shown_once)
 
 
@@ -135,11 +139,16 @@ def limits_default(
     concurrent: Annotated[int | None, Opt(help="Requests in flight.")] = None,
     tokens_per_day: Annotated[int | None, Opt(help="Token budget per day.")] = None,
     tokens_per_month: Annotated[int | None, Opt(help="Token budget per month.")] = None,
+    tool_calls_per_minute: Annotated[int | None, Opt(help="MCP tool calls per minute.")] = None,
+    tool_concurrent: Annotated[int | None, Opt(help="MCP tool calls in flight.")] = None,
     clear: Annotated[bool, Opt(help="Remove every default limit.")] = False,
 ) -> None:
     """Show the default limits, or set them (only the options given change)."""
     ctl = CtlContext.of(ctx)
-    changes = limits_given(rpm, tpm, concurrent, tokens_per_day, tokens_per_month)
+    changes = limits_given(rpm=rpm, tpm=tpm, concurrent=concurrent, tokens_per_day=tokens_per_day,
+                           tokens_per_month=tokens_per_month,
+                           tool_calls_per_minute=tool_calls_per_minute,
+                           tool_concurrent=tool_concurrent)
     if changes or clear:
         current = {} if clear else ctl.call("GET", "/admin/v1/limits/default")
         with options_for(LIMIT_OPTIONS):

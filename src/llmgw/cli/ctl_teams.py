@@ -42,6 +42,10 @@ def team_create(
     concurrent: Annotated[int | None, Opt(help="Requests in flight, all its keys together.")] = None,
     tokens_per_day: Annotated[int | None, Opt(help="Token budget per day (UTC).")] = None,
     tokens_per_month: Annotated[int | None, Opt(help="Token budget per month (UTC).")] = None,
+    tool_calls_per_minute: Annotated[int | None, Opt(help="MCP tool calls per minute, all its keys "
+                                                          "together.")] = None,
+    tool_concurrent: Annotated[int | None, Opt(help="MCP tool calls in flight, all its keys "
+                                                    "together.")] = None,
     note: Annotated[str, Opt(help="Owner or purpose.")] = "",
     replace: Annotated[bool, Opt(help="Change the team of this name (every option given anew).")
                        ] = False,
@@ -51,7 +55,10 @@ def team_create(
     with options_for({"name": "NAME", "note": "--note", **LIMIT_OPTIONS}):
         request = TeamRequest(
             name=name, models=[m.strip() for m in (models or "").split(",") if m.strip()],
-            limits=Limits(**limits_given(rpm, tpm, concurrent, tokens_per_day, tokens_per_month)),
+            limits=Limits(**limits_given(
+                rpm=rpm, tpm=tpm, concurrent=concurrent, tokens_per_day=tokens_per_day,
+                tokens_per_month=tokens_per_month, tool_calls_per_minute=tool_calls_per_minute,
+                tool_concurrent=tool_concurrent)),
             note=note)
     if replace:
         data = ctl.call("PUT", f"/admin/v1/teams/{quote(name)}", body(request))

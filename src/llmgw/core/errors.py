@@ -143,6 +143,12 @@ class RateLimited(Retryable):
         "budget_exceeded": "Its token budget for the day or the month (UTC) is spent, or reserved "
                            "by requests in flight; `Retry-After` is the time to the next day or "
                            "month when spent, 1 s when only reserved.",
+        "rate_limit_tool_calls": "MCP: the key (or its team, or the key it was minted beneath) is "
+                                 "over its `tool_calls_per_minute`; `Retry-After` is the rest of "
+                                 "the minute.",
+        "rate_limit_tool_concurrent": "MCP: its `tool_concurrent` tool calls are in flight already.",
+        "mcp_server_busy": "MCP: the upstream server has its `max_concurrency` calls in flight "
+                           "already (from every key); `Retry-After` is 1 s.",
         "mint_rate_exceeded": "The key's family has minted the most keys it may in the last hour.",
         "signin_rate_exceeded": "The console: this address made `[sso] signin_per_minute` sign-in "
                                 "attempts this minute; `Retry-After` is the rest of it.",

@@ -358,6 +358,9 @@ class Limits(Frozen):
     concurrent: int | None = Field(default=None, ge=1)  # requests in flight
     tokens_per_day: int | None = Field(default=None, ge=1)
     tokens_per_month: int | None = Field(default=None, ge=1)
+    # MCP tool calls (`tools/call`), counted apart from model requests.
+    tool_calls_per_minute: int | None = Field(default=None, ge=1)
+    tool_concurrent: int | None = Field(default=None, ge=1)  # tool calls in flight
 
     def within(self, other: Limits) -> list[str]:
         """The fields where these limits exceed `other`'s (None is unlimited)."""

@@ -1,5 +1,7 @@
 """Per-key limits on the request path: requests and tokens per minute, requests in flight, and
-token budgets per day and month.
+token budgets per day and month. MCP tool calls are admitted by the same engines on counters of
+their own (`admit_calls`, `Counter`: calls per minute and in flight), so they hold as the
+request kinds do, on one server and across servers.
 
 A key minted by a user key shares its minter's limits: admission checks and counts a request
 against the key and every minter above it (`KeyCache.chain`), so a family of keys has one rpm,
@@ -37,16 +39,26 @@ import functools
 import logging
 import math
 from collections import defaultdict
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from llmgw.core.errors import LimitsUnavailable, LlmgwError, SharedStoreDown
+from llmgw.core.errors import LimitsUnavailable, LlmgwError, RateLimited, SharedStoreDown
 from llmgw.core.protocol.keys import LiveCounts
 from llmgw.core.types import ApiKey, Limits
 from llmgw.gateway.auth import KeyCache, is_team
 from llmgw.gateway.inflight import InFlight, LocalInFlight, entry
-from llmgw.gateway.limit_kinds import BY_NAME, CONCURRENT, DAY, MONTH, RPM, TPM
+from llmgw.gateway.limit_kinds import (
+    BY_NAME,
+    CONCURRENT,
+    DAY,
+    MONTH,
+    RPM,
+    TPM,
+    Counts,
+    LimitKind,
+    script_kind,
+)
 from llmgw.gateway.limit_refusals import refusal
 from llmgw.gateway.shared_limits import Hold, Member, Refused, SharedLimits
 from llmgw.gateway.usage import Tokens
@@ -82,6 +94,20 @@ class Ticket:
     def ended(self, _status: int, tokens: Tokens) -> None:
         """`settle` as a closer of the call (`Exchange.end`)."""
         self.settle(tokens.total)
+
+
+@dataclass(frozen=True, slots=True)
+class Counter:
+    """Counters a call counts against apart from a key's requests (an MCP tool call: a key's or
+    team's tool calls, an upstream server's calls in flight): their name in both engines, their
+    limits (None: none), what they count (which kinds of the table refuse) and the refusal."""
+
+    id: str
+    per_minute: int | None
+    in_flight: int | None
+    counts: Counts
+    # The 429 for a kind of `counts`, given what the counter had used and when.
+    refuse: Callable[[LimitKind, int, datetime], RateLimited]
 
 
 @dataclass
@@ -149,16 +175,73 @@ class Limiter:
         with self.flight.held():  # the checks and the counts, one step for all workers
             for member in chain:
                 self._check(key, member, reserve_tokens, now, seconds)
-            self._count(chain, minute, reserve_tokens)
-        return Ticket(tuple(m.id for m in chain), minute, reserve_tokens, self)
+            ids = tuple(m.id for m in chain)
+            self._count(ids, minute, reserve_tokens)
+        return Ticket(ids, minute, reserve_tokens, self)
 
-    def _count(self, chain: tuple[ApiKey, ...], minute: int, reserve_tokens: int) -> None:
-        for member in chain:
-            local = self._local[(member.id, minute)]
+    def _count(self, ids: tuple[str, ...], minute: int, reserve_tokens: int) -> None:
+        for member_id in ids:
+            local = self._local[(member_id, minute)]
             local.requests += 1
             local.tokens += reserve_tokens
-            self.windows.add(member.id, minute, 1, reserve_tokens)
-            self.flight.add(member.id, 1, reserve_tokens)
+            self.windows.add(member_id, minute, 1, reserve_tokens)
+            self.flight.add(member_id, 1, reserve_tokens)
+
+    def admit_calls(self, counters: Sequence[Counter]) -> Ticket:
+        """A ticket for one call counted against `counters` (MCP tool calls: `Counter`), or the
+        RateLimited its first full counter says; the checks and counts as one step for all the
+        server's workers, as `admit`'s."""
+        now = self.now()
+        minute = int(now.timestamp()) // 60
+        ids = tuple(c.id for c in counters)
+        with self.flight.held():
+            for c in counters:
+                if c.per_minute is not None:
+                    used = self._minute(c.id, minute)[0]
+                    if used + 1 > c.per_minute:
+                        raise c.refuse(script_kind(c.counts, RPM.name), used, now)
+                if c.in_flight is not None:
+                    used = self.flight.get(c.id)[0]
+                    if used + 1 > c.in_flight:
+                        raise c.refuse(script_kind(c.counts, CONCURRENT.name), used, now)
+            self._count_calls(counters, minute)
+        return Ticket(ids, minute, 0, self)
+
+    def _count_calls(self, counters: Sequence[Counter], minute: int) -> None:
+        for c in counters:
+            self.flight.add(c.id, 1, 0)
+            if c.per_minute is not None:  # only a limit per minute needs the minute's count
+                self._local[(c.id, minute)].requests += 1
+                self.windows.add(c.id, minute, 1, 0)
+
+    async def admit_calls_shared(self, counters: Sequence[Counter]) -> Ticket:
+        """`admit_calls` in the shared limit store, by the request kinds' admission script (a
+        counter's limits in the rpm and concurrent slots): exact across every server and worker,
+        with `admit_shared`'s fallback when the store does not answer."""
+        shared = self.shared
+        assert shared is not None
+        if not shared.usable():
+            return self._calls_unshared(shared, counters)
+        now = self.now()
+        minute = int(now.timestamp()) // 60
+        members = [Member(c.id, Limits(rpm=c.per_minute, concurrent=c.in_flight),
+                          self._minute(c.id, minute), None, None) for c in counters]
+        try:
+            outcome = await shared.admit(members, minute, 0)
+        except SharedStoreDown:
+            return self._calls_unshared(shared, counters)
+        if isinstance(outcome, Refused):
+            c = counters[outcome.index]
+            raise c.refuse(script_kind(c.counts, outcome.limit), outcome.used, now)
+        with self.flight.held():
+            self._count_calls(counters, minute)
+        return Ticket(tuple(c.id for c in counters), minute, 0, self, hold=outcome)
+
+    def _calls_unshared(self, shared: SharedLimits, counters: Sequence[Counter]) -> Ticket:
+        if shared.closed:
+            raise LimitsUnavailable("the shared limit store is not answering, and this install "
+                                    "refuses requests until it does (on_redis_error = closed)")
+        return self.admit_calls(counters)
 
     async def admit_shared(self, key: ApiKey, reserve_tokens: int) -> Ticket:
         """`admit` in the shared limit store: one atomic step, exact across every server and
@@ -190,9 +273,10 @@ class Limiter:
             member = chain[outcome.index]
             raise refusal(key, member, self.limits_for(member), BY_NAME[outcome.limit], outcome.used,
                           now)
+        ids = tuple(m.id for m in chain)
         with self.flight.held():
-            self._count(chain, minute, reserve_tokens)
-        return Ticket(tuple(m.id for m in chain), minute, reserve_tokens, self, hold=outcome)
+            self._count(ids, minute, reserve_tokens)
+        return Ticket(ids, minute, reserve_tokens, self, hold=outcome)
 
     async def live(self, key_id: str) -> LiveCounts:
         """What `key_id` (a key, or a team's limiter id) has used now: from the shared store
@@ -269,15 +353,19 @@ class Limiter:
         if ticket.hold is not None and self.shared is not None:
             self.shared.settle(ticket.hold, tokens)
         budgets = self._budget_keys
+        # Nothing to move in the windows when the use was the reservation (a tool call's: none).
+        delta = tokens - ticket.reserved
         with self.flight.held():
             for key_id in ticket.key_ids:
                 self.flight.add(key_id, -1, -ticket.reserved)
-                self.windows.add(key_id, ticket.minute, 0, tokens - ticket.reserved)
+                if delta:
+                    self.windows.add(key_id, ticket.minute, 0, delta)
                 if key_id in budgets:
                     self.flight.add(_budget_names(key_id)[0], 0, tokens)
                     self._local_tokens[key_id] += tokens
-        for key_id in ticket.key_ids:
-            self._local[(key_id, ticket.minute)].tokens += tokens - ticket.reserved
+        if delta:
+            for key_id in ticket.key_ids:
+                self._local[(key_id, ticket.minute)].tokens += delta
 
     async def sync(self, flush_usage: Callable[[], Awaitable[None]] | None = None) -> None:
         """Write this process's counts, read everyone's.

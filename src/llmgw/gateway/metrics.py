@@ -74,8 +74,11 @@ LABELS: dict[str, str] = {
     "code": "The error code of the failure (see the error codes), or the HTTP status when it had none.",
     "policy": "The guard policy that asked for the judgment.",
     "judge": "The judge model's name.",
-    "outcome": "The judgment's outcome: safe, unsafe, failed_timeout, failed_unparseable, "
-               "failed_error or failed_shed.",
+    "outcome": "A judgment's outcome: safe, unsafe, failed_timeout, failed_unparseable, "
+               "failed_error or failed_shed; a tool call's: ok, error (the tool's own or the "
+               "upstream's failure), blocked (the guard withheld it) or refused (over a limit).",
+    "server": "The upstream MCP server's name in the catalog.",
+    "tool": "The tool's name on its MCP server (without the `SERVER__` prefix clients see).",
     "source": "evaluated (the judge computed the prompt tokens) or cached (reused from its KV cache).",
     "route": "The route's name.",
     "target": "A catalog model the route sends requests to.",
@@ -142,6 +145,14 @@ CACHE_LOOKUPS = Family("llmgw_cache_lookups", "counter",
 CACHE_SAVED_TOKENS = Family("llmgw_cache_saved_tokens", "counter",
                             "Tokens that answers from the response cache spared the upstream",
                             ("model",), when="With the response cache on for the model.")
+MCP_CALLS = Family("llmgw_mcp_calls", "counter",
+                   "MCP tool calls (`tools/call`), counted as they end, by server, tool and outcome",
+                   ("server", "tool", "outcome"))
+MCP_CALL_SECONDS = Family("llmgw_mcp_call_seconds", "histogram",
+                          "MCP tool call latency through llmgw, admission to result, by server and "
+                          "tool", ("server", "tool"), LATENCY)
+MCP_INFLIGHT = Family("llmgw_mcp_inflight", "gauge", "MCP tool calls in flight now, by server",
+                      ("server",))
 UP = Family("llmgw_up", "gauge", "1 while this server runs")
 # Yielded by other collectors of the process (gateway/route_metrics.py, gateway/shared_limits.py).
 ROUTE_FALLBACKS = Family("llmgw_route_fallbacks", "counter",
@@ -188,7 +199,7 @@ FAMILIES: tuple[Family, ...] = (
     REQUESTS, REQUEST_SECONDS, TTFT, GATEWAY_ADDED, UPSTREAM_ERRORS, JUDGMENTS, QUEUE_WAIT_SECONDS,
     COLD_STARTS, EVICTIONS, REPLICAS_READY, REQUESTS_IN_FLIGHT, QUEUE_DEPTH, GUARD_QUEUE_DEPTH,
     GUARD_IN_FLIGHT, GUARD_JUDGE_SLOTS, GUARD_SHED, JUDGE_PROMPT_TOKENS, JUDGE_SERVICE_SECONDS,
-    CACHE_LOOKUPS, CACHE_SAVED_TOKENS, UP,
+    CACHE_LOOKUPS, CACHE_SAVED_TOKENS, MCP_CALLS, MCP_CALL_SECONDS, MCP_INFLIGHT, UP,
     ROUTE_FALLBACKS, ROUTE_RETRIES, ROUTE_COOLDOWNS, ROUTE_COOLING_DOWN, LIMITS_DEGRADED,
     GPU_UTILIZATION, GPU_MEMORY_USED, GPU_MEMORY_TOTAL, GPU_TEMPERATURE,
     REPLICA_QUEUED, REPLICA_RUNNING, REPLICA_KV_CACHE,
@@ -196,9 +207,14 @@ FAMILIES: tuple[Family, ...] = (
 
 # One worker's counters, JSON-able: what a worker sends the one that was scraped.
 MetricsState = dict[str, Any]
+# (`mcp_inflight` is a gauge, but summed over workers as the counters are.)
 _COUNTERS = ("requests", "upstream_errors", "judgments", "cold_starts", "evictions",
-             "judge_prompt_tokens", "cache_lookups", "cache_saved_tokens")
-_HISTOGRAMS = ("queue_waits", "latency", "ttft", "overhead", "judge_service")
+             "judge_prompt_tokens", "cache_lookups", "cache_saved_tokens", "mcp_calls",
+             "mcp_inflight")
+_HISTOGRAMS = ("queue_waits", "latency", "ttft", "overhead", "judge_service", "mcp_seconds")
+# Joins a histogram's label values into its one key, for families with several labels (no
+# model, server or tool name holds it).
+_JOIN = "\x1f"
 
 
 class Histogram:
@@ -239,7 +255,7 @@ class Histogram:
             for bound, n in zip((*self.bounds, float("inf")), counts, strict=True):
                 running += n
                 buckets.append(("+Inf" if bound == float("inf") else repr(bound), running))
-            fam.add_metric([value], buckets, self.sums[value])
+            fam.add_metric(value.split(_JOIN), buckets, self.sums[value])
         return fam
 
 
@@ -267,6 +283,9 @@ class Metrics(Collector):
         self.overhead = Histogram(GATEWAY_ADDED.buckets)
         self.cache_lookups: dict[tuple[str, ...], int] = defaultdict(int)
         self.cache_saved_tokens: dict[tuple[str, ...], int] = defaultdict(int)
+        self.mcp_calls: dict[tuple[str, ...], int] = defaultdict(int)
+        self.mcp_seconds = Histogram(MCP_CALL_SECONDS.buckets)
+        self.mcp_inflight: dict[tuple[str, ...], int] = defaultdict(int)
         # Requests in flight per model in the other workers (set only on a merged copy).
         self._in_flight_elsewhere: dict[str, int] = {}
         # Collectors of other parts of this process (routes' cooldowns), shown beside these.
@@ -329,6 +348,17 @@ class Metrics(Collector):
         if hit:
             self.cache_saved_tokens[(model,)] += saved
 
+    def tool_call_started(self, server: str) -> None:
+        """An MCP tool call to `server` began (admission included)."""
+        self.mcp_inflight[(server,)] += 1
+
+    def tool_call(self, server: str, tool: str, outcome: str, seconds: float) -> None:
+        """An MCP tool call to `server` ended with `outcome` after `seconds`."""
+        self.mcp_inflight[(server,)] -= 1
+        self.mcp_calls[(server, tool, outcome)] += 1
+        # A tool's name is its upstream's word: never let it split the histogram's labels.
+        self.mcp_seconds.observe(f"{server}{_JOIN}{tool.replace(_JOIN, ' ')}", seconds)
+
     def judged(self, record: VerdictRecord) -> None:
         self.judgments[(record.policy, record.judge, record.outcome.value)] += 1
 
@@ -375,6 +405,12 @@ class Metrics(Collector):
         yield from self._judge_families()
         yield CACHE_LOOKUPS.counter(self.cache_lookups)
         yield CACHE_SAVED_TOKENS.counter(self.cache_saved_tokens)
+        yield MCP_CALLS.counter(self.mcp_calls)
+        yield self.mcp_seconds.family(MCP_CALL_SECONDS)
+        mcp_inflight = MCP_INFLIGHT.gauge()
+        for (server,), n in sorted(self.mcp_inflight.items()):
+            mcp_inflight.add_metric([server], n)
+        yield mcp_inflight
         up = UP.gauge()
         up.add_metric([], 1)
         yield up

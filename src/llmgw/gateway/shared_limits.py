@@ -54,7 +54,8 @@ _NONE = -1  # no such limit, or no seed
 
 @dataclass(frozen=True)
 class Member:
-    """One key a request counts against, with its limits and what to seed lost counters with."""
+    """One key a request counts against, with its limits and what to seed lost counters with
+    (or a `limits.Counter`, its limits in the request kinds' slots)."""
 
     id: str
     limits: Limits

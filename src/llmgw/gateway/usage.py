@@ -12,17 +12,20 @@ from collections import defaultdict, deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import date, datetime
+from typing import Any, Generic, TypeVar
 
 import orjson
+from pydantic import BaseModel
 
 from llmgw.core.errors import LlmgwError, StoreRefused
 from llmgw.core.types import UsageRow
 from llmgw.gateway.wire import openai_chat
 from llmgw.gateway.wire.dialect import UsageFormat
 from llmgw.store.store import Store
-from llmgw.store.usage_repo import COUNTERS
 
 logger = logging.getLogger(__name__)
+
+R = TypeVar("R", bound=BaseModel)
 
 # The most one request may count of each kind: ten times the largest context window offered
 # today, so no honest answer is cut, and far from what the store's 64-bit counters can add up.
@@ -190,16 +193,80 @@ def _count(found: re.Match[bytes] | None) -> int | None:
     return min(int(raw), MAX_COUNT)
 
 
+class RowBuffer(Generic[R]):
+    """Counts per row (a usage table's key columns), kept in memory and written in batches of
+    additive rows by `write`: what a usage meter is made of. `counts` never blocks; `flush`
+    writes the deltas and keeps what could not be written; a row the database refuses is dropped
+    alone, never holding back the others."""
+
+    def __init__(self, model: type[R], names: tuple[str, ...], write: Callable[[list[R]], None],
+                 what: str) -> None:
+        self._model = model
+        self._names = names  # the key columns, the key id first
+        self._counters = tuple(f for f in model.model_fields if f not in names)
+        self._write = write
+        self._what = what  # how the log names a row
+        self._buf: defaultdict[tuple[str, ...], dict[str, Any]] = defaultdict(self._zero)
+        self._lock = asyncio.Lock()
+
+    def _zero(self) -> dict[str, Any]:
+        return dict.fromkeys(self._counters, 0)
+
+    def counts(self, key: tuple[str, ...]) -> dict[str, Any]:
+        """The counts of the row at `key` (its key columns' values), to add to."""
+        return self._buf[key]
+
+    async def flush(self) -> None:
+        async with self._lock:
+            batch, self._buf = self._buf, defaultdict(self._zero)
+            if not batch:
+                return
+            rows = [self._model(**dict(zip(self._names, k, strict=True)), **c)
+                    for k, c in batch.items()]
+            try:
+                await asyncio.to_thread(self._write, rows)
+            except StoreRefused:
+                await self._one_by_one(rows)
+            except Exception as exc:
+                # The caller logs an outage; anything else is a fault worth its traceback here.
+                # (Cancelled, the write may still finish in its thread: nothing is kept twice.)
+                if not isinstance(exc, LlmgwError):
+                    logger.exception("could not write %s; keeping it for the next try", self._what)
+                self._keep(rows)
+                raise
+
+    async def _one_by_one(self, rows: list[R]) -> None:
+        """Write each row on its own, so a row the database refuses cannot hold back the others
+        (nor, retried with them forever, every later flush and the limit sync)."""
+        for i, row in enumerate(rows):
+            try:
+                await asyncio.to_thread(self._write, [row])
+            except StoreRefused as exc:
+                key = [getattr(row, n) for n in self._names]
+                said = ", ".join(f"{n} {v}" for n, v in zip(self._names[1:], key[1:], strict=True))
+                logger.error("%s row refused by the database, dropped: key %s, %s, %s: %s",
+                             self._what, key[0], said, {c: getattr(row, c) for c in self._counters},
+                             exc.message)
+            except Exception:
+                self._keep(rows[i:])
+                raise
+
+    def _keep(self, rows: list[R]) -> None:
+        """Put unwritten rows back for the next flush."""
+        for r in rows:
+            counts = self._buf[tuple(getattr(r, n) for n in self._names)]
+            for name in self._counters:
+                counts[name] += getattr(r, name)
+
+
 class UsageMeter:
-    """`record` never blocks; `flush` writes the deltas; nothing is lost on a clean shutdown."""
+    """Model usage per key, model and day: `record` never blocks; `flush` writes the deltas;
+    nothing is lost on a clean shutdown."""
 
     def __init__(self, store: Store, now: Callable[[], datetime]) -> None:
-        self._store = store
         self._now = now
-        self._buf: dict[tuple[str, str, str], dict[str, int]] = defaultdict(
-            lambda: dict.fromkeys(COUNTERS, 0)
-        )
-        self._lock = asyncio.Lock()
+        self._rows = RowBuffer(UsageRow, ("key_id", "model", "day"),
+                               lambda rows: store.usage.add_usage(rows), "usage")
         self._day: date | None = None
         self._day_text = ""
 
@@ -210,7 +277,7 @@ class UsageMeter:
         day = self._now().date()
         if day != self._day:
             self._day, self._day_text = day, day.isoformat()
-        row = self._buf[(key_id, model, self._day_text)]
+        row = self._rows.counts((key_id, model, self._day_text))
         row["requests"] += 1
         row["prompt_tokens"] += tokens.prompt
         row["completion_tokens"] += tokens.completion
@@ -221,39 +288,4 @@ class UsageMeter:
             row["saved_tokens"] += saved
 
     async def flush(self) -> None:
-        async with self._lock:
-            batch, self._buf = self._buf, defaultdict(lambda: dict.fromkeys(COUNTERS, 0))
-            if not batch:
-                return
-            rows = [UsageRow(key_id=k, model=m, day=d, **c) for (k, m, d), c in batch.items()]
-            try:
-                await asyncio.to_thread(self._store.usage.add_usage, rows)
-            except StoreRefused:
-                await self._one_by_one(rows)
-            except Exception as exc:
-                # The caller logs an outage; anything else is a fault worth its traceback here.
-                if not isinstance(exc, LlmgwError):
-                    logger.exception("could not write usage; keeping it for the next try")
-                self._keep(rows)
-                raise
-
-    async def _one_by_one(self, rows: list[UsageRow]) -> None:
-        """Write each row on its own, so a row the database refuses cannot hold back the others
-        (nor, retried with them forever, every later flush and the limit sync)."""
-        for i, row in enumerate(rows):
-            try:
-                await asyncio.to_thread(self._store.usage.add_usage, [row])
-            except StoreRefused as exc:
-                logger.error("usage row refused by the database, dropped: key %s, model %s, day %s, "
-                             "%s: %s", row.key_id, row.model, row.day,
-                             {c: getattr(row, c) for c in COUNTERS}, exc.message)
-            except Exception:
-                self._keep(rows[i:])
-                raise
-
-    def _keep(self, rows: list[UsageRow]) -> None:
-        """Put unwritten rows back for the next flush."""
-        for r in rows:
-            counts = self._buf[(r.key_id, r.model, r.day)]
-            for name in COUNTERS:
-                counts[name] += getattr(r, name)
+        await self._rows.flush()

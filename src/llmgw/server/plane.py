@@ -27,6 +27,8 @@ from llmgw.gateway.cache.store import AnswerStore, InMemory
 from llmgw.gateway.gpu_metrics import GpuMetrics
 from llmgw.gateway.inflight import InFlight, JudgeSlots, LocalInFlight, SharedInFlight
 from llmgw.gateway.limits import Limiter
+from llmgw.gateway.mcp.accounting import ToolAccounting
+from llmgw.gateway.mcp.usage import McpUsageMeter
 from llmgw.gateway.metrics import Metrics
 from llmgw.gateway.queue import ColdQueue
 from llmgw.gateway.replica_signals import ReplicaSignals
@@ -87,6 +89,8 @@ class DataPlane:
     # What each ready replica of llmgw's engines says of its load, for `/metrics`: polled by the
     # process that answers `/metrics` only (`run_signals`).
     signals: ReplicaSignals
+    # MCP tool calls' usage, metrics and spans (`gateway.mcp.accounting`).
+    tools: ToolAccounting
 
     async def start(self) -> None:
         """Open the upstream clients and load the first snapshot."""
@@ -100,6 +104,7 @@ class DataPlane:
         spawn(self.verdict_log.run(VERDICT_FLUSH_S), "verdict-log")
         spawn(self.limiter.run(ACCOUNTING_S, self.meter.flush), "limits-and-usage")
         spawn(self.demand.run(REPORT_S, self.tracker.snapshot), "demand")
+        spawn(self.tools.meter.run(ACCOUNTING_S), "mcp-usage")
         if self.router.bus is not None:
             spawn(self.router.bus.run(self.router.cooled_elsewhere), "cooldown-bus")
 
@@ -107,6 +112,7 @@ class DataPlane:
         """After the loops are cancelled: write the usage left (a clean stop loses none), close
         the clients."""
         await self.meter.flush()
+        await self.tools.meter.flush()
         if self.gateway.cache is not None:
             await self.gateway.cache.close()
         await self.client.close()
@@ -190,5 +196,6 @@ def build(store: Store, settings: ServerSettings, clock: Clock, activity_id: str
                           if s.cache.embedding_model else None))
     signals = ReplicaSignals(lambda: refresher.current.table)
     metrics.add_collector(signals)
+    tools = ToolAccounting(McpUsageMeter(store, clock.now), metrics, tracer, clock.monotonic)
     return DataPlane(refresher, queue, tracker, demand, client, judge_client, metrics,
-                     verdict_log, guard, meter, limiter, router, gateway, signals)
+                     verdict_log, guard, meter, limiter, router, gateway, signals, tools)

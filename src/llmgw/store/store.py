@@ -13,6 +13,7 @@ from llmgw.store.job_repo import JobRepo
 from llmgw.store.key_repo import KeyRepo
 from llmgw.store.lease_repo import LeaseRepo
 from llmgw.store.mcp_run_repo import McpRunRepo
+from llmgw.store.mcp_usage_repo import McpUsageRepo
 from llmgw.store.node_repo import NodeRepo
 from llmgw.store.replica_repo import ReplicaRepo
 from llmgw.store.route_repo import RouteRepo
@@ -36,6 +37,7 @@ class Store:
         self.jobs = JobRepo(engine)
         self.guard = GuardRepo(engine)
         self.usage = UsageRepo(engine)
+        self.mcp_usage = McpUsageRepo(engine)  # written here; read by `mcp` (the catalog's)
         self.leases = LeaseRepo(engine)
         self.servers = ServerRepo(engine)
         self.install = InstallRepo(engine)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from sqlalchemy import Connection, Engine, Table, delete, func, select
@@ -30,7 +30,7 @@ class UsageRepo:
         try:
             with self._engine.begin() as conn:
                 for r in rows:
-                    _add(conn, usage, {"key_id": r.key_id, "model": r.model, "day": r.day},
+                    add_counts(conn, usage, {"key_id": r.key_id, "model": r.model, "day": r.day},
                          {c: getattr(r, c) for c in COUNTERS})
         except (DataError, IntegrityError, OverflowError) as exc:
             raise StoreRefused(f"usage not written: {type(exc).__name__}") from exc
@@ -62,7 +62,7 @@ class UsageRepo:
         """Add (requests, tokens) per (key id, minute)."""
         with self._engine.begin() as conn:
             for (key_id, minute), (reqs, toks) in deltas.items():
-                _add(conn, rate_windows, {"key_id": key_id, "minute": minute},
+                add_counts(conn, rate_windows, {"key_id": key_id, "minute": minute},
                      {"requests": reqs, "tokens": toks})
 
     def rates(self, minutes: list[int]) -> dict[tuple[str, int], tuple[int, int]]:
@@ -76,7 +76,8 @@ class UsageRepo:
             conn.execute(delete(rate_windows).where(rate_windows.c.minute < before_minute))
 
 
-def _add(conn: Connection, table: Table, key: dict[str, Any], deltas: dict[str, int]) -> None:
+def add_counts(conn: Connection, table: Table, key: dict[str, Any],
+               deltas: Mapping[str, float]) -> None:
     """Add `deltas` to the row at `key`, creating it: one statement, so two servers adding to
     a row neither has yet cannot both insert it (an update-then-insert can)."""
     dialect_insert = pg_insert if conn.dialect.name == "postgresql" else sqlite_insert

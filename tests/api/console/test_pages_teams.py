@@ -45,12 +45,14 @@ async def test_an_admin_adds_a_team_through_the_form_and_sees_it_listed(install:
     token = await install.browser.csrf(HERE)
     resp = await install.browser.post(HERE, {
         "csrf_token": token, "name": "research", "models": "gemma*, gpt-4o-mini", "rpm": "600",
-        "tpm": "", "tokens_per_day": "2000000", "tokens_per_month": "40000000"})
+        "tpm": "", "tokens_per_day": "2000000", "tokens_per_month": "40000000",
+        "tool_calls_per_minute": "120", "tool_concurrent": ""})
     assert resp.status == 303 and resp.headers["Location"] == HERE
     research = (await teams(install))["research"]
     assert research["models"] == ["gemma*", "gpt-4o-mini"]
     assert research["limits"] == {"rpm": 600, "tpm": None, "concurrent": None,
-                                  "tokens_per_day": 2_000_000, "tokens_per_month": 40_000_000}
+                                  "tokens_per_day": 2_000_000, "tokens_per_month": 40_000_000,
+                                  "tool_calls_per_minute": 120, "tool_concurrent": None}
     key = await install.mint("r1", team="research")
     today = datetime.now(UTC).date().isoformat()
     install.store.usage.add_usage([UsageRow(key_id=key["id"], model="m", day=today, requests=1,

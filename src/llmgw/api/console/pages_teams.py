@@ -15,7 +15,8 @@ from llmgw.api.endpoints import Endpoint
 HERE = "/ui/teams"
 # The limits the add form asks for, as the API names them, with the page's labels.
 LIMITS = (("rpm", "Requests per minute"), ("tpm", "Tokens per minute"),
-          ("tokens_per_day", "Tokens per day"), ("tokens_per_month", "Tokens per month"))
+          ("tokens_per_day", "Tokens per day"), ("tokens_per_month", "Tokens per month"),
+          ("tool_calls_per_minute", "Tool calls per minute"), ("tool_concurrent", "Tool calls in flight"))
 
 
 async def _call(request: web.Request, ep: Endpoint[Any, Any], **kw: Any) -> Any:
