@@ -14,8 +14,8 @@ from llmgw.core.errors import RateLimited
 from llmgw.core.mcp import McpServer
 from llmgw.core.settings import TelemetrySettings
 from llmgw.core.tracing import NOOP_TRACER
-from llmgw.gateway.mcp.accounting import BLOCKED, ToolAccounting
-from llmgw.gateway.mcp.call import ToolCall, ToolResult
+from llmgw.gateway.mcp.accounting import ToolAccounting
+from llmgw.gateway.mcp.call import BLOCKED, GUARD_NOTE, ToolCall, ToolResult
 from llmgw.gateway.mcp.usage import McpUsageMeter
 from llmgw.gateway.metrics import Metrics
 from llmgw.gateway.upstream.table import RoutingTable
@@ -52,7 +52,7 @@ async def run_calls(accounting: ToolAccounting) -> None:
         acct.result(ToolResult.error("the tool failed"))
     blocked = call()
     async with accounting.accounted(blocked, 3) as acct:
-        blocked.notes[BLOCKED] = "policy p"
+        blocked.notes[GUARD_NOTE] = BLOCKED
         acct.result(ToolResult.error("withheld"))
     with pytest.raises(RateLimited):
         async with accounting.accounted(call(), "four"):

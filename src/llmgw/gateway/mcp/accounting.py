@@ -9,7 +9,7 @@ The endpoint wraps the chain once:
         result = await chain(call)
         acct.result(result)
 
-A result with `isError` counts as an error, a call the guard withheld (`call.notes["blocked"]`)
+A result with `isError` counts as an error, a call the guard withheld (`call.notes[GUARD_NOTE]`)
 as blocked, RateLimited or LimitsUnavailable out of the chain as refused, anything else that
 escapes as an error (the exception goes on to the endpoint)."""
 
@@ -24,13 +24,11 @@ from llmgw.core import tracing
 from llmgw.core.errors import LimitsUnavailable, RateLimited
 from llmgw.core.mcp import tool_name
 from llmgw.core.tracing import Kind, Span, Tracer
-from llmgw.gateway.mcp.call import ToolCall, ToolResult
+from llmgw.gateway.mcp.call import BLOCKED, GUARD_NOTE, ToolCall, ToolResult
 from llmgw.gateway.mcp.usage import McpUsageMeter, Outcome
 from llmgw.gateway.metrics import Metrics
 
 OPERATION = "execute_tool"
-# What a stage notes on the call when the guard withheld it (`ToolCall.notes`).
-BLOCKED = "blocked"
 
 
 def tool_span(tracer: Tracer, call: ToolCall, call_id: str | int | None = None) -> Span:
@@ -99,7 +97,7 @@ class ToolAccounting:
                     acct.outcome, acct.error_type = Outcome.ERROR, tracing.error_type(exc)
                     raise
                 finally:
-                    if BLOCKED in call.notes:
+                    if call.notes.get(GUARD_NOTE) == BLOCKED:
                         acct.outcome, acct.error_type = Outcome.BLOCKED, "blocked"
                     if acct.outcome != Outcome.OK:
                         span.fail(acct.error_type)

@@ -19,6 +19,11 @@ from typing import Any
 from llmgw.core.mcp import McpServer
 from llmgw.core.types import ApiKey
 
+# What the guard stage notes on the call (`ToolCall.notes[GUARD_NOTE]`): `blocked` when it
+# withheld the call or its result, `unjudged` when it let one through unjudged.
+GUARD_NOTE = "guard"
+BLOCKED = "blocked"
+
 
 @dataclass(slots=True)
 class ToolCall:

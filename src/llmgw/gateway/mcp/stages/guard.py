@@ -21,11 +21,9 @@ import orjson
 from llmgw.core.errors import GuardBlocked, GuardUnavailable
 from llmgw.core.guard import Direction, Policy
 from llmgw.core.mcp import tool_name
-from llmgw.gateway.mcp.call import ToolCall, ToolNext, ToolResult, ToolStage
+from llmgw.gateway.mcp.call import BLOCKED, GUARD_NOTE, ToolCall, ToolNext, ToolResult, ToolStage
 from llmgw.guard.enforcement import Guard, RequestInfo
 from llmgw.guard.prompts import tool_turns
-
-NOTE = "guard"
 
 
 def guard_stage(guard: Guard | None) -> ToolStage | None:
@@ -77,12 +75,12 @@ class _Judged:
         try:
             judged = await self._guard.check(policies, direction, turns, self._info, tool=True)
         except GuardBlocked as exc:
-            call.notes[NOTE] = "blocked"
+            call.notes[GUARD_NOTE] = BLOCKED
             return ToolResult.error(f"llmgw withheld {what}: {exc.message}")
         except GuardUnavailable as exc:
-            call.notes[NOTE] = "blocked"
+            call.notes[GUARD_NOTE] = BLOCKED
             return ToolResult.error(f"llmgw withheld {what}: the guard's judge did not "
                                     f"answer in time ({exc.message})")
         if not judged:
-            call.notes[NOTE] = "unjudged"
+            call.notes[GUARD_NOTE] = "unjudged"
         return None
