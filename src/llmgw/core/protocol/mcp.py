@@ -83,3 +83,11 @@ class McpUsageOut(McpUsageRow):
 
     model_config = ConfigDict(frozen=True, extra="ignore")
     key_name: str = ""
+
+
+class McpToolOut(BaseModel):
+    """One tool of an upstream server, as `GET /admin/v1/mcp/servers/{name}/tools` lists it."""
+
+    model_config = ConfigDict(extra="ignore")
+    name: str
+    description: str | None = None
