@@ -56,11 +56,11 @@ def _keys_table(keys: Sequence[KeyOut]) -> None:
     render.table(
         "keys",
         [Col("id", whole=True, optional=True), Col("name", whole=True), Col("key", whole=True), "scope",
-         "team", "models", Col("tools", optional=True), "limits", "expires", "revoked",
+         "team", "models", "limits", "expires", "revoked", Col("tools", optional=True),
          Col("by", optional=True), Col("note", optional=True)],
         [[k.id, k.name, k.label, k.scope, _team_text(k), ", ".join(k.models) or "all",
-          tools_text(k.tools), limits_text(k.limits),
-          render.when(k.expires_at, "never"), "yes" if k.revoked else "", k.by, k.note] for k in keys],
+          limits_text(k.limits), render.when(k.expires_at, "never"), "yes" if k.revoked else "",
+          tools_text(k.tools), k.by, k.note] for k in keys],
     )
 
 

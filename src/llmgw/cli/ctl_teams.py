@@ -33,10 +33,10 @@ Name = Annotated[str, typer.Argument(help="The team's name.")]
 
 def _teams_table(teams: Sequence[TeamOut]) -> None:
     render.table(
-        "teams", ["name", "models", "tools", "limits", "keys", "tokens today", "tokens this month",
-                  "by", "note"],
-        [[t.name, ",".join(t.models) or "all", tools_text(t.tools), limits_text(t.limits), t.keys,
-          t.tokens_today, t.tokens_this_month, t.by, t.note] for t in teams],
+        "teams", ["name", "models", "limits", "keys", "tokens today", "tokens this month", "by",
+                  "note", "tools"],
+        [[t.name, ",".join(t.models) or "all", limits_text(t.limits), t.keys, t.tokens_today,
+          t.tokens_this_month, t.by, t.note, tools_text(t.tools)] for t in teams],
     )
 
 
