@@ -75,3 +75,30 @@ async def test_only_admins_read_the_mcp_catalog_on_the_server(install: Install, 
         with pytest.raises(Forbidden):
             await invoke(ep, app, person(role))
     assert (await invoke(LIST_MCP_SERVERS, app, person(Role.ADMIN))).data == []
+
+
+async def test_the_team_and_key_forms_grant_tools_and_a_minted_key_stays_within(
+        install: Install) -> None:
+    await install.browser.signin(install.admin)
+    token = await install.browser.csrf("/ui/teams")
+    resp = await install.browser.post("/ui/teams", {
+        "csrf_token": token, "name": "research", "tools_allow": "github, files/read_*",
+        "tools_deny": "github/delete_*"})
+    assert resp.status == 303
+    teams = await (await install.browser.get("/ui/teams")).text()
+    assert "github, files/read_*; not github/delete_*" in teams
+    status, team = await install.api("GET", "/admin/v1/teams/research")
+    assert team["tools"] == {"allow": ["github", "files/read_*"], "deny": ["github/delete_*"]}
+
+    agent = await install.mint("agent", tools={"allow": ["github/search"]})
+    browser = await install.new_browser()
+    await browser.signin(agent["key"])
+    token = await browser.csrf("/ui/keys")
+    refused = await browser.post("/ui/keys", {"csrf_token": token, "name": "wider",
+                                              "tools_allow": "github/*"})
+    assert refused.status == 403 and "may not grant tools github/*" in await refused.text()
+    made = await browser.post("/ui/keys", {"csrf_token": token, "name": "narrow",
+                                           "tools_allow": "github/search"})
+    assert made.status == 200
+    status, keys = await install.api("GET", "/admin/v1/keys")
+    assert {k["name"]: k["tools"]["allow"] for k in keys["data"]}["narrow"] == ["github/search"]
