@@ -18,7 +18,7 @@ from tests.api.conftest import FreshInstall, MakeInstall, call
 GITHUB = {"name": "github", "url": "https://mcp.example.com/mcp?api_key=sk-in-the-url",
           "credential": {"env": "GITHUB_PAT"}, "bundles": ["dev"], "max_concurrency": 4}
 FILES = {"name": "files", "command": ["npx", "server-fs", "/srv"],
-         "env": {"LOG": "debug", "FS_TOKEN": "tok-secret"}}
+         "env": {"LOG": "debug", "FS_TOKEN": "tok-secret", "GH_PAT": "pat-secret"}}
 
 
 @dataclass
@@ -66,7 +66,8 @@ async def test_servers_are_added_shown_changed_and_removed_without_a_credential_
     # answer or in the audit log.
     answers = repr((made, stdio, listed, shown, audit))
     assert "sk-in-the-url" not in answers and "tok-secret" not in answers
-    assert stdio["env"] == {"LOG": "debug", "FS_TOKEN": "***"}
+    assert "pat-secret" not in answers
+    assert stdio["env"] == {"LOG": "debug", "FS_TOKEN": "***", "GH_PAT": "***"}
 
     assert (await api.call("DELETE", "/admin/v1/mcp/servers/files"))[0] == 200
     status, gone = await api.call("GET", "/admin/v1/mcp/servers/files")

@@ -17,7 +17,7 @@ NOW = datetime(2026, 12, 5, 3, 0, tzinfo=UTC)
 GITHUB = McpServer(name="github", url="https://mcp.example.com/mcp",
                    credential=McpCredential(env="GITHUB_PAT"), bundles=["dev"], max_concurrency=4)
 FILES = McpServer(name="files", transport=McpTransport.STDIO, command=["npx", "server-fs", "/srv"],
-                  env={"LOG": "debug"}, node="node-a")
+                  env={"LOG": "debug", "GH_PAT": "pat-secret"}, node="node-a")
 
 
 def test_servers_are_added_read_changed_and_removed_with_the_revision_and_audit(
@@ -44,6 +44,9 @@ def test_servers_are_added_read_changed_and_removed_with_the_revision_and_audit(
         ("remove", "files"), ("set", "github"), ("add", "files"), ("add", "github")]
     # The credential is a reference: the audit entry says where it is read, and nothing more.
     assert entries[-1].after is not None and entries[-1].after["credential"]["env"] == "GITHUB_PAT"
+    # A stdio server's secret-named env value is in its spec (the node needs it), not the audit.
+    assert store.mcp.get("github") and "pat-secret" not in repr(entries)
+    assert entries[0].before is not None and entries[0].before["env"]["GH_PAT"] == "***"
 
 
 def test_a_name_is_taken_once_and_an_unknown_one_is_not_found(store: Store) -> None:

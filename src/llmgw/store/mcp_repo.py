@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import builtins
 import logging
+from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
 from pydantic import ValidationError
 from sqlalchemy import Engine, delete, select
 
+from llmgw.core import redact
 from llmgw.core.audit import AuditKind
 from llmgw.core.errors import Conflict, NotFound
 from llmgw.core.mcp import McpServer, McpUsageRow
@@ -40,6 +42,12 @@ def spec(server: McpServer) -> dict[str, Any]:
     """What the store keeps of `server` as its spec (unset optional fields left out)."""
     return {k: v for k, v in server.model_dump(mode="json", exclude=_COLUMNS).items()
             if v is not None}
+
+
+def audited(spec: Mapping[str, Any]) -> dict[str, Any]:
+    """A spec as the audit log keeps it: a stdio server's secret-named env values hidden
+    (`record` drops only fields named like secrets, and a URL's credentials and query)."""
+    return {**spec, "env": redact.env(spec["env"])} if spec.get("env") else dict(spec)
 
 
 def _missing(name: str) -> NotFound:
@@ -78,7 +86,7 @@ class McpRepo:
         """Add a server (Conflict when the name is taken)."""
         with self._engine.begin() as conn:
             upsert(conn, mcp_servers, server.name, spec(server), write="insert",
-                   kind=AuditKind.MCP, action="add", by=by, now=now,
+                   kind=AuditKind.MCP, action="add", by=by, now=now, audited=audited,
                    taken=Conflict(f"MCP server {server.name!r} already exists", param="name"))
         return self.get(server.name)
 
@@ -86,7 +94,7 @@ class McpRepo:
         """Change a server that exists (NotFound otherwise) to `server`."""
         with self._engine.begin() as conn:
             upsert(conn, mcp_servers, server.name, spec(server), write="update",
-                   kind=AuditKind.MCP, action="set", by=by, now=now,
+                   kind=AuditKind.MCP, action="set", by=by, now=now, audited=audited,
                    missing=_missing(server.name))
         return self.get(server.name)
 
@@ -97,7 +105,7 @@ class McpRepo:
                                .where(mcp_servers.c.name == name)).one_or_none()
             if not conn.execute(delete(mcp_servers).where(mcp_servers.c.name == name)).rowcount:
                 raise _missing(name)
-            record(conn, AuditKind.MCP, "remove", name, old.spec if old else None, None)
+            record(conn, AuditKind.MCP, "remove", name, audited(old.spec) if old else None, None)
             bump_revision(conn)
 
     def usage(self, since: str | None = None, server: str | None = None,

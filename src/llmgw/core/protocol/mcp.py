@@ -9,8 +9,8 @@ from typing import Self
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from llmgw.core import redact
 from llmgw.core.mcp import McpCredential, McpServer, McpTransport, McpUsageRow
-from llmgw.core.redact import HIDDEN, SECRET_FIELDS, url
 
 
 class McpServerPatch(BaseModel):
@@ -57,17 +57,12 @@ class McpServerOut(McpServer):
     def of(cls, server: McpServer, keys: list[str] | None = None,
            teams: list[str] | None = None) -> Self:
         """`server` as shown: a URL's query values and the values of env variables named like a
-        secret (`…_TOKEN`, `…_API_KEY`, …) hidden; a credential is a reference already."""
+        secret (`redact.env`) hidden; a credential is a reference already."""
         shown = server.model_dump()
         if server.url is not None:
-            shown["url"] = url(server.url)
-        shown["env"] = {k: HIDDEN if _secret_name(k) else v for k, v in server.env.items()}
+            shown["url"] = redact.url(server.url)
+        shown["env"] = redact.env(server.env)
         return cls(**shown, keys=keys or [], teams=teams or [])
-
-
-def _secret_name(name: str) -> bool:
-    lower = name.lower()
-    return any(lower.endswith(s) for s in (*SECRET_FIELDS, "key", "pat"))
 
 
 class McpUsageQuery(BaseModel):
