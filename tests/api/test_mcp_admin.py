@@ -84,6 +84,8 @@ async def test_servers_are_added_shown_changed_and_removed_without_a_credential_
     ({"name": "my_tools", "url": "https://mcp.example.com/"}, "name: an MCP server's name is"),
     ({"name": "gh", "url": "https://mcp.example.com/", "command": ["x"]},
      "command, env and node are for stdio servers"),
+    ({"name": "gh", "url": "https://mcp.example.com/", "credential": {"env": "A", "file": "/a"}},
+     "credential: a credential comes from exactly one of env or file"),
 ])
 async def test_a_server_llmgw_cannot_reach_is_refused_in_words(
         api: Api, body: dict[str, Any], words: str) -> None:

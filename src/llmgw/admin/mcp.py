@@ -10,13 +10,11 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from llmgw.core.clock import Clock
 from llmgw.core.errors import InvalidRequest
 from llmgw.core.mcp import McpServer, McpTransport, McpUsageRow
 from llmgw.core.protocol.mcp import McpServerOut, McpServerPatch, McpServerRequest
 from llmgw.core.types import ApiKey, KeyScope, Team, ToolGrants
-from llmgw.store.service import AdminService, OnChange
-from llmgw.store.store import Store
+from llmgw.store.service import AdminService
 
 # The days of calls the usage read covers when it is given no first day.
 USAGE_DAYS = 7
@@ -27,9 +25,6 @@ _NAME_WORDS = ("an MCP server's name is 1-32 lower-case letters, digits and '-' 
 
 class McpAdmin(AdminService):
     """MCP servers live in the store; every server's MCP gateway follows at its next refresh."""
-
-    def __init__(self, store: Store, clock: Clock, on_change: OnChange | None = None) -> None:
-        super().__init__(store, clock, on_change)
 
     async def servers(self) -> list[McpServerOut]:
         return await asyncio.to_thread(self._shown, None)
