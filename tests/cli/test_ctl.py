@@ -12,8 +12,8 @@ from typer.testing import CliRunner
 from llmgw.cli.client import config_path
 from llmgw.cli.main import app
 
-GROUPS = ["model", "replica", "cluster", "node", "guard", "job", "key", "limits", "route", "team", "user",
-          "cache"]
+GROUPS = ["model", "replica", "cluster", "node", "guard", "job", "key", "limits", "route", "team", "mcp",
+          "user", "cache"]
 
 
 def test_ctl_help_lists_every_group_and_the_usage_command() -> None:

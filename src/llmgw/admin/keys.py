@@ -11,7 +11,7 @@ from llmgw.core.clock import Clock
 from llmgw.core.errors import Forbidden, InvalidRequest, NotFound
 from llmgw.core.ids import hash_key, key_prefix, new_api_key, new_id
 from llmgw.core.protocol.keys import KeyRequest
-from llmgw.core.types import ApiKey, KeyScope, Limits, Team, UsageRow
+from llmgw.core.types import ApiKey, KeyScope, Limits, Team, ToolGrants, UsageRow
 from llmgw.core.users import is_person, who
 from llmgw.store.key_repo import MintCaps
 from llmgw.store.service import AdminService, OnChange
@@ -74,9 +74,10 @@ class KeyAdmin(AdminService):
         the name."""
         if minter.scope not in (KeyScope.ADMIN, KeyScope.USER):
             raise Forbidden(f"a {minter.scope.value} key cannot mint keys")
-        if req.scope in (KeyScope.NODE, KeyScope.METRICS) and req.models:
+        if req.scope in (KeyScope.NODE, KeyScope.METRICS) and (req.models or not req.tools.empty):
             # Neither reaches the data plane: a model list would promise access it lacks.
-            raise InvalidRequest(f"a {req.scope.value} key takes no models", param="models")
+            what, param = ("models", "models") if req.models else ("tools", "tools")
+            raise InvalidRequest(f"a {req.scope.value} key takes no {what}", param=param)
         if req.node_id is not None and req.scope != KeyScope.NODE:
             raise InvalidRequest("only a node join token is bound to a node", param="node_id")
         now = self._clock.now()
@@ -84,21 +85,24 @@ class KeyAdmin(AdminService):
                                      if req.expires_in_days else None)
         if expires is not None and expires <= now:
             raise InvalidRequest("the key would expire before it is made", param="expires_at")
-        models, limits = req.models, req.limits
+        models, limits, tools = req.models, req.limits, req.tools
         team = await self._team_of(req, minter)
         if minter.scope != KeyScope.ADMIN:
             # Within both the minter's grants and its team's: a team admin key's own models,
-            # limits and expiry bind what it mints; a person (a team admin signed in to the
-            # console) is no key, so only the team bounds theirs.
+            # tools, limits and expiry bind what it mints; a person (a team admin signed in to
+            # the console) is no key, so only the team bounds theirs.
             if not is_person(minter):
                 models, limits, expires = self._within(minter, req, expires)
+                tools = await self._tools_within(minter, tools)
             if team is not None:
                 models = _within_team(team, models, req.limits)
+                _tools_within_team(team, tools, Forbidden)
         elif team is not None:
             outside = [m for m in models if team.models and not _granted(m, team.models)]
             if outside:
                 raise InvalidRequest(f"team {team.name} may not use models {', '.join(outside)}",
                                      param="models")
+            _tools_within_team(team, tools, InvalidRequest)
         secret = new_api_key()
         key = ApiKey(
             id=new_id("key"), name=req.name, prefix=key_prefix(secret), last4=secret[-4:],
@@ -110,6 +114,7 @@ class KeyAdmin(AdminService):
             node_id=req.node_id,
             team=team.name if team is not None else None,
             team_id=team.id if team is not None else None, team_admin=req.team_admin,
+            tools=tools,
         )
         caps = self._caps if minter.scope == KeyScope.USER else None
         await asyncio.to_thread(self._store.keys.create, key, None, caps)
@@ -166,6 +171,20 @@ class KeyAdmin(AdminService):
                                 param="expires_at")
             expires = expires or minter.expires_at
         return models, limits, expires
+
+    async def _tools_within(self, minter: ApiKey, wanted: ToolGrants) -> ToolGrants:
+        """A minted key's tools: its allow within what its minter may use (its own allow, or
+        else its team's), the minter's allow when it asks for none; and the minter's denies."""
+        own = minter.tools.allow
+        if not own and minter.team is not None:
+            team = await self._team_named(minter.team)
+            own = team.tools.allow if team is not None and team.id == minter.team_id else []
+        allow = wanted.allow or own
+        outside = [p for p in allow if not tools_granted(p, own)]
+        if outside:
+            raise Forbidden(f"this key may not grant tools {', '.join(outside)}", param="tools")
+        deny = sorted({*wanted.deny, *minter.tools.deny})
+        return ToolGrants(allow=allow, deny=deny)
 
     async def revoke(self, ref: str, viewer: ApiKey | None = None) -> tuple[ApiKey, int]:
         """Revoke a key (one `viewer` may see) and every key minted beneath it; the key, and how
@@ -241,6 +260,14 @@ def _within_team(team: Team, models: list[str], limits: Limits) -> list[str]:
     return models
 
 
+def _tools_within_team(team: Team, tools: ToolGrants,
+                       refusal: type[Forbidden] | type[InvalidRequest]) -> None:
+    """`refusal` when a key of `team` asks for tools beyond the team's allow (when it has one)."""
+    outside = [p for p in tools.allow if team.tools.allow and not tools_granted(p, team.tools.allow)]
+    if outside:
+        raise refusal(f"team {team.name} may not use tools {', '.join(outside)}", param="tools")
+
+
 def visible(viewer: ApiKey | None, keys: list[ApiKey]) -> list[ApiKey]:
     """The keys among `keys` that `viewer` may see: all of them for an admin key (or no viewer:
     the server itself); for a team admin, its team's; for any other key, itself and the keys
@@ -268,3 +295,25 @@ def _granted(wanted: str, allowed: list[str]) -> bool:
     if any(ch in wanted for ch in "*?["):
         return wanted in allowed
     return any(fnmatch.fnmatchcase(wanted, p) for p in allowed)
+
+
+def tools_granted(wanted: str, allowed: list[str]) -> bool:
+    """Whether a tool pattern (`SERVER/TOOL`; a bare `SERVER` is `SERVER/*`) lies within one of
+    `allowed`, part by part as `_granted` rules for models: a plain server or tool name must
+    match the allowed part, a pattern must be it exactly, and `*` grants anything."""
+    server, tool = _tool_parts(wanted)
+    return any(_part_granted(server, s) and _part_granted(tool, t)
+               for s, t in map(_tool_parts, allowed))
+
+
+def _tool_parts(pattern: str) -> tuple[str, str]:
+    if pattern == "*":
+        return "*", "*"
+    server, sep, tool = pattern.partition("/")
+    return server, tool if sep else "*"
+
+
+def _part_granted(wanted: str, allowed: str) -> bool:
+    if allowed == "*" or wanted == allowed:
+        return True
+    return not any(ch in wanted for ch in "*?[") and fnmatch.fnmatchcase(wanted, allowed)

@@ -8,6 +8,7 @@ from aiohttp import web
 
 from llmgw.admin.cache import CacheAdmin
 from llmgw.admin.keys import KeyAdmin
+from llmgw.admin.mcp import McpAdmin
 from llmgw.admin.people import People
 from llmgw.admin.routes import RouteAdmin
 from llmgw.admin.teams import TeamAdmin
@@ -38,6 +39,8 @@ KEYS = web.AppKey("keys", KeyAdmin)
 PEOPLE = web.AppKey("people", People)
 ROUTES = web.AppKey("routes", RouteAdmin)
 TEAMS = web.AppKey("teams", TeamAdmin)
+# Upstream MCP servers in the catalog (the admin API's side; the MCP gateway serves them).
+MCP_ADMIN = web.AppKey("mcp_admin", McpAdmin)
 CACHE = web.AppKey("cache", CacheAdmin)
 NODES = web.AppKey("nodes", NodeAdmin)
 METRICS = web.AppKey("metrics", Metrics)

@@ -134,7 +134,9 @@ def invalid(exc: ValidationError) -> InvalidRequest:
     """A validation failure as a 400 naming its first field."""
     first = exc.errors()[0]
     where = ".".join(str(p) for p in first["loc"]) or None
-    return InvalidRequest(f"{where + ': ' if where else ''}{first['msg']}", param=where)
+    # A validator's own words, without pydantic's label for them.
+    message = str(first["msg"]).removeprefix("Value error, ")
+    return InvalidRequest(f"{where + ': ' if where else ''}{message}", param=where)
 
 
 def validate(model: type[M], data: Any, *, controls: bool = False) -> M:

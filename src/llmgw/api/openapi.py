@@ -76,6 +76,8 @@ TAGS = {
              "setting (a route's is part of the route).",
     "users": "People who sign in to the console through the identity provider (`[sso]`): their "
              "roles and sessions. Admins only.",
+    "mcp": "Upstream MCP servers whose tools llmgw serves at `/mcp`, and the tool calls made to "
+           "them. Admins only; no answer holds a credential, only where it is read.",
 }
 # PUT /admin/v1/guard/policies/{name} takes the policy's name from the path.
 POLICY_BODY: Schema = {"$ref": f"{_COMPONENTS}PolicyBody"}

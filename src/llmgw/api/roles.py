@@ -3,7 +3,7 @@ the admin API, made on the server for every call (the console's pages only hide 
 refuse).
 
 - admin: every admin and key endpoint.
-- operator: reads everything but keys, usage and users; changes models, nodes, jobs, guard,
+- operator: reads everything but keys, usage, users and MCP servers; changes models, nodes, jobs, guard,
   routes and the response cache.
 - team-admin: the key endpoints (its team's keys, their limits within the team's, its usage),
   its team, and the model list to pick from.
@@ -31,8 +31,9 @@ class Operation(Protocol):
 
 
 # The endpoints of keys and their usage, and of the people who sign in: another person's keys
-# and roles are never an operator's or a viewer's.
-PRIVATE_TAGS = frozenset({"keys", "users"})
+# and roles are never an operator's or a viewer's. MCP servers' too: their answers name the keys
+# that may use each, and their tools act in the world.
+PRIVATE_TAGS = frozenset({"keys", "users", "mcp"})
 # What an operator changes: the install's serving side (models, nodes, jobs, cluster), the guard
 # and the routes. Teams and default limits are money and access: an admin's.
 OPERATOR_TAGS = frozenset({"admin", "guard", "routes", "cache"})
@@ -56,7 +57,8 @@ def refusal(grant: Grant | None, ep: Operation) -> str | None:
             return None
         return f"a team admin manages team {grant.team}'s keys and usage only"
     if ep.tag in PRIVATE_TAGS:
-        return f"{_an(role)} does not see keys, usage or users"
+        return f"{_an(role)} does not see keys, usage or users" + \
+            (" (nor MCP servers)" if ep.tag == "mcp" else "")
     if reads:
         return None
     if role is Role.OPERATOR and ep.tag in OPERATOR_TAGS:

@@ -15,6 +15,7 @@ from llmgw.cli import (
     ctl_guard,
     ctl_jobs,
     ctl_keys,
+    ctl_mcp,
     ctl_models,
     ctl_nodes,
     ctl_routes,
@@ -61,6 +62,7 @@ app.add_typer(ctl_keys.key_app, name="key")
 app.add_typer(ctl_keys.limits_app, name="limits")
 app.add_typer(ctl_routes.route_app, name="route")
 app.add_typer(ctl_teams.team_app, name="team")
+app.add_typer(ctl_mcp.mcp_app, name="mcp")
 app.add_typer(ctl_users.user_app, name="user")
 app.add_typer(ctl_cache.cache_app, name="cache")
 ctl_models.model_app.command("cache")(ctl_cache.model_cache)

@@ -13,7 +13,7 @@ from llmgw.cli.context import CtlContext, body, options_for, query
 from llmgw.cli.render import HIGH, LOW, Col
 from llmgw.core.protocol.common import DataList
 from llmgw.core.protocol.keys import KeyCreated, KeyOut, KeyRequest, KeyRevoked, UsageQuery, UsageRowOut
-from llmgw.core.types import KeyScope, Limits
+from llmgw.core.types import KeyScope, Limits, ToolGrants
 
 key_app = typer.Typer(help="API keys: shown once, stored hashed.", no_args_is_help=True)
 limits_app = typer.Typer(help="Limits that apply to every key that sets none.", no_args_is_help=True)
@@ -29,6 +29,24 @@ def limits_given(**values: int | None) -> dict[str, int]:
     return {k: v for k, v in values.items() if v is not None}
 
 
+ToolsAllow = Annotated[list[str] | None, Opt(
+    "--tools-allow", help="MCP tools it may use: a pattern over SERVER/TOOL (github, github/*, "
+                          "*/read_*) (repeatable).")]
+ToolsDeny = Annotated[list[str] | None, Opt(
+    "--tools-deny", help="MCP tools it may not use, whatever allows them (repeatable).")]
+TOOL_OPTIONS = {"ToolGrants.allow": "--tools-allow", "ToolGrants.deny": "--tools-deny"}
+
+
+def tools_given(allow: list[str] | None, deny: list[str] | None) -> dict[str, ToolGrants]:
+    """`tools` for a request body, when --tools-allow or --tools-deny was given."""
+    return {"tools": ToolGrants(allow=allow or [], deny=deny or [])} if allow or deny else {}
+
+
+def tools_text(tools: ToolGrants) -> str:
+    """Grants as tables show them: the allow patterns, then the denied ones after a minus."""
+    return ", ".join([*tools.allow, *(f"-{p}" for p in tools.deny)]) or "-"
+
+
 def limits_text(limits: Limits) -> str:
     return ", ".join(f"{k} {v}" for k, v in limits.model_dump().items() if v is not None) or "-"
 
@@ -37,11 +55,11 @@ def _keys_table(keys: Sequence[KeyOut]) -> None:
     render.table(
         "keys",
         [Col("id", whole=True, optional=True), Col("name", whole=True), Col("key", whole=True), "scope",
-         "team", "models", "limits", "expires", "revoked", Col("by", optional=True),
-         Col("note", optional=True)],
+         "team", "models", "limits", "expires", "revoked", Col("tools", optional=True),
+         Col("by", optional=True), Col("note", optional=True)],
         [[k.id, k.name, k.label, k.scope, _team_text(k), ", ".join(k.models) or "all",
-          limits_text(k.limits),
-          render.when(k.expires_at, "never"), "yes" if k.revoked else "", k.by, k.note] for k in keys],
+          limits_text(k.limits), render.when(k.expires_at, "never"), "yes" if k.revoked else "",
+          tools_text(k.tools), k.by, k.note] for k in keys],
     )
 
 
@@ -76,19 +94,22 @@ def key_create(
                                          "models and limits hold too.")] = None,
     team_admin: Annotated[bool, Opt(help="With --team: the key may mint keys for its team and "
                                          "see the team's keys and usage.")] = False,
+    tools_allow: ToolsAllow = None,
+    tools_deny: ToolsDeny = None,
 ) -> None:
     """Create a key; it is shown once. A user key (via --key) mints only within its own grants;
     a team admin key, only for its team."""
     ctl = CtlContext.of(ctx)
     with options_for({"name": "NAME", "expires_in_days": "--expires-in-days", "note": "--note",
-                      "team": "--team", **LIMIT_OPTIONS}):
+                      "team": "--team", **LIMIT_OPTIONS, **TOOL_OPTIONS}):
         request = KeyRequest(
             name=name, scope=scope, models=[m.strip() for m in (models or "").split(",") if m.strip()],
             expires_in_days=expires_in_days, note=note, team=team, team_admin=team_admin,
             limits=Limits(**limits_given(
                 rpm=rpm, tpm=tpm, concurrent=concurrent, tokens_per_day=tokens_per_day,
                 tokens_per_month=tokens_per_month, tool_calls_per_minute=tool_calls_per_minute,
-                tool_concurrent=tool_concurrent)))
+                tool_concurrent=tool_concurrent)),
+            **tools_given(tools_allow, tools_deny))
     ctl.show_as(KeyCreated, ctl.call("POST", "/admin/v1/keys", body(request)), _shown_once)
 
 

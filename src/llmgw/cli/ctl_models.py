@@ -143,8 +143,8 @@ def model_add(
     if command is None and (env or ready_path is not None):
         render.error("--env and --ready-path are for a command engine: give --command too")
         raise typer.Exit(2)
-    selector = _key_values(node_selector, "--node-selector")
-    environment = _key_values(env, "--env")
+    selector = key_values(node_selector, "--node-selector")
+    environment = key_values(env, "--env")
     engine = {} if command is None else {
         "engine": Engine.COMMAND, "command": shlex.split(command), "env": environment,
         "ready_path": ready_path}
@@ -170,7 +170,7 @@ def model_add(
     ctl.show_as(Model, data, lambda m: render.console.print(f"added {m.name} (by {m.by})"))
 
 
-def _key_values(pairs: list[str] | None, option: str) -> dict[str, str]:
+def key_values(pairs: list[str] | None, option: str) -> dict[str, str]:
     """`KEY=VALUE` options as a dict; exits with a usage error on one without `=`."""
     out: dict[str, str] = {}
     for pair in pairs or []:

@@ -10,7 +10,16 @@ import typer
 from llmgw.cli import render
 from llmgw.cli.client import quote
 from llmgw.cli.context import CtlContext, body, options_for
-from llmgw.cli.ctl_keys import LIMIT_OPTIONS, limits_given, limits_text
+from llmgw.cli.ctl_keys import (
+    LIMIT_OPTIONS,
+    TOOL_OPTIONS,
+    ToolsAllow,
+    ToolsDeny,
+    limits_given,
+    limits_text,
+    tools_given,
+    tools_text,
+)
 from llmgw.core.protocol.common import DataList, Removed
 from llmgw.core.protocol.keys import TeamOut, TeamRequest
 from llmgw.core.types import Limits
@@ -25,9 +34,9 @@ Name = Annotated[str, typer.Argument(help="The team's name.")]
 def _teams_table(teams: Sequence[TeamOut]) -> None:
     render.table(
         "teams", ["name", "models", "limits", "keys", "tokens today", "tokens this month", "by",
-                  "note"],
+                  "note", "tools"],
         [[t.name, ",".join(t.models) or "all", limits_text(t.limits), t.keys, t.tokens_today,
-          t.tokens_this_month, t.by, t.note] for t in teams],
+          t.tokens_this_month, t.by, t.note, tools_text(t.tools)] for t in teams],
     )
 
 
@@ -49,17 +58,19 @@ def team_create(
     note: Annotated[str, Opt(help="Owner or purpose.")] = "",
     replace: Annotated[bool, Opt(help="Change the team of this name (every option given anew).")
                        ] = False,
+    tools_allow: ToolsAllow = None,
+    tools_deny: ToolsDeny = None,
 ) -> None:
     """Create a team (or, with --replace, change one); its limits hold on top of each key's."""
     ctl = CtlContext.of(ctx)
-    with options_for({"name": "NAME", "note": "--note", **LIMIT_OPTIONS}):
+    with options_for({"name": "NAME", "note": "--note", **LIMIT_OPTIONS, **TOOL_OPTIONS}):
         request = TeamRequest(
             name=name, models=[m.strip() for m in (models or "").split(",") if m.strip()],
             limits=Limits(**limits_given(
                 rpm=rpm, tpm=tpm, concurrent=concurrent, tokens_per_day=tokens_per_day,
                 tokens_per_month=tokens_per_month, tool_calls_per_minute=tool_calls_per_minute,
                 tool_concurrent=tool_concurrent)),
-            note=note)
+            note=note, **tools_given(tools_allow, tools_deny))
     if replace:
         data = ctl.call("PUT", f"/admin/v1/teams/{quote(name)}", body(request))
     else:

@@ -37,6 +37,7 @@ class AuditKind(StrEnum):
     USER = "user"  # a person's role set by an admin, or the person removed
     SESSION = "session"  # a console sign-in, and its end (sign-out, ended by an admin, expiry)
     CACHE = "cache"  # the response cache purged, for one model or route or all ("*")
+    MCP = "mcp"  # an upstream MCP server added, changed or removed (its credential: by reference)
 
 
 class AuditEntry(BaseModel):

@@ -30,6 +30,17 @@ def url(value: str) -> str:
     return urlunsplit((parts.scheme, netloc, parts.path, query if parts.query else "", ""))
 
 
+# Environment variables whose value is hidden where a process's environment is shown (an MCP
+# server's): those whose name ends with a secret field's, or with one of these.
+SECRET_ENV = (*SECRET_FIELDS, "key", "pat", "credential", "credentials")
+
+
+def env(values: Mapping[str, str]) -> dict[str, str]:
+    """An environment as shown: the values of variables named like a secret (`GITHUB_TOKEN`,
+    `OPENAI_API_KEY`, `GH_PAT`) replaced by `***`."""
+    return {k: HIDDEN if k.lower().endswith(SECRET_ENV) else v for k, v in values.items()}
+
+
 def scrubbed(value: Any) -> Any:
     """`value` (JSON-like) without the fields that could hold a secret, and URLs (`…url`
     fields) hidden as `url` hides them."""

@@ -14,6 +14,7 @@ from aiohttp import web
 
 from llmgw.admin.cache import CacheAdmin
 from llmgw.admin.keys import KeyAdmin
+from llmgw.admin.mcp import McpAdmin
 from llmgw.admin.people import People
 from llmgw.admin.routes import RouteAdmin
 from llmgw.admin.teams import TeamAdmin
@@ -31,6 +32,7 @@ from llmgw.api.appkeys import (
     JOBS,
     JUDGE_STATUS,
     KEYS,
+    MCP_ADMIN,
     MCP_AGENTS,
     METRICS,
     METRICS_PEERS,
@@ -216,6 +218,7 @@ class Server:
         app[ROUTES] = RouteAdmin(store, clock, plane.router, lambda: refresher.current.table,
                                  on_change=notifier.settle)
         app[TEAMS] = TeamAdmin(store, clock, on_change=notifier.settle)
+        app[MCP_ADMIN] = McpAdmin(store, clock, on_change=notifier.settle)
         assert plane.gateway.cache is not None  # the plane always makes one
         app[CACHE] = CacheAdmin(store, clock, plane.gateway.cache, on_change=notifier.settle)
         app[JUDGE_STATUS] = judges.status(store, judge_keeper, clock, lambda: leadership.leading,

@@ -12,6 +12,7 @@ from llmgw.store.install_repo import InstallRepo
 from llmgw.store.job_repo import JobRepo
 from llmgw.store.key_repo import KeyRepo
 from llmgw.store.lease_repo import LeaseRepo
+from llmgw.store.mcp_repo import McpRepo
 from llmgw.store.mcp_run_repo import McpRunRepo
 from llmgw.store.mcp_usage_repo import McpUsageRepo
 from llmgw.store.node_repo import NodeRepo
@@ -48,6 +49,7 @@ class Store:
         self.sessions = SessionRepo(engine)
         self.signins = SigninRepo(engine)
         self.mcp_runs = McpRunRepo(engine)
+        self.mcp = McpRepo(engine)
 
     @classmethod
     def open(cls, url: str, *, migrate_schema: bool = True) -> Store:

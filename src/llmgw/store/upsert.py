@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import datetime
 from typing import Any, Literal
 
@@ -33,9 +33,11 @@ def upsert(
     kind: AuditKind, action: str, by: str, now: datetime,
     taken: Exception | None = None, missing: Exception | None = None,
     fixed: Mapping[str, Any] | None = None,
+    audited: Callable[[Mapping[str, Any]], Mapping[str, Any]] | None = None,
 ) -> None:
     """Write `spec` as `table`'s row `name` by `by` at `now`, audit it, bump the revision.
-    `fixed` are columns a new row takes and no later write changes (a team's id)."""
+    `fixed` are columns a new row takes and no later write changes (a team's id); `audited`
+    hides what the audit entry must not show of a spec, beyond what `record` drops."""
     where = table.c.name == name
     # Every table written here has name, spec and by; created_at (a new row's time) and
     # updated_at (every write's) where it has them.
@@ -58,6 +60,8 @@ def upsert(
             if taken is None:
                 raise
             raise taken from exc
+    if audited is not None:
+        before, spec = (audited(before) if before is not None else None), audited(spec)
     record(conn, kind, action, name, before, spec, now)
     # Last, after the write and its entry, where each of these writes always bumped it; in the
     # same transaction, so a server that sees the new revision reads the change and a write that

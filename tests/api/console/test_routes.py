@@ -71,8 +71,8 @@ async def test_a_user_keys_nav_shows_only_its_pages(install: Install) -> None:
     text = await (await admin.get("/ui/")).text()
     nav = text.split('<nav id="nav">', 1)[1].split("</nav>", 1)[0]
     assert re.findall(r'href="([^"]+)"', nav) == ["/ui/", "/ui/models", "/ui/nodes", "/ui/guard",
-                                                  "/ui/routes", "/ui/teams", "/ui/keys", "/ui/usage",
-                                                  "/ui/users", "/ui/playground"]
+                                                  "/ui/routes", "/ui/teams", "/ui/mcp", "/ui/keys",
+                                                  "/ui/usage", "/ui/users", "/ui/playground"]
 
 
 async def test_every_page_an_admin_opens_renders(install: Install) -> None:

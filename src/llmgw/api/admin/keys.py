@@ -69,12 +69,12 @@ async def put_default_limits(call: Call[Limits, None]) -> Limits:
 
 async def usage(call: Call[None, UsageQuery]) -> DataList[UsageRowOut]:
     q = call.query
-    rows = await call.app[KEYS].usage(q.key, q.model, _day(q.since), call.key, q.team)
+    rows = await call.app[KEYS].usage(q.key, q.model, day(q.since), call.key, q.team)
     names = {k.id: k.name for k in await call.app[KEYS].keys(call.key)}
     return DataList(data=[UsageRowOut(**dict(r), key_name=names.get(r.key_id, "")) for r in rows])
 
 
-def _day(since: str | None) -> str | None:
+def day(since: str | None) -> str | None:
     """A `since` query as the UTC day it falls on: a date, or a time (UTC when it names no zone)."""
     if not since:
         return None

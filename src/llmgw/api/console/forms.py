@@ -77,6 +77,13 @@ def pairs(form: Form, name: str) -> dict[str, str]:
     return out
 
 
+def grants(form: Form) -> dict[str, list[str]] | None:
+    """MCP tool grants from the `tools_allow` and `tools_deny` list fields; None when both are
+    empty (the API's default holds)."""
+    allow, deny = names(form, "tools_allow"), names(form, "tools_deny")
+    return {"allow": allow, "deny": deny} if allow or deny else None
+
+
 def given(**fields: Any) -> dict[str, Any]:
     """The fields that were filled in (None: left out of the request, so the API's default holds)."""
     return {k: v for k, v in fields.items() if v is not None}

@@ -68,7 +68,8 @@ async def create(request: web.Request) -> web.Response:
     body = forms.given(name=forms.text(form, "name", required=True), scope=forms.text(form, "scope"),
                        models=forms.names(form, "models") or None,
                        expires_in_days=forms.number(form, "expires_in_days"),
-                       limits=limits or None, note=forms.text(form, "note"))
+                       limits=limits or None, note=forms.text(form, "note"),
+                       tools=forms.grants(form))
     created = await _call(request, CREATE_KEY, body=body)
     return await keys(request, created, "created")
 

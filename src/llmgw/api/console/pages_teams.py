@@ -35,7 +35,7 @@ async def add(request: web.Request) -> web.Response:
     limits = forms.given(**{name: forms.integer(form, name) for name, _ in LIMITS})
     body = forms.given(name=forms.text(form, "name", required=True),
                        models=forms.names(form, "models") or None, limits=limits or None,
-                       note=forms.text(form, "note"))
+                       note=forms.text(form, "note"), tools=forms.grants(form))
     await _call(request, ADD_TEAM, body=body)
     return render.done(request, HERE)
 

@@ -26,6 +26,7 @@ NAV = (
     ("/ui/guard", "Guard", "admin"),
     ("/ui/routes", "Routes", "admin"),
     ("/ui/teams", "Teams", "admin"),
+    ("/ui/mcp", "MCP", "manages"),
     ("/ui/keys", "Keys", "sees_keys"),
     ("/ui/usage", "Usage", "sees_keys"),
     ("/ui/users", "Users", "manages"),

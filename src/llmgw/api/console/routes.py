@@ -10,6 +10,7 @@ from aiohttp import web
 from llmgw.api.console import (
     pages_guard,
     pages_keys,
+    pages_mcp,
     pages_models,
     pages_nodes,
     pages_overview,
@@ -78,6 +79,7 @@ PAGES: tuple[Page, ...] = (
     Page("GET", "/teams", pages_teams.teams, Need.ADMIN),
     Page("POST", "/teams", pages_teams.add, Need.ADMIN),
     Page("POST", "/teams/{name}/remove", pages_teams.remove, Need.ADMIN),
+    Page("GET", "/mcp", pages_mcp.mcp, Need.ADMIN),
     Page("GET", "/keys", pages_keys.keys, Need.SIGNED),
     Page("POST", "/keys", pages_keys.create, Need.SIGNED),
     Page("POST", "/keys/{id}/revoke", pages_keys.revoke, Need.SIGNED),

@@ -13,6 +13,7 @@ from llmgw.core.types import (
     KeyScope,
     Limits,
     Team,
+    ToolGrants,
     UsageRow,
     UtcDatetime,
 )
@@ -37,6 +38,11 @@ class KeyRequest(BaseModel):
     team: str | None = Field(default=None, pattern=TEAM_NAME_PATTERN)
     # A user key of the team that may mint keys for it and see its keys and usage (admins only).
     team_admin: bool = False
+    tools: ToolGrants = Field(default_factory=ToolGrants, description="MCP tools it may use, as "
+                              "patterns over SERVER/TOOL (`github`, `github/*`, `*/read_*`); a deny "
+                              "wins. A minted key's allow stays within its minter's (empty: the "
+                              "minter's) and takes its minter's denies; a team key's, within its "
+                              "team's allow.")
 
 
 class LiveCounts(BaseModel):
@@ -96,6 +102,9 @@ class TeamRequest(BaseModel):
                               "the team's keys may call; empty: any their keys may.")
     limits: Limits = Field(default_factory=Limits, description="The team's own limits and "
                            "budgets, on top of each key's.")
+    tools: ToolGrants = Field(default_factory=ToolGrants, description="MCP tools its keys may "
+                              "use: a key without an allow of its own gets the team's, and a "
+                              "key's own stays within it.")
     note: str = Field(default="", max_length=1000)
 
 
