@@ -82,6 +82,8 @@ LABELS: dict[str, str] = {
     "from_target": "The target the request failed on.",
     "to_target": "The target it moved on to.",
     "reason": "The failure that moved it or retried it: connect, 5xx, timeout, 429 or context-length.",
+    "tenant": "Whom busy slots are shared between: `team:` and the team's id, or `key:` and the "
+              "id of a key outside teams.",
     "replica": "The replica's id (`llmgw ctl replica list`).",
     "result": "hit (answered from the response cache) or miss (answered by the upstream, and kept "
               "when it could be).",
@@ -121,6 +123,10 @@ REQUESTS_IN_FLIGHT = Family("llmgw_requests_in_flight", "gauge",
                             "Requests sent to a model's upstreams and not answered yet", ("model",))
 QUEUE_DEPTH = Family("llmgw_queue_depth", "gauge", "Requests waiting for a ready replica per model",
                      ("model",), when="For models served here (a remote provider's model never queues).")
+FAIR_QUEUE_DEPTH = Family("llmgw_fair_queue_depth", "gauge",
+                          "Requests held while every slot of the model's ready replicas is busy, "
+                          "per tenant (this process's own)", ("model", "tenant"),
+                          when="For each tenant with requests held in the answering process.")
 GUARD_QUEUE_DEPTH = Family("llmgw_guard_queue_depth", "gauge",
                            "Judgments waiting in this server for a free judge slot", ("judge",))
 GUARD_IN_FLIGHT = Family("llmgw_guard_judgments_in_flight", "gauge", "Judgments on a judge slot now",
@@ -186,8 +192,9 @@ REPLICA_KV_CACHE = Family("llmgw_replica_kv_cache_usage_ratio", "gauge",
 # Every family a scrape of a server may show, in the order it shows them.
 FAMILIES: tuple[Family, ...] = (
     REQUESTS, REQUEST_SECONDS, TTFT, GATEWAY_ADDED, UPSTREAM_ERRORS, JUDGMENTS, QUEUE_WAIT_SECONDS,
-    COLD_STARTS, EVICTIONS, REPLICAS_READY, REQUESTS_IN_FLIGHT, QUEUE_DEPTH, GUARD_QUEUE_DEPTH,
-    GUARD_IN_FLIGHT, GUARD_JUDGE_SLOTS, GUARD_SHED, JUDGE_PROMPT_TOKENS, JUDGE_SERVICE_SECONDS,
+    COLD_STARTS, EVICTIONS, REPLICAS_READY, REQUESTS_IN_FLIGHT, QUEUE_DEPTH, FAIR_QUEUE_DEPTH,
+    GUARD_QUEUE_DEPTH, GUARD_IN_FLIGHT, GUARD_JUDGE_SLOTS, GUARD_SHED, JUDGE_PROMPT_TOKENS,
+    JUDGE_SERVICE_SECONDS,
     CACHE_LOOKUPS, CACHE_SAVED_TOKENS, UP,
     ROUTE_FALLBACKS, ROUTE_RETRIES, ROUTE_COOLDOWNS, ROUTE_COOLING_DOWN, LIMITS_DEGRADED,
     GPU_UTILIZATION, GPU_MEMORY_USED, GPU_MEMORY_TOTAL, GPU_TEMPERATURE,

@@ -24,6 +24,7 @@ from llmgw.gateway.cache.file import InFile
 from llmgw.gateway.cache.memory import MemoryCache
 from llmgw.gateway.cache.service import ResponseCache
 from llmgw.gateway.cache.store import AnswerStore, InMemory
+from llmgw.gateway.fair import FairMetrics, FairShare
 from llmgw.gateway.gpu_metrics import GpuMetrics
 from llmgw.gateway.inflight import InFlight, JudgeSlots, LocalInFlight, SharedInFlight
 from llmgw.gateway.limits import Limiter
@@ -136,9 +137,13 @@ def build(store: Store, settings: ServerSettings, clock: Clock, activity_id: str
     demand = ActivityReporter(store, activity_id, clock, on_cold or on_change)
     flight = flight or LocalInFlight()
     queue = ColdQueue(s.control, clock.monotonic, on_cold=demand.cold, flight=flight)
+    # A busy local model's requests wait here, shared fairly between tenants (per process).
+    fair = FairShare(s.control.fair_weights, s.control.queue_timeout_s, clock.monotonic,
+                     s.worker_count())
 
     def refreshed(table: RoutingTable) -> None:
         queue.refreshed(table)
+        fair.refreshed()  # a replica added frees slots for the held requests
         on_change()  # a change another process made reaches this one's loops too
 
     refresher = Refresher(store, bytes.fromhex(s.key_secret), engine_keys, s.provider_key_env,
@@ -169,6 +174,7 @@ def build(store: Store, settings: ServerSettings, clock: Clock, activity_id: str
     bus = CooldownBus(limiter.shared.client, limiter.shared.timeout_s) if limiter.shared else None
     router = Router(clock, bus=bus)
     metrics.add_collector(RouteMetrics(router, lambda: refresher.current.route_specs, clock))
+    metrics.add_collector(FairMetrics(fair))
     gpus = GpuMetrics(store.nodes.list, clock, timedelta(seconds=s.control.node_timeout_s))
     metrics.add_collector(gpus)
     metrics.add_refresher(gpus.refresh)
@@ -183,7 +189,7 @@ def build(store: Store, settings: ServerSettings, clock: Clock, activity_id: str
                                        clock.monotonic))
     gateway = Gateway(refresher, client, clock, guard, limiter, meter, metrics, queue=queue,
                       router=router, tracer=tracer, people_limits=s.sso.playground_limits,
-                      prefix_routing=s.prefix_routing,
+                      prefix_routing=s.prefix_routing, fair=fair,
                       cache=ResponseCache(
                           s.cache, answers, Embedder(client, lambda: refresher.current.table,
                                                      s.cache.embedding_model)
