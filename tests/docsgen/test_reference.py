@@ -31,7 +31,6 @@ from llmgw.api.registry import spec
 from llmgw.cli.main import app
 from llmgw.core import errors, settings
 from llmgw.core.clock import SystemClock
-from llmgw.gateway.fair import FairMetrics, FairShare
 from llmgw.gateway.gpu_metrics import GpuMetrics
 from llmgw.gateway.metrics import FAMILIES, LABELS, Metrics
 from llmgw.gateway.replica_signals import ReplicaSignals
@@ -252,7 +251,6 @@ def scrape() -> str:
     metrics.add_collector(DegradedMetric(cast(Any, SimpleNamespace(degraded=False))))
     metrics.add_collector(GpuMetrics(list, SystemClock(), timedelta(seconds=30)))
     metrics.add_collector(ReplicaSignals(lambda: table))
-    metrics.add_collector(FairMetrics(FairShare({}, 60.0, SystemClock().monotonic)))
     return metrics.render().decode()
 
 

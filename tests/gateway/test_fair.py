@@ -5,17 +5,26 @@ from __future__ import annotations
 
 import asyncio
 from collections import Counter
+from collections.abc import Awaitable
+from typing import Any, cast
 
 import orjson
 import pytest
 
-from llmgw.core.errors import QueueTimeout
-from llmgw.core.types import LocalSource, Model, Profile
+from llmgw.core.errors import QueueTimeout, UpstreamError
+from llmgw.core.guard import Direction, Policy
+from llmgw.core.types import ApiKey, LocalSource, Model, Profile, Team
 from llmgw.gateway.call import Reply, UpstreamCall
-from llmgw.gateway.fair import FAIR_RETRY_S, FairMetrics, FairShare, Turn
+from llmgw.gateway.chain import Next
+from llmgw.gateway.fair import FAIR_RETRY_S, FairShare, Turn
+from llmgw.gateway.metrics import Metrics, merged
+from llmgw.gateway.relay import outbound, send
 from llmgw.gateway.stages import fair as fair_stage
+from llmgw.gateway.stages.guard import Judged, forward_guarded
+from llmgw.gateway.transport import Connection, Transport
 from llmgw.gateway.upstream.table import RoutingTable, Serving, Upstream
 from llmgw.gateway.usage import Tokens
+from llmgw.guard.enforcement import Guard, RequestInfo
 from tests.factories import upstream_call, user_key
 
 COST = 100
@@ -29,13 +38,14 @@ class Rig:
                  timeout_s: float = 60.0) -> None:
         self.t = 1000.0
         self.slots = slots
-        self.share = FairShare(weights or {}, timeout_s, lambda: self.t)
+        self.weights = weights or {}
+        self.share = FairShare(timeout_s, lambda: self.t)
         self.went: list[str] = []
         self.turns: dict[str, list[Turn]] = {}
 
     def ask(self, tenant: str, cost: int = COST) -> asyncio.Task[Turn]:
         async def request() -> Turn:
-            turn = await self.share.turn("m", tenant, self.share.weight(tenant), cost,
+            turn = await self.share.turn("m", tenant, self.weights.get(tenant, 1.0), cost,
                                          lambda: self.slots)
             self.went.append(tenant)
             self.turns.setdefault(tenant, []).append(turn)
@@ -189,23 +199,37 @@ async def test_a_cancelled_held_request_leaves_the_queue_and_its_turn_goes_to_th
     assert rig.went == ["a", "c"]
 
 
-async def test_the_held_requests_per_tenant_are_in_the_metrics() -> None:
+async def test_the_held_requests_per_tenant_are_in_the_metrics_summed_over_the_workers() -> None:
     rig = Rig(slots=1)
     asked = [rig.ask("team:t1"), rig.ask("team:t1"), rig.ask("key:k1")]
     await settled()
-    (family,) = FairMetrics(rig.share).collect()
-    assert family.name == "llmgw_fair_queue_depth"
-    assert {(s.labels["model"], s.labels["tenant"]): s.value for s in family.samples} == {
-        ("m", "team:t1"): 1, ("m", "key:k1"): 1}
+    table = RoutingTable({})
+    mine = Metrics(lambda: table, held=rig.share.depths)
+    other = Metrics(lambda: table, held=lambda: {("m", "team:t1"): 2})
+
+    def depths(metrics: Metrics) -> dict[tuple[str, str], float]:
+        [family] = [f for f in metrics.collect() if f.name == "llmgw_fair_queue_depth"]
+        return {(s.labels["model"], s.labels["tenant"]): s.value for s in family.samples}
+
+    assert depths(mine) == {("m", "team:t1"): 1, ("m", "key:k1"): 1}
+    both = merged(mine, [other.state()])
+    assert depths(both) == {("m", "team:t1"): 3, ("m", "key:k1"): 1}
+    assert both.held() == {("m", "key:k1"): 1, ("m", "team:t1"): 3}
     for task in asked:
         task.cancel()
     await asyncio.gather(*asked, return_exceptions=True)
 
 
-# The stage, over calls as the service makes them.
+# The stage and the way out, over calls as the service makes them.
 
 LOCAL = Model(name="m", source=LocalSource(path="/m.gguf"), profiles=[Profile(name="cpu")])
-BODY = orjson.dumps({"model": "m", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 8})
+POLICY = Policy(name="in", judges=["j"])
+INFO = RequestInfo(model="m", key_name="k", key_label="sk-k…", request_id="req-1")
+
+
+def body(text: str = "hi") -> bytes:
+    return orjson.dumps({"model": "m", "messages": [{"role": "user", "content": text}],
+                         "max_tokens": 8})
 
 
 def one_slot() -> tuple[Serving, RoutingTable]:
@@ -213,33 +237,146 @@ def one_slot() -> tuple[Serving, RoutingTable]:
     return route, RoutingTable({"m": route})
 
 
-async def test_the_stage_gives_the_slot_back_however_the_call_ends() -> None:
-    route, table = one_slot()
-    share = FairShare({}, 60.0, lambda: 0.0)
-    fair = fair_stage.stage(share, lambda: table)
-    sent: list[UpstreamCall] = []
+class Answer:
+    """An upstream's whole 200 answer, as the way out reads it."""
 
-    async def failing(call: UpstreamCall) -> Reply:
-        sent.append(call)
-        raise RuntimeError("the upstream broke")
+    status = 200
 
-    async def answering(call: UpstreamCall) -> Reply:
-        sent.append(call)
-        return Reply(200, b"{}")
+    async def whole(self) -> bytes:
+        return b'{"choices": []}'
 
-    first = upstream_call(route, BODY)
-    with pytest.raises(RuntimeError):
-        await fair(first, failing)
-    second = upstream_call(route, BODY, key=user_key()[1])
-    held = asyncio.create_task(fair(second, answering))
+    def release(self) -> None:
+        pass
+
+
+class Engine:
+    """A transport whose engine answers the requests sent to it one at a time, when told; the
+    prompt of each is noted as it is sent."""
+
+    def __init__(self) -> None:
+        self.sent: list[str] = []
+        self._answers: list[asyncio.Future[None]] = []
+        self.fail = False
+
+    async def send(self, up: Upstream, path: str, raw: bytes, tries: int) -> Connection:
+        self.sent.append(orjson.loads(raw)["messages"][0]["content"])
+        if self.fail:
+            raise UpstreamError("the upstream broke")
+        answered = asyncio.get_running_loop().create_future()
+        self._answers.append(answered)
+        await answered
+        return cast(Connection, Answer())
+
+    def answer_next(self) -> None:
+        self._answers.pop(0).set_result(None)
+
+
+class Judge:
+    """A guard whose judges find every prompt safe; the prompts it was asked about, in order."""
+
+    def __init__(self) -> None:
+        self.asked: list[str] = []
+
+    async def check(self, policies: list[Policy], direction: Direction, turns: list[Any],
+                    info: RequestInfo) -> bool:
+        if policies:
+            self.asked.append(turns[-1].content)
+        return True
+
+
+class WayOut:
+    """One model of one slot with the fair-share stage in front of the way out: plain (the
+    relay's `send`) or guarded (the guard stage's `forward_guarded`, which reaches the upstream
+    itself); each call is ended as the service ends it, which gives its slot back."""
+
+    def __init__(self, teams: dict[str, Team] | None = None) -> None:
+        self.route, table = one_slot()
+        self.share = FairShare(60.0, lambda: 0.0)
+        self.fair = fair_stage.stage(self.share, lambda: table, teams or {})
+        self.engine = Engine()
+        self.judge = Judge()
+        transport = cast(Transport, self.engine)
+
+        def plain(call: UpstreamCall) -> Awaitable[Reply]:
+            return send(transport, call, outbound(call), call.exchange)
+
+        def guarded(call: UpstreamCall) -> Awaitable[Reply]:
+            return forward_guarded(transport, call, outbound(call), call.exchange,
+                                   Judged(cast(Guard, self.judge), INFO, [POLICY], []))
+
+        self.plain, self.guarded = plain, guarded
+
+    def ask(self, text: str, nxt: Next | None = None, key: ApiKey | None = None,
+            ) -> asyncio.Task[Reply]:
+        call = upstream_call(self.route, body(text), key=key or user_key()[1])
+
+        async def run() -> Reply:
+            try:
+                reply = await self.fair(call, nxt or self.plain)
+            except BaseException:
+                call.exchange.end(502, Tokens())
+                raise
+            call.exchange.end(200, Tokens(5, 3))
+            return reply
+
+        return asyncio.create_task(run())
+
+
+async def test_a_guarded_burst_is_judged_whole_before_it_waits_for_the_busy_slot() -> None:
+    way = WayOut()
+    busy = way.ask("busy")
     await settled()
-    assert sent == [first] and share.depths() == {("m", fair_stage.tenant(second.key)): 1}
+    burst = [way.ask(f"burst {i}", way.guarded) for i in range(4)]
+    await settled()
+    # Every prompt of the burst went to the judge while the one slot was busy (the judge sheds
+    # what it cannot judge in time); only then does each wait for the slot.
+    assert way.judge.asked == [f"burst {i}" for i in range(4)]
+    assert sum(way.share.depths().values()) == 4 and way.engine.sent == ["busy"]
+    for _ in range(5):
+        way.engine.answer_next()
+        await settled()
+    assert [(await t).status for t in (busy, *burst)] == [200] * 5
+    assert way.engine.sent == ["busy", *(f"burst {i}" for i in range(4))]
 
-    first.exchange.end(502, Tokens())  # the service ends the failed call: its slot goes on
-    assert (await held).status == 200 and sent == [first, second]
-    second.exchange.end(200, Tokens(5, 3))
-    third = upstream_call(route, BODY)
-    assert (await fair(third, answering)).status == 200  # not held: the slot is free again
+
+async def test_the_stage_gives_the_slot_back_however_the_call_ends() -> None:
+    way = WayOut()
+    way.engine.fail = True
+    with pytest.raises(UpstreamError):
+        await way.ask("first")  # failed: ended as a 502, its slot goes on
+    way.engine.fail = False
+    second = way.ask("second")
+    await settled()
+    third = way.ask("third")
+    await settled()
+    assert way.engine.sent == ["first", "second"] and sum(way.share.depths().values()) == 1
+    way.engine.answer_next()
+    assert (await second).status == 200
+    await settled()
+    way.engine.answer_next()
+    assert (await third).status == 200 and way.engine.sent == ["first", "second", "third"]
+    assert way.share.depths() == {}
+
+
+async def test_a_teams_stored_weight_is_its_share_and_a_key_outside_teams_weighs_one() -> None:
+    gold = Team(name="gold", weight=2.0)
+    way = WayOut({gold.id: gold})
+    member = user_key()[1].model_copy(update={"team": "gold", "team_id": gold.id})
+    alone = user_key()[1]
+    busy = way.ask("busy")
+    await settled()
+    asked = [way.ask(name, key=key) for _ in range(8)
+             for name, key in (("gold", member), ("alone", alone))]
+    await settled()
+    assert way.share.depths() == {("m", f"team:{gold.id}"): 8, ("m", f"key:{alone.id}"): 8}
+    for _ in range(10):
+        way.engine.answer_next()
+        await settled()
+    # Requests cost alike: after the first of each, the team goes twice for each of the key's.
+    assert Counter(way.engine.sent[3:9]) == {"gold": 4, "alone": 2}
+    for task in (busy, *asked):
+        task.cancel()
+    await asyncio.gather(busy, *asked, return_exceptions=True)
 
 
 def test_a_team_is_one_tenant_and_a_key_outside_teams_is_its_own() -> None:
@@ -248,8 +385,6 @@ def test_a_team_is_one_tenant_and_a_key_outside_teams_is_its_own() -> None:
     alone = user_key()[1]
     assert fair_stage.tenant(one) == fair_stage.tenant(two) == "team:team-1"
     assert fair_stage.tenant(alone) == f"key:{alone.id}"
-    share = FairShare({"t": 3.0}, 60.0, lambda: 0.0)
-    assert share.weight(one.team) == 3.0 and share.weight(alone.team) == 1.0
 
 
 async def test_a_replica_added_sends_the_held_requests_its_slots_make_room_for() -> None:
@@ -267,7 +402,7 @@ async def test_a_replica_added_sends_the_held_requests_its_slots_make_room_for()
 
 
 async def test_each_worker_sends_its_share_of_the_slots() -> None:
-    share = FairShare({}, 60.0, lambda: 0.0, processes=2)
+    share = FairShare(60.0, lambda: 0.0, processes=2)
     turns = [share.now("m", "a", 1.0, COST, lambda: 4) for _ in range(3)]
     assert [t is not None for t in turns] == [True, True, False]  # 2 of the 4: the other worker's 2
     odd = [share.now("n", "a", 1.0, COST, lambda: 3) for _ in range(3)]

@@ -24,10 +24,10 @@ Name = Annotated[str, typer.Argument(help="The team's name.")]
 
 def _teams_table(teams: Sequence[TeamOut]) -> None:
     render.table(
-        "teams", ["name", "models", "limits", "keys", "tokens today", "tokens this month", "by",
-                  "note"],
-        [[t.name, ",".join(t.models) or "all", limits_text(t.limits), t.keys, t.tokens_today,
-          t.tokens_this_month, t.by, t.note] for t in teams],
+        "teams", ["name", "models", "limits", "weight", "keys", "tokens today",
+                  "tokens this month", "by", "note"],
+        [[t.name, ",".join(t.models) or "all", limits_text(t.limits), f"{t.weight:g}", t.keys,
+          t.tokens_today, t.tokens_this_month, t.by, t.note] for t in teams],
     )
 
 
@@ -42,17 +42,20 @@ def team_create(
     concurrent: Annotated[int | None, Opt(help="Requests in flight, all its keys together.")] = None,
     tokens_per_day: Annotated[int | None, Opt(help="Token budget per day (UTC).")] = None,
     tokens_per_month: Annotated[int | None, Opt(help="Token budget per month (UTC).")] = None,
+    weight: Annotated[float, Opt(help="Its share of a busy model's slots against other teams' "
+                                      "(2: twice a team of 1; a key outside teams weighs 1).")
+                      ] = 1.0,
     note: Annotated[str, Opt(help="Owner or purpose.")] = "",
     replace: Annotated[bool, Opt(help="Change the team of this name (every option given anew).")
                        ] = False,
 ) -> None:
     """Create a team (or, with --replace, change one); its limits hold on top of each key's."""
     ctl = CtlContext.of(ctx)
-    with options_for({"name": "NAME", "note": "--note", **LIMIT_OPTIONS}):
+    with options_for({"name": "NAME", "note": "--note", "weight": "--weight", **LIMIT_OPTIONS}):
         request = TeamRequest(
             name=name, models=[m.strip() for m in (models or "").split(",") if m.strip()],
             limits=Limits(**limits_given(rpm, tpm, concurrent, tokens_per_day, tokens_per_month)),
-            note=note)
+            weight=weight, note=note)
     if replace:
         data = ctl.call("PUT", f"/admin/v1/teams/{quote(name)}", body(request))
     else:

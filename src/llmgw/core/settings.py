@@ -8,15 +8,7 @@ import tomllib
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import (
-    BaseModel,
-    ConfigDict,
-    Field,
-    PositiveFloat,
-    ValidationError,
-    field_validator,
-    model_validator,
-)
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from llmgw.core import names
 from llmgw.core.cache import MAX_TTL_S, CacheMode, CacheWhen
@@ -94,13 +86,8 @@ class ControlSettings(BaseModel):
     (429)."""
     queue_timeout_s: float = Field(default=120.0, gt=0, le=3600)
     """The longest, in seconds, a request waits in that queue before it is refused with
-    `queue_timeout` (503)."""
-    fair_weights: dict[str, PositiveFloat] = Field(default_factory=dict)
-    """While every slot of a local model's ready replicas is busy, a request waits on the server
-    that took it (at most `queue_timeout_s`, then `queue_timeout`, 503), and the next to go is
-    the tenant's (a team, or a key outside teams) served the fewest tokens for its weight. The
-    weights by team name, e.g. `{ batch = 1, interactive = 2 }`; a team not named, and a key
-    outside teams, weighs 1."""
+    `queue_timeout` (503, Retry-After); also the longest it waits for a slot while every slot
+    of a local model's ready replicas is busy (shared between teams by their weights)."""
     scale_up_load: float = Field(default=4.0, gt=0)
     """The keeper adds a replica (up to the model's `scaling.max`) when the model's queued and
     in-flight requests per ready replica have stayed above this for `scale_up_after_s`."""

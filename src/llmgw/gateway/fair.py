@@ -1,8 +1,9 @@
 """Fair shares of a busy local model: while every slot of its ready replicas is taken, a request
 waits here, and the next to go is the one of the tenant served the fewest tokens for its weight.
 
-A tenant is a team (by its id) or a key outside teams. Each tenant of a model has a virtual
-time: the tokens it was sent, divided by its weight (start-time fair queueing by tokens). A
+A tenant is a team (by its id, weighing its `Team.weight`) or a key outside teams (weighing 1).
+Each tenant of a model has a virtual time: the tokens it was sent, divided by its weight
+(start-time fair queueing by tokens). A
 request is charged its estimate when it goes (`reserve_estimate`: prompt bytes / 4 plus its
 `max_tokens`) and corrected to what it used when it ends. A tenant that was idle starts at the
 virtual time now (the least start of a request running or due), so idleness banks no credit. A
@@ -17,14 +18,10 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from prometheus_client.core import GaugeMetricFamily
-from prometheus_client.registry import Collector
-
 from llmgw.core.errors import QueueTimeout
-from llmgw.gateway.metrics import FAIR_QUEUE_DEPTH
 from llmgw.gateway.usage import Tokens
 
 # What a client whose wait ran out is told to wait: a slot frees as soon as one answer ends.
@@ -94,20 +91,15 @@ class Turn:
 class FairShare:
     """Held requests of every local model of this process, released by fair share of tokens."""
 
-    def __init__(self, weights: Mapping[str, float], timeout_s: float,
-                 monotonic: Callable[[], float], processes: int = 1) -> None:
-        """`weights` by team name (a tenant not named weighs 1); `timeout_s` is the longest a
-        request waits before it is refused with `queue_timeout` (503, Retry-After);
-        `processes` the server's workers, each of which sends its share of the slots."""
+    def __init__(self, timeout_s: float, monotonic: Callable[[], float],
+                 processes: int = 1) -> None:
+        """`timeout_s` is the longest a request waits before it is refused with
+        `queue_timeout` (503, Retry-After); `processes` the server's workers, each of which
+        sends its share of the slots."""
         self._processes = processes
-        self._weights = dict(weights)
         self._timeout_s = timeout_s
         self._monotonic = monotonic
         self._lines: dict[str, _Line] = {}
-
-    def weight(self, team: str | None) -> float:
-        """A team's weight by its name (1 when not named, and for a key outside teams)."""
-        return self._weights.get(team, 1.0) if team is not None else 1.0
 
     def depths(self) -> dict[tuple[str, str], int]:
         """Requests held per (model, tenant), only where some are."""
@@ -211,16 +203,3 @@ def _leave(line: _Line, held: _Held) -> None:
         if not q:
             del line.held[held.tenant]
 
-
-class FairMetrics(Collector):
-    """The requests held per model and tenant, registered beside `Metrics` (this process's own:
-    each process holds its own)."""
-
-    def __init__(self, share: FairShare) -> None:
-        self._share = share
-
-    def collect(self) -> Iterator[GaugeMetricFamily]:
-        depth = FAIR_QUEUE_DEPTH.gauge()
-        for (model, tenant), n in sorted(self._share.depths().items()):
-            depth.add_metric([model, tenant], n)
-        yield depth

@@ -125,8 +125,8 @@ QUEUE_DEPTH = Family("llmgw_queue_depth", "gauge", "Requests waiting for a ready
                      ("model",), when="For models served here (a remote provider's model never queues).")
 FAIR_QUEUE_DEPTH = Family("llmgw_fair_queue_depth", "gauge",
                           "Requests held while every slot of the model's ready replicas is busy, "
-                          "per tenant (this process's own)", ("model", "tenant"),
-                          when="For each tenant with requests held in the answering process.")
+                          "per tenant", ("model", "tenant"),
+                          when="For each tenant with requests held in the server now.")
 GUARD_QUEUE_DEPTH = Family("llmgw_guard_queue_depth", "gauge",
                            "Judgments waiting in this server for a free judge slot", ("judge",))
 GUARD_IN_FLIGHT = Family("llmgw_guard_judgments_in_flight", "gauge", "Judgments on a judge slot now",
@@ -255,11 +255,14 @@ class Metrics(Collector):
 
     def __init__(self, table: Callable[[], RoutingTable], *,
                  queued: Callable[[], Mapping[str, int]] = dict,
-                 judges: Callable[[], Mapping[str, JudgeLoad]] = dict) -> None:
+                 judges: Callable[[], Mapping[str, JudgeLoad]] = dict,
+                 held: Callable[[], Mapping[tuple[str, str], int]] = dict) -> None:
         """`queued` gives the requests waiting per model in this server's queue, `judges` each
-        judge's slots, queue and shed count in this server's judge admission."""
+        judge's slots, queue and shed count in this server's judge admission, `held` the
+        requests held per model and tenant while the model's slots are all busy."""
         self._table = table
         self._queued = queued
+        self._held = held
         self._judges = judges
         self.judge_service = Histogram(JUDGE_SERVICE_SECONDS.buckets)
         self.judge_prompt_tokens: dict[tuple[str, ...], int] = defaultdict(int)
@@ -282,6 +285,11 @@ class Metrics(Collector):
         self._refreshers: list[Callable[[], Awaitable[None]]] = []
         self.registry = CollectorRegistry()
         self.registry.register(self)
+
+    def held(self) -> dict[tuple[str, str], int]:
+        """The requests held per (model, tenant) while the model's slots are all busy, only
+        where some are (every worker's, on a merged copy)."""
+        return {k: n for k, n in sorted(self._held().items()) if n}
 
     def add_collector(self, collector: Collector) -> None:
         """Show `collector`'s metrics in every scrape of this process, merged or not (its
@@ -348,6 +356,7 @@ class Metrics(Collector):
         out["in_flight"] = {name: sum(u.outstanding for u in route.upstreams)
                             for name, route in self._table().routes.items()}
         out["queued"] = dict(self._queued())
+        out["held"] = [[model, tenant, n] for (model, tenant), n in self._held().items()]
         out["judges"] = {judge: load.model_dump() for judge, load in self._judges().items()}
         return out
 
@@ -379,6 +388,10 @@ class Metrics(Collector):
         yield ready
         yield inflight
         yield depth
+        held = FAIR_QUEUE_DEPTH.gauge()
+        for (model, tenant), n in sorted(self._held().items()):
+            held.add_metric([model, tenant], n)
+        yield held
         yield from self._judge_families()
         yield CACHE_LOOKUPS.counter(self.cache_lookups)
         yield CACHE_SAVED_TOKENS.counter(self.cache_saved_tokens)
@@ -406,11 +419,12 @@ class Metrics(Collector):
 
 def merged(own: Metrics, others: Iterable[MetricsState]) -> Metrics:
     """A copy of `own` with every state in `others` added: counters and histograms summed, and
-    the requests in flight and queued per model too (ready replicas are the routing table's,
-    the same in every worker)."""
+    the requests in flight, queued and held per model too (ready replicas are the routing
+    table's, the same in every worker)."""
     queued: dict[str, int] = defaultdict(int, own._queued())
     judges: dict[str, JudgeLoad] = dict(own._judges())
-    out = Metrics(own._table, queued=lambda: queued, judges=lambda: judges)
+    held: dict[tuple[str, str], int] = defaultdict(int, own._held())
+    out = Metrics(own._table, queued=lambda: queued, judges=lambda: judges, held=lambda: held)
     for collector in own._extras:
         out.add_collector(collector)
     for state in (own.state(), *others):
@@ -425,6 +439,8 @@ def merged(own: Metrics, others: Iterable[MetricsState]) -> Metrics:
             out._in_flight_elsewhere[model] = out._in_flight_elsewhere.get(model, 0) + int(n)
         for model, n in state.get("queued", {}).items():
             queued[model] += int(n)
+        for model, tenant, n in state.get("held", ()):
+            held[(str(model), str(tenant))] += int(n)
         for judge, fields in state.get("judges", {}).items():
             load = JudgeLoad.model_validate(fields)
             mine = judges.get(judge)

@@ -296,8 +296,9 @@ class Gateway:
         if self.queue is not None and (model is None or not (model.is_remote or model.scaling.max == 0)):
             stages.append(("queue", queue_stage.stage(self.queue, self._table, self.metrics)))
         if self.fair is not None and model is not None and not model.is_remote:
-            # Before the guard, which takes the way out itself where a policy covers the call.
-            stages.append(("fair", fair_stage.stage(self.fair, self._table)))
+            # Before the guard, which takes the way out itself where a policy covers the call:
+            # the stage only gives the call its gate, which the way out passes after judgment.
+            stages.append(("fair", fair_stage.stage(self.fair, self._table, snap.keys.teams)))
         if self.guard is not None and (model is None or not model.guard):
             stages.append(("guard", guard_stage.stage(self.guard, self._transport)))
         every = admission + stages

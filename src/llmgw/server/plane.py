@@ -24,7 +24,7 @@ from llmgw.gateway.cache.file import InFile
 from llmgw.gateway.cache.memory import MemoryCache
 from llmgw.gateway.cache.service import ResponseCache
 from llmgw.gateway.cache.store import AnswerStore, InMemory
-from llmgw.gateway.fair import FairMetrics, FairShare
+from llmgw.gateway.fair import FairShare
 from llmgw.gateway.gpu_metrics import GpuMetrics
 from llmgw.gateway.inflight import InFlight, JudgeSlots, LocalInFlight, SharedInFlight
 from llmgw.gateway.limits import Limiter
@@ -138,8 +138,7 @@ def build(store: Store, settings: ServerSettings, clock: Clock, activity_id: str
     flight = flight or LocalInFlight()
     queue = ColdQueue(s.control, clock.monotonic, on_cold=demand.cold, flight=flight)
     # A busy local model's requests wait here, shared fairly between tenants (per process).
-    fair = FairShare(s.control.fair_weights, s.control.queue_timeout_s, clock.monotonic,
-                     s.worker_count())
+    fair = FairShare(s.control.queue_timeout_s, clock.monotonic, s.worker_count())
 
     def refreshed(table: RoutingTable) -> None:
         queue.refreshed(table)
@@ -150,7 +149,7 @@ def build(store: Store, settings: ServerSettings, clock: Clock, activity_id: str
                           on_refresh=refreshed)
     client = Transport(timeout_s=s.upstream_timeout_s)
     metrics = Metrics(lambda: refresher.current.table, queued=queue.depths,
-                      judges=lambda: judge_client.loads())
+                      judges=lambda: judge_client.loads(), held=fair.depths)
     # A server's workers share its judges' slots; one process alone needs no lease. With a
     # shared Redis the install's servers share them too.
     lease = JudgeSlots(flight) if isinstance(flight, SharedInFlight) else UNSHARED
@@ -174,7 +173,6 @@ def build(store: Store, settings: ServerSettings, clock: Clock, activity_id: str
     bus = CooldownBus(limiter.shared.client, limiter.shared.timeout_s) if limiter.shared else None
     router = Router(clock, bus=bus)
     metrics.add_collector(RouteMetrics(router, lambda: refresher.current.route_specs, clock))
-    metrics.add_collector(FairMetrics(fair))
     gpus = GpuMetrics(store.nodes.list, clock, timedelta(seconds=s.control.node_timeout_s))
     metrics.add_collector(gpus)
     metrics.add_refresher(gpus.refresh)

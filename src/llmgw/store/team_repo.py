@@ -16,7 +16,7 @@ from llmgw.store.db import bump_revision, utc
 from llmgw.store.schema import api_keys, teams
 from llmgw.store.upsert import upsert
 
-_SPEC_FIELDS = {"models", "limits", "note"}
+_SPEC_FIELDS = {"models", "limits", "note", "weight"}
 
 
 def _to_team(row: Any) -> Team:

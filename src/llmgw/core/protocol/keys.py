@@ -96,6 +96,9 @@ class TeamRequest(BaseModel):
                               "the team's keys may call; empty: any their keys may.")
     limits: Limits = Field(default_factory=Limits, description="The team's own limits and "
                            "budgets, on top of each key's.")
+    weight: float = Field(default=1.0, gt=0, le=1000, description="The team's share of a busy "
+                          "model's slots against other teams' (1: an even share; a key outside "
+                          "teams weighs 1).")
     note: str = Field(default="", max_length=1000)
 
 
