@@ -10,7 +10,9 @@ from typing import Any, cast
 
 import orjson
 import pytest
+from aiohttp.test_utils import make_mocked_request
 
+from llmgw.api.errors import error_response
 from llmgw.core.errors import QueueTimeout, UpstreamError
 from llmgw.core.guard import Direction, Policy
 from llmgw.core.types import ApiKey, LocalSource, Model, Profile, Team
@@ -291,7 +293,8 @@ class WayOut:
 
     def __init__(self, teams: dict[str, Team] | None = None) -> None:
         self.route, table = one_slot()
-        self.share = FairShare(60.0, lambda: 0.0)
+        self.t = 0.0  # the share's monotonic clock
+        self.share = FairShare(60.0, lambda: self.t)
         self.fair = fair_stage.stage(self.share, lambda: table, teams or {})
         self.engine = Engine()
         self.judge = Judge()
@@ -337,6 +340,24 @@ async def test_a_guarded_burst_is_judged_whole_before_it_waits_for_the_busy_slot
         await settled()
     assert [(await t).status for t in (busy, *burst)] == [200] * 5
     assert way.engine.sent == ["busy", *(f"burst {i}" for i in range(4))]
+
+
+async def test_a_call_held_past_its_budget_is_answered_503_with_a_retry_after_and_never_sent(
+) -> None:
+    way = WayOut()
+    busy = way.ask("busy")
+    await settled()
+    late = way.ask("late")
+    await settled()
+    way.t += 61
+    way.share.expire()
+    with pytest.raises(QueueTimeout) as caught:
+        await late
+    resp = error_response(make_mocked_request("POST", "/v1/chat/completions"), caught.value)
+    assert resp.status == 503 and resp.headers["Retry-After"] == str(FAIR_RETRY_S)
+    assert resp.body is not None and b'"code":"queue_timeout"' in bytes(cast(bytes, resp.body))
+    way.engine.answer_next()
+    assert (await busy).status == 200 and way.engine.sent == ["busy"]  # the late one never went
 
 
 async def test_the_stage_gives_the_slot_back_however_the_call_ends() -> None:
