@@ -1,9 +1,11 @@
 """Fair shares of a busy model: one team's batch against another team's interactive user.
 
-    .venv/bin/python bench/fairness.py [--batch 16] [--singles 8] [--window 40] [--keep]
+    .venv/bin/python bench/fairness.py [--batch 16] [--singles 8] [--window 40] [--parallel 2]
+                                       [--spare 0] [--keep]
 
 One install as a user gets it (`server init --no-guard`, `server run` with its embedded node,
-SQLite); the demo GGUF (Gemma 3 270M Q4_K_M) on one replica of one core, `--parallel 2`. Team
+SQLite); the demo GGUF (Gemma 3 270M Q4_K_M) on one replica of one core, `--parallel 2` (or
+`--parallel`), `[control] fair_spare_slots` 0 (or `--spare`). Team
 `batch` keeps `--batch` long requests in flight (64 tokens each); team `interactive` sends one
 short streamed request at a time (8 tokens), `--singles` of them. Three phases, one after the
 other on the same replica: the interactive user alone, the batch alone for `--window` seconds,
@@ -37,7 +39,7 @@ from bench.ondemand import Install, log  # noqa: E402
 from bench import record  # noqa: E402
 
 MODEL = "bench-fair"
-ARGS = "--ctx-size 4096 --parallel 2 --metrics --no-jinja --chat-template gemma"
+ARGS = "--ctx-size 4096 --parallel {parallel} --metrics --no-jinja --chat-template gemma"
 LONG, SHORT = 64, 8  # answer tokens of a batch request, of an interactive one
 
 
@@ -120,17 +122,20 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=16)
     parser.add_argument("--singles", type=int, default=8)
     parser.add_argument("--window", type=float, default=40.0)
+    parser.add_argument("--parallel", type=int, default=2, help="the replica's slots")
+    parser.add_argument("--spare", type=int, default=0, help="[control] fair_spare_slots")
     parser.add_argument("--keep", action="store_true", help="keep the install's temp dir")
     args = parser.parse_args()
+    engine_args = ARGS.format(parallel=args.parallel)
     load_before, code = round(os.getloadavg()[0], 2), record.commit()
     root = Path(tempfile.mkdtemp(prefix="llmgw-bench-fair-"))
-    install = Install(root, {})
+    install = Install(root, {"fair_spare_slots": str(args.spare)} if args.spare else {})
     results: dict[str, Any] = {}
     try:
         install.start()
         ctl = install.server.ctl
         ctl("model", "add", MODEL, "--path", str(install.gguf), "--cores", "1", "--memory-gb", "1",
-            "--args", ARGS, "--min", "1", "--max", "1")
+            "--args", engine_args, "--min", "1", "--max", "1")
         install.server.wait_ready(MODEL, 300)
         for team in ("batch", "interactive"):
             ctl("team", "create", team)
@@ -173,7 +178,7 @@ def main() -> None:
     out.mkdir(parents=True, exist_ok=True)
     (out / "fairness.md").write_text(table + "\n")
     meta = record.meta(load_before, code, command=" ".join(["bench/fairness.py", *sys.argv[1:]]),
-                       settings=vars(args) | {"args": ARGS})
+                       settings=vars(args) | {"args": engine_args})
     record.write(out / "fairness.json", "fairness", meta, results)
     print(json.dumps(results))  # noqa: T201
 

@@ -37,11 +37,11 @@ class Rig:
     tenant is noted as it goes."""
 
     def __init__(self, slots: int, weights: dict[str, float] | None = None,
-                 timeout_s: float = 60.0) -> None:
+                 timeout_s: float = 60.0, spare: int = 0) -> None:
         self.t = 1000.0
         self.slots = slots
         self.weights = weights or {}
-        self.share = FairShare(timeout_s, lambda: self.t)
+        self.share = FairShare(timeout_s, lambda: self.t, spare=spare)
         self.went: list[str] = []
         self.turns: dict[str, list[Turn]] = {}
 
@@ -108,6 +108,42 @@ async def test_under_a_flood_another_tenants_request_goes_within_one_slot_turn()
         await settled()
     await asyncio.gather(*flood)
     assert rig.went.count("batch") == 16
+
+
+async def test_a_spare_slot_lets_a_newcomer_start_at_once_while_a_backlog_waits() -> None:
+    rig = Rig(slots=4, spare=1)
+    flood = [rig.ask("batch") for _ in range(8)]
+    await settled()
+    assert rig.went == ["batch"] * 3 and rig.held() == {"batch": 5}  # the fourth slot kept
+    first = rig.ask("interactive")
+    await settled()
+    assert rig.went[-1] == "interactive"  # at once, without waiting for a slot turn
+    second = rig.ask("interactive")  # the spare slot is its: the next waits like any other
+    await settled()
+    assert rig.held() == {"batch": 5, "interactive": 1}
+    rig.end_one("interactive")
+    await second
+    assert rig.went[-1] == "interactive" and rig.held() == {"batch": 5}
+    await first
+    rig.end_one("batch")  # the slot it freed is the one kept spare while the newcomer runs
+    await settled()
+    assert rig.held() == {"batch": 5}
+    rig.end_one("interactive")  # two free: the backlog's next takes one, one stays spare
+    await settled()
+    assert rig.went[-1] == "batch" and rig.held() == {"batch": 4}
+    for task in flood:
+        task.cancel()
+    await asyncio.gather(*flood, return_exceptions=True)
+
+
+async def test_a_share_of_one_slot_keeps_none_spare() -> None:
+    rig = Rig(slots=1, spare=1)
+    asked = [rig.ask("a"), rig.ask("a")]
+    await settled()
+    assert rig.went == ["a"] and rig.held() == {"a": 1}
+    rig.end_one("a")
+    await asyncio.gather(*asked)
+    assert rig.went == ["a", "a"]
 
 
 async def test_a_backlog_that_used_less_than_its_estimate_still_lets_a_newcomer_go_next() -> None:

@@ -3,11 +3,15 @@ waits here, and the next to go is the one of the tenant served the fewest tokens
 
 A tenant is a team (by its id, weighing its `Team.weight`) or a key outside teams (weighing 1).
 Each tenant of a model has a virtual time: the tokens it was sent, divided by its weight
-(start-time fair queueing by tokens). A
-request is charged its estimate when it goes (`reserve_estimate`: prompt bytes / 4 plus its
-`max_tokens`) and corrected to what it used when it ends. A tenant that was idle starts at the
-virtual time now (the least start of a request running or due), so idleness banks no credit. A
-tenant alone is held only while the slots are all busy, and then in arrival order.
+(start-time fair queueing by tokens). A request is charged its estimate when it goes
+(`reserve_estimate`: prompt bytes / 4 plus its `max_tokens`) and corrected to what it used when
+it ends. A tenant that was idle starts at the virtual time now (the least start of a request
+running or due), so idleness banks no credit. A tenant alone is held only while the slots are
+all busy, and then in arrival order. With `spare` slots, the last `spare` free slots of a share go
+only to a tenant with nothing running: a newcomer starts at once instead of after a slot turn,
+and a tenant alone uses that many fewer.
+
+The wait happens in the way out (`UpstreamCall.gate`, `stages.fair`), after the input judgment.
 
 One per process, like the cold-start queue: each worker holds and releases its own requests,
 counting only those it sent, against its share of the slots (the slots over the server's
@@ -92,11 +96,13 @@ class FairShare:
     """Held requests of every local model of this process, released by fair share of tokens."""
 
     def __init__(self, timeout_s: float, monotonic: Callable[[], float],
-                 processes: int = 1) -> None:
+                 processes: int = 1, spare: int = 0) -> None:
         """`timeout_s` is the longest a request waits before it is refused with
         `queue_timeout` (503, Retry-After); `processes` the server's workers, each of which
-        sends its share of the slots."""
+        sends its share of the slots; `spare` the slots of a share (when it has more) kept for
+        a tenant with nothing running."""
         self._processes = processes
+        self._spare = spare
         self._timeout_s = timeout_s
         self._monotonic = monotonic
         self._lines: dict[str, _Line] = {}
@@ -116,8 +122,7 @@ class FairShare:
         if tenant not in line.held and not line.sent.get(tenant):
             # Idle until now: it starts level with the busy ones (idleness banks no credit).
             line.served[tenant] = max(line.served.get(tenant, 0.0), line.floor())
-        slots = line.capacity()
-        if line.held or (slots and line.running >= slots):
+        if line.held or not self._room(line, tenant, line.capacity()):
             return None
         return Turn(line, tenant, cost, weight, self, _go(line, tenant, weight, cost))
 
@@ -132,6 +137,8 @@ class FairShare:
         line = self._lines[model]
         held = _Held(tenant, weight, cost, self._monotonic())
         line.held.setdefault(tenant, deque()).append(held)
+        if self._spare:
+            self.release(line, line.capacity())  # a spare slot may be free for this newcomer
         try:
             async with asyncio.timeout(self._timeout_s):
                 await held.go
@@ -145,6 +152,12 @@ class FairShare:
                 raise self._timed_out(model, held) from None
             raise
         return Turn(line, tenant, cost, weight, self, held.go.result())
+
+    def _room(self, line: _Line, tenant: str, slots: int) -> bool:
+        """Whether a request of `tenant` may go now: a slot is free (0 slots: not known, never
+        held), and not only the spare ones while the tenant has requests running."""
+        keep = self._spare if line.sent.get(tenant) and slots > self._spare else 0
+        return not slots or slots - line.running > keep
 
     def _mine(self, slots: int) -> int:
         # Each worker sends its share of the slots, rounded up (one at least): the workers'
@@ -169,12 +182,12 @@ class FairShare:
 
     def release(self, line: _Line, slots: int) -> None:
         """Send held requests while `line` has free slots, the least served tenant's first
-        (those whose wait budget is spent are refused, not sent late)."""
+        among those with room (those whose wait budget is spent are refused, not sent late)."""
         self.expire()
-        while line.held and (slots == 0 or line.running < slots):
+        while ready := [t for t in line.held if self._room(line, t, slots)]:
             # On a tie, the tenant with fewer requests running: one that was idle goes before
             # a backlog level with it.
-            tenant = min(line.held, key=lambda t: (line.served.get(t, 0.0), line.sent.get(t, 0)))
+            tenant = min(ready, key=lambda t: (line.served.get(t, 0.0), line.sent.get(t, 0)))
             held = line.held[tenant].popleft()
             if not line.held[tenant]:
                 del line.held[tenant]

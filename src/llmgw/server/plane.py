@@ -138,7 +138,8 @@ def build(store: Store, settings: ServerSettings, clock: Clock, activity_id: str
     flight = flight or LocalInFlight()
     queue = ColdQueue(s.control, clock.monotonic, on_cold=demand.cold, flight=flight)
     # A busy local model's requests wait here, shared fairly between tenants (per process).
-    fair = FairShare(s.control.queue_timeout_s, clock.monotonic, s.worker_count())
+    fair = FairShare(s.control.queue_timeout_s, clock.monotonic, s.worker_count(),
+                     s.control.fair_spare_slots)
 
     def refreshed(table: RoutingTable) -> None:
         queue.refreshed(table)
