@@ -237,6 +237,22 @@ async def test_a_cancelled_held_request_leaves_the_queue_and_its_turn_goes_to_th
     assert rig.went == ["a", "c"]
 
 
+async def test_a_slot_freed_before_a_cancelled_request_has_left_goes_to_the_next() -> None:
+    rig = Rig(slots=1)
+    rig.ask("a")
+    gone, next_one = rig.ask("b"), rig.ask("c")
+    await settled()
+    gone.cancel()  # its client left; it takes itself out of the queue only when it next runs
+    rig.end_one("a")  # meanwhile a slot frees (clients that leave together: a batch stopped)
+    await next_one
+    assert rig.went == ["a", "c"]
+    with pytest.raises(asyncio.CancelledError):
+        await gone
+    rig.end_one("c")  # nothing was counted for the one that left: the slot is free again
+    await rig.ask("d")
+    assert rig.went == ["a", "c", "d"] and rig.held() == {}
+
+
 async def test_the_held_requests_per_tenant_are_in_the_metrics_summed_over_the_workers() -> None:
     rig = Rig(slots=1)
     asked = [rig.ask("team:t1"), rig.ask("team:t1"), rig.ask("key:k1")]

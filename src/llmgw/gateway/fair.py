@@ -176,7 +176,8 @@ class FairShare:
         now = self._monotonic()
         for model, line in self._lines.items():
             for q in list(line.held.values()):
-                for held in [h for h in q if now - h.arrived >= self._timeout_s]:
+                for held in [h for h in q if now - h.arrived >= self._timeout_s
+                             and not h.go.done()]:
                     _leave(line, held)
                     held.go.set_exception(self._timed_out(model, held))
 
@@ -191,6 +192,10 @@ class FairShare:
             held = line.held[tenant].popleft()
             if not line.held[tenant]:
                 del line.held[tenant]
+            if held.go.done():
+                # Its client left (the wait was cancelled) and it has not run to leave yet:
+                # sending it would count a slot nobody ever gives back.
+                continue
             held.go.set_result(_go(line, tenant, held.weight, held.cost))
 
     def _timed_out(self, model: str, held: _Held) -> QueueTimeout:
