@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import re
@@ -82,16 +83,24 @@ async def phase(url: str, batch_key: str | None, single_key: str | None, batch: 
             for n in range(singles):
                 ttfts.append(await ask(client, url, single_key or "", f"Say hi ({n}).", SHORT))
 
+        async def watch() -> None:
+            # What each side holds while the batch runs: held in llmgw, queued and running in
+            # llama-server (every 10 s, the first once its backlog formed).
+            await asyncio.sleep(3)
+            while not stop.is_set():
+                async with client.get(url + "/metrics",
+                                      headers={"Authorization": f"Bearer {admin_key}"}) as resp:
+                    shown = await resp.text()
+                log(" ".join(line.split("{", 1)[0].removeprefix("llmgw_") + "=" + line.split()[-1]
+                             for line in shown.splitlines() if line.startswith(
+                    ("llmgw_fair_queue_depth{", "llmgw_replica_queued_requests{",
+                     "llmgw_replica_running_requests{"))))
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(stop.wait(), 10)
+
         lanes = [asyncio.create_task(batch_lane(n)) for n in range(batch)] if batch_key else []
+        watcher = asyncio.create_task(watch()) if batch_key and admin_key else None
         started = time.monotonic()
-        if single_key and batch_key and admin_key:
-            await asyncio.sleep(3)  # the batch's backlog formed: what each side holds now
-            async with client.get(url + "/metrics",
-                                  headers={"Authorization": f"Bearer {admin_key}"}) as resp:
-                shown = await resp.text()
-            log("\n".join(line for line in shown.splitlines() if line.startswith(
-                ("llmgw_fair_queue_depth{", "llmgw_replica_queued_requests{",
-                 "llmgw_replica_running_requests{"))))
         if single_key:
             await user()
         else:
@@ -99,7 +108,7 @@ async def phase(url: str, batch_key: str | None, single_key: str | None, batch: 
         elapsed = time.monotonic() - started
         counted = done
         stop.set()
-        await asyncio.gather(*lanes)
+        await asyncio.gather(*lanes, *([watcher] if watcher else []))
     figures: dict[str, Any] = {"elapsed_s": round(elapsed, 1)}
     if ttfts:
         ordered = sorted(ttfts)
@@ -124,12 +133,15 @@ def main() -> None:
     parser.add_argument("--window", type=float, default=40.0)
     parser.add_argument("--parallel", type=int, default=2, help="the replica's slots")
     parser.add_argument("--spare", type=int, default=0, help="[control] fair_spare_slots")
+    parser.add_argument("--queue-timeout", type=float, default=600.0,
+                        help="[control] queue_timeout_s: a busy shared machine is slow")
     parser.add_argument("--keep", action="store_true", help="keep the install's temp dir")
     args = parser.parse_args()
     engine_args = ARGS.format(parallel=args.parallel)
     load_before, code = round(os.getloadavg()[0], 2), record.commit()
     root = Path(tempfile.mkdtemp(prefix="llmgw-bench-fair-"))
-    install = Install(root, {"fair_spare_slots": str(args.spare)} if args.spare else {})
+    install = Install(root, {"fair_spare_slots": str(args.spare),
+                             "queue_timeout_s": str(args.queue_timeout)})
     results: dict[str, Any] = {}
     try:
         install.start()
@@ -151,7 +163,8 @@ def main() -> None:
         log("the interactive user alone")
         results["user alone"] = asyncio.run(phase(url, None, user_key, 0, args.singles, 0))
         log("the batch alone")
-        results["batch alone"] = asyncio.run(phase(url, batch_key, None, args.batch, 0, args.window))
+        results["batch alone"] = asyncio.run(phase(url, batch_key, None, args.batch, 0, args.window,
+                                                   install.server.admin_key))
         log("both")
         results["both"] = asyncio.run(phase(url, batch_key, user_key, args.batch, args.singles, 0,
                                              install.server.admin_key))
