@@ -1,16 +1,16 @@
 """Fair shares of a busy model: one team's batch against another team's interactive user.
 
     .venv/bin/python bench/fairness.py [--batch 16] [--singles 8] [--window 40] [--parallel 2]
-                                       [--spare 0] [--keep]
+                                       [--spare 0] [--queue-timeout 600] [--keep]
 
 One install as a user gets it (`server init --no-guard`, `server run` with its embedded node,
 SQLite); the demo GGUF (Gemma 3 270M Q4_K_M) on one replica of one core, `--parallel 2` (or
-`--parallel`), `[control] fair_spare_slots` 0 (or `--spare`). Team
-`batch` keeps `--batch` long requests in flight (64 tokens each); team `interactive` sends one
-short streamed request at a time (8 tokens), `--singles` of them. Three phases, one after the
-other on the same replica: the interactive user alone, the batch alone for `--window` seconds,
-and both together. Reported: the interactive user's time to first token p50/p95 alone and with
-the batch busy, and the batch's tokens per second alone and with the user. Written to
+`--parallel`), `[control] fair_spare_slots` 0 (or `--spare`). Team `batch` keeps `--batch` long
+requests in flight (64 tokens each); team `interactive` sends one short streamed request at a
+time (8 tokens), `--singles` of them. Three phases, one after the other on the same replica: the
+interactive user alone, the batch alone for `--window` seconds, and both together. Reported: the
+interactive user's time to first token p50/p95 alone and with the batch busy, and the batch's
+tokens per second alone and with the user (streamed tokens, counted as they arrive). Written to
 bench/results/fairness.md and .json.
 """
 
@@ -45,8 +45,9 @@ LONG, SHORT = 64, 8  # answer tokens of a batch request, of an interactive one
 
 
 async def ask(client: aiohttp.ClientSession, url: str, key: str, text: str,
-              tokens: int) -> float:
-    """One streamed request of exactly `tokens` answer tokens; its time to first token."""
+              tokens: int, streamed: list[int] | None = None) -> float:
+    """One streamed request of exactly `tokens` answer tokens; its time to first token. Each
+    content event (one token) adds one to `streamed[0]` as it arrives."""
     body = {"model": MODEL, "messages": [{"role": "user", "content": text}], "max_tokens": tokens,
             "temperature": 0, "stream": True, "ignore_eos": True}
     sent = time.monotonic()
@@ -57,8 +58,11 @@ async def ask(client: aiohttp.ClientSession, url: str, key: str, text: str,
             raise RuntimeError(f"HTTP {resp.status}: {(await resp.read())[:300]!r}")
         async for raw in resp.content:
             line = raw.decode().strip()
-            if line.startswith("data: {") and first is None and '"content":"' in line:
-                first = time.monotonic()
+            if line.startswith("data: {") and '"content":"' in line:
+                if first is None:
+                    first = time.monotonic()
+                if streamed is not None:
+                    streamed[0] += 1
     if first is None:
         raise RuntimeError("the stream carried no content")
     return first - sent
@@ -69,15 +73,14 @@ async def phase(url: str, batch_key: str | None, single_key: str | None, batch: 
     """The batch (when `batch_key`) keeps `batch` requests in flight while the interactive user
     (when `single_key`) sends `singles` one at a time, or for `window_s` without one."""
     ttfts: list[float] = []
-    done = 0
+    streamed = [0]  # the batch's tokens as they arrive: a short window counts what is in flight
     stop = asyncio.Event()
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=900)) as client:
 
         async def batch_lane(n: int) -> None:
-            nonlocal done
             while not stop.is_set():
-                await ask(client, url, batch_key or "", f"Write a long story, part {n}.", LONG)
-                done += 1
+                await ask(client, url, batch_key or "", f"Write a long story, part {n}.", LONG,
+                          streamed)
 
         async def user() -> None:
             for n in range(singles):
@@ -106,7 +109,7 @@ async def phase(url: str, batch_key: str | None, single_key: str | None, batch: 
         else:
             await asyncio.sleep(window_s)  # the batch alone, for its throughput
         elapsed = time.monotonic() - started
-        counted = done
+        counted = streamed[0]
         stop.set()
         await asyncio.gather(*lanes, *([watcher] if watcher else []))
     figures: dict[str, Any] = {"elapsed_s": round(elapsed, 1)}
@@ -115,7 +118,7 @@ async def phase(url: str, batch_key: str | None, single_key: str | None, batch: 
         figures["ttft_p50_s"] = round(statistics.median(ordered), 3)
         figures["ttft_p95_s"] = round(ordered[min(len(ordered) - 1, round(0.95 * (len(ordered) - 1)))], 3)
     if batch_key:
-        figures["batch_tokens_per_s"] = round(counted * LONG / elapsed, 1)
+        figures["batch_tokens_per_s"] = round(counted / elapsed, 1)
     return figures
 
 
