@@ -95,6 +95,19 @@ async def test_a_team_is_created_shown_changed_and_removed_once_it_has_no_keys(a
     assert status == 400 and refused["error"]["param"] == "team"
 
 
+async def test_a_teams_weight_is_stored_and_is_what_the_request_path_shares_by(api: Api) -> None:
+    _, shown = await api.call("GET", "/admin/v1/teams/red")
+    assert shown["weight"] == 1.0  # an even share unless said
+    status, changed = await api.call("PUT", "/admin/v1/teams/red", {"weight": 3})
+    assert status == 200 and changed["weight"] == 3.0
+    assert (await api.call("GET", "/admin/v1/teams/red"))[1]["weight"] == 3.0
+    team = api.client.app[GATEWAY].team(changed["id"])
+    assert team is not None and team.weight == 3.0
+    for bad in (0, -1, 1001):
+        status, refused = await api.call("PUT", "/admin/v1/teams/red", {"weight": bad})
+        assert status == 400 and refused["error"]["param"] == "weight", refused
+
+
 async def test_a_team_key_calls_only_the_teams_models(api: Api) -> None:
     member, _ = await api.key({"name": "m", "team": "red"})
     status, answer = await api.chat(member)

@@ -21,8 +21,11 @@ def test_team_create_list_show_and_remove(bare_server: LlmgwServer) -> None:
     team = ctl_json(bare_server, "team", "show", "red")
     assert team["limits"]["tokens_per_day"] == 50000 and team["keys"] == 0
     assert team["limits"]["tool_concurrent"] == 4
+    weighed = bare_server.ctl("team", "create", "red", "--weight", "2.5", "--replace").stdout
+    assert row(weighed, "red")[3] == "2.5"  # its share of a busy model
+    assert ctl_json(bare_server, "team", "show", "red")["weight"] == 2.5
     changed = ctl_json(bare_server, "team", "create", "red", "--rpm", "10", "--replace")
-    assert changed["limits"]["rpm"] == 10 and changed["models"] == []
+    assert changed["limits"]["rpm"] == 10 and changed["models"] == [] and changed["weight"] == 1
     assert [t["name"] for t in ctl_json(bare_server, "team", "list")["data"]] == ["red"]
 
     made = ctl_json(bare_server, "key", "create", "red-admin", "--team", "red", "--team-admin",
@@ -50,6 +53,7 @@ def test_team_create_list_show_and_remove(bare_server: LlmgwServer) -> None:
 def test_team_errors_are_one_clear_line(bare_server: LlmgwServer) -> None:
     for args, said in [
         (["team", "create", "bad name"], "NAME"),
+        (["team", "create", "light", "--weight", "0"], "--weight"),
         (["team", "show", "ghost"], "404"),
         (["key", "create", "x", "--team", "ghost"], "team 'ghost' does not exist"),
         (["key", "create", "x", "--team-admin"], "a team admin needs a team"),

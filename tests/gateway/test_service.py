@@ -25,6 +25,7 @@ from llmgw.gateway.auth import KeyCache
 from llmgw.gateway.cache.memory import MemoryCache
 from llmgw.gateway.cache.service import ResponseCache
 from llmgw.gateway.cache.store import InMemory
+from llmgw.gateway.fair import FairShare
 from llmgw.gateway.limits import Limiter
 from llmgw.gateway.metrics import Metrics
 from llmgw.gateway.queue import QUEUE_FULL_RETRY_S, ColdQueue
@@ -291,6 +292,15 @@ def test_each_served_name_runs_only_the_stages_that_apply_to_it(store: Store, cl
     assert chains["gemma3-270m"].names == ("limits", "queue", "guard", "upstream")
     assert chains["qwen3guard-0.6b"].names == ("limits", "queue", "upstream")
     assert chains["front"].names == ("limits", "queue", "guard", "upstream")
+
+    # Fair shares before the guard (whose way out waits for the slot after judgment), for a
+    # model on llmgw's own engines only: a remote's never.
+    Gateway(refresher, Transport(1.0), clock, cast(Guard, object()), Limiter(None, clock.now),
+            fair=FairShare(60.0, clock.monotonic))
+    chains = refresher.current.chains
+    assert chains["gemma3-270m"].names == ("limits", "fair", "guard", "upstream")
+    assert chains["plain"].names == ("limits", "guard", "upstream")
+    assert chains["front"].names == ("limits", "guard", "upstream")
 
 
 @contextlib.asynccontextmanager

@@ -10,6 +10,7 @@ import pytest
 from llmgw.core.engine_keys import EngineKeys
 from llmgw.core.errors import NoReadyReplica
 from llmgw.core.types import Replica, ReplicaState, Scaling
+from llmgw.engines import llamacpp
 from llmgw.gateway.snapshot import Refresher, build_routes
 from llmgw.gateway.upstream.choice import choose
 from llmgw.gateway.upstream.table import RoutingTable, Serving, Upstream
@@ -17,6 +18,7 @@ from llmgw.server.init import demo_judge
 from llmgw.store.store import Store
 from tests.factories import (
     KEY_SECRET,
+    cpu_profile,
     gemma_model,
     local_model,
     node,
@@ -298,3 +300,12 @@ async def test_a_judge_replica_is_located_with_its_slots_and_what_it_runs_at_onc
 
     [target] = refresher.locate_judge(judge.name)
     assert (target.slots, target.lanes) == (2, 1)
+
+
+def test_a_replicas_slots_are_its_parallel_or_llama_servers_default() -> None:
+    model = gemma_model(profiles=[cpu_profile("two", args=["--parallel", "2"]), cpu_profile()])
+    replicas = [replica_ready("r-two", profile="two", port=39001),
+                replica_ready("r-default", port=39002)]
+    ups = by_id(build_routes([model], replicas, {}, addresses=NODES))
+    assert ups["r-two"].slots == 2
+    assert ups["r-default"].slots == llamacpp.DEFAULT_SLOTS

@@ -25,8 +25,8 @@ class TeamAdmin(AdminService):
         return (await asyncio.to_thread(self._shown, name))[0]
 
     async def put(self, req: TeamRequest, by: str, *, replace: bool = False) -> TeamOut:
-        team = Team(name=req.name, models=req.models, limits=req.limits, note=req.note,
-                    tools=req.tools)
+        team = Team(name=req.name, models=req.models, limits=req.limits, weight=req.weight,
+                    note=req.note, tools=req.tools)
         await asyncio.to_thread(self._store.teams.put, team, by, self._clock.now(), replace=replace)
         await self._changed()
         return await self.get(req.name)

@@ -33,10 +33,10 @@ Name = Annotated[str, typer.Argument(help="The team's name.")]
 
 def _teams_table(teams: Sequence[TeamOut]) -> None:
     render.table(
-        "teams", ["name", "models", "limits", "keys", "tokens today", "tokens this month", "by",
-                  "note", "tools"],
-        [[t.name, ",".join(t.models) or "all", limits_text(t.limits), t.keys, t.tokens_today,
-          t.tokens_this_month, t.by, t.note, tools_text(t.tools)] for t in teams],
+        "teams", ["name", "models", "limits", "weight", "keys", "tokens today",
+                  "tokens this month", "by", "note", "tools"],
+        [[t.name, ",".join(t.models) or "all", limits_text(t.limits), f"{t.weight:g}", t.keys,
+          t.tokens_today, t.tokens_this_month, t.by, t.note, tools_text(t.tools)] for t in teams],
     )
 
 
@@ -55,6 +55,9 @@ def team_create(
                                                           "together.")] = None,
     tool_concurrent: Annotated[int | None, Opt(help="MCP tool calls in flight, all its keys "
                                                     "together.")] = None,
+    weight: Annotated[float, Opt(help="Its share of a busy model's slots against other teams' "
+                                      "(2: twice a team of 1; a key outside teams weighs 1).")
+                      ] = 1.0,
     note: Annotated[str, Opt(help="Owner or purpose.")] = "",
     replace: Annotated[bool, Opt(help="Change the team of this name (every option given anew).")
                        ] = False,
@@ -63,14 +66,15 @@ def team_create(
 ) -> None:
     """Create a team (or, with --replace, change one); its limits hold on top of each key's."""
     ctl = CtlContext.of(ctx)
-    with options_for({"name": "NAME", "note": "--note", **LIMIT_OPTIONS, **TOOL_OPTIONS}):
+    with options_for({"name": "NAME", "note": "--note", "weight": "--weight", **LIMIT_OPTIONS,
+                      **TOOL_OPTIONS}):
         request = TeamRequest(
             name=name, models=[m.strip() for m in (models or "").split(",") if m.strip()],
             limits=Limits(**limits_given(
                 rpm=rpm, tpm=tpm, concurrent=concurrent, tokens_per_day=tokens_per_day,
                 tokens_per_month=tokens_per_month, tool_calls_per_minute=tool_calls_per_minute,
                 tool_concurrent=tool_concurrent)),
-            note=note, **tools_given(tools_allow, tools_deny))
+            weight=weight, note=note, **tools_given(tools_allow, tools_deny))
     if replace:
         data = ctl.call("PUT", f"/admin/v1/teams/{quote(name)}", body(request))
     else:

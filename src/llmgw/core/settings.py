@@ -90,7 +90,14 @@ class ControlSettings(BaseModel):
     (429)."""
     queue_timeout_s: float = Field(default=120.0, gt=0, le=3600)
     """The longest, in seconds, a request waits in that queue before it is refused with
-    `queue_timeout` (503)."""
+    `queue_timeout` (503, Retry-After); also the longest it waits for a slot while every slot
+    of a local model's ready replicas is busy (shared between teams by their weights)."""
+    fair_spare_slots: int = Field(default=0, ge=0, le=64)
+    """Of each worker's share of a local model's slots (the slots over the server's workers,
+    when that is more than this), how many stay free for a team or key with nothing running:
+    its request starts at once instead of after the next answer ends, while a busy tenant,
+    even alone, uses that many fewer (give the model's `--parallel` that many more per
+    worker). 0: a tenant alone uses every slot."""
     scale_up_load: float = Field(default=4.0, gt=0)
     """The keeper adds a replica (up to the model's `scaling.max`) when the model's queued and
     in-flight requests per ready replica have stayed above this for `scale_up_after_s`."""

@@ -54,6 +54,10 @@ def _has_flag(args: list[str], *names: str) -> bool:
     return any(a in names or any(a.startswith(n + "=") for n in names) for a in args)
 
 
+# How many slots llama-server gives itself when its args do not say (`--parallel` auto).
+DEFAULT_SLOTS = 4
+
+
 def slots(profile: Profile) -> int | None:
     """How many requests the replica serves at once (`--parallel`/`-np` in the profile's args);
     None when the profile does not say and llama-server picks."""

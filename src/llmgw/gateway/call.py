@@ -7,7 +7,7 @@ everything between (guard, limits, usage, translation, the transport) works on t
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncGenerator, Callable
+from collections.abc import AsyncGenerator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -24,6 +24,10 @@ logger = logging.getLogger(__name__)
 
 # What a stage that opened something runs when the call ends: its status and what it used.
 Closer = Callable[[int, Tokens], None]
+# What the way out (`reach`) runs just before it chooses a replica for a call, once the stages
+# and the input judgment are behind it: None to go at once, or what to await first (the call's
+# turn on a busy model's slots, `stages.fair`).
+Gate = Callable[["UpstreamCall"], Awaitable[None] | None]
 
 
 # Not frozen: made on every request, and a frozen dataclass sets each field through
@@ -62,6 +66,8 @@ class UpstreamCall:
     exchange: Exchange = field(default_factory=lambda: Exchange(UsageTap()))
     # What keeps it with its conversation on a model's replicas (None: least outstanding).
     affinity: Affinity | None = None
+    # What it waits on in the way out before a replica is chosen (None: nothing).
+    gate: Gate | None = None
 
 
 @dataclass

@@ -85,6 +85,8 @@ LABELS: dict[str, str] = {
     "from_target": "The target the request failed on.",
     "to_target": "The target it moved on to.",
     "reason": "The failure that moved it or retried it: connect, 5xx, timeout, 429 or context-length.",
+    "tenant": "Whom busy slots are shared between: `team:` and the team's id, or `key:` and the "
+              "id of a key outside teams.",
     "replica": "The replica's id (`llmgw ctl replica list`).",
     "result": "hit (answered from the response cache) or miss (answered by the upstream, and kept "
               "when it could be).",
@@ -124,6 +126,10 @@ REQUESTS_IN_FLIGHT = Family("llmgw_requests_in_flight", "gauge",
                             "Requests sent to a model's upstreams and not answered yet", ("model",))
 QUEUE_DEPTH = Family("llmgw_queue_depth", "gauge", "Requests waiting for a ready replica per model",
                      ("model",), when="For models served here (a remote provider's model never queues).")
+FAIR_QUEUE_DEPTH = Family("llmgw_fair_queue_depth", "gauge",
+                          "Requests held while every slot of the model's ready replicas is busy, "
+                          "per tenant", ("model", "tenant"),
+                          when="For each tenant with requests held in the server now.")
 GUARD_QUEUE_DEPTH = Family("llmgw_guard_queue_depth", "gauge",
                            "Judgments waiting in this server for a free judge slot", ("judge",))
 GUARD_IN_FLIGHT = Family("llmgw_guard_judgments_in_flight", "gauge", "Judgments on a judge slot now",
@@ -197,9 +203,10 @@ REPLICA_KV_CACHE = Family("llmgw_replica_kv_cache_usage_ratio", "gauge",
 # Every family a scrape of a server may show, in the order it shows them.
 FAMILIES: tuple[Family, ...] = (
     REQUESTS, REQUEST_SECONDS, TTFT, GATEWAY_ADDED, UPSTREAM_ERRORS, JUDGMENTS, QUEUE_WAIT_SECONDS,
-    COLD_STARTS, EVICTIONS, REPLICAS_READY, REQUESTS_IN_FLIGHT, QUEUE_DEPTH, GUARD_QUEUE_DEPTH,
-    GUARD_IN_FLIGHT, GUARD_JUDGE_SLOTS, GUARD_SHED, JUDGE_PROMPT_TOKENS, JUDGE_SERVICE_SECONDS,
-    CACHE_LOOKUPS, CACHE_SAVED_TOKENS, MCP_CALLS, MCP_CALL_SECONDS, MCP_INFLIGHT, UP,
+    COLD_STARTS, EVICTIONS, REPLICAS_READY, REQUESTS_IN_FLIGHT, QUEUE_DEPTH, FAIR_QUEUE_DEPTH,
+    GUARD_QUEUE_DEPTH, GUARD_IN_FLIGHT, GUARD_JUDGE_SLOTS, GUARD_SHED, JUDGE_PROMPT_TOKENS,
+    JUDGE_SERVICE_SECONDS, CACHE_LOOKUPS, CACHE_SAVED_TOKENS, MCP_CALLS, MCP_CALL_SECONDS,
+    MCP_INFLIGHT, UP,
     ROUTE_FALLBACKS, ROUTE_RETRIES, ROUTE_COOLDOWNS, ROUTE_COOLING_DOWN, LIMITS_DEGRADED,
     GPU_UTILIZATION, GPU_MEMORY_USED, GPU_MEMORY_TOTAL, GPU_TEMPERATURE,
     REPLICA_QUEUED, REPLICA_RUNNING, REPLICA_KV_CACHE,
@@ -264,11 +271,14 @@ class Metrics(Collector):
 
     def __init__(self, table: Callable[[], RoutingTable], *,
                  queued: Callable[[], Mapping[str, int]] = dict,
-                 judges: Callable[[], Mapping[str, JudgeLoad]] = dict) -> None:
+                 judges: Callable[[], Mapping[str, JudgeLoad]] = dict,
+                 held: Callable[[], Mapping[tuple[str, str], int]] = dict) -> None:
         """`queued` gives the requests waiting per model in this server's queue, `judges` each
-        judge's slots, queue and shed count in this server's judge admission."""
+        judge's slots, queue and shed count in this server's judge admission, `held` the
+        requests held per model and tenant while the model's slots are all busy."""
         self._table = table
         self._queued = queued
+        self._held = held
         self._judges = judges
         self.judge_service = Histogram(JUDGE_SERVICE_SECONDS.buckets)
         self.judge_prompt_tokens: dict[tuple[str, ...], int] = defaultdict(int)
@@ -294,6 +304,11 @@ class Metrics(Collector):
         self._refreshers: list[Callable[[], Awaitable[None]]] = []
         self.registry = CollectorRegistry()
         self.registry.register(self)
+
+    def held(self) -> dict[tuple[str, str], int]:
+        """The requests held per (model, tenant) while the model's slots are all busy, only
+        where some are (every worker's, on a merged copy)."""
+        return {k: n for k, n in sorted(self._held().items()) if n}
 
     def add_collector(self, collector: Collector) -> None:
         """Show `collector`'s metrics in every scrape of this process, merged or not (its
@@ -371,6 +386,7 @@ class Metrics(Collector):
         out["in_flight"] = {name: sum(u.outstanding for u in route.upstreams)
                             for name, route in self._table().routes.items()}
         out["queued"] = dict(self._queued())
+        out["held"] = [[model, tenant, n] for (model, tenant), n in self._held().items()]
         out["judges"] = {judge: load.model_dump() for judge, load in self._judges().items()}
         return out
 
@@ -402,6 +418,10 @@ class Metrics(Collector):
         yield ready
         yield inflight
         yield depth
+        held = FAIR_QUEUE_DEPTH.gauge()
+        for (model, tenant), n in sorted(self._held().items()):
+            held.add_metric([model, tenant], n)
+        yield held
         yield from self._judge_families()
         yield CACHE_LOOKUPS.counter(self.cache_lookups)
         yield CACHE_SAVED_TOKENS.counter(self.cache_saved_tokens)
@@ -435,11 +455,12 @@ class Metrics(Collector):
 
 def merged(own: Metrics, others: Iterable[MetricsState]) -> Metrics:
     """A copy of `own` with every state in `others` added: counters and histograms summed, and
-    the requests in flight and queued per model too (ready replicas are the routing table's,
-    the same in every worker)."""
+    the requests in flight, queued and held per model too (ready replicas are the routing
+    table's, the same in every worker)."""
     queued: dict[str, int] = defaultdict(int, own._queued())
     judges: dict[str, JudgeLoad] = dict(own._judges())
-    out = Metrics(own._table, queued=lambda: queued, judges=lambda: judges)
+    held: dict[tuple[str, str], int] = defaultdict(int, own._held())
+    out = Metrics(own._table, queued=lambda: queued, judges=lambda: judges, held=lambda: held)
     for collector in own._extras:
         out.add_collector(collector)
     for state in (own.state(), *others):
@@ -454,6 +475,8 @@ def merged(own: Metrics, others: Iterable[MetricsState]) -> Metrics:
             out._in_flight_elsewhere[model] = out._in_flight_elsewhere.get(model, 0) + int(n)
         for model, n in state.get("queued", {}).items():
             queued[model] += int(n)
+        for model, tenant, n in state.get("held", ()):
+            held[(str(model), str(tenant))] += int(n)
         for judge, fields in state.get("judges", {}).items():
             load = JudgeLoad.model_validate(fields)
             mine = judges.get(judge)

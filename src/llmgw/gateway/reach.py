@@ -4,7 +4,9 @@ A model is a route with one target. `reach` walks the call's targets (a model's 
 targets its route's plan ranked), and is the one place that decides, from a classified upstream
 failure, whether to try the same target again, the next target, or give up; `connect` is one
 attempt on one target: the replica `choice` picks, once more on another when the connection is
-refused. The transport only sends.
+refused. The transport only sends. A model's call first passes its gate (`UpstreamCall.gate`):
+its turn on the model's busy slots, waited for here rather than in a stage so that the guard,
+which takes the way out itself, has judged the input first.
 
 Everything here happens before an answer's first byte goes to the client: `reach` returns a
 connection whose status is 2xx, and from then on the answer (whole or streamed) is the client's,
@@ -112,6 +114,8 @@ async def reach(transport: Transport, call: UpstreamCall, out: Outbound,
     status (the caller turns a failure into the client's error)."""
     plan = call.plan
     if plan is None:
+        if call.gate is not None and (waiting := call.gate(call)) is not None:
+            await waiting  # its turn on the model's busy slots: after any input judgment
         return await connect(transport, call.route, out.path, out.body, call.affinity), call, out
     spec, router = plan.spec, plan.router
     if plan.left_out:

@@ -25,6 +25,7 @@ from llmgw.gateway.auth import may_use, person_key, team_allows
 from llmgw.gateway.cache.service import ResponseCache
 from llmgw.gateway.call import Exchange, Reply, UpstreamCall
 from llmgw.gateway.chain import Chain, Stage, compose
+from llmgw.gateway.fair import FairShare
 from llmgw.gateway.limits import Limiter
 from llmgw.gateway.metrics import Metrics
 from llmgw.gateway.outbound import request
@@ -32,6 +33,7 @@ from llmgw.gateway.queue import ColdQueue
 from llmgw.gateway.relay import send
 from llmgw.gateway.snapshot import Refresher, Snapshot
 from llmgw.gateway.stages import cache as cache_stage
+from llmgw.gateway.stages import fair as fair_stage
 from llmgw.gateway.stages import guard as guard_stage
 from llmgw.gateway.stages import limits as limits_stage
 from llmgw.gateway.stages import queue as queue_stage
@@ -92,12 +94,15 @@ class Gateway:
         cache: ResponseCache | None = None,
         people_limits: Limits = PLAYGROUND_LIMITS,
         prefix_routing: bool = True,
+        fair: FairShare | None = None,
     ) -> None:
         self._refresher = refresher
         # Routes' cooldowns and fallback counts, this server's.
         self.router = router or Router(clock)
         self.tracer = tracer  # the data plane's edge makes each request's span with it
         self.queue = queue
+        # Busy local models' held requests, shared by tenant (None: none held).
+        self.fair = fair
         self._transport = transport
         self._clock = clock
         self.guard = guard
@@ -275,7 +280,8 @@ class Gateway:
     def _chain(self, snap: Snapshot, name: str) -> Chain:
         """The stages `name` runs, only those that apply to it: limits where the install
         counts them; the cache where it or the install turns it on; the queue for a model that
-        may start on demand; the guard unless it is a judge. Then the upstream."""
+        may start on demand; fair shares for a model on llmgw's own engines; the guard unless it
+        is a judge. Then the upstream."""
         model = None if (served := snap.table.routes.get(name)) is None else served.model
         spec = snap.route_specs.get(name) if model is None else None
         admission: list[tuple[str, Stage]] = []
@@ -289,6 +295,10 @@ class Gateway:
                                                       self.metrics)))
         if self.queue is not None and (model is None or not (model.is_remote or model.scaling.max == 0)):
             stages.append(("queue", queue_stage.stage(self.queue, self._table, self.metrics)))
+        if self.fair is not None and model is not None and not model.is_remote:
+            # Before the guard, which takes the way out itself where a policy covers the call:
+            # the stage only gives the call its gate, which the way out passes after judgment.
+            stages.append(("fair", fair_stage.stage(self.fair, self._table, snap.keys.teams)))
         if self.guard is not None and (model is None or not model.guard):
             stages.append(("guard", guard_stage.stage(self.guard, self._transport)))
         every = admission + stages

@@ -13,7 +13,17 @@ from llmgw.core.engine_keys import EngineKeys
 from llmgw.core.errors import ConfigError, ModelNotFound
 from llmgw.core.loops import every
 from llmgw.core.routes import RouteSpec
-from llmgw.core.types import ApiKey, Limits, Model, RemoteSource, Replica, ReplicaState, Team
+from llmgw.core.types import (
+    ApiKey,
+    Engine,
+    Limits,
+    Model,
+    Profile,
+    RemoteSource,
+    Replica,
+    ReplicaState,
+    Team,
+)
 from llmgw.engines import llamacpp, remote
 from llmgw.gateway.auth import KeyCache
 from llmgw.gateway.chain import Chain
@@ -68,10 +78,11 @@ def build_routes(
     from besides LLMGW_PROVIDER_*; `addresses` (node id to address) are where engines listen: a
     replica's endpoint elsewhere is no upstream."""
 
-    def upstream(uid: str, base_url: str, headers: dict[str, str]) -> Upstream:
+    def upstream(uid: str, base_url: str, headers: dict[str, str], slots: int = 0) -> Upstream:
         up = previous.get(uid)
         if up is None or up.base_url != base_url or up.headers != headers:
-            return Upstream(uid, base_url, headers)
+            return Upstream(uid, base_url, headers, slots=slots)
+        up.slots = slots
         return up
 
     routes: dict[str, Serving] = {}
@@ -86,8 +97,10 @@ def build_routes(
             routes[m.name] = Serving(m, (up,), upstream_model=m.source.model)
             continue
         mine = [r for r in replicas if r.model == m.name and r.state != ReplicaState.STOPPING]
+        profiles = {p.name: p for p in m.profiles}
         ready = tuple(
-            upstream(r.id, r.endpoint, engine_keys.headers(r.node_id or "") if engine_keys else {})
+            upstream(r.id, r.endpoint, engine_keys.headers(r.node_id or "") if engine_keys else {},
+                     _slots(profiles.get(r.profile or "")))
             for r in mine
             if r.state == ReplicaState.READY and r.endpoint and _placed(r, r.endpoint, addresses)
         )
@@ -100,6 +113,14 @@ def build_routes(
         routes[m.name] = Serving(m, ready, unavailable=why, loading_on=loading_on(mine),
                                nowhere=nowhere_reason(mine), failing=failing_reason(mine))
     return routes
+
+
+def _slots(profile: Profile | None) -> int:
+    """A replica's slots: its llama-server's `--parallel`, or llama-server's own default; 0
+    (not known) for another engine."""
+    if profile is None or profile.engine != Engine.LLAMACPP:
+        return 0
+    return llamacpp.slots(profile) or llamacpp.DEFAULT_SLOTS
 
 
 def _placed(replica: Replica, endpoint: str, addresses: dict[str, str]) -> bool:

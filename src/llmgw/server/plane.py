@@ -24,6 +24,7 @@ from llmgw.gateway.cache.file import InFile
 from llmgw.gateway.cache.memory import MemoryCache
 from llmgw.gateway.cache.service import ResponseCache
 from llmgw.gateway.cache.store import AnswerStore, InMemory
+from llmgw.gateway.fair import FairShare
 from llmgw.gateway.gpu_metrics import GpuMetrics
 from llmgw.gateway.inflight import InFlight, JudgeSlots, LocalInFlight, SharedInFlight
 from llmgw.gateway.limits import Limiter
@@ -142,16 +143,20 @@ def build(store: Store, settings: ServerSettings, clock: Clock, activity_id: str
     demand = ActivityReporter(store, activity_id, clock, on_cold or on_change)
     flight = flight or LocalInFlight()
     queue = ColdQueue(s.control, clock.monotonic, on_cold=demand.cold, flight=flight)
+    # A busy local model's requests wait here, shared fairly between tenants (per process).
+    fair = FairShare(s.control.queue_timeout_s, clock.monotonic, s.worker_count(),
+                     s.control.fair_spare_slots)
 
     def refreshed(table: RoutingTable) -> None:
         queue.refreshed(table)
+        fair.refreshed()  # a replica added frees slots for the held requests
         on_change()  # a change another process made reaches this one's loops too
 
     refresher = Refresher(store, bytes.fromhex(s.key_secret), engine_keys, s.provider_key_env,
                           on_refresh=refreshed)
     client = Transport(timeout_s=s.upstream_timeout_s)
     metrics = Metrics(lambda: refresher.current.table, queued=queue.depths,
-                      judges=lambda: judge_client.loads())
+                      judges=lambda: judge_client.loads(), held=fair.depths)
     # A server's workers share its judges' slots; one process alone needs no lease. With a
     # shared Redis the install's servers share them too.
     lease = JudgeSlots(flight) if isinstance(flight, SharedInFlight) else UNSHARED
@@ -189,7 +194,7 @@ def build(store: Store, settings: ServerSettings, clock: Clock, activity_id: str
                                        clock.monotonic))
     gateway = Gateway(refresher, client, clock, guard, limiter, meter, metrics, queue=queue,
                       router=router, tracer=tracer, people_limits=s.sso.playground_limits,
-                      prefix_routing=s.prefix_routing,
+                      prefix_routing=s.prefix_routing, fair=fair,
                       cache=ResponseCache(
                           s.cache, answers, Embedder(client, lambda: refresher.current.table,
                                                      s.cache.embedding_model)

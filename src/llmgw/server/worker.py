@@ -95,7 +95,7 @@ async def serve(data_dir: Path, host: str, port: int, index: int, run_dir: Path,
                 server_id: str, workers: int, main_pid: int) -> None:
     """Run worker `index` of `workers` of the server whose main process is `main_pid`, until
     SIGTERM or SIGINT."""
-    settings = load(data_dir).model_copy(update={"host": host, "port": port})
+    settings = load(data_dir).model_copy(update={"host": host, "port": port, "workers": workers})
     store = await asyncio.to_thread(Store.open, settings.database_url(data_dir))
     clock = SystemClock()
     row = worker_row(server_id, index)

@@ -16,7 +16,7 @@ from llmgw.store.db import bump_revision, utc
 from llmgw.store.schema import api_keys, teams
 from llmgw.store.upsert import upsert
 
-_SPEC_FIELDS = {"models", "limits", "note", "tools"}
+_SPEC_FIELDS = {"models", "limits", "note", "tools", "weight"}
 
 
 def _to_team(row: Any) -> Team:

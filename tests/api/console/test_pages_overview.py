@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
 from datetime import UTC, datetime
 
+from llmgw.api.appkeys import GATEWAY
+from llmgw.gateway.usage import Tokens
 from tests.api.console.conftest import Install
 from tests.factories import h200_node, replica_placed
 
@@ -50,3 +53,33 @@ async def test_an_admin_sees_which_gpus_each_replica_runs_on(install: Install) -
     page = await (await install.browser.get("/ui/")).text()
 
     assert '<td class="devices">h200:0</td>' in page
+
+
+async def test_an_admin_sees_the_requests_held_per_team_while_a_model_is_busy(
+        install: Install) -> None:
+    status, team = await install.api("POST", "/admin/v1/teams", {"name": "research"})
+    assert status == 201, team
+    await install.browser.signin(install.admin)
+    assert 'id="held"' not in await (await install.browser.get("/ui/live/overview")).text()
+
+    share = install.server.app[GATEWAY].fair
+    assert share is not None
+
+    def one_slot() -> int:
+        return 1
+
+    running = await share.turn("demo", f"team:{team['id']}", 1.0, 100, one_slot)
+    held = [asyncio.create_task(share.turn("demo", tenant, 1.0, 100, one_slot))
+            for tenant in (f"team:{team['id']}", f"team:{team['id']}", "key:key-0a1b2c")]
+    await asyncio.sleep(0)  # each takes its place in the queue
+    page = await (await install.browser.get("/ui/live/overview")).text()
+    rows = page.split('id="held"', 1)[1].split("</table>", 1)[0]
+    mine = rows.split(f'data-tenant="team:{team["id"]}">', 1)[1].split("</tr>", 1)[0]
+    assert mine == '<td>demo</td><td>team research</td><td class="held">2</td>'
+    assert '<td>key key-0a1b2c</td><td class="held">1</td>' in rows
+
+    for task in held:
+        task.cancel()
+    await asyncio.gather(*held, return_exceptions=True)
+    running.ended(200, Tokens(5, 3))
+    assert 'id="held"' not in await (await install.browser.get("/ui/live/overview")).text()

@@ -46,10 +46,10 @@ async def test_an_admin_adds_a_team_through_the_form_and_sees_it_listed(install:
     resp = await install.browser.post(HERE, {
         "csrf_token": token, "name": "research", "models": "gemma*, gpt-4o-mini", "rpm": "600",
         "tpm": "", "tokens_per_day": "2000000", "tokens_per_month": "40000000",
-        "tool_calls_per_minute": "120", "tool_concurrent": ""})
+        "tool_calls_per_minute": "120", "tool_concurrent": "", "weight": "2"})
     assert resp.status == 303 and resp.headers["Location"] == HERE
     research = (await teams(install))["research"]
-    assert research["models"] == ["gemma*", "gpt-4o-mini"]
+    assert research["models"] == ["gemma*", "gpt-4o-mini"] and research["weight"] == 2.0
     assert research["limits"] == {"rpm": 600, "tpm": None, "concurrent": None,
                                   "tokens_per_day": 2_000_000, "tokens_per_month": 40_000_000,
                                   "tool_calls_per_minute": 120, "tool_concurrent": None}
@@ -59,6 +59,7 @@ async def test_an_admin_adds_a_team_through_the_form_and_sees_it_listed(install:
                                             prompt_tokens=1200, completion_tokens=34)])
     shown = row(await (await install.browser.get(HERE)).text(), "research")
     assert "gemma*, gpt-4o-mini" in shown and "rpm 600" in shown and "tokens_per_day 2,000,000" in shown
+    assert '<td class="weight">2</td>' in shown  # its share of a busy model
     assert "<td>1</td>" in shown  # its one key
     assert shown.count("<td>1,234</td>") == 2  # its tokens today and this month
     assert 'class="remove-team danger"' in shown
@@ -68,7 +69,8 @@ async def test_a_refused_team_is_an_error_page_and_adds_nothing(install: Install
     await install.browser.signin(install.admin)
     token = await install.browser.csrf(HERE)
     for fields, says in (({"name": "no spaces"}, "name"), ({"name": "r", "rpm": "0"}, "rpm"),
-                         ({"name": "r", "rpm": "lots"}, "'rpm' must be a whole number")):
+                         ({"name": "r", "rpm": "lots"}, "'rpm' must be a whole number"),
+                         ({"name": "r", "weight": "0"}, "weight")):
         resp = await install.browser.post(HERE, {"csrf_token": token, **fields})
         assert resp.status == 400
         assert says in html.unescape(await resp.text())
@@ -125,7 +127,7 @@ async def test_only_admins_change_teams_on_the_server(install: Install, role: Ro
 
 def test_the_forms_are_shown_to_admins_only() -> None:
     listed = [{"name": "research", "models": [], "limits": {}, "keys": 0, "tokens_today": 0,
-               "tokens_this_month": 0, "note": "", "by": ""}]
+               "tokens_this_month": 0, "note": "", "by": "", "weight": 1.0}]
     for role, shown in ((Role.ADMIN, True), (Role.OPERATOR, False), (Role.VIEWER, False)):
         who = person(role)
         page = render.html("teams.html", {"visitor": Visitor(who.key, "t" * 64, who), "nav": [],

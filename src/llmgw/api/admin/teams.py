@@ -65,7 +65,7 @@ LIST_TEAMS = Endpoint("list_teams", "GET", "/admin/v1/teams",
 ADD_TEAM = Endpoint("add_team", "POST", "/admin/v1/teams", "Add a team", TAG, add_team,
                     body=TeamRequest, shape=_named, returns=TeamOut, status=201, example=_EXAMPLE)
 REPLACE_TEAM = Endpoint("replace_team", "PUT", "/admin/v1/teams/{name}", "Change a team's models, "
-                        "limits and note", TAG, replace_team, body=TeamRequest, shape=_named,
+                        "limits, weight and note", TAG, replace_team, body=TeamRequest, shape=_named,
                         returns=TeamOut, example={k: v for k, v in _EXAMPLE.items() if k != "name"})
 GET_TEAM = Endpoint("get_team", "GET", "/admin/v1/teams/{name}", "Show a team", TAG, get_team,
                     returns=TeamOut)

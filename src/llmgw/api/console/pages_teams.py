@@ -30,12 +30,13 @@ async def teams(request: web.Request) -> web.Response:
 
 
 async def add(request: web.Request) -> web.Response:
-    """A new team with its models and limits (empty: none of that kind)."""
+    """A new team with its models, limits (empty: none of that kind) and weight."""
     form = await forms.read(request)
     limits = forms.given(**{name: forms.integer(form, name) for name, _ in LIMITS})
     body = forms.given(name=forms.text(form, "name", required=True),
                        models=forms.names(form, "models") or None, limits=limits or None,
-                       note=forms.text(form, "note"), tools=forms.grants(form))
+                       weight=forms.number(form, "weight"), note=forms.text(form, "note"),
+                       tools=forms.grants(form))
     await _call(request, ADD_TEAM, body=body)
     return render.done(request, HERE)
 

@@ -105,6 +105,9 @@ class TeamRequest(BaseModel):
     tools: ToolGrants = Field(default_factory=ToolGrants, description="MCP tools its keys may "
                               "use: a key without an allow of its own gets the team's, and a "
                               "key's own stays within it.")
+    weight: float = Field(default=1.0, gt=0, le=1000, description="The team's share of a busy "
+                          "model's slots against other teams' (1: an even share; a key outside "
+                          "teams weighs 1).")
     note: str = Field(default="", max_length=1000)
 
 

@@ -25,6 +25,9 @@ class Upstream:
     # Carries the provider's or the install's engine key: never in a repr, so never in a log.
     headers: dict[str, str] = field(default_factory=dict, repr=False)
     outstanding: int = 0
+    # How many requests its engine serves at once (a llama-server's `--parallel`); 0 where not
+    # known (a remote provider, another engine): the fair-share stage never holds for it.
+    slots: int = 0
     # Monotonic time until which a refused connection keeps this upstream last in line: its
     # node may have just died, and the routing table only learns that on the next refresh.
     down_until: float = 0.0
