@@ -15,7 +15,7 @@ from datetime import datetime
 from typing import Any
 
 from pydantic import ValidationError
-from sqlalchemy import Engine, delete, select
+from sqlalchemy import Connection, Engine, delete, select
 
 from llmgw.core import redact
 from llmgw.core.audit import AuditKind
@@ -36,6 +36,18 @@ def _to_server(row: Any) -> McpServer:
     return McpServer.model_validate({"name": row.name, **row.spec, "by": row.by,
                                      "created_at": utc(row.created_at),
                                      "updated_at": utc(row.updated_at)})
+
+
+def servers_in(conn: Connection) -> list[McpServer]:
+    """Every MCP server by name, read in `conn`; one that no longer validates is logged and left
+    out."""
+    out = []
+    for r in conn.execute(select(mcp_servers).order_by(mcp_servers.c.name)).all():
+        try:
+            out.append(_to_server(r))
+        except ValidationError:
+            logger.exception("MCP server %r is not valid; left out until fixed or removed", r.name)
+    return out
 
 
 def spec(server: McpServer) -> dict[str, Any]:
@@ -63,15 +75,7 @@ class McpRepo:
     def list(self) -> list[McpServer]:
         """Every MCP server by name; one that no longer validates is logged and left out."""
         with self._engine.connect() as conn:
-            rows = conn.execute(select(mcp_servers).order_by(mcp_servers.c.name)).all()
-        out = []
-        for r in rows:
-            try:
-                out.append(_to_server(r))
-            except ValidationError:
-                logger.exception("MCP server %r is not valid; left out until fixed or removed",
-                                 r.name)
-        return out
+            return servers_in(conn)
 
     def get(self, name: str) -> McpServer:
         """One MCP server (NotFound when there is none of that name)."""

@@ -6,13 +6,13 @@ import logging
 from datetime import datetime
 from typing import Any
 
-from pydantic import ValidationError
 from sqlalchemy import Connection, Engine, delete, insert, select, update
 
 from llmgw.core.agent_wire import on_address
 from llmgw.core.mcp import McpRun, McpRunState, McpServer, McpTransport
 from llmgw.store.db import bump_revision, utc
-from llmgw.store.schema import mcp_runs, mcp_servers, nodes
+from llmgw.store.mcp_repo import servers_in
+from llmgw.store.schema import mcp_runs, nodes
 
 logger = logging.getLogger(__name__)
 
@@ -26,16 +26,7 @@ def _to_run(row: Any) -> McpRun:
 
 
 def _stdio(conn: Connection) -> dict[str, McpServer]:
-    out: dict[str, McpServer] = {}
-    for row in conn.execute(select(mcp_servers.c.name, mcp_servers.c.spec)).all():
-        if (row.spec or {}).get("transport") != McpTransport.STDIO.value:
-            continue
-        try:
-            out[row.name] = McpServer.model_validate({**row.spec, "name": row.name})
-        except ValidationError as exc:
-            logger.warning("MCP server %s cannot be read (%d errors): not run", row.name,
-                           exc.error_count())
-    return out
+    return {s.name: s for s in servers_in(conn) if s.transport is McpTransport.STDIO}
 
 
 class McpRunRepo:
