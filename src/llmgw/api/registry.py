@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from llmgw.api import agent, data_plane, openapi
+from llmgw.api import agent, data_plane, mcp, openapi
 from llmgw.api.admin import audit, cache, guard, jobs, keys, models, nodes, routes, teams, users
 from llmgw.api.endpoints import Endpoint
 
@@ -13,7 +13,7 @@ ENDPOINTS: list[Endpoint[Any, Any]] = [
     # The cache's model route has a suffix: before the model routes' greedy name.
     *data_plane.ENDPOINTS, *cache.ENDPOINTS, *models.ENDPOINTS, *jobs.ENDPOINTS,
     *guard.ENDPOINTS, *keys.ENDPOINTS, *agent.ENDPOINTS, *nodes.ENDPOINTS, *routes.ENDPOINTS,
-    *teams.ENDPOINTS, *audit.ENDPOINTS, *users.ENDPOINTS,
+    *teams.ENDPOINTS, *audit.ENDPOINTS, *users.ENDPOINTS, *mcp.ENDPOINTS,
 ]
 OPENAPI = openapi.serve(ENDPOINTS)
 ENDPOINTS.append(OPENAPI)

@@ -12,6 +12,7 @@ from llmgw.core.agent_wire import on_address
 from llmgw.core.engine_keys import EngineKeys
 from llmgw.core.errors import ConfigError, ModelNotFound
 from llmgw.core.loops import every
+from llmgw.core.mcp import McpServer
 from llmgw.core.routes import RouteSpec
 from llmgw.core.types import ApiKey, Limits, Model, RemoteSource, Replica, ReplicaState, Team
 from llmgw.engines import llamacpp, remote
@@ -51,6 +52,8 @@ class Snapshot:
     # What each served name (a catalog model, or a route by a name no model has) runs: only
     # the stages that apply to it (`chain`), built with the snapshot.
     chains: Mapping[str, Chain] = field(default_factory=dict)
+    # Upstream MCP servers by name (`gateway.mcp`).
+    mcp_servers: Mapping[str, McpServer] = field(default_factory=dict)
 
 
 # Builds the chain of every served name of a snapshot (the gateway's `chains`).
@@ -135,7 +138,7 @@ class Refresher:
     def _load(
         self,
     ) -> tuple[int, list[ApiKey], list[Model], list[Replica], dict[str, str], GuardView, Limits,
-               list[RouteSpec], list[Team], dict[str, str]]:
+               list[RouteSpec], list[Team], dict[str, str], list[McpServer]]:
         # Revision first: a change landing between the reads shows up as a newer revision
         # on the next look, never as a missed one.
         revision = self._store.revision()
@@ -157,6 +160,7 @@ class Refresher:
             self._store.routes.list(),
             self._store.teams.list(),
             self._store.install.cache_epochs(),
+            self._store.mcp.list(),
         )
 
     async def refresh(self) -> bool:
@@ -168,7 +172,7 @@ class Refresher:
         revision = await asyncio.to_thread(self._store.revision)
         if revision == self.current.revision:
             return False
-        revision, keys, models, replicas, addresses, guard, limits, specs, teams, epoch = \
+        revision, keys, models, replicas, addresses, guard, limits, specs, teams, epoch, mcp = \
             await asyncio.to_thread(self._load)
         previous = {u.id: u for r in self.current.table.routes.values() for u in r.upstreams}
         routes = build_routes(models, replicas, previous, self._engine_keys,
@@ -182,7 +186,8 @@ class Refresher:
         self.current = self._chained(Snapshot(
             revision, KeyCache(self._secret, keys, teams), table, guard, limits,
             {r.name: r for r in specs}, epoch,
-            any(m.cache is not None for m in models) or any(r.cache is not None for r in specs)))
+            any(m.cache is not None for m in models) or any(r.cache is not None for r in specs),
+            mcp_servers={s.name: s for s in mcp}))
         if self._on_refresh is not None:
             self._on_refresh(table)
         return True

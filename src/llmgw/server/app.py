@@ -31,6 +31,7 @@ from llmgw.api.appkeys import (
     JOBS,
     JUDGE_STATUS,
     KEYS,
+    MCP,
     METRICS,
     METRICS_PEERS,
     METRICS_PUBLIC,
@@ -193,6 +194,7 @@ class Server:
             app[METRICS_PEERS] = self.peers.states
         app[METRICS_PUBLIC] = s.metrics_public
         app[GATEWAY] = plane.gateway
+        app[MCP] = plane.mcp
         app[CATALOG] = catalog
         app[JOBS] = jobs
         app[GUARD] = plane.guard

@@ -27,6 +27,9 @@ from llmgw.gateway.cache.store import AnswerStore, InMemory
 from llmgw.gateway.gpu_metrics import GpuMetrics
 from llmgw.gateway.inflight import InFlight, JudgeSlots, LocalInFlight, SharedInFlight
 from llmgw.gateway.limits import Limiter
+from llmgw.gateway.mcp.catalog import McpCatalog
+from llmgw.gateway.mcp.service import McpService
+from llmgw.gateway.mcp.upstream import McpClient
 from llmgw.gateway.metrics import Metrics
 from llmgw.gateway.queue import ColdQueue
 from llmgw.gateway.replica_signals import ReplicaSignals
@@ -87,6 +90,7 @@ class DataPlane:
     # What each ready replica of llmgw's engines says of its load, for `/metrics`: polled by the
     # process that answers `/metrics` only (`run_signals`).
     signals: ReplicaSignals
+    mcp: McpService  # `/mcp`: agents' tools from upstream MCP servers
 
     async def start(self) -> None:
         """Open the upstream clients and load the first snapshot."""
@@ -190,5 +194,7 @@ def build(store: Store, settings: ServerSettings, clock: Clock, activity_id: str
                           if s.cache.embedding_model else None))
     signals = ReplicaSignals(lambda: refresher.current.table)
     metrics.add_collector(signals)
+    mcp = McpService(McpCatalog(McpClient(client), lambda: refresher.current.mcp_servers),
+                     lambda: refresher.current.keys, bytes.fromhex(s.key_secret))
     return DataPlane(refresher, queue, tracker, demand, client, judge_client, metrics,
-                     verdict_log, guard, meter, limiter, router, gateway, signals)
+                     verdict_log, guard, meter, limiter, router, gateway, signals, mcp)

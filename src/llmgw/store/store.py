@@ -12,6 +12,7 @@ from llmgw.store.install_repo import InstallRepo
 from llmgw.store.job_repo import JobRepo
 from llmgw.store.key_repo import KeyRepo
 from llmgw.store.lease_repo import LeaseRepo
+from llmgw.store.mcp_repo import McpRepo
 from llmgw.store.node_repo import NodeRepo
 from llmgw.store.replica_repo import ReplicaRepo
 from llmgw.store.route_repo import RouteRepo
@@ -44,6 +45,7 @@ class Store:
         self.users = UserRepo(engine)
         self.sessions = SessionRepo(engine)
         self.signins = SigninRepo(engine)
+        self.mcp = McpRepo(engine)
 
     @classmethod
     def open(cls, url: str, *, migrate_schema: bool = True) -> Store:
