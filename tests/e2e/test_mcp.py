@@ -27,10 +27,9 @@ from llmgw.core.mcp import McpCredential, McpServer
 from llmgw.store.db import bump_revision
 from llmgw.store.schema import api_keys, mcp_servers
 from llmgw.store.store import Store
-from tests.support.mcp_upstream import INJECTED, upstream
+from tests.support.mcp_upstream import INJECTED, TOKEN, RunningUpstream
 from tests.support.server_process import LlmgwServer, wait_for
 
-TOKEN = "upstream-s3cret-" + uuid.uuid4().hex  # the upstream's credential: never in an answer
 HANG_S = 2.0
 HUGE_BYTES = 100_000
 
@@ -68,19 +67,14 @@ def new_key(server: LlmgwServer, purpose: str) -> tuple[str, str]:
 
 
 @pytest.fixture(scope="module")
-def upstreams() -> Iterator[dict[str, str]]:
-    with upstream("http", token=TOKEN) as http, upstream("http-json") as js, \
-            upstream("html") as html, upstream("brotli") as br:
-        yield {"up": http.url, "js": js.url, "html": html.url, "br": br.url}
-
-
-@pytest.fixture(scope="module")
-def mcp_server(tmp_path_factory: pytest.TempPathFactory, upstreams: dict[str, str]
-               ) -> Iterator[LlmgwServer]:
+def mcp_server(tmp_path_factory: pytest.TempPathFactory,
+               mcp_upstreams: dict[str, RunningUpstream]) -> Iterator[LlmgwServer]:
     """A bare llmgw (no model, no guard) with the test upstreams in its catalog, on its default
     workers."""
     server = LlmgwServer.init(tmp_path_factory.mktemp("mcp") / "data", "--no-demo", "--no-guard")
     server.env["MCP_TEST_TOKEN"] = TOKEN
+    upstreams = {name: mcp_upstreams[kind].url for name, kind in
+                 (("up", "http"), ("js", "http-json"), ("html", "html"), ("br", "brotli"))}
     add_servers(
         server,
         McpServer(name="up", url=upstreams["up"], credential=McpCredential(env="MCP_TEST_TOKEN"),

@@ -76,6 +76,8 @@ TAGS = {
              "setting (a route's is part of the route).",
     "users": "People who sign in to the console through the identity provider (`[sso]`): their "
              "roles and sessions. Admins only.",
+    "mcp": "MCP (agents' tools): the `/mcp` endpoint MCP clients connect to, and the upstream "
+           "MCP servers behind it. Errors on `/mcp` are JSON-RPC's shape.",
 }
 # PUT /admin/v1/guard/policies/{name} takes the policy's name from the path.
 POLICY_BODY: Schema = {"$ref": f"{_COMPONENTS}PolicyBody"}
