@@ -2,11 +2,12 @@
 
 A POST carries one JSON-RPC message; a request's answer is `application/json` (or one
 server-sent event when the client accepts only `text/event-stream`), a notification's is 202.
-There is no server-initiated stream (GET is 405, no route) and nothing to end (DELETE of a good session
-is 204): a session lives in its sealed id (`gateway.mcp.sessions`), so any worker of any server
-answers it. Every refusal is JSON-RPC's error shape: 401 (with `WWW-Authenticate: Bearer`) for
-a missing or bad key, 400 for a request without its session or a body that is no message, 404
-for a session that is not this key's on this endpoint.
+There is no server-initiated stream (GET is the router's 405, as for any method not served) and
+nothing to end (DELETE of a good session is 204): a session lives in its sealed id
+(`gateway.mcp.sessions`), so any worker of any server answers it. Every refusal the endpoint
+makes is JSON-RPC's error shape: 401 (with `WWW-Authenticate: Bearer`) for a missing or bad key,
+400 for a request without its session or a body that is no message, 404 for a session that is
+not this key's on this endpoint.
 
 Also the admin API's `GET /admin/v1/mcp/servers/{name}/tools`: a server's tools as it lists
 them now.
@@ -96,7 +97,7 @@ async def post(request: web.Request) -> web.StreamResponse:
     if isinstance(message, web.Response):
         return message
     mcp = request.app[MCP]
-    id_ = message.get("id") if isinstance(message.get("id"), str | int) else None
+    id_: wire.Id = message.get("id")
     if message.get("method") != "initialize":
         sid = request.headers.get(SESSION_HEADER)
         if sid is None:
@@ -140,6 +141,9 @@ def _message(body: bytes) -> dict[str, Any] | web.Response:
     if not isinstance(message, dict) or message.get("jsonrpc") != "2.0":
         return _refusal(400, wire.INVALID_REQUEST,
                         "Invalid Request: send one JSON-RPC 2.0 message")
+    id_ = message.get("id")
+    if not (id_ is None or type(id_) in (str, int)):  # JSON's true and false are no ids
+        return _refusal(400, wire.INVALID_REQUEST, "Invalid Request: an id is a string or an integer")
     try:
         check_shape(message)
     except InvalidRequest as exc:
@@ -173,8 +177,9 @@ for _path, _what in (("/mcp", "every enabled server"), ("/mcp/{bundle}", "a bund
     _suffix = "" if _path == "/mcp" else "_bundle"
     PUBLIC += [
         raw(f"mcp_post{_suffix}", "POST", _path, f"MCP message ({_what})", "mcp", post,
-            body_schema=_MESSAGE, content=(JSON, SSE), description=_DOC),
-        raw(f"mcp_delete{_suffix}", "DELETE", _path, "End an MCP session", "mcp", delete),
+            body_schema=_MESSAGE, content=(JSON, SSE), description=_DOC, errors="JsonRpcError"),
+        raw(f"mcp_delete{_suffix}", "DELETE", _path, "End an MCP session", "mcp", delete,
+            status=204, errors="JsonRpcError"),
     ]
 SERVER_TOOLS: Endpoint[None, None] = Endpoint(
     "mcp_server_tools", "GET", "/admin/v1/mcp/servers/{name}/tools",

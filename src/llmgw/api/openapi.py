@@ -58,6 +58,18 @@ ANTHROPIC_ERROR: Schema = {
                   "properties": {"type": {"type": "string"}, "message": {"type": "string"}}},
     },
 }
+JSONRPC_ERROR: Schema = {
+    "type": "object",
+    "description": "Every error on `/mcp`, in JSON-RPC's shape (MCP's).",
+    "required": ["jsonrpc", "id", "error"],
+    "additionalProperties": False,
+    "properties": {
+        "jsonrpc": {"const": "2.0"},
+        "id": {"type": ["string", "integer", "null"]},
+        "error": {"type": "object", "required": ["code", "message"],
+                  "properties": {"code": {"type": "integer"}, "message": {"type": "string"}}},
+    },
+}
 # What each endpoint's tag groups, for the document's readers (and the reference made of it).
 TAGS = {
     "meta": "Liveness, metrics and this document.",
@@ -237,6 +249,7 @@ def _components(schemas: Schema) -> Schema:
         labels["remove"] |= {"maxItems": MAX_LABELS}
     schemas["Error"] = ERROR
     schemas["AnthropicError"] = ANTHROPIC_ERROR
+    schemas["JsonRpcError"] = JSONRPC_ERROR
     return {
         "schemas": schemas,
         "responses": {
@@ -244,6 +257,8 @@ def _components(schemas: Schema) -> Schema:
                       "content": {JSON: {"schema": {"$ref": f"{_COMPONENTS}Error"}}}},
             "AnthropicError": {"description": "An error in Anthropic's shape (the Messages API).",
                                "content": {JSON: {"schema": {"$ref": f"{_COMPONENTS}AnthropicError"}}}},
+            "JsonRpcError": {"description": "An error in JSON-RPC's shape (`/mcp`).",
+                             "content": {JSON: {"schema": {"$ref": f"{_COMPONENTS}JsonRpcError"}}}},
         },
         "securitySchemes": {
             "bearer": {"type": "http", "scheme": "bearer",

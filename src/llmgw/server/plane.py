@@ -113,6 +113,7 @@ class DataPlane:
         await self.meter.flush()
         if self.gateway.cache is not None:
             await self.gateway.cache.close()
+        await self.mcp.close()
         await self.client.close()
         await self.judge_client.close()
         if self.router.bus is not None:

@@ -123,3 +123,24 @@ async def test_a_missing_credential_is_named_never_shown(
     said = await ask(svc, "tools/call", {"name": "up__echo", "arguments": {"text": "x"}})
     assert said["result"]["content"][0]["text"] == "x"
     assert TOKEN not in str(said)
+
+
+async def test_an_sse_server_is_listed_and_called(transport: Transport,
+                                                  no_task_outlives_its_test: None) -> None:
+    with upstream("sse") as sse:
+        server = McpServer(name="old", transport=McpTransport.SSE, url=sse.url, timeout_s=3,
+                           max_result_bytes=50_000)
+        svc = service(transport, [server])
+        try:
+            tools = {t["name"] for t in (await ask(svc, "tools/list"))["result"]["tools"]}
+            assert {"old__echo", "old__hang"} <= tools
+            said = await ask(svc, "tools/call", {"name": "old__echo", "arguments": {"text": "sse"}})
+            assert said["result"]["content"][0]["text"] == "sse"
+            hung = await ask(svc, "tools/call", {"name": "old__hang", "arguments": {}})
+            assert "timed out" in hung["result"]["content"][0]["text"]
+            huge = await ask(svc, "tools/call", {"name": "old__huge", "arguments": {"size": 60_000}})
+            assert "larger than 50000 bytes" in huge["result"]["content"][0]["text"]
+            said = await ask(svc, "tools/call", {"name": "old__echo", "arguments": {"text": "on"}})
+            assert said["result"]["content"][0]["text"] == "on"
+        finally:
+            await svc.close()

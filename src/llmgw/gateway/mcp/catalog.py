@@ -15,10 +15,10 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from llmgw.core.errors import LlmgwError
+from llmgw.core.errors import LlmgwError, McpRefused
 from llmgw.core.mcp import McpServer, McpTransport
 from llmgw.gateway.mcp import wire
-from llmgw.gateway.mcp.upstream import McpClient, RpcRefused
+from llmgw.gateway.mcp.upstream import McpClient
 
 logger = logging.getLogger(__name__)
 
@@ -116,7 +116,7 @@ class McpCatalog:
                 if not isinstance(nxt, str) or not nxt:
                     break
                 cursor = nxt
-        except RpcRefused as exc:
+        except McpRefused as exc:
             if exc.rpc_code == wire.METHOD_NOT_FOUND:  # a server without prompts, say
                 return []
             self._failed(server, method, exc)

@@ -16,14 +16,20 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from llmgw.core.errors import InvalidRequest, LlmgwError, UpstreamTimeout, UpstreamUnreachable
+from llmgw.core.errors import (
+    InvalidRequest,
+    LlmgwError,
+    McpRefused,
+    McpResultTooLarge,
+    UpstreamTimeout,
+    UpstreamUnreachable,
+)
 from llmgw.core.mcp import McpServer, split_tool_name, tool_name
 from llmgw.core.types import ApiKey
 from llmgw.gateway.auth import KeyCache
 from llmgw.gateway.mcp import access, sessions, wire
 from llmgw.gateway.mcp.call import ToolCall, ToolNext, ToolResult, ToolStage, compose_tools
 from llmgw.gateway.mcp.catalog import PROMPTS, RESOURCES, TEMPLATES, TOOLS, McpCatalog
-from llmgw.gateway.mcp.upstream import ResultTooLarge, RpcRefused
 
 logger = logging.getLogger(__name__)
 
@@ -68,6 +74,10 @@ class McpService:
         self._secret = secret
         self._wall = wall
         self._chain = compose_tools(tool_stages() if stages is None else stages, self._upstream)
+
+    async def close(self) -> None:
+        """Close what the upstream client holds open (its HTTP+SSE streams)."""
+        await self.catalog.client.close()
 
     def session(self, key: ApiKey, bundle: str | None, session_id: str) -> sessions.Session | None:
         """The session `session_id` when `key` opened it on `bundle`, else None."""
@@ -156,7 +166,7 @@ class McpService:
         call = ToolCall(asked.key, server, tool, arguments, asked.request_id)
         try:
             return (await self._chain(call)).as_json()
-        except RpcRefused as exc:
+        except McpRefused as exc:
             if exc.rpc_code in (wire.INVALID_PARAMS, wire.METHOD_NOT_FOUND):
                 raise InvalidRequest(_unknown("tool", params.get("name"))) from exc
             return ToolResult.error(exc.message).as_json()
@@ -171,12 +181,12 @@ class McpService:
         try:
             answer = await self.catalog.client.request(
                 call.server, endpoint, "tools/call", {"name": call.tool, "arguments": call.arguments})
-        except RpcRefused:
+        except McpRefused:
             raise
         except UpstreamTimeout:
             return ToolResult.error(f"The tool {shown} timed out: no answer within "
                                     f"{call.server.timeout_s:g}s")
-        except ResultTooLarge:
+        except McpResultTooLarge:
             return ToolResult.error(f"The tool {shown}'s result is larger than "
                                     f"{call.server.max_result_bytes} bytes and was withheld")
         except LlmgwError as exc:
@@ -219,7 +229,7 @@ class McpService:
             raise UpstreamUnreachable(f"MCP server {server.name} is not available now")
         try:
             return (await self.catalog.client.request(server, endpoint, method, params)).result
-        except RpcRefused as exc:
+        except McpRefused as exc:
             if exc.rpc_code in (wire.INVALID_PARAMS, wire.METHOD_NOT_FOUND):
                 raise InvalidRequest(_unknown(what, shown)) from exc
             raise

@@ -23,9 +23,16 @@ from typing import Any
 
 import orjson
 
-from llmgw.core.errors import UpstreamError, UpstreamTimeout, UpstreamUnreachable
-from llmgw.core.mcp import McpServer
+from llmgw.core.errors import (
+    McpRefused,
+    McpResultTooLarge,
+    UpstreamError,
+    UpstreamTimeout,
+    UpstreamUnreachable,
+)
+from llmgw.core.mcp import McpServer, McpTransport
 from llmgw.gateway.mcp import wire
+from llmgw.gateway.mcp.sse import SseLink
 from llmgw.gateway.transport import Connection, Transport
 from llmgw.gateway.upstream.table import Upstream
 
@@ -39,19 +46,6 @@ CLIENT_INFO = {"name": "llmgw", "version": "1"}
 MIN_ANSWER_BYTES = 1024 * 1024
 # What the server's `max_result_bytes` bounds exactly: what a tool, a resource or a prompt gives.
 BOUNDED = frozenset({"tools/call", "resources/read", "prompts/get"})
-
-
-class RpcRefused(UpstreamError):
-    """The upstream answered a request with a JSON-RPC error (its code kept; its message is the
-    upstream's words, which llmgw never relays)."""
-
-    def __init__(self, server: str, code: int) -> None:
-        super().__init__(f"MCP server {server} refused the request (JSON-RPC error {code})")
-        self.rpc_code = code
-
-
-class ResultTooLarge(UpstreamError):
-    """The upstream's answer is past the server's `max_result_bytes`."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,17 +68,20 @@ class McpClient:
     def __init__(self, transport: Transport) -> None:
         self._transport = transport
         self._sessions: dict[str, _Session] = {}
+        self._links: dict[str, SseLink] = {}  # HTTP+SSE servers' sessions
         self._opening: dict[str, asyncio.Lock] = {}
         self._ids = count(1)
 
-    def forget(self, server: str) -> None:
-        """Drop this process's session with `server` (it changed or is gone)."""
-        self._sessions.pop(server, None)
+    async def close(self) -> None:
+        """End every HTTP+SSE link (their reading tasks are this client's)."""
+        links, self._links = list(self._links.values()), {}
+        for link in links:
+            await link.close()
 
     async def request(self, server: McpServer, endpoint: str, method: str,
                       params: dict[str, Any] | None = None) -> Answer:
         """The result of `method` at `server` (listening at `endpoint`): UpstreamTimeout past
-        its `timeout_s`, ResultTooLarge past its `max_result_bytes`, RpcRefused for a JSON-RPC
+        its `timeout_s`, McpResultTooLarge past its `max_result_bytes`, McpRefused for a JSON-RPC
         error, UpstreamError for anything else that is not an answer."""
         try:
             async with asyncio.timeout(server.timeout_s):
@@ -95,6 +92,8 @@ class McpClient:
 
     async def _request(self, server: McpServer, endpoint: str, method: str,
                        params: dict[str, Any] | None) -> Answer:
+        if server.transport is McpTransport.SSE:
+            return await self._sse_request(server, endpoint, method, params)
         for attempt in range(2):
             session = await self._session(server, endpoint)
             rid = next(self._ids)
@@ -138,6 +137,42 @@ class McpClient:
         note.release()
         logger.info("MCP server %s: session opened (protocol %s)", server.name, session.version)
         return session
+
+    async def _sse_request(self, server: McpServer, endpoint: str, method: str,
+                           params: dict[str, Any] | None) -> Answer:
+        link = await self._link(server, endpoint)
+        message, size = await link.ask(rid := next(self._ids), wire.request(rid, method, params))
+        if size > _limit(server, method):
+            raise McpResultTooLarge(f"MCP server {server.name} answered more than "
+                                    f"{_limit(server, method)} bytes")
+        return Answer(_result(server, message), size)
+
+    async def _link(self, server: McpServer, endpoint: str) -> SseLink:
+        found = self._links.get(server.name)
+        if found is not None and found.alive and found.server == server:
+            return found
+        async with self._opening.setdefault(server.name, asyncio.Lock()):
+            found = self._links.get(server.name)
+            if found is not None and found.alive and found.server == server:
+                return found
+            if found is not None:
+                await found.close()
+            headers = credential_header(server)
+            link = await SseLink.open(self._transport, server, endpoint, headers,
+                                      max(server.max_result_bytes, MIN_ANSWER_BYTES) + 65536)
+            try:
+                rid = next(self._ids)
+                message, _ = await link.ask(rid, wire.request(rid, "initialize", {
+                    "protocolVersion": wire.VERSIONS[0], "capabilities": {},
+                    "clientInfo": CLIENT_INFO}))
+                _result(server, message)
+                await link.tell(wire.notification("notifications/initialized"))
+            except BaseException:
+                await link.close()
+                raise
+            self._links[server.name] = link
+            logger.info("MCP server %s: HTTP+SSE session opened", server.name)
+            return link
 
     async def _post(self, server: McpServer, endpoint: str, body: bytes,
                     session: _Session | None) -> Connection:
@@ -183,7 +218,9 @@ def _result(server: McpServer, message: dict[str, Any]) -> dict[str, Any]:
     err = message.get("error")
     if err is not None:
         code = err.get("code") if isinstance(err, dict) else None
-        raise RpcRefused(server.name, code if isinstance(code, int) else wire.INTERNAL_ERROR)
+        code = code if isinstance(code, int) else wire.INTERNAL_ERROR
+        raise McpRefused(f"MCP server {server.name} refused the request (JSON-RPC error {code})",
+                         code)
     res = message.get("result")
     if not isinstance(res, dict):
         raise UpstreamError(f"MCP server {server.name} answered without a result")
@@ -213,9 +250,9 @@ async def _answer(server: McpServer, conn: Connection, rid: int, limit: int
     async for chunk in conn.chunks(_ignore, b""):
         size += len(chunk)
         if size > limit:
-            raise ResultTooLarge(f"MCP server {name} answered more than {limit} bytes")
+            raise McpResultTooLarge(f"MCP server {name} answered more than {limit} bytes")
         buffer += chunk
-        for data in wire.sse_events(buffer):
+        for _, data in wire.sse_events(buffer):
             msg = _message(name, data)
             # Progress and log notifications (and requests llmgw cannot answer) pass by.
             if msg.get("id") == rid and ("result" in msg or "error" in msg):
@@ -228,7 +265,7 @@ async def _bounded(server: McpServer, conn: Connection, limit: int) -> bytes:
     async for chunk in conn.chunks(_ignore, b""):
         data += chunk
         if len(data) > limit:
-            raise ResultTooLarge(f"MCP server {server.name} answered more than {limit} bytes")
+            raise McpResultTooLarge(f"MCP server {server.name} answered more than {limit} bytes")
     if conn.broke():
         raise UpstreamError(f"MCP server {server.name}'s answer broke off")
     return bytes(data)

@@ -47,17 +47,22 @@ def notification(method: str) -> bytes:
     return orjson.dumps({"jsonrpc": "2.0", "method": method})
 
 
-def sse_events(buffer: bytearray) -> list[bytes]:
-    """The data of each whole event at the start of `buffer` (removed from it); what is left
-    is an event still arriving. Lines end with LF, CRLF or CR (the SSE spec)."""
+def sse_events(buffer: bytearray) -> list[tuple[bytes, bytes]]:
+    """Each whole event at the start of `buffer` (removed from it) as (event name, data); what
+    is left is an event still arriving. Lines end with LF, CRLF or CR (the SSE spec); an event
+    without a name is a `message`."""
     if b"\r" in buffer:
         buffer[:] = buffer.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
-    out: list[bytes] = []
+    out: list[tuple[bytes, bytes]] = []
     while (end := buffer.find(b"\n\n")) >= 0:
         block = bytes(buffer[:end])
         del buffer[:end + 2]
-        data = [line[5:].removeprefix(b" ") for line in block.split(b"\n")
-                if line.startswith(b"data:")]
+        name, data = b"message", []
+        for line in block.split(b"\n"):
+            if line.startswith(b"data:"):
+                data.append(line[5:].removeprefix(b" "))
+            elif line.startswith(b"event:"):
+                name = line[6:].strip()
         if data:
-            out.append(b"\n".join(data))
+            out.append((name, b"\n".join(data)))
     return out
