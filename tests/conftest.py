@@ -151,8 +151,8 @@ def demo_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LlmgwServe
 @pytest.fixture(scope="session")
 def mcp_upstreams() -> Iterator[dict[str, mcp_upstream.RunningUpstream]]:
     """The SDK's test MCP servers (tests/support/mcp_upstream.py), one of each kind, by kind:
-    `http` (which takes `mcp_upstream.TOKEN`), `http-json`, and `html` and `brotli`, which
-    answer no MCP."""
+    `http` (which takes `mcp_upstream.TOKEN`), `http-json`, `sse` (the older HTTP+SSE
+    transport), and `html` and `brotli`, which answer no MCP."""
     with mcp_upstream.upstreams() as running:
         yield running
 

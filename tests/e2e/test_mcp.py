@@ -23,7 +23,7 @@ from mcp.shared._httpx_utils import create_mcp_http_client
 from mcp.shared.exceptions import MCPError
 from sqlalchemy import insert, update
 
-from llmgw.core.mcp import McpCredential, McpServer
+from llmgw.core.mcp import McpCredential, McpServer, McpTransport
 from llmgw.store.db import bump_revision
 from llmgw.store.schema import api_keys, mcp_servers
 from llmgw.store.store import Store
@@ -82,6 +82,7 @@ def mcp_server(tmp_path_factory: pytest.TempPathFactory,
         McpServer(name="js", url=upstreams["js"]),
         McpServer(name="html", url=upstreams["html"]),
         McpServer(name="br", url=upstreams["br"]),
+        McpServer(name="old", transport=McpTransport.SSE, url=mcp_upstreams["sse"].url),
     )
     server.start()
     try:
@@ -110,6 +111,9 @@ async def test_an_admin_key_lists_and_calls_every_servers_tools(mcp_server: Llmg
         assert not any(n.startswith(("html__", "br__")) for n in names)
         result = await client.call_tool("up__echo", {"text": "hello through llmgw"})
         assert not result.is_error and _text(result) == "hello through llmgw"
+        assert "old__echo" in names
+        old = await client.call_tool("old__echo", {"text": "over HTTP+SSE"})
+        assert _text(old) == "over HTTP+SSE"
         result = await client.call_tool("js__inject", {})
         assert _text(result) == INJECTED  # no guard policy covers it: passed on untouched
         failed = await client.call_tool("up__fail", {})
@@ -209,6 +213,45 @@ def test_a_session_replayed_by_another_key_or_forged_is_refused(mcp_server: Llmg
     assert _post(mcp_server, mcp_server.admin_key, LIST, sid, "/mcp/web").status_code == 404
     missing = _post(mcp_server, mcp_server.admin_key, LIST)
     assert missing.status_code == 400 and missing.json()["error"]["code"] == -32600
+
+
+def test_a_session_ends_only_for_its_key(mcp_server: LlmgwServer) -> None:
+    sid = _session(mcp_server, mcp_server.admin_key)
+    _, other = new_key(mcp_server, "end")
+
+    def delete(key: str) -> int:
+        return httpx2.delete(mcp_server.url + "/mcp", timeout=30, headers={
+            "Authorization": f"Bearer {key}", "Mcp-Session-Id": sid}).status_code
+
+    assert delete(other) == 404
+    assert delete(mcp_server.admin_key) == 204
+
+
+def test_a_client_that_takes_only_events_gets_one_event(mcp_server: LlmgwServer) -> None:
+    sid = _session(mcp_server, mcp_server.admin_key)
+    answer = httpx2.post(mcp_server.url + "/mcp", json=LIST, timeout=30, headers={
+        "Authorization": f"Bearer {mcp_server.admin_key}", "Accept": "text/event-stream",
+        "Mcp-Session-Id": sid})
+    assert answer.status_code == 200
+    assert answer.headers["Content-Type"].startswith("text/event-stream")
+    event, data = answer.text.split("\n")[:2]
+    assert event == "event: message"
+    assert json.loads(data.removeprefix("data: "))["id"] == 2
+
+
+def test_an_admin_reads_a_servers_tools_as_it_lists_them_now(mcp_server: LlmgwServer) -> None:
+    listed = mcp_server.get("/admin/v1/mcp/servers/js/tools")
+    echo = next(t for t in listed["tools"] if t["name"] == "echo")
+    assert echo["description"] == "Echo the text back."
+    assert echo["inputSchema"]["properties"]["text"]["type"] == "string"
+    _, user = new_key(mcp_server, "admin-tools")
+    for path, key, status in (("/admin/v1/mcp/servers/js/tools", user, 403),
+                              ("/admin/v1/mcp/servers/nope/tools", mcp_server.admin_key, 404),
+                              ("/admin/v1/mcp/servers/html/tools", mcp_server.admin_key, 502)):
+        answer = httpx2.get(mcp_server.url + path, headers={"Authorization": f"Bearer {key}"},
+                            timeout=30)
+        assert answer.status_code == status, (path, answer.text)
+        assert "<html>" not in answer.text
 
 
 def test_no_key_is_a_401_in_json_rpc_shape(mcp_server: LlmgwServer) -> None:

@@ -164,10 +164,10 @@ def upstream(kind: str, token: str | None = None, port: int | None = None
 
 @contextmanager
 def upstreams() -> Iterator[dict[str, RunningUpstream]]:
-    """One upstream of each kind but `sse` and `stdio`, by kind; `http` takes TOKEN."""
+    """One upstream of each kind but `stdio`, by kind; `http` takes TOKEN."""
     with upstream("http", token=TOKEN) as http, upstream("http-json") as js, \
-            upstream("html") as html, upstream("brotli") as br:
-        yield {"http": http, "http-json": js, "html": html, "brotli": br}
+            upstream("sse") as sse, upstream("html") as html, upstream("brotli") as br:
+        yield {"http": http, "http-json": js, "sse": sse, "html": html, "brotli": br}
 
 
 def _listening(port: int) -> bool:
