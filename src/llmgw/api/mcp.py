@@ -65,13 +65,13 @@ def _key(request: web.Request) -> ApiKey:
     return request.app[GATEWAY].authenticate(request.headers.get("Authorization"))
 
 
-def _refused(exc: LlmgwError) -> web.Response:
-    """A failure before any message was read, as JSON-RPC's error shape."""
+def _refused(exc: LlmgwError, id_: wire.Id = None) -> web.Response:
+    """A failure that is the HTTP answer's (a key, a body, a limit), as JSON-RPC's error shape."""
     headers = {"WWW-Authenticate": "Bearer"} if exc.status == 401 else {}
     if exc.retry_after_s is not None:
         headers["Retry-After"] = str(exc.retry_after_s)
     code = wire.INTERNAL_ERROR if exc.status >= 500 else wire.INVALID_REQUEST
-    return _refusal(exc.status, code, exc.message, headers=headers)
+    return _refusal(exc.status, code, exc.message, id_, headers)
 
 
 def _accepts(request: web.Request) -> tuple[bool, bool]:
@@ -109,7 +109,10 @@ async def post(request: web.Request) -> web.StreamResponse:
         if version is not None and version not in wire.VERSIONS:
             return _refusal(400, wire.INVALID_REQUEST,
                             f"Bad Request: unsupported {VERSION_HEADER}", id_)
-    answered = await mcp.answer(Asked(key, bundle, message, request.get(REQUEST_ID, "")))
+    try:
+        answered = await mcp.answer(Asked(key, bundle, message, request.get(REQUEST_ID, "")))
+    except LlmgwError as exc:  # a limit: 429 (or 503) with its Retry-After
+        return _refused(exc, id_)
     if answered.body is None:
         return _reply(202)
     headers = {SESSION_HEADER: answered.session_id} if answered.session_id else None

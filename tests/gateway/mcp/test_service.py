@@ -8,9 +8,11 @@ from typing import Any
 
 import pytest
 
+from llmgw.core.errors import RateLimited
 from llmgw.core.mcp import McpCredential, McpServer, McpTransport
 from llmgw.core.types import ApiKey
 from llmgw.gateway.auth import KeyCache
+from llmgw.gateway.mcp.call import ToolCall, ToolNext, ToolResult
 from llmgw.gateway.mcp.catalog import RETRY_S, McpCatalog
 from llmgw.gateway.mcp.service import Asked, McpService
 from llmgw.gateway.mcp.upstream import McpClient
@@ -144,3 +146,28 @@ async def test_an_sse_server_is_listed_and_called(transport: Transport,
             assert said["result"]["content"][0]["text"] == "on"
         finally:
             await svc.close()
+
+
+async def test_a_stage_answers_in_place_of_the_upstream_and_a_limit_is_raised(
+        transport: Transport, mcp_upstreams: dict[str, RunningUpstream]) -> None:
+    server = McpServer(name="js", url=mcp_upstreams["http-json"].url)
+    seen: list[str] = []
+
+    async def withhold(call: ToolCall, nxt: ToolNext) -> ToolResult:
+        seen.append(call.target)
+        if call.tool == "inject":
+            return ToolResult.error("withheld")
+        if call.tool == "huge":
+            raise RateLimited("tool calls per minute", retry_after_s=7)
+        return await nxt(call)
+
+    catalog = McpCatalog(McpClient(transport), lambda: {"js": server})
+    keys = KeyCache(KEY_SECRET, [ADMIN])
+    svc = McpService(catalog, lambda: keys, KEY_SECRET, stages=[withhold])
+    echoed = await ask(svc, "tools/call", {"name": "js__echo", "arguments": {"text": "e"}})
+    assert echoed["result"]["content"][0]["text"] == "e"
+    withheld = await ask(svc, "tools/call", {"name": "js__inject", "arguments": {}})
+    assert withheld["result"] == {"content": [{"type": "text", "text": "withheld"}], "isError": True}
+    with pytest.raises(RateLimited):
+        await ask(svc, "tools/call", {"name": "js__huge", "arguments": {}})
+    assert seen == ["js/echo", "js/inject", "js/huge"]

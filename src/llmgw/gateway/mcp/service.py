@@ -18,9 +18,11 @@ from typing import Any
 
 from llmgw.core.errors import (
     InvalidRequest,
+    LimitsUnavailable,
     LlmgwError,
     McpRefused,
     McpResultTooLarge,
+    RateLimited,
     UpstreamTimeout,
     UpstreamUnreachable,
 )
@@ -84,7 +86,8 @@ class McpService:
         return sessions.unseal(self._secret, session_id, key.id, bundle)
 
     async def answer(self, asked: Asked) -> Answered:
-        """The answer to one message (`initialize` opens a session)."""
+        """The answer to one message (`initialize` opens a session). A limit's refusal is
+        raised (RateLimited, LimitsUnavailable): it is the HTTP answer's, not JSON-RPC's."""
         msg = asked.message
         method, id_ = msg.get("method"), msg.get("id")
         params = msg.get("params")
@@ -101,6 +104,8 @@ class McpService:
             return Answered(wire.error(id_, wire.METHOD_NOT_FOUND, f"Method not found: {method}"))
         try:
             return Answered(wire.result(id_, await handler(self, asked, params)))
+        except (RateLimited, LimitsUnavailable):
+            raise  # the endpoint's to answer: HTTP 429 (or 503) with its Retry-After
         except InvalidRequest as exc:  # an unknown or forbidden name, bad params
             return Answered(wire.error(id_, wire.INVALID_PARAMS, exc.message))
         except LlmgwError as exc:  # an upstream's failure, in llmgw's words
