@@ -21,6 +21,7 @@ import orjson
 from llmgw.core.errors import McpResultTooLarge, UpstreamError
 from llmgw.core.mcp import McpServer
 from llmgw.gateway.mcp import wire
+from llmgw.gateway.mcp.credentials import credential_header
 from llmgw.gateway.transport import Connection, Transport
 from llmgw.gateway.upstream.table import Upstream
 
@@ -33,13 +34,13 @@ MAX_FIRST_EVENT = 64 * 1024
 class SseLink:
     """One HTTP+SSE session with one server."""
 
-    def __init__(self, transport: Transport, server: McpServer, conn: Connection, origin: str,
-                 target: str, headers: dict[str, str], limit: int) -> None:
+    def __init__(self, transport: Transport, server: McpServer, endpoint: str, conn: Connection,
+                 origin: str, target: str, limit: int) -> None:
         self._transport = transport
         self.server = server
+        self.endpoint = endpoint
         self._conn = conn
         self._origin, self._target = origin, target  # where messages go: origin + path?query
-        self._headers = headers
         self._limit = limit
         self._pending: dict[int, asyncio.Future[tuple[dict[str, Any], int]]] = {}
         self._buffer = bytearray()
@@ -50,10 +51,11 @@ class SseLink:
         return self._task is not None and not self._task.done()
 
     @classmethod
-    async def open(cls, transport: Transport, server: McpServer, endpoint: str,
-                   headers: dict[str, str], limit: int) -> SseLink:
+    async def open(cls, transport: Transport, server: McpServer, endpoint: str, limit: int
+                   ) -> SseLink:
         """A link to `server` at `endpoint`, its stream open and read."""
-        up = Upstream(f"mcp:{server.name}", endpoint, {**headers, "Accept": "text/event-stream"})
+        up = Upstream(f"mcp:{server.name}", endpoint,
+                      {**credential_header(server), "Accept": "text/event-stream"})
         conn = await transport.send(up, "", b"", method="GET")
         try:
             if conn.status != 200 or not conn.streams():
@@ -75,7 +77,7 @@ class SseLink:
         except BaseException:
             conn.release()
             raise
-        link = cls(transport, server, conn, origin, path, headers, limit)
+        link = cls(transport, server, endpoint, conn, origin, path, limit)
         link._buffer = buffer
         link._task = asyncio.create_task(link._read(), name=f"mcp-sse-{server.name}")
         return link
@@ -93,7 +95,8 @@ class SseLink:
 
     async def tell(self, body: bytes) -> None:
         """POST one message; its answer, if any, comes on the stream."""
-        up = Upstream(f"mcp:{self.server.name}", self._origin, self._headers)
+        # The credential read for each message, as for streamable HTTP's.
+        up = Upstream(f"mcp:{self.server.name}", self._origin, credential_header(self.server))
         conn = await self._transport.send(up, self._target, body)
         status = conn.status
         conn.release()

@@ -15,10 +15,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 from dataclasses import dataclass
 from itertools import count
-from pathlib import Path
 from typing import Any
 
 import orjson
@@ -32,6 +30,7 @@ from llmgw.core.errors import (
 )
 from llmgw.core.mcp import McpServer, McpTransport
 from llmgw.gateway.mcp import wire
+from llmgw.gateway.mcp.credentials import credential_header
 from llmgw.gateway.mcp.sse import SseLink
 from llmgw.gateway.transport import Connection, Transport
 from llmgw.gateway.upstream.table import Upstream
@@ -60,6 +59,7 @@ class Answer:
 class _Session:
     id: str | None  # None: the server keeps no sessions
     version: str
+    endpoint: str  # where it was opened: a server moved elsewhere gets a session there
 
 
 class McpClient:
@@ -111,12 +111,12 @@ class McpClient:
 
     async def _session(self, server: McpServer, endpoint: str) -> _Session:
         found = self._sessions.get(server.name)
-        if found is not None:
+        if found is not None and found.endpoint == endpoint:
             return found
         lock = self._opening.setdefault(server.name, asyncio.Lock())
         async with lock:  # one handshake per server at a time, however many calls wait on it
             found = self._sessions.get(server.name)
-            if found is None:
+            if found is None or found.endpoint != endpoint:
                 found = self._sessions[server.name] = await self._initialize(server, endpoint)
             return found
 
@@ -131,7 +131,7 @@ class McpClient:
         finally:
             conn.release()
         version = answer.get("protocolVersion")
-        session = _Session(sid, version if isinstance(version, str) else wire.LATEST)
+        session = _Session(sid, version if isinstance(version, str) else wire.LATEST, endpoint)
         note = await self._post(server, endpoint, wire.notification("notifications/initialized"),
                                 session)
         note.release()
@@ -149,16 +149,17 @@ class McpClient:
 
     async def _link(self, server: McpServer, endpoint: str) -> SseLink:
         found = self._links.get(server.name)
-        if found is not None and found.alive and found.server == server:
+        if found is not None and found.alive and found.server == server \
+                and found.endpoint == endpoint:
             return found
         async with self._opening.setdefault(server.name, asyncio.Lock()):
             found = self._links.get(server.name)
-            if found is not None and found.alive and found.server == server:
+            if found is not None and found.alive and found.server == server \
+                    and found.endpoint == endpoint:
                 return found
             if found is not None:
                 await found.close()
-            headers = credential_header(server)
-            link = await SseLink.open(self._transport, server, endpoint, headers,
+            link = await SseLink.open(self._transport, server, endpoint,
                                       max(server.max_result_bytes, MIN_ANSWER_BYTES) + 65536)
             try:
                 rid = next(self._ids)
@@ -189,29 +190,6 @@ class McpClient:
             raise UpstreamUnreachable(f"MCP server {server.name} could not be reached") from exc
         except UpstreamError as exc:
             raise UpstreamError(f"MCP server {server.name} failed: {exc.message}") from exc
-
-
-def credential_header(server: McpServer) -> dict[str, str]:
-    """The server's credential as a header, read now from where its spec says; {} when it has
-    none. UpstreamUnreachable (naming where, never what) when it cannot be read."""
-    cred = server.credential
-    if cred is None:
-        return {}
-    if cred.env is not None:
-        value = os.environ.get(cred.env, "").strip()
-        where = f"environment variable {cred.env}"
-    else:
-        assert cred.file is not None
-        where = f"file {cred.file}"
-        try:
-            lines = Path(cred.file).read_text(encoding="utf-8").splitlines()
-        except (OSError, UnicodeDecodeError):
-            lines = []
-        value = lines[0].strip() if lines else ""
-    if not value or "\r" in value or "\n" in value:
-        raise UpstreamUnreachable(f"MCP server {server.name}: its credential ({where}) is not "
-                                  "set on this server")
-    return {cred.header: f"{cred.scheme} {value}" if cred.scheme else value}
 
 
 def _result(server: McpServer, message: dict[str, Any]) -> dict[str, Any]:
