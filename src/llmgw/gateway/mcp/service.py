@@ -10,7 +10,7 @@ JSON-RPC error (-32602) for both.
 
 from __future__ import annotations
 
-import logging
+import re
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -33,9 +33,9 @@ from llmgw.gateway.mcp import access, sessions, wire
 from llmgw.gateway.mcp.call import ToolCall, ToolNext, ToolResult, ToolStage, compose_tools
 from llmgw.gateway.mcp.catalog import PROMPTS, RESOURCES, TEMPLATES, TOOLS, McpCatalog
 
-logger = logging.getLogger(__name__)
-
 URI_PREFIX = "llmgw+"
+# A name or URI a refusal may quote back (the spec's "Unknown tool: NAME").
+_PLAIN = re.compile(r"[A-Za-z0-9_.:/+{}-]{1,256}")
 SERVER_INFO = {"name": "llmgw", "version": "1"}
 CAPABILITIES = {"tools": {"listChanged": False}, "prompts": {"listChanged": False},
                 "resources": {"listChanged": False}}
@@ -101,7 +101,7 @@ class McpService:
             return self._initialize(asked, id_, params)
         handler = _METHODS.get(method)
         if handler is None:
-            return Answered(wire.error(id_, wire.METHOD_NOT_FOUND, f"Method not found: {method}"))
+            return Answered(wire.error(id_, wire.METHOD_NOT_FOUND, "Method not found"))
         try:
             return Answered(wire.result(id_, await handler(self, asked, params)))
         except (RateLimited, LimitsUnavailable):
@@ -121,24 +121,21 @@ class McpService:
     # Lists -------------------------------------------------------------------------------
 
     async def _tools(self, asked: Asked, params: dict[str, Any]) -> dict[str, Any]:
-        keys = self._keys()
-        out = []
-        for server, items in await self.catalog.gather(self.catalog.servers(asked.bundle), TOOLS):
-            for tool in items:
-                name = tool.get("name")
-                if isinstance(name, str) and access.may_use(keys, asked.key, server.name, name):
-                    out.append({**tool, "name": tool_name(server.name, name)})
-        return {"tools": out}
+        return {"tools": await self._named(asked, TOOLS)}
 
     async def _prompts(self, asked: Asked, params: dict[str, Any]) -> dict[str, Any]:
+        return {"prompts": await self._named(asked, PROMPTS)}
+
+    async def _named(self, asked: Asked, which: tuple[str, str]) -> list[dict[str, Any]]:
+        """The tools (or prompts) the key may use, each as `SERVER__NAME`."""
         keys = self._keys()
         out = []
-        for server, items in await self.catalog.gather(self.catalog.servers(asked.bundle), PROMPTS):
-            for prompt in items:
-                name = prompt.get("name")
+        for server, items in await self.catalog.gather(self.catalog.servers(asked.bundle), which):
+            for item in items:
+                name = item.get("name")
                 if isinstance(name, str) and access.may_use(keys, asked.key, server.name, name):
-                    out.append({**prompt, "name": tool_name(server.name, name)})
-        return {"prompts": out}
+                    out.append({**item, "name": tool_name(server.name, name)})
+        return out
 
     async def _resources(self, asked: Asked, params: dict[str, Any]) -> dict[str, Any]:
         out: list[dict[str, Any]] = []
@@ -254,7 +251,8 @@ class McpService:
 
 
 def _unknown(what: str, name: object) -> str:
-    shown = name if isinstance(name, str) and len(name) <= 200 else "(unnamed)"
+    """What a refusal says of a name: the name when it is a plain one, never other bytes."""
+    shown = name if isinstance(name, str) and _PLAIN.fullmatch(name) else "(not shown)"
     return f"Unknown {what}: {shown}"
 
 
