@@ -17,7 +17,7 @@ import pytest
 
 from llmgw.core.judges import DEMO_JUDGE
 from llmgw.store.store import Store
-from tests.support import isolation
+from tests.support import isolation, mcp_upstream
 from tests.support.mcp_everything import everything_http, everything_stdio
 from tests.support.pg import fresh_database, postgres_url
 from tests.support.redis_server import redis_server
@@ -148,6 +148,15 @@ def demo_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LlmgwServe
         raise
     finally:
         server.stop()
+
+
+@pytest.fixture(scope="session")
+def mcp_upstreams() -> Iterator[dict[str, mcp_upstream.RunningUpstream]]:
+    """The SDK's test MCP servers (tests/support/mcp_upstream.py), one of each kind, by kind:
+    `http` (which takes `mcp_upstream.TOKEN`), `http-json`, `sse` (the older HTTP+SSE
+    transport), and `html` and `brotli`, which answer no MCP."""
+    with mcp_upstream.upstreams() as running:
+        yield running
 
 
 @pytest.fixture

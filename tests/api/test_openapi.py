@@ -94,8 +94,9 @@ def test_every_operation_answers_errors_in_openai_shape_and_says_how_it_is_authe
         **doc["components"]["securitySchemes"]["bearer"], "type": "http", "scheme": "bearer"}
     for method, path in operations(doc):
         op = doc["paths"][path][method]
-        # Anthropic's clients read Anthropic's errors: its paths answer in its shape.
-        errors = "AnthropicError" if path.startswith("/v1/messages") else "Error"
+        # Anthropic's clients read Anthropic's errors, MCP's JSON-RPC's: their paths answer so.
+        errors = "AnthropicError" if path.startswith("/v1/messages") else \
+            "JsonRpcError" if path.startswith("/mcp") else "Error"
         for status in ("4XX", "5XX"):
             assert op["responses"][status] == {"$ref": f"#/components/responses/{errors}"}, (method, path)
         assert (op.get("security") == []) == ((method, path) in PUBLIC), (method, path)

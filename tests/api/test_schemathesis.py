@@ -56,16 +56,30 @@ def anthropic_error(body: Any) -> bool:
             and isinstance(error["message"], str) and error["message"] != "")
 
 
+def jsonrpc_error(body: Any) -> bool:
+    """`{"jsonrpc": "2.0", "id", "error": {"code", "message"}}` and nothing else."""
+    error = body.get("error") if isinstance(body, dict) else None
+    return (isinstance(body, dict) and set(body) == {"jsonrpc", "id", "error"}
+            and body["jsonrpc"] == "2.0" and isinstance(error, dict)
+            and isinstance(error.get("code"), int) and isinstance(error.get("message"), str)
+            and error["message"] != "")
+
+
 @schemathesis.check
 def openai_error_shape(ctx: CheckContext, response: Response, case: Case) -> bool | None:
     """Every 4xx body is `{"error": {"message", "type", "param", "code"}}` and nothing else (on
-    Anthropic's paths, Anthropic's shape and nothing else)."""
+    Anthropic's paths, Anthropic's shape and nothing else; on `/mcp`, JSON-RPC's)."""
     if not 400 <= response.status_code < 500:
         return None
     try:
         body = response.json()
     except ValueError:
         body = None
+    # A method /mcp does not serve (GET, TRACE...) is the router's 405, in OpenAI's shape.
+    if case.path.startswith("/mcp") and response.status_code != 405:
+        assert jsonrpc_error(body), (
+            f"{response.status_code} body is not a JSON-RPC error: {response.text[:500]}")
+        return True
     if case.path.startswith("/v1/messages"):
         assert anthropic_error(body), (
             f"{response.status_code} body is not an Anthropic error: {response.text[:500]}")

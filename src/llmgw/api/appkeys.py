@@ -21,12 +21,14 @@ from llmgw.core.audit import AuditEntry
 from llmgw.core.protocol.audit import AuditQuery
 from llmgw.core.protocol.guard import JudgeStatusOut
 from llmgw.core.protocol.nodes import ClusterOut
+from llmgw.gateway.mcp.service import McpService
 from llmgw.gateway.metrics import Metrics, MetricsState
 from llmgw.gateway.service import Gateway
 from llmgw.guard.admin import GuardAdmin
 from llmgw.guard.enforcement import Guard
 
 GATEWAY = web.AppKey("gateway", Gateway)
+MCP = web.AppKey("mcp", McpService)  # the `/mcp` endpoint's protocol (`gateway.mcp`)
 CATALOG = web.AppKey("catalog", CatalogService)
 JOBS = web.AppKey("jobs", ServeJobs)
 GUARD = web.AppKey("guard", Guard)

@@ -104,7 +104,8 @@ class Endpoint(Generic[B, Q]):
     body_schema: Schema | None = None
     returns_schema: Schema | None = None
     content: tuple[str, ...] = (JSON,)
-    errors: str = "Error"  # the error shape: "Error" (OpenAI's) or "AnthropicError"
+    # The error shape: "Error" (OpenAI's), "AnthropicError" or "JsonRpcError" (`/mcp`).
+    errors: str = "Error"
     raw: Raw | None = None  # set: the route goes straight to it (see `raw`)
     # The document's description of the operation; empty: the handler's docstring, if any.
     description: str = ""

@@ -58,6 +58,18 @@ ANTHROPIC_ERROR: Schema = {
                   "properties": {"type": {"type": "string"}, "message": {"type": "string"}}},
     },
 }
+JSONRPC_ERROR: Schema = {
+    "type": "object",
+    "description": "Every error on `/mcp`, in JSON-RPC's shape (MCP's).",
+    "required": ["jsonrpc", "id", "error"],
+    "additionalProperties": False,
+    "properties": {
+        "jsonrpc": {"const": "2.0"},
+        "id": {"type": ["string", "integer", "null"]},
+        "error": {"type": "object", "required": ["code", "message"],
+                  "properties": {"code": {"type": "integer"}, "message": {"type": "string"}}},
+    },
+}
 # What each endpoint's tag groups, for the document's readers (and the reference made of it).
 TAGS = {
     "meta": "Liveness, metrics and this document.",
@@ -76,8 +88,9 @@ TAGS = {
              "setting (a route's is part of the route).",
     "users": "People who sign in to the console through the identity provider (`[sso]`): their "
              "roles and sessions. Admins only.",
-    "mcp": "Upstream MCP servers whose tools llmgw serves at `/mcp`, and the tool calls made to "
-           "them. Admins only; no answer holds a credential, only where it is read.",
+    "mcp": "MCP (agents' tools): the `/mcp` endpoint MCP clients connect to (errors there are "
+           "JSON-RPC's shape), the upstream MCP servers behind it and the tool calls made to them "
+           "(admins only; no answer holds a credential, only where it is read).",
 }
 # PUT /admin/v1/guard/policies/{name} takes the policy's name from the path.
 POLICY_BODY: Schema = {"$ref": f"{_COMPONENTS}PolicyBody"}
@@ -237,6 +250,7 @@ def _components(schemas: Schema) -> Schema:
         labels["remove"] |= {"maxItems": MAX_LABELS}
     schemas["Error"] = ERROR
     schemas["AnthropicError"] = ANTHROPIC_ERROR
+    schemas["JsonRpcError"] = JSONRPC_ERROR
     return {
         "schemas": schemas,
         "responses": {
@@ -244,6 +258,8 @@ def _components(schemas: Schema) -> Schema:
                       "content": {JSON: {"schema": {"$ref": f"{_COMPONENTS}Error"}}}},
             "AnthropicError": {"description": "An error in Anthropic's shape (the Messages API).",
                                "content": {JSON: {"schema": {"$ref": f"{_COMPONENTS}AnthropicError"}}}},
+            "JsonRpcError": {"description": "An error in JSON-RPC's shape (`/mcp`).",
+                             "content": {JSON: {"schema": {"$ref": f"{_COMPONENTS}JsonRpcError"}}}},
         },
         "securitySchemes": {
             "bearer": {"type": "http", "scheme": "bearer",

@@ -5,27 +5,27 @@ from __future__ import annotations
 
 from typing import Any
 
-from llmgw.api import agent, data_plane, openapi
+from llmgw.api import agent, data_plane, mcp, openapi
 from llmgw.api.admin import (
     audit,
     cache,
     guard,
     jobs,
     keys,
-    mcp,
     models,
     nodes,
     routes,
     teams,
     users,
 )
+from llmgw.api.admin import mcp as mcp_admin
 from llmgw.api.endpoints import Endpoint
 
 ENDPOINTS: list[Endpoint[Any, Any]] = [
     # The cache's model route has a suffix: before the model routes' greedy name.
     *data_plane.ENDPOINTS, *cache.ENDPOINTS, *models.ENDPOINTS, *jobs.ENDPOINTS,
     *guard.ENDPOINTS, *keys.ENDPOINTS, *agent.ENDPOINTS, *nodes.ENDPOINTS, *routes.ENDPOINTS,
-    *teams.ENDPOINTS, *audit.ENDPOINTS, *users.ENDPOINTS, *mcp.ENDPOINTS,
+    *teams.ENDPOINTS, *audit.ENDPOINTS, *users.ENDPOINTS, *mcp.ENDPOINTS, *mcp_admin.ENDPOINTS,
 ]
 OPENAPI = openapi.serve(ENDPOINTS)
 ENDPOINTS.append(OPENAPI)

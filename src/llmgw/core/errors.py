@@ -212,6 +212,19 @@ class UpstreamUnreachable(UpstreamError):
     elsewhere) cannot run the request twice."""
 
 
+class McpRefused(UpstreamError):
+    """An upstream MCP server answered a request with a JSON-RPC error: its code is kept, its
+    message (the upstream's words) never relayed."""
+
+    def __init__(self, message: str, rpc_code: int = -32603) -> None:
+        super().__init__(message)
+        self.rpc_code = rpc_code
+
+
+class McpResultTooLarge(UpstreamError):
+    """An upstream MCP server's answer is past the server's `max_result_bytes`."""
+
+
 class UpstreamRateLimited(RateLimited):
     """An upstream answered 429; its Retry-After (bounded) is passed on."""
 

@@ -60,12 +60,12 @@ class Pool:
         self._closed = False
 
     async def post(self, base_url: str, path: str, body: bytes, headers: Mapping[str, str],
-                   timeout_s: float) -> Response:
+                   timeout_s: float, method: str = "POST") -> Response:
         """POST `body` to `base_url` + `path` and wait for the answer's head, all within
         `timeout_s` (which also bounds reading the body, until `release`). ConnectError when no
         connection could be made; H1Error or TimeoutError when the answer failed."""
         t = target(base_url)
-        head = _head(t, path, headers, len(body))
+        head = _head(t, path, headers, len(body), method)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout_s
         while True:
@@ -148,15 +148,19 @@ class Pool:
         self._idle.clear()
 
 
-def _head(t: Target, path: str, headers: Mapping[str, str], length: int) -> bytes:
+def _head(t: Target, path: str, headers: Mapping[str, str], length: int,
+          method: str = "POST") -> bytes:
     """The request line and headers. A header that would split the request is refused."""
-    return b"%sContent-Length: %d\r\n\r\n" % (_lines(t, path, tuple(headers.items())), length)
+    return b"%sContent-Length: %d\r\n\r\n" % (
+        _lines(t, path, tuple(headers.items()), method), length)
 
 
 @functools.lru_cache(maxsize=4096)
-def _lines(t: Target, path: str, headers: tuple[tuple[str, str], ...]) -> bytes:
+def _lines(t: Target, path: str, headers: tuple[tuple[str, str], ...], method: str = "POST"
+           ) -> bytes:
     """All of the head but `Content-Length`: the same few on every request, made once each."""
-    lines = [f"POST {quote(t.prefix + path, safe=_PATH_SAFE)} HTTP/1.1", f"Host: {t.host_header}"]
+    lines = [f"{method} {quote(t.prefix + path, safe=_PATH_SAFE)} HTTP/1.1",
+             f"Host: {t.host_header}"]
     if t.basic_auth is not None and not any(n.lower() == "authorization" for n, _ in headers):
         lines.append(f"Authorization: {t.basic_auth}")
     for name, value in headers:

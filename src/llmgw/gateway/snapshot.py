@@ -12,6 +12,7 @@ from llmgw.core.agent_wire import on_address
 from llmgw.core.engine_keys import EngineKeys
 from llmgw.core.errors import ConfigError, ModelNotFound
 from llmgw.core.loops import every
+from llmgw.core.mcp import McpRun, McpServer
 from llmgw.core.routes import RouteSpec
 from llmgw.core.types import (
     ApiKey,
@@ -61,6 +62,10 @@ class Snapshot:
     # What each served name (a catalog model, or a route by a name no model has) runs: only
     # the stages that apply to it (`chain`), built with the snapshot.
     chains: Mapping[str, Chain] = field(default_factory=dict)
+    # Upstream MCP servers by name (`gateway.mcp`), and the ready runs of the stdio ones
+    # (where a node's bridge serves each).
+    mcp_servers: Mapping[str, McpServer] = field(default_factory=dict)
+    mcp_runs: Mapping[str, McpRun] = field(default_factory=dict)
 
 
 # Builds the chain of every served name of a snapshot (the gateway's `chains`).
@@ -156,7 +161,8 @@ class Refresher:
     def _load(
         self,
     ) -> tuple[int, list[ApiKey], list[Model], list[Replica], dict[str, str], GuardView, Limits,
-               list[RouteSpec], list[Team], dict[str, str]]:
+               list[RouteSpec], list[Team], dict[str, str], list[McpServer],
+               dict[str, McpRun]]:
         # Revision first: a change landing between the reads shows up as a newer revision
         # on the next look, never as a missed one.
         revision = self._store.revision()
@@ -178,6 +184,8 @@ class Refresher:
             self._store.routes.list(),
             self._store.teams.list(),
             self._store.install.cache_epochs(),
+            self._store.mcp.list(),
+            self._store.mcp_runs.ready(),
         )
 
     async def refresh(self) -> bool:
@@ -189,7 +197,8 @@ class Refresher:
         revision = await asyncio.to_thread(self._store.revision)
         if revision == self.current.revision:
             return False
-        revision, keys, models, replicas, addresses, guard, limits, specs, teams, epoch = \
+        (revision, keys, models, replicas, addresses, guard, limits, specs, teams, epoch, mcp,
+         runs) = \
             await asyncio.to_thread(self._load)
         previous = {u.id: u for r in self.current.table.routes.values() for u in r.upstreams}
         routes = build_routes(models, replicas, previous, self._engine_keys,
@@ -203,7 +212,8 @@ class Refresher:
         self.current = self._chained(Snapshot(
             revision, KeyCache(self._secret, keys, teams), table, guard, limits,
             {r.name: r for r in specs}, epoch,
-            any(m.cache is not None for m in models) or any(r.cache is not None for r in specs)))
+            any(m.cache is not None for m in models) or any(r.cache is not None for r in specs),
+            mcp_servers={s.name: s for s in mcp}, mcp_runs=runs))
         if self._on_refresh is not None:
             self._on_refresh(table)
         return True

@@ -195,7 +195,8 @@ class Transport:
         if self._pool is not None:
             await self._pool.close()
 
-    async def send(self, up: Upstream, path: str, body: bytes, retry: int = 0) -> Connection:
+    async def send(self, up: Upstream, path: str, body: bytes, retry: int = 0,
+                   method: str = "POST") -> Connection:
         """POST `body` to `path` of `up` and wait for the answer's headers (`retry`: how many
         upstreams this request tried before, for its span). UpstreamUnreachable when no
         connection could be made: nothing was sent, so another upstream may be tried. The
@@ -211,7 +212,7 @@ class Transport:
         try:
             # A redirect is an upstream fault (502), never followed: it would carry the
             # request, and the upstream's credentials, somewhere the catalog did not name.
-            resp = await self._pool.post(up.base_url, path, body, headers, self.timeout_s)
+            resp = await self._pool.post(up.base_url, path, body, headers, self.timeout_s, method)
         except ConnectError as exc:
             up.outstanding -= 1
             span.fail("connect_error")

@@ -32,6 +32,7 @@ from llmgw.api.appkeys import (
     JOBS,
     JUDGE_STATUS,
     KEYS,
+    MCP,
     MCP_ADMIN,
     MCP_AGENTS,
     METRICS,
@@ -209,6 +210,7 @@ class Server:
             app[METRICS_PEERS] = self.peers.states
         app[METRICS_PUBLIC] = s.metrics_public
         app[GATEWAY] = plane.gateway
+        app[MCP] = plane.mcp
         app[CATALOG] = catalog
         app[JOBS] = jobs
         app[GUARD] = plane.guard

@@ -29,6 +29,10 @@ from llmgw.gateway.gpu_metrics import GpuMetrics
 from llmgw.gateway.inflight import InFlight, JudgeSlots, LocalInFlight, SharedInFlight
 from llmgw.gateway.limits import Limiter
 from llmgw.gateway.mcp.accounting import ToolAccounting
+from llmgw.gateway.mcp.catalog import McpCatalog
+from llmgw.gateway.mcp.endpoints import Endpoints
+from llmgw.gateway.mcp.service import McpService, tool_stages
+from llmgw.gateway.mcp.upstream import McpClient
 from llmgw.gateway.mcp.usage import McpUsageMeter
 from llmgw.gateway.metrics import Metrics
 from llmgw.gateway.queue import ColdQueue
@@ -92,6 +96,7 @@ class DataPlane:
     signals: ReplicaSignals
     # MCP tool calls' usage, metrics and spans (`gateway.mcp.accounting`).
     tools: ToolAccounting
+    mcp: McpService  # `/mcp`: agents' tools from upstream MCP servers
 
     async def start(self) -> None:
         """Open the upstream clients and load the first snapshot."""
@@ -116,6 +121,7 @@ class DataPlane:
         await self.tools.meter.flush()
         if self.gateway.cache is not None:
             await self.gateway.cache.close()
+        await self.mcp.close()
         await self.client.close()
         await self.judge_client.close()
         if self.router.bus is not None:
@@ -202,5 +208,10 @@ def build(store: Store, settings: ServerSettings, clock: Clock, activity_id: str
     signals = ReplicaSignals(lambda: refresher.current.table)
     metrics.add_collector(signals)
     tools = ToolAccounting(McpUsageMeter(store, clock.now), metrics, tracer, clock.monotonic)
+    ends = Endpoints(lambda: refresher.current.mcp_runs, engine_keys)
+    mcp = McpService(McpCatalog(McpClient(client, ends.headers_of),
+                                lambda: refresher.current.mcp_servers, ends.endpoint_of),
+                     lambda: refresher.current.keys, bytes.fromhex(s.key_secret),
+                     tool_stages(limiter, guard), accounting=tools)
     return DataPlane(refresher, queue, tracker, demand, client, judge_client, metrics,
-                     verdict_log, guard, meter, limiter, router, gateway, signals, tools)
+                     verdict_log, guard, meter, limiter, router, gateway, signals, tools, mcp)

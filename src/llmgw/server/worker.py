@@ -22,8 +22,8 @@ import aiohttp
 import orjson
 from aiohttp import web
 
-from llmgw.api import data_plane
-from llmgw.api.appkeys import GATEWAY, GUARD, METRICS, METRICS_PUBLIC
+from llmgw.api import data_plane, mcp
+from llmgw.api.appkeys import GATEWAY, GUARD, MCP, METRICS, METRICS_PUBLIC
 from llmgw.api.context import TRUSTED_PROXIES, networks
 from llmgw.api.endpoints import bind
 from llmgw.api.errors import openai_errors
@@ -54,7 +54,9 @@ def data_plane_app(settings: ServerSettings, plane: DataPlane, main_socket: Path
     app[METRICS_PUBLIC] = settings.metrics_public
     app[GATEWAY] = plane.gateway
     app[GUARD] = plane.guard
+    app[MCP] = plane.mcp
     app.add_routes(bind(ep for ep in data_plane.ENDPOINTS if ep is not data_plane.METRICS_TEXT))
+    app.add_routes(bind(mcp.PUBLIC))
     sessions: list[aiohttp.ClientSession] = []
 
     def session() -> aiohttp.ClientSession:
