@@ -1,8 +1,9 @@
 """`/mcp` end to end: the official `mcp` client against a real llmgw server (the default
 install's workers) in front of real upstream MCP servers (the SDK's, `tests/support/mcp_upstream`).
 
-Until the catalog's admin API lands, servers and grants are written to the store directly, as
-that API will write them (`mcp_servers` rows, `api_keys.tools`), with the revision bumped."""
+Servers and grants are written to the store directly, as the admin API writes them
+(`mcp_servers` rows, `api_keys.tools`, the revision bumped), which also lets a test give a server
+what ctl would refuse; `test_mcp_seams.py` sets up through ctl."""
 
 from __future__ import annotations
 

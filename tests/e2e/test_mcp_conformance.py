@@ -99,10 +99,9 @@ LLMGW_MUST_PASS = ["ping", "prompts-list", "resources-list", "server-initialize"
                    "server-sse-multiple-streams", "tools-list"]
 
 
-def llmgw_conformance_once_mcp_is_merged(everything_http: EverythingServer, tmp_path: Path) -> None:
+def test_llmgws_mcp_endpoint_passes_the_conformance_core(everything_http: EverythingServer, tmp_path: Path) -> None:
     """The suite against llmgw's own `/mcp` on a real server fronting server-everything, with the
-    admin key (which may call any tool). Not collected until the `/mcp` endpoint is in this
-    branch: at merge, rename it `test_llmgws_mcp_endpoint_passes_the_conformance_core`."""
+    admin key (which may call any tool)."""
     server = LlmgwServer.init(tmp_path / "data", "--no-demo", "--no-guard", "--no-embedded-node")
     server.start()
     try:
