@@ -99,7 +99,8 @@ LLMGW_MUST_PASS = ["ping", "prompts-list", "resources-list", "server-initialize"
                    "server-sse-multiple-streams", "tools-list"]
 
 
-def test_llmgws_mcp_endpoint_passes_the_conformance_core(everything_http: EverythingServer, tmp_path: Path) -> None:
+def test_llmgws_mcp_endpoint_passes_the_conformance_core(everything_http: EverythingServer,
+                                                         tmp_path: Path) -> None:
     """The suite against llmgw's own `/mcp` on a real server fronting server-everything, with the
     admin key (which may call any tool)."""
     server = LlmgwServer.init(tmp_path / "data", "--no-demo", "--no-guard", "--no-embedded-node")

@@ -31,8 +31,8 @@ def install(tmp_path_factory: pytest.TempPathFactory,
     config = server.data_dir / "config.toml"
     text = config.read_text()
     allowed = f"mcp_commands = {json.dumps([sys.executable])}\n"
-    config.write_text(text.replace("\nmcp_commands = []\n", "\n" + allowed) if
-                      "\nmcp_commands = []\n" in text else text.replace("[server]\n", "[server]\n" + allowed, 1))
+    assert "\nmcp_commands = []\n" in text  # what init writes: none allowed
+    config.write_text(text.replace("\nmcp_commands = []\n", "\n" + allowed))
     try:
         server.start()
         server.ctl("mcp", "add", "up", "--url", mcp_upstreams["http-json"].url)
