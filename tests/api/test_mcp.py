@@ -94,3 +94,25 @@ async def test_a_node_token_reaches_no_tools(api: tuple[TestClient[Any, Any], st
                                                          "Accept": ACCEPT})
     assert resp.status == 403
     assert_jsonrpc_error(await resp.json(), -32600)
+
+
+@pytest.mark.parametrize(("origin", "allowed"), [
+    ("http://evil.example.com", False),  # a rebound name's page
+    ("https://inspector.example.com", True),  # in [server] mcp_origins
+    ("https://inspector.example.com.evil.example.com", False),
+    ("http://localhost:8080", True),  # this machine's own pages
+    ("http://127.0.0.1:9", True),
+    ("null", False),  # a sandboxed page or a file
+])
+async def test_a_web_page_of_an_origin_not_allowed_is_refused(
+        fresh_install: MakeInstall, origin: str, allowed: bool) -> None:
+    install = fresh_install(mcp_origins=["https://inspector.example.com/"])
+    async with install.serve() as client:
+        resp = await client.post("/mcp", data=orjson.dumps(INIT), headers={
+            "Authorization": f"Bearer {install.admin_key}", "Accept": ACCEPT, "Origin": origin})
+        body = await resp.json()
+        if allowed:
+            assert resp.status == 200 and "result" in body, body
+        else:
+            assert resp.status == 403
+            assert_jsonrpc_error(body, -32600)

@@ -95,8 +95,9 @@ def test_an_endpoint_that_wants_a_key_is_run_with_it_on_every_request(
 # What the suite must pass through llmgw's `/mcp` fronting server-everything: the scenarios that
 # do not name a tool, prompt or resource (llmgw prefixes every name with its server's, so the
 # suite's `test_*` names are never found there).
-LLMGW_MUST_PASS = ["ping", "prompts-list", "resources-list", "server-initialize",
-                   "server-sse-multiple-streams", "tools-list"]
+LLMGW_MUST_PASS = ["dns-rebinding-protection", "logging-set-level", "ping", "prompts-list",
+                   "resources-list", "server-initialize", "server-sse-multiple-streams",
+                   "tools-list"]
 
 
 def test_llmgws_mcp_endpoint_passes_the_conformance_core(everything_http: EverythingServer,

@@ -6,8 +6,8 @@ There is no server-initiated stream (GET is the router's 405, as for any method 
 nothing to end (DELETE of a good session is 204): a session lives in its sealed id
 (`gateway.mcp.sessions`), so any worker of any server answers it. Every refusal the endpoint
 makes is JSON-RPC's error shape: 401 (with `WWW-Authenticate: Bearer`) for a missing or bad key,
-400 for a request without its session or a body that is no message, 404 for a session that is
-not this key's on this endpoint.
+400 for a request without its session or a body that is no message, 403 for a web page of an
+origin not allowed (DNS rebinding), 404 for a session that is not this key's on this endpoint.
 
 Also the admin API's `GET /admin/v1/mcp/servers/{name}/tools`: a server's tools as it lists
 them now.
@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import re
 from typing import Any
+from urllib.parse import urlsplit
 
 import orjson
 from aiohttp import web
@@ -74,6 +75,22 @@ def _refused(exc: LlmgwError, id_: wire.Id = None) -> web.Response:
     return _refusal(exc.status, code, exc.message, id_, headers)
 
 
+LOOPBACK = frozenset({"localhost", "127.0.0.1", "::1"})
+
+
+def origin_allowed(origin: str | None, allowed: frozenset[str]) -> bool:
+    """Whether a request with this `Origin` may be answered: none (a client that is no browser),
+    this machine's own pages, or an origin the install allows (`[server] mcp_origins`). A page
+    of another site that a rebound name points at this server is refused."""
+    if origin is None:
+        return True
+    try:
+        host = urlsplit(origin).hostname
+    except ValueError:
+        return False
+    return host in LOOPBACK or origin.rstrip("/").lower() in allowed
+
+
 def _accepts(request: web.Request) -> tuple[bool, bool]:
     """Whether the client takes JSON, and server-sent events (no Accept: it takes anything)."""
     accept = request.headers.get("Accept", "").lower()
@@ -85,6 +102,9 @@ def _accepts(request: web.Request) -> tuple[bool, bool]:
 
 async def post(request: web.Request) -> web.StreamResponse:
     """One JSON-RPC message, answered."""
+    if not origin_allowed(request.headers.get("Origin"), request.app[MCP].origins):
+        return _refusal(403, wire.INVALID_REQUEST,
+                        "Forbidden: this Origin may not call /mcp (see [server] mcp_origins)")
     try:
         key, bundle = _key(request), _bundle(request)
         json_ok, sse_ok = _accepts(request)
@@ -121,6 +141,9 @@ async def post(request: web.Request) -> web.StreamResponse:
 
 async def delete(request: web.Request) -> web.StreamResponse:
     """Ends a session: nothing is kept anywhere, so this only checks it is the caller's."""
+    if not origin_allowed(request.headers.get("Origin"), request.app[MCP].origins):
+        return _refusal(403, wire.INVALID_REQUEST,
+                        "Forbidden: this Origin may not call /mcp (see [server] mcp_origins)")
     try:
         key, bundle = _key(request), _bundle(request)
     except LlmgwError as exc:

@@ -421,6 +421,11 @@ class ServerSettings(BaseModel):
     absolute path, as a server's command gives them; empty: none. Whoever holds an admin key
     runs what a stdio server's command says with an allowed program (`npx` runs any package):
     allow only what you would let an admin run on this machine."""
+    mcp_origins: list[str] = Field(default_factory=list)
+    """Web origins (`https://inspector.example.com`) whose pages may call `/mcp` from a browser,
+    besides this machine's own (`localhost`, `127.0.0.1`, `[::1]`): a request with any other
+    `Origin` is refused, as MCP asks of servers against DNS rebinding. Clients that are not
+    browsers send no `Origin` and are not concerned."""
     trusted_proxies: list[str] = Field(default_factory=list)
     """Addresses or networks (`10.0.0.5`, `10.0.0.0/8`) of reverse proxies in front of llmgw:
     from a connection of theirs, the client is the last address in `X-Forwarded-For` that is

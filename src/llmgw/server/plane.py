@@ -212,6 +212,7 @@ def build(store: Store, settings: ServerSettings, clock: Clock, activity_id: str
     mcp = McpService(McpCatalog(McpClient(client, ends.headers_of),
                                 lambda: refresher.current.mcp_servers, ends.endpoint_of),
                      lambda: refresher.current.keys, bytes.fromhex(s.key_secret),
-                     tool_stages(limiter, guard), accounting=tools)
+                     tool_stages(limiter, guard), accounting=tools,
+                     origins=frozenset(o.rstrip("/").lower() for o in s.mcp_origins))
     return DataPlane(refresher, queue, tracker, demand, client, judge_client, metrics,
                      verdict_log, guard, meter, limiter, router, gateway, signals, tools, mcp)

@@ -42,8 +42,10 @@ URI_PREFIX = "llmgw+"
 # A name or URI a refusal may quote back (the spec's "Unknown tool: NAME").
 _PLAIN = re.compile(r"[A-Za-z0-9_.:/+{}-]{1,256}")
 SERVER_INFO = {"name": "llmgw", "version": "1"}
+# `logging`: a client may set a level; llmgw holds no stream to send log messages on, so it
+# sends none at any level.
 CAPABILITIES = {"tools": {"listChanged": False}, "prompts": {"listChanged": False},
-                "resources": {"listChanged": False}}
+                "resources": {"listChanged": False}, "logging": {}}
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,8 +79,11 @@ class McpService:
     def __init__(self, catalog: McpCatalog, keys: Callable[[], KeyCache], secret: bytes,
                  stages: list[ToolStage] | None = None,
                  wall: Callable[[], float] = time.time,
-                 accounting: ToolAccounting | None = None) -> None:
+                 accounting: ToolAccounting | None = None,
+                 origins: frozenset[str] = frozenset()) -> None:
         self.catalog = catalog
+        # Web origins besides loopback ones whose pages may call `/mcp` (`origin_allowed`).
+        self.origins = origins
         self._keys = keys
         self._secret = secret
         self._wall = wall
@@ -288,6 +293,7 @@ def _split_uri(uri: str) -> tuple[str, str] | None:
 _Handler = Callable[[McpService, Asked, dict[str, Any]], Awaitable[dict[str, Any]]]
 _METHODS: dict[str, _Handler] = {
     "ping": McpService._ping,
+    "logging/setLevel": McpService._ping,  # taken, and nothing to change (see CAPABILITIES)
     "tools/list": McpService._tools,
     "tools/call": McpService._call,
     "prompts/list": McpService._prompts,
