@@ -15,6 +15,7 @@ from typing import Any
 import httpx2
 import pytest
 
+from tests.support.mcp_everything import everything_command, mcp_node
 from tests.support.mcp_upstream import INJECTED, RunningUpstream
 from tests.support.server_process import LlmgwServer, wait_for
 
@@ -30,13 +31,15 @@ def install(tmp_path_factory: pytest.TempPathFactory,
     server = LlmgwServer.init(tmp / "data", "--no-demo", "--no-guard")
     config = server.data_dir / "config.toml"
     text = config.read_text()
-    allowed = f"mcp_commands = {json.dumps([sys.executable])}\n"
+    allowed = f"mcp_commands = {json.dumps([sys.executable, str(mcp_node())])}\n"
     assert "\nmcp_commands = []\n" in text  # what init writes: none allowed
     config.write_text(text.replace("\nmcp_commands = []\n", "\n" + allowed))
     try:
         server.start()
         server.ctl("mcp", "add", "up", "--url", mcp_upstreams["http-json"].url)
         server.ctl("mcp", "add", "local", "--", sys.executable, str(STDIO_SERVER), str(tmp))
+        # A third-party server (MCP's own server-everything, on Node.js) over stdio.
+        server.ctl("mcp", "add", "everything", "--", *everything_command("stdio"))
         yield server
     except BaseException:
         print(server.log()[-5000:])  # noqa: T201 - the server's side of a failure
@@ -91,6 +94,24 @@ async def test_a_stdio_server_run_by_the_embedded_node_answers_through_mcp(
         answer = await rpc(client, url, key, "tools/call",
                            {"name": "local__echo", "arguments": {"text": "from a node"}}, sid)
         assert texts(answer) == "from a node"
+
+
+async def test_a_third_party_stdio_server_answers_through_mcp(install: LlmgwServer) -> None:
+    key = user_key(install, "--tools-allow", "everything/echo")
+    url = install.url + "/mcp"
+    async with httpx2.AsyncClient(timeout=30) as client:
+        sid = await session_of(client, url, key)
+
+        async def echoed() -> httpx2.Response:
+            return await rpc(client, url, key, "tools/call",
+                             {"name": "everything__echo", "arguments": {"message": "hi"}}, sid)
+
+        for _ in range(300):  # once the node's bridge has started it
+            answer = await echoed()
+            if not answer.json()["result"].get("isError"):
+                break
+            await asyncio.sleep(0.1)
+        assert texts(answer) == "Echo: hi"
 
 
 async def test_a_burst_past_a_keys_tool_calls_per_minute_is_refused_beyond_it(
