@@ -15,6 +15,7 @@ from llmgw.core.users import Role
 from llmgw.store.schema import mcp_usage
 from tests.api.console.conftest import Install
 from tests.api.console.test_pages_teams import person
+from tests.support.mcp_upstream import RunningUpstream
 
 HERE = "/ui/mcp"
 
@@ -102,3 +103,18 @@ async def test_the_team_and_key_forms_grant_tools_and_a_minted_key_stays_within(
     assert made.status == 200
     status, keys = await install.api("GET", "/admin/v1/keys")
     assert {k["name"]: k["tools"]["allow"] for k in keys["data"]}["narrow"] == ["github/search"]
+
+
+async def test_a_servers_tools_page_shows_what_it_lists_now_and_how_agents_name_them(
+        install: Install, mcp_upstreams: dict[str, RunningUpstream]) -> None:
+    status, made = await install.api("POST", "/admin/v1/mcp/servers", {
+        "name": "up", "url": mcp_upstreams["http-json"].url})
+    assert status == 201, made
+    await install.browser.signin(install.admin)
+    assert 'href="/ui/mcp/up/tools"' in await (await install.browser.get(HERE)).text()
+    resp = await install.browser.get("/ui/mcp/up/tools")
+    assert resp.status == 200
+    page = await resp.text()
+    echo = row(page, "tool", "echo")
+    assert "<code>up__echo</code>" in echo and "text" in echo  # its argument
+    assert (await install.browser.get("/ui/mcp/nothing/tools")).status == 404

@@ -1,5 +1,5 @@
 """The MCP page: upstream MCP servers (where each is, its bundles, whether it is enabled, who may
-use it) and the tool calls made to them in the last 7 days. Admins only: its answers name the
+use it, and a page of its tools) and the tool calls made to them in the last 7 days. Admins only: its answers name the
 keys granted each server, and its tools act in the world."""
 
 from __future__ import annotations
@@ -10,6 +10,7 @@ from typing import Any
 from aiohttp import web
 
 from llmgw.api.admin.mcp import LIST_MCP_SERVERS, MCP_USAGE
+from llmgw.api.mcp import SERVER_TOOLS
 from llmgw.api.console import data, render
 from llmgw.api.console.access import root, visitor
 from llmgw.api.endpoints import Endpoint
@@ -27,6 +28,12 @@ async def mcp(request: web.Request) -> web.Response:
     servers = (await _call(request, LIST_MCP_SERVERS))["data"]
     usage = (await _call(request, MCP_USAGE))["data"]
     return render.page(request, "mcp.html", servers=servers, calls=per_tool(usage))
+
+
+async def tools(request: web.Request) -> web.Response:
+    """One server's tools, as it lists them now (asked afresh: a server that fails says so)."""
+    found = await _call(request, SERVER_TOOLS, params={"name": request.match_info["name"]})
+    return render.page(request, "mcp_tools.html", server=found["server"], tools=found["tools"])
 
 
 def per_tool(rows: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:

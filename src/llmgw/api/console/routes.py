@@ -80,6 +80,7 @@ PAGES: tuple[Page, ...] = (
     Page("POST", "/teams", pages_teams.add, Need.ADMIN),
     Page("POST", "/teams/{name}/remove", pages_teams.remove, Need.ADMIN),
     Page("GET", "/mcp", pages_mcp.mcp, Need.ADMIN),
+    Page("GET", "/mcp/{name}/tools", pages_mcp.tools, Need.ADMIN),
     Page("GET", "/keys", pages_keys.keys, Need.SIGNED),
     Page("POST", "/keys", pages_keys.create, Need.SIGNED),
     Page("POST", "/keys/{id}/revoke", pages_keys.revoke, Need.SIGNED),
