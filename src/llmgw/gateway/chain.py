@@ -16,8 +16,12 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
+from typing import TypeVar
 
 from llmgw.gateway.call import Reply, UpstreamCall
+
+C = TypeVar("C")  # what a chain runs on
+R = TypeVar("R")  # what it answers
 
 # The rest of the chain, from one stage's point of view.
 Next = Callable[[UpstreamCall], Awaitable[Reply]]
@@ -35,16 +39,19 @@ class Chain:
     counted: Next
 
 
-def compose(stages: Sequence[Stage], last: Next) -> Next:
-    """`stages` in order, then `last`, as one function of the call."""
+def compose(stages: Sequence[Callable[[C, Callable[[C], Awaitable[R]]], Awaitable[R]]],
+            last: Callable[[C], Awaitable[R]]) -> Callable[[C], Awaitable[R]]:
+    """`stages` in order, then `last`, as one function of the call (a model's call, or a tool's:
+    `gateway.mcp.call`)."""
     run = last
     for stage in reversed(stages):
         run = _link(stage, run)
     return run
 
 
-def _link(stage: Stage, nxt: Next) -> Next:
-    def linked(call: UpstreamCall) -> Awaitable[Reply]:
+def _link(stage: Callable[[C, Callable[[C], Awaitable[R]]], Awaitable[R]],
+          nxt: Callable[[C], Awaitable[R]]) -> Callable[[C], Awaitable[R]]:
+    def linked(call: C) -> Awaitable[R]:
         return stage(call, nxt)
 
     return linked

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from pydantic import BaseModel
 from sqlalchemy import Connection, Engine, Table, delete, func, select
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
@@ -13,9 +14,6 @@ from sqlalchemy.exc import DataError, IntegrityError
 from llmgw.core.errors import StoreRefused
 from llmgw.core.types import UsageRow
 from llmgw.store.schema import rate_windows, usage
-
-# A usage row's counts: every field of it but the three that name it.
-COUNTERS = tuple(f for f in UsageRow.model_fields if f not in ("key_id", "model", "day"))
 
 
 class UsageRepo:
@@ -27,13 +25,7 @@ class UsageRepo:
     def add_usage(self, rows: Iterable[UsageRow]) -> None:
         """Add the rows' counts in one transaction; StoreRefused when the database refuses the
         data (a count out of range), so the caller can write the other rows without it."""
-        try:
-            with self._engine.begin() as conn:
-                for r in rows:
-                    add_counts(conn, usage, {"key_id": r.key_id, "model": r.model, "day": r.day},
-                         {c: getattr(r, c) for c in COUNTERS})
-        except (DataError, IntegrityError, OverflowError) as exc:
-            raise StoreRefused(f"usage not written: {type(exc).__name__}") from exc
+        add_rows(self._engine, usage, rows, ("key_id", "model", "day"), "usage")
 
     def usage(
         self, key_id: str | None = None, model: str | None = None, since: str | None = None
@@ -74,6 +66,20 @@ class UsageRepo:
     def prune_rates(self, before_minute: int) -> None:
         with self._engine.begin() as conn:
             conn.execute(delete(rate_windows).where(rate_windows.c.minute < before_minute))
+
+
+def add_rows(engine: Engine, table: Table, rows: Iterable[BaseModel], names: tuple[str, ...],
+             what: str) -> None:
+    """Add each row's counts (every field but `names`, which name its row in `table`) in one
+    transaction; StoreRefused (saying `what` was not written) when the database refuses them."""
+    try:
+        with engine.begin() as conn:
+            for r in rows:
+                data = r.model_dump()
+                add_counts(conn, table, {n: data[n] for n in names},
+                           {k: v for k, v in data.items() if k not in names})
+    except (DataError, IntegrityError, OverflowError) as exc:
+        raise StoreRefused(f"{what} not written: {type(exc).__name__}") from exc
 
 
 def add_counts(conn: Connection, table: Table, key: dict[str, Any],

@@ -1,6 +1,6 @@
 """The MCP page: upstream MCP servers (where each is, its bundles, whether it is enabled, who may
-use it, and a page of its tools) and the tool calls made to them in the last 7 days. Admins only: its answers name the
-keys granted each server, and its tools act in the world."""
+use it, and a page of its tools) and the tool calls made to them in the last 7 days. Admins
+only: its answers name the keys granted each server, and its tools act in the world."""
 
 from __future__ import annotations
 
@@ -10,10 +10,10 @@ from typing import Any
 from aiohttp import web
 
 from llmgw.api.admin.mcp import LIST_MCP_SERVERS, MCP_USAGE
-from llmgw.api.mcp import SERVER_TOOLS
 from llmgw.api.console import data, render
 from llmgw.api.console.access import root, visitor
 from llmgw.api.endpoints import Endpoint
+from llmgw.api.mcp import SERVER_TOOLS
 
 HERE = "/ui/mcp"
 COUNTS = ("calls", "errors", "blocked")

@@ -18,6 +18,7 @@ from typing import Any
 
 from llmgw.core.mcp import McpServer
 from llmgw.core.types import ApiKey
+from llmgw.gateway.chain import compose
 
 # What the guard stage notes on the call (`ToolCall.notes[GUARD_NOTE]`): `blocked` when it
 # withheld the call or its result, `unjudged` when it let one through unjudged.
@@ -87,15 +88,5 @@ ToolStage = Callable[[ToolCall, ToolNext], Awaitable[ToolResult]]
 
 
 def compose_tools(stages: list[ToolStage], last: ToolNext) -> ToolNext:
-    """`stages` in order, then `last`, as one function of the call."""
-    run = last
-    for stage in reversed(stages):
-        run = _link(stage, run)
-    return run
-
-
-def _link(stage: ToolStage, nxt: ToolNext) -> ToolNext:
-    def linked(call: ToolCall) -> Awaitable[ToolResult]:
-        return stage(call, nxt)
-
-    return linked
+    """`stages` in order, then `last`, as one function of the call (`chain.compose`)."""
+    return compose(stages, last)
