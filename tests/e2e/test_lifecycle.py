@@ -9,9 +9,11 @@ import time
 from pathlib import Path
 
 import openai
+from alembic import command
 from sqlalchemy import create_engine, text
 
 from llmgw.core.settings import ServerSettings, dump, load
+from llmgw.store.db import schema_config
 from tests.conftest import DEMO
 from tests.support.cluster import hold
 from tests.support.server_process import LlmgwServer, pid_alive, run_cli, wait_for
@@ -96,11 +98,15 @@ def test_a_single_machine_install_serves_across_the_upgrade_to_engine_keys_per_n
         before = server.wait_ready(DEMO)
     finally:
         server.stop()
-    # The database as the version before engine keys per node left it: its replica recorded.
+    # The database as the version before engine keys per node left it, its replica recorded:
+    # the later migrations taken back (each is run again at the start below).
     engine = create_engine(load(tmp_path / "data").database_url(tmp_path / "data"))
     try:
         with engine.begin() as conn:
-            conn.execute(text("UPDATE alembic_version SET version_num = '0018'"))
+            cfg = schema_config()
+            cfg.attributes["connection"] = conn
+            command.downgrade(cfg, "0018")
+            assert conn.execute(text("SELECT version_num FROM alembic_version")).scalar() == "0018"
     finally:
         engine.dispose()
     server.start()

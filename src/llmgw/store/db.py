@@ -101,10 +101,16 @@ def redact(url: str) -> str:
     return f"{scheme}://{user}:***@{host}"
 
 
-def migrate(engine: Engine) -> None:
-    """Bring the schema to the newest migration; a failure stops startup with the reason."""
+def schema_config() -> Config:
+    """Alembic's configuration for llmgw's migrations (the caller sets its `connection`)."""
     cfg = Config(str(resources.files("llmgw.store") / "alembic.ini"))
     cfg.set_main_option("script_location", str(resources.files("llmgw.store") / "migrations"))
+    return cfg
+
+
+def migrate(engine: Engine) -> None:
+    """Bring the schema to the newest migration; a failure stops startup with the reason."""
+    cfg = schema_config()
     try:
         with engine.begin() as conn:
             cfg.attributes["connection"] = conn
