@@ -14,7 +14,6 @@ the run's session)."""
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import time
 from collections.abc import Iterator
@@ -26,6 +25,8 @@ from typing import TYPE_CHECKING
 import httpx2
 import psutil
 import pytest
+
+from tests.support.server_process import stop_group
 
 if TYPE_CHECKING:  # the SDK takes seconds to import: only the tests that use it pay for it
     from mcp.client.stdio import StdioServerParameters
@@ -121,17 +122,7 @@ class EverythingServer:
         proc, self.proc = self.proc, None
         if proc is None:
             return
-        if proc.poll() is None:
-            try:
-                os.killpg(proc.pid, signal.SIGTERM)
-                proc.wait(5)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait(5)
-            except ProcessLookupError:
-                proc.wait(5)
-        if proc.stdin is not None:
-            proc.stdin.close()
+        stop_group(proc)
 
 
 @contextmanager

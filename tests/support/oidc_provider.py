@@ -20,7 +20,6 @@ import os
 import secrets
 import selectors
 import shutil
-import signal
 import subprocess
 import time
 from collections.abc import Iterator, Mapping, Sequence
@@ -33,6 +32,8 @@ from urllib.parse import quote, urljoin
 
 import httpx2
 import pytest
+
+from tests.support.server_process import stop_group
 
 OIDC_DIR = Path(__file__).resolve().parents[1] / "oidc"
 SCRIPT = OIDC_DIR / "provider.mjs"
@@ -179,18 +180,7 @@ class OidcProvider:
         proc, self.proc = self.proc, None
         if proc is None:
             return
-        if proc.poll() is None:
-            try:
-                os.killpg(proc.pid, signal.SIGTERM)
-                proc.wait(5)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait(5)
-            except ProcessLookupError:
-                proc.wait(5)
-        for pipe in (proc.stdin, proc.stdout):
-            if pipe is not None:
-                pipe.close()
+        stop_group(proc)
 
     def _admin(self, method: str, path: str, body: Mapping[str, Any] | None = None) -> Any:
         response = httpx2.request(
