@@ -6,10 +6,12 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 from datetime import timedelta
-from typing import Any
+from enum import StrEnum
+from typing import Any, TypeVar
 
 from llmgw.core.agent_wire import (
     Assigned,
+    McpRunReport,
     ReplicaReport,
     SyncRequest,
     SyncResponse,
@@ -22,6 +24,9 @@ from llmgw.core.types import ApiKey, Replica, ReplicaState
 from llmgw.store.store import Store
 
 logger = logging.getLogger(__name__)
+
+# A node's report of something that listens on it: a replica's, or a stdio MCP server's run.
+R = TypeVar("R", ReplicaReport, McpRunReport)
 
 _REPORTED = ("state", "endpoint", "pid", "restarts", "last_error")
 
@@ -68,7 +73,8 @@ class AgentService:
             # changes nothing: the agent stops that engine once it sees the answer.
             if current is None or current.state == ReplicaState.STOPPING:
                 continue
-            report = _on_own_address(report, req.node.id, req.node.address)
+            report = on_own_address(report, ReplicaState.FAILED, f"replica {report.id}",
+                                    req.node.id, req.node.address)
             fields = _changes(current, report)
             if fields:
                 changed |= store.replicas.update(report.id, now, **fields)
@@ -83,15 +89,16 @@ class AgentService:
         return changed, [Assigned(replica=r, model=models.get(r.model)) for r in mine.values()]
 
 
-def _on_own_address(report: ReplicaReport, node_id: str, address: str) -> ReplicaReport:
-    """The report, or, for an endpoint off the node's own address, a failure saying so: servers
-    send traffic (and the engine key) only where the node itself listens."""
+def on_own_address(report: R, failed: StrEnum, what: str, node_id: str, address: str) -> R:
+    """The report, or, for an endpoint off the node's own address, `failed` saying so: servers
+    send traffic (and the engine key) only where the node itself listens. `what` names what
+    listens (for the log)."""
     if report.endpoint is None or on_address(report.endpoint, address):
         return report
-    logger.warning("node %s reported replica %s listening off its address %s: refused",
-                   node_id, report.id, address)
+    logger.warning("node %s reported %s listening off its address %s: refused",
+                   node_id, what, address)
     return report.model_copy(update={
-        "state": ReplicaState.FAILED, "endpoint": None,
+        "state": failed, "endpoint": None,
         "last_error": f"refused: the node reported an endpoint off its own address {address}",
     })
 

@@ -9,7 +9,8 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 
-from llmgw.core.agent_wire import McpRunReport, McpSyncRequest, McpSyncResponse, on_address
+from llmgw.control.agents import on_own_address
+from llmgw.core.agent_wire import McpSyncRequest, McpSyncResponse
 from llmgw.core.clock import Clock
 from llmgw.core.errors import Forbidden
 from llmgw.core.mcp import McpRun, McpRunState, McpServer
@@ -57,20 +58,9 @@ class McpAgentService:
                 logger.warning("node %s reported MCP server %s, which it does not run: ignored",
                                node_id, report.server)
                 continue
-            report = _on_own_address(report, node_id, node.address)
+            report = on_own_address(report, McpRunState.FAILED, f"MCP server {report.server}",
+                                    node_id, node.address)
             changed |= store.mcp_runs.report(McpRun(node_id=node_id, **report.model_dump()), now)
         for name in req.stopped:
             changed |= store.mcp_runs.forget(name, node_id)
         return changed, list(mine.values())
-
-
-def _on_own_address(report: McpRunReport, node_id: str, address: str) -> McpRunReport:
-    """The report, or, for a bridge off the node's own address, a failure saying so."""
-    if report.endpoint is None or on_address(report.endpoint, address):
-        return report
-    logger.warning("node %s reported MCP server %s listening off its address %s: refused",
-                   node_id, report.server, address)
-    return report.model_copy(update={
-        "state": McpRunState.FAILED, "endpoint": None,
-        "last_error": f"refused: the node reported an endpoint off its own address {address}",
-    })
