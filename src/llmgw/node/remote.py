@@ -99,18 +99,12 @@ class ServerLink:
             stopped=sorted(stopped)).model_dump(mode="json"))
         url = self._servers[self._good]
         try:
-            async with self._session.post(
-                url + MCP_SYNC_PATH, data=body,
-                headers={"Authorization": f"Bearer {self._token}",
-                         "Content-Type": "application/json"},
-            ) as resp:
-                raw = await resp.read()
-                if resp.status == 404:
-                    return []
-                if resp.status != 200:
-                    logger.warning("%s%s: HTTP %d %s", url, MCP_SYNC_PATH, resp.status,
-                                   _message(raw))
-                    return None
+            code, raw = await self._post(url + MCP_SYNC_PATH, body)
+            if code == 404:
+                return []
+            if code != 200:
+                logger.warning("%s%s: HTTP %d %s", url, MCP_SYNC_PATH, code, _message(raw))
+                return None
             answer = McpSyncResponse.model_validate_json(raw)
         except (aiohttp.ClientError, TimeoutError, ValidationError) as exc:
             logger.warning("%s%s: %s", url, MCP_SYNC_PATH, type(exc).__name__)
@@ -175,6 +169,14 @@ class ServerLink:
                 wake()
             revision = now
 
+    async def _post(self, url: str, body: bytes) -> tuple[int, bytes]:
+        """POST `body` to `url` with the node's token: the answer's status and bytes."""
+        assert self._session is not None, "ServerLink.start() was not called"
+        async with self._session.post(url, data=body, headers={
+                "Authorization": f"Bearer {self._token}", "Content-Type": "application/json"},
+        ) as resp:
+            return resp.status, await resp.read()
+
     async def _round(self, body: bytes) -> SyncResponse:
         assert self._session is not None, "ServerLink.start() was not called"
         errors: list[str] = []
@@ -183,19 +185,14 @@ class ServerLink:
             index = (self._good + i) % n
             url = self._servers[index]
             try:
-                async with self._session.post(
-                    url + SYNC_PATH, data=body,
-                    headers={"Authorization": f"Bearer {self._token}",
-                             "Content-Type": "application/json"},
-                ) as resp:
-                    raw = await resp.read()
-                    # A bad token, or another agent holding this node id: no other server
-                    # will say otherwise, and retrying as is cannot help.
-                    if resp.status in (401, 403, 409):
-                        raise JoinRefused(f"{url} refused this node: {_message(raw)}")
-                    if resp.status != 200:
-                        errors.append(f"{url}: HTTP {resp.status} {_message(raw)}")
-                        continue
+                status, raw = await self._post(url + SYNC_PATH, body)
+                # A bad token, or another agent holding this node id: no other server
+                # will say otherwise, and retrying as is cannot help.
+                if status in (401, 403, 409):
+                    raise JoinRefused(f"{url} refused this node: {_message(raw)}")
+                if status != 200:
+                    errors.append(f"{url}: HTTP {status} {_message(raw)}")
+                    continue
             except (aiohttp.ClientError, TimeoutError) as exc:
                 errors.append(f"{url}: {type(exc).__name__}: {exc}")
                 continue
