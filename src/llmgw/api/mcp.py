@@ -91,6 +91,27 @@ def origin_allowed(origin: str | None, allowed: frozenset[str]) -> bool:
     return host in LOOPBACK or origin.rstrip("/").lower() in allowed
 
 
+def _foreign(request: web.Request) -> web.Response | None:
+    """The 403 for a web page of an origin not allowed (`origin_allowed`); None otherwise."""
+    if origin_allowed(request.headers.get("Origin"), request.app[MCP].origins):
+        return None
+    return _refusal(403, wire.INVALID_REQUEST,
+                    "Forbidden: this Origin may not call /mcp (see [server] mcp_origins)")
+
+
+def _unknown_session(request: web.Request, key: ApiKey, bundle: str | None, id_: wire.Id = None,
+                     hint: str = "") -> web.Response | None:
+    """The 400 for a request without a session, the 404 for one that is not this key's on this
+    endpoint; None for the caller's own session."""
+    sid = request.headers.get(SESSION_HEADER)
+    if sid is None:
+        return _refusal(400, wire.INVALID_REQUEST, f"Bad Request: no {SESSION_HEADER} header{hint}",
+                        id_)
+    if request.app[MCP].session(key, bundle, sid) is None:
+        return _refusal(404, wire.INVALID_REQUEST, "Session not found", id_)
+    return None
+
+
 def _accepts(request: web.Request) -> tuple[bool, bool]:
     """Whether the client takes JSON, and server-sent events (no Accept: it takes anything)."""
     accept = request.headers.get("Accept", "").lower()
@@ -102,9 +123,8 @@ def _accepts(request: web.Request) -> tuple[bool, bool]:
 
 async def post(request: web.Request) -> web.StreamResponse:
     """One JSON-RPC message, answered."""
-    if not origin_allowed(request.headers.get("Origin"), request.app[MCP].origins):
-        return _refusal(403, wire.INVALID_REQUEST,
-                        "Forbidden: this Origin may not call /mcp (see [server] mcp_origins)")
+    if (foreign := _foreign(request)) is not None:
+        return foreign
     try:
         key, bundle = _key(request), _bundle(request)
         json_ok, sse_ok = _accepts(request)
@@ -119,12 +139,9 @@ async def post(request: web.Request) -> web.StreamResponse:
     mcp = request.app[MCP]
     id_: wire.Id = message.get("id")
     if message.get("method") != "initialize":
-        sid = request.headers.get(SESSION_HEADER)
-        if sid is None:
-            return _refusal(400, wire.INVALID_REQUEST,
-                            f"Bad Request: no {SESSION_HEADER} header; send initialize first", id_)
-        if mcp.session(key, bundle, sid) is None:
-            return _refusal(404, wire.INVALID_REQUEST, "Session not found", id_)
+        unknown = _unknown_session(request, key, bundle, id_, "; send initialize first")
+        if unknown is not None:
+            return unknown
         version = request.headers.get(VERSION_HEADER)
         if version is not None and version not in wire.VERSIONS:
             return _refusal(400, wire.INVALID_REQUEST,
@@ -141,19 +158,15 @@ async def post(request: web.Request) -> web.StreamResponse:
 
 async def delete(request: web.Request) -> web.StreamResponse:
     """Ends a session: nothing is kept anywhere, so this only checks it is the caller's."""
-    if not origin_allowed(request.headers.get("Origin"), request.app[MCP].origins):
-        return _refusal(403, wire.INVALID_REQUEST,
-                        "Forbidden: this Origin may not call /mcp (see [server] mcp_origins)")
+    if (foreign := _foreign(request)) is not None:
+        return foreign
     try:
         key, bundle = _key(request), _bundle(request)
     except LlmgwError as exc:
         return _refused(exc)
-    sid = request.headers.get(SESSION_HEADER)
-    if sid is None:
-        return _refusal(400, wire.INVALID_REQUEST, f"Bad Request: no {SESSION_HEADER} header")
-    if request.app[MCP].session(key, bundle, sid) is None:
-        return _refusal(404, wire.INVALID_REQUEST, "Session not found")
-    return web.Response(status=204)
+    # A response is a mapping (empty here), so never `or`: it would read as false.
+    unknown = _unknown_session(request, key, bundle)
+    return unknown if unknown is not None else web.Response(status=204)
 
 
 def _message(body: bytes) -> dict[str, Any] | web.Response:

@@ -74,16 +74,8 @@ class RequestInfo:
 
 def applying(view: GuardView, model: str, key_name: str, direction: Direction) -> list[Policy]:
     """Enabled policies covering this model and key that check this direction."""
-    if not view.enabled:
-        return []
-    return [
-        p
-        for p in view.policies
-        if p.enabled
-        and (p.input if direction == Direction.INPUT else p.output)
-        and any(fnmatch.fnmatchcase(model, pat) for pat in p.models)
-        and any(fnmatch.fnmatchcase(key_name, pat) for pat in p.keys)
-    ]
+    return _covering(view, key_name, direction,
+                     lambda p: any(fnmatch.fnmatchcase(model, pat) for pat in p.models))
 
 
 def applying_tools(
@@ -92,6 +84,12 @@ def applying_tools(
     """Enabled policies covering this MCP tool (`Policy.tools`, over `SERVER/TOOL`) and key that
     check this direction: input judges a call's arguments, output its result. A policy's
     `models` say nothing about tools, and one that names no tools covers none."""
+    return _covering(view, key_name, direction, lambda p: tool_matches(p.tools, server, tool))
+
+
+def _covering(view: GuardView, key_name: str, direction: Direction,
+              covers: Callable[[Policy], bool]) -> list[Policy]:
+    """Enabled policies that `covers` the call, name the key and check this direction."""
     if not view.enabled:
         return []
     return [
@@ -99,7 +97,7 @@ def applying_tools(
         for p in view.policies
         if p.enabled
         and (p.input if direction == Direction.INPUT else p.output)
-        and tool_matches(p.tools, server, tool)
+        and covers(p)
         and any(fnmatch.fnmatchcase(key_name, pat) for pat in p.keys)
     ]
 
