@@ -5,7 +5,6 @@ given up on, as llama-server is."""
 
 from __future__ import annotations
 
-import json
 import os
 import shlex
 import signal
@@ -32,11 +31,7 @@ HELLO = [{"role": "user", "content": "Say hello."}]
 def install(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LlmgwServer]:
     """The demo install (no guard) whose node allows this Python and llama-server as programs."""
     server = LlmgwServer.init(tmp_path_factory.mktemp("llmgw") / "data", "--demo", "--no-guard")
-    config = server.data_dir / "config.toml"
-    allowed = json.dumps([sys.executable, llamacpp.find_binary()])
-    text = config.read_text()
-    assert "\nengine_commands = []\n" in text  # what init writes: none allowed
-    config.write_text(text.replace("\nengine_commands = []\n", f"\nengine_commands = {allowed}\n"))
+    server.allow("engine_commands", [sys.executable, llamacpp.find_binary()])
     (server.data_dir / "models" / "py-weights").mkdir(parents=True)
     try:
         server.start()

@@ -29,11 +29,7 @@ def install(tmp_path_factory: pytest.TempPathFactory,
     server `up` and a stdio server `local` added through ctl."""
     tmp = tmp_path_factory.mktemp("seams")
     server = LlmgwServer.init(tmp / "data", "--no-demo", "--no-guard")
-    config = server.data_dir / "config.toml"
-    text = config.read_text()
-    allowed = f"mcp_commands = {json.dumps([sys.executable, str(mcp_node())])}\n"
-    assert "\nmcp_commands = []\n" in text  # what init writes: none allowed
-    config.write_text(text.replace("\nmcp_commands = []\n", "\n" + allowed))
+    server.allow("mcp_commands", [sys.executable, str(mcp_node())])
     try:
         server.start()
         server.ctl("mcp", "add", "up", "--url", mcp_upstreams["http-json"].url)

@@ -88,6 +88,14 @@ class LlmgwServer:
                    "LLMGW_CTL_CONFIG": str(data_dir / "ctl.toml")}
         return cls(data_dir, port, key, ctl_env)
 
+    def allow(self, setting: str, programs: list[str]) -> None:
+        """Let the server's own node run `programs` (`engine_commands` or `mcp_commands`, which
+        `server init` writes empty)."""
+        config = self.data_dir / "config.toml"
+        text, empty = config.read_text(), f"\n{setting} = []\n"
+        assert empty in text  # what init writes: none allowed
+        config.write_text(text.replace(empty, f"\n{setting} = {json.dumps(programs)}\n"))
+
     def start(self, *args: str) -> None:
         """`server run` with `args` (such as `--workers 1`) added."""
         log = open(self.log_path, "a")  # noqa: SIM115 - lives as long as the process
