@@ -16,6 +16,7 @@ import openai
 import pytest
 
 from llmgw.core.judges import DEMO_JUDGE
+from llmgw.gateway.inflight import SharedInFlight
 from llmgw.store.store import Store
 from tests.support import isolation, mcp_upstream
 from tests.support.mcp_everything import everything_http, everything_stdio
@@ -164,3 +165,13 @@ def client(demo_server: LlmgwServer) -> openai.OpenAI:
     """The official client pointed at llmgw with the admin key."""
     return openai.OpenAI(base_url=demo_server.url + "/v1", api_key=demo_server.admin_key,
                          max_retries=0, timeout=120)
+
+
+@pytest.fixture
+def two_workers(tmp_path: Path) -> Iterator[tuple[SharedInFlight, SharedInFlight]]:
+    """One server's in-flight table, as its worker 0 and worker 1 map it."""
+    first = SharedInFlight(tmp_path / "in-flight", 2, 0, create=True)
+    second = SharedInFlight(tmp_path / "in-flight", 2, 1)
+    yield first, second
+    second.close()
+    first.close()

@@ -10,6 +10,7 @@ import pytest
 from llmgw.core.clock import FakeClock
 from llmgw.core.errors import JudgeShed
 from llmgw.core.guard import JudgeLoad
+from llmgw.gateway.inflight import JudgeSlots, SharedInFlight
 from llmgw.guard.admission import PromptEval, Slot
 from llmgw.guard.judge_queue import JudgeQueue
 
@@ -221,32 +222,24 @@ async def test_a_new_text_after_cached_ones_is_shed_on_arrival_not_when_its_turn
     assert q.load().shed == 1
 
 
-class OneTable:
-    """The slot lease of one server's processes, held in memory (the real one is a shared file)."""
-
-    def __init__(self) -> None:
-        self.held: set[tuple[str, int]] = set()
-        self.most = 0
-
-    def taken(self, replica: str, index: int) -> bool:
-        return (replica, index) in self.held
-
-    def take(self, replica: str, index: int) -> bool:
-        if (replica, index) in self.held:
-            return False
-        self.held.add((replica, index))
-        self.most = max(self.most, len(self.held))
-        return True
-
-    def give(self, replica: str, index: int) -> None:
-        self.held.discard((replica, index))
+@pytest.fixture
+def two_leases(two_workers: tuple[SharedInFlight, SharedInFlight]) -> tuple[JudgeSlots, JudgeSlots]:
+    """The slot lease of one server's two worker processes, in its real in-flight table."""
+    return JudgeSlots(two_workers[0]), JudgeSlots(two_workers[1])
 
 
-async def test_two_workers_never_hold_more_slots_of_a_replica_than_it_has(clock: FakeClock) -> None:
-    table = OneTable()
-    main, worker = (JudgeQueue("j1", clock.monotonic, lease=table) for _ in range(2))
+def two_queues(clock: FakeClock, leases: tuple[JudgeSlots, JudgeSlots],
+               **slots: int) -> tuple[JudgeQueue, JudgeQueue]:
+    """The queues of one judge in a server's two worker processes."""
+    main, worker = (JudgeQueue("j1", clock.monotonic, lease=lease) for lease in leases)
     for q in (main, worker):
-        q.sync({"r1": 2})
+        q.sync(slots or {"r1": 2})
+    return main, worker
+
+
+async def test_two_workers_never_hold_more_slots_of_a_replica_than_it_has(
+        clock: FakeClock, two_leases: tuple[JudgeSlots, JudgeSlots]) -> None:
+    main, worker = two_queues(clock, two_leases)
     now = clock.monotonic()
     a = await main.acquire("a", now + BUDGET_S)
     b = await worker.acquire("b", now + BUDGET_S)
@@ -264,8 +257,62 @@ async def test_two_workers_never_hold_more_slots_of_a_replica_than_it_has(clock:
     assert (c_slot.replica, c_slot.index) == (b.replica, b.index)
     main.release(a, 0.5)
     main.release(c_slot, 0.5)
-    assert table.held == set()
-    assert table.most == 2
+    assert not any(two_leases[0].taken("r1", i) for i in range(2))
+    for q in (main, worker):
+        q.close()
+
+
+async def outcomes(judgments: list[asyncio.Task[Slot]]) -> list[str]:
+    """Of judgments just asked for: "sent" (handed a slot), "waits" or "shed"."""
+    await asyncio.sleep(0)
+    said = []
+    for task in judgments:
+        if not task.done():
+            said.append("waits")
+        elif isinstance(task.exception(), JudgeShed):
+            said.append("shed")
+        else:
+            said.append("sent")
+    return said
+
+
+async def test_a_burst_spread_over_two_workers_is_let_in_as_one_worker_would(
+        clock: FakeClock, two_leases: tuple[JudgeSlots, JudgeSlots]) -> None:
+    # One slot and a second a judgment: one running and two waiting finish within 3.75 s (the
+    # 5 s budget less the arrival's headroom); the next would not. Each worker alone would let
+    # that many in, twice as many in all, to be shed late or time out.
+    main, worker = two_queues(clock, two_leases, r1=1)
+    for q in (main, worker):
+        learned(q, clock, 1.0)
+    now = clock.monotonic()
+    burst = []
+    for i in range(10):
+        q = (main, worker)[i % 2]
+        burst.append(asyncio.create_task(q.acquire(f"burst {i}", now + BUDGET_S)))
+        await asyncio.sleep(0)
+    said = await outcomes(burst)
+    assert said[:3] == ["sent", "waits", "waits"] and set(said[3:]) == {"shed"}, said
+    for task in burst[1:3]:
+        task.cancel()
+    main.release(burst[0].result(), 1.0)
+    for q in (main, worker):
+        q.close()
+
+
+async def test_a_worker_that_has_timed_no_judgment_waits_by_the_others_times(
+        clock: FakeClock, two_leases: tuple[JudgeSlots, JudgeSlots]) -> None:
+    main, worker = two_queues(clock, two_leases, r1=1)
+    for i in range(4):  # main has judged: a second each
+        main.release(await main.acquire(f"earlier {i}", clock.monotonic() + BUDGET_S), 1.0)
+    now = clock.monotonic()
+    running = await main.acquire("running", now + BUDGET_S)
+    # The worker has timed nothing itself: by main's times, two can wait behind the running one
+    # (before, it expected no wait at all and let in the whole burst).
+    burst = [asyncio.create_task(worker.acquire(f"burst {i}", now + BUDGET_S)) for i in range(5)]
+    assert await outcomes(burst) == ["waits", "waits", "shed", "shed", "shed"]
+    for task in burst[:2]:
+        task.cancel()
+    main.release(running, 1.0)
     for q in (main, worker):
         q.close()
 

@@ -218,11 +218,13 @@ def entry(kind: str, *parts: object) -> str:
 
 
 class JudgeSlots:
-    """The judge slots a server's processes hold, in its in-flight table (a judge's queue in each
-    process leases them here: `guard.judge_queue.SlotLease`)."""
+    """The judge slots a server's processes hold, the judgments each judge has waiting in them
+    and how long each lately sees a judgment take, in its in-flight table (a judge's queue in
+    each process leases them here: `guard.judge_queue.SlotLease`)."""
 
     def __init__(self, flight: InFlight) -> None:
         self._flight = flight
+        self._timed_ms: dict[str, int] = {}  # by judge, what this process last showed
 
     @staticmethod
     def _name(replica: str, index: int) -> str:
@@ -241,3 +243,22 @@ class JudgeSlots:
 
     def give(self, replica: str, index: int) -> None:
         self._flight.add(self._name(replica, index), -1, 0)
+
+    def queued(self, judge: str) -> int:
+        return self._flight.get(entry("judge-queue", judge))[0]
+
+    def count_queued(self, judge: str, more: int) -> None:
+        self._flight.add(entry("judge-queue", judge), more, 0)
+
+    def timed(self, judge: str) -> float:
+        # The processes that have shown a time, and the sum of their times in ms; less this one's.
+        shown, total_ms = self._flight.get(entry("judge-time", judge))
+        own = self._timed_ms.get(judge, 0)
+        shown -= own > 0
+        return (total_ms - own) / shown / 1000 if shown > 0 else 0.0
+
+    def show_timed(self, judge: str, seconds: float) -> None:
+        ms, own = round(seconds * 1000), self._timed_ms.get(judge, 0)
+        if ms != own:
+            self._flight.add(entry("judge-time", judge), (ms > 0) - (own > 0), ms - own)
+            self._timed_ms[judge] = ms

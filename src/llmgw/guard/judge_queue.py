@@ -8,6 +8,12 @@ judgments from the server in flight than slots. An install with a shared Redis a
 slot there (`ClusterSlots`, one round trip), so several servers never send a replica more than
 its slots either. A slot another process or server gives back wakes no one here; while
 judgments wait and some slots are held elsewhere, the queue looks again every `LEASE_POLL_S`.
+
+The processes also count their waiting judgments in that table: each process's wait guess counts
+the judgments waiting in the others as ahead of a new one, and a new one takes no free slot while
+they wait. Without it every process admitted as many judgments as the judge could finish in the
+budget as if it were alone, and a burst spread over the workers let in that many times too many:
+they were shed late, when their turn came, or timed out.
 """
 
 from __future__ import annotations
@@ -52,6 +58,23 @@ class SlotLease(Protocol):
         """Let go of a slot this process holds."""
         ...
 
+    def queued(self, judge: str) -> int:
+        """Judgments of `judge` waiting for a slot in all the server's processes."""
+        ...
+
+    def count_queued(self, judge: str, more: int) -> None:
+        """This process has `more` judgments of `judge` waiting (negative: fewer)."""
+        ...
+
+    def timed(self, judge: str) -> float:
+        """How long the server's other processes lately see a judgment of `judge` take (the
+        mean of their p90s, in seconds); 0 when none has timed one."""
+        ...
+
+    def show_timed(self, judge: str, seconds: float) -> None:
+        """This process lately sees a judgment of `judge` take `seconds` (its p90; 0: none)."""
+        ...
+
 
 class ClusterSlots(Protocol):
     """The slots the servers of an install hold (`guard.shared_slots.SharedSlots`)."""
@@ -81,6 +104,18 @@ class Unshared:
     def give(self, replica: str, index: int) -> None:
         pass
 
+    def queued(self, judge: str) -> int:
+        return 0  # the process's own queue is every judgment waiting
+
+    def count_queued(self, judge: str, more: int) -> None:
+        pass
+
+    def timed(self, judge: str) -> float:
+        return 0.0
+
+    def show_timed(self, judge: str, seconds: float) -> None:
+        pass
+
 
 UNSHARED = Unshared()
 
@@ -105,6 +140,7 @@ class JudgeQueue:
         self._observe = observe  # told every service time (the service-time histogram)
         self.book = SlotBook()
         self.waiting = DeadlineQueue()
+        self._shown = 0  # of `waiting`, what the lease was last told
         self.times = ServiceTimes()
         self._futures: dict[int, asyncio.Future[Slot]] = {}
         self.waited = 0
@@ -123,17 +159,41 @@ class JudgeQueue:
                          waited=self.waited, shed=self.shed, served=self.served)
 
     def close(self) -> None:
-        """Stop looking for slots other processes gave back."""
+        """Stop looking for slots other processes gave back, and stop counting as waiting."""
         if self._poll is not None:
             self._poll.cancel()
             self._poll = None
+        self._lease.count_queued(self.judge, -self._shown)
+        self._shown = 0
 
-    def _pick(self, prompt: str) -> tuple[Slot, int] | None:
-        """A free slot for `prompt`, held in the lease, and its replica's occupancy with it."""
+    def _show_queue(self) -> None:
+        """Tell the server's other processes how many judgments wait here."""
+        if (n := len(self.waiting)) != self._shown:
+            self._lease.count_queued(self.judge, n - self._shown)
+            self._shown = n
+
+    def _p90(self, now: float, occupancy: int, new_chars: int | None = None) -> float:
+        """The judge's recent p90 service time at `occupancy` for `new_chars` new characters;
+        with none timed here lately, what the server's other processes see: a worker that has
+        judged nothing yet would otherwise expect every wait to be nothing, and admit a whole
+        burst."""
+        return (self.times.quantile(0.9, now, occupancy, new_chars)
+                or self._lease.timed(self.judge))
+
+    def _waiting_elsewhere(self) -> int:
+        """Judgments waiting for this judge in the server's other processes."""
+        return max(self._lease.queued(self.judge) - self._shown, 0)
+
+    def _look_around(self) -> None:
+        """Mark the slots other processes or servers hold now as away."""
         if self._lease is not UNSHARED or self._cluster is not None:
             now = self._monotonic()
             for slot in self.book.idle():
                 slot.away = slot.away_until > now or self._lease.taken(slot.replica, slot.index)
+
+    def _pick(self, prompt: str) -> tuple[Slot, int] | None:
+        """A free slot for `prompt`, held in the lease, and its replica's occupancy with it."""
+        self._look_around()
         while (picked := self.book.pick(prompt)) is not None:
             slot = picked[0]
             if self._lease.take(slot.replica, slot.index):
@@ -142,8 +202,10 @@ class JudgeQueue:
         return None
 
     def _look_again(self) -> None:
-        """While judgments wait and other processes hold slots, look again shortly."""
-        if self.book.away and len(self.waiting) and self._poll is None:
+        """While judgments wait and other processes hold slots or have judgments waiting (which
+        take the slots they find free first), look again shortly."""
+        if (len(self.waiting) and self._poll is None
+                and (self.book.away or self._waiting_elsewhere())):
             self._poll = asyncio.get_running_loop().call_later(LEASE_POLL_S, self._looked)
 
     def _looked(self) -> None:
@@ -186,12 +248,14 @@ class JudgeQueue:
     async def _acquire_here(self, prompt: str, deadline: float) -> Slot:
         """A slot free in this server's book (and lease) for `prompt`."""
         now = self._monotonic()
-        picked = self._pick(prompt) if not len(self.waiting) else None
+        # One that waits here or in another process came first: a slot it finds free is its.
+        elsewhere = self._waiting_elsewhere()
+        picked = self._pick(prompt) if not len(self.waiting) and not elsewhere else None
         if picked is not None:
             slot, occupancy = picked
             # A judge with nothing in flight is always tried: it costs no other judgment
             # anything, and its answer is how the shed rule learns it is fast again.
-            p90 = self.times.quantile(0.9, now, occupancy, self.book.new_chars(slot, prompt))
+            p90 = self._p90(now, occupancy, self.book.new_chars(slot, prompt))
             if (self.book.busy or self.book.away) and sheds(deadline - now, 0.0, p90,
                                                              ARRIVAL_HEADROOM):
                 self._lease.give(slot.replica, slot.index)
@@ -204,12 +268,16 @@ class JudgeQueue:
         # another process holds is expected to take a whole judgment, as do the judgments ahead:
         # judged by this one's size, as the traffic of the moment). At the p90, not the median:
         # a wait guessed short lets in a judgment that is shed only when its turn comes, late,
-        # or times out.
+        # or times out. Those waiting in other processes came first, as far as this one knows,
+        # and the slots they hold are as they are now (a slot seen free when this process last
+        # looked would make the wait look short).
+        self._look_around()
         full = self.book.widest
         new_chars = self.book.uncached(prompt)
-        p90 = self.times.quantile(0.9, now, full, new_chars)
-        ahead = self.waiting.ahead_of(deadline)
-        left = self._ends(now, full) + [p90] * self.book.away
+        p90 = self._p90(now, full, new_chars)
+        ahead = self.waiting.ahead_of(deadline) + elsewhere
+        # (A judgment running here with none timed here is expected to take a whole one.)
+        left = [end or p90 for end in self._ends(now, full)] + [p90] * self.book.away
         wait = expected_wait(ahead, self.book.free, left, p90)
         if sheds(deadline - now, wait, p90, ARRIVAL_HEADROOM):
             # One like it is let in once the wait has shrunk by what it overran.
@@ -219,6 +287,7 @@ class JudgeQueue:
         future: asyncio.Future[Slot] = asyncio.get_running_loop().create_future()
         self._futures[waiter.seq] = future
         self.waited += 1
+        self._show_queue()
         self._look_again()
         try:
             return await future
@@ -226,6 +295,7 @@ class JudgeQueue:
             # Gone while waiting (the client left, or the budget ran out): its place goes, and a
             # slot handed to it just now goes to the next in line.
             self.waiting.drop(waiter)
+            self._show_queue()
             if future.done() and not future.cancelled():
                 if future.exception() is None:
                     self.release(future.result(), None)
@@ -249,11 +319,17 @@ class JudgeQueue:
                            prompt_chars=len(slot.prompt))
             self.served += 1
             self._observe(self.judge, served_s)
+        if outlasted_s is not None or served_s is not None:
+            self._lease.show_timed(self.judge, self.times.quantile(0.9, now, self.book.widest))
         self._dispatch()
 
     def _dispatch(self) -> None:
         """Free slots to the waiters, earliest deadline first; one that can no longer finish is
         shed rather than sent."""
+        self._hand_out()
+        self._show_queue()
+
+    def _hand_out(self) -> None:
         while (waiter := self.waiting.peek()) is not None:
             future = self._futures.get(waiter.seq)
             if future is None or future.done():
@@ -267,8 +343,7 @@ class JudgeQueue:
             now = self._monotonic()
             slot, occupancy = picked
             left = waiter.deadline - now
-            p90 = self.times.quantile(0.9, now, occupancy,
-                                      self.book.new_chars(slot, waiter.prompt))
+            p90 = self._p90(now, occupancy, self.book.new_chars(slot, waiter.prompt))
             if sheds(left, 0.0, p90):
                 self._lease.give(slot.replica, slot.index)
                 # Admitted on a guessed wait that proved short: worth a line, it is how an
