@@ -75,6 +75,18 @@ async def test_servers_are_added_shown_changed_and_removed_without_a_credential_
     assert (await api.call("POST", "/admin/v1/mcp/servers", GITHUB))[0] == 409
 
 
+async def test_an_env_sent_back_as_it_was_shown_keeps_its_hidden_values(api: Api) -> None:
+    await api.call("POST", "/admin/v1/mcp/servers", FILES)
+    _, shown = await api.call("GET", "/admin/v1/mcp/servers/files")
+    env = {**shown["env"], "LOG": "info", "NEW_TOKEN": "new-secret"}
+    status, changed = await api.call("PATCH", "/admin/v1/mcp/servers/files", {"env": env})
+    assert status == 200, changed
+    assert changed["env"] == {"LOG": "info", "FS_TOKEN": "***", "GH_PAT": "***", "NEW_TOKEN": "***"}
+    # What the server is run with: the hidden values as they were, not `***`.
+    assert api.install.store.mcp.get("files").env == {
+        "LOG": "info", "FS_TOKEN": "tok-secret", "GH_PAT": "pat-secret", "NEW_TOKEN": "new-secret"}
+
+
 @pytest.mark.parametrize(("body", "words"), [
     ({"name": "files", "transport": "stdio"}, "a stdio server needs a command"),
     ({"name": "gh", "url": "https://me:pw@mcp.example.com/"},

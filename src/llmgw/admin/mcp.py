@@ -10,6 +10,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from llmgw.core import redact
 from llmgw.core.errors import InvalidRequest
 from llmgw.core.mcp import McpServer, McpTransport, McpUsageRow
 from llmgw.core.protocol.mcp import McpServerOut, McpServerPatch, McpServerRequest
@@ -50,6 +51,11 @@ class McpAdmin(AdminService):
         current = await asyncio.to_thread(self._store.mcp.get, name)
         data = {**current.model_dump(exclude=_SERVER_SET), **patch.model_dump(exclude_unset=True),
                 "name": name}
+        if patch.env:
+            # An env sent back as it was read carries `***` for each hidden value: those values
+            # stay as they are stored, as an unchanged field does.
+            data["env"] = {k: current.env.get(k, v) if v == redact.HIDDEN else v
+                           for k, v in patch.env.items()}
         server = checked(data)
         await asyncio.to_thread(self._store.mcp.update, server, by, self._clock.now())
         await self._changed()
