@@ -138,17 +138,11 @@ def demo_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LlmgwServe
     server = LlmgwServer.init(tmp_path_factory.mktemp("llmgw") / "data", "--demo")
     # For the remote-model test: the server proxies to itself with this key from its env.
     server.env["LLMGW_PROVIDER_TEST_KEY"] = server.admin_key
-    server.start()
-    try:
+    with server.running():
         server.wait_ready(DEMO)
         # The demo guard judges every request and fails closed: its judge must be up too.
         server.wait_ready(DEMO_JUDGE)
         yield server
-    except BaseException:
-        print(server.log()[-5000:])  # noqa: T201 - the server's side of a failed start
-        raise
-    finally:
-        server.stop()
 
 
 @pytest.fixture(scope="session")

@@ -33,14 +33,8 @@ def install(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LlmgwServer]:
     server = LlmgwServer.init(tmp_path_factory.mktemp("llmgw") / "data", "--demo", "--no-guard")
     server.allow("engine_commands", [sys.executable, llamacpp.find_binary()])
     (server.data_dir / "models" / "py-weights").mkdir(parents=True)
-    try:
-        server.start()
+    with server.running():
         yield server
-    except BaseException:
-        print(server.log()[-5000:])  # noqa: T201 - the server's side of a failure
-        raise
-    finally:
-        server.stop()
 
 
 def add(server: LlmgwServer, name: str, path: Path | str, argv: list[str], *extra: str) -> None:

@@ -75,16 +75,10 @@ def server(tmp_path_factory: pytest.TempPathFactory, hub: Hub) -> Iterator[Llmgw
     sso = config.sso.model_copy(update={"signin_per_minute": 1000})
     (srv.data_dir / settings.CONFIG_FILE).write_text(
         settings.dump(config.model_copy(update={"sso": sso})))
-    srv.start()
-    try:
+    with srv.running():
         srv.wait_ready(DEMO)
         srv.wait_ready(DEMO_JUDGE)
         yield srv
-    except BaseException:
-        print(srv.log()[-5000:])  # noqa: T201 - the server's side of a failed start
-        raise
-    finally:
-        srv.stop()
 
 
 @pytest.fixture(scope="module")

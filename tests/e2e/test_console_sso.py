@@ -43,15 +43,9 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[LlmgwServ
                           client_secret_file=str(secret), redirect_url=callback, roles=ROLES)
         (srv.data_dir / settings.CONFIG_FILE).write_text(
             settings.dump(config.model_copy(update={"sso": sso})))
-        srv.start()
-        try:
+        with srv.running():
             srv.call("POST", "/admin/v1/teams", {"name": "research", "limits": {"rpm": 100}})
             yield srv, provider
-        except BaseException:
-            print(srv.log()[-5000:])  # noqa: T201 - the server's side of a failure
-            raise
-        finally:
-            srv.stop()
 
 
 @pytest.fixture

@@ -30,18 +30,12 @@ def install(tmp_path_factory: pytest.TempPathFactory,
     tmp = tmp_path_factory.mktemp("seams")
     server = LlmgwServer.init(tmp / "data", "--no-demo", "--no-guard")
     server.allow("mcp_commands", [sys.executable, str(mcp_node())])
-    try:
-        server.start()
+    with server.running():
         server.ctl("mcp", "add", "up", "--url", mcp_upstreams["http-json"].url)
         server.ctl("mcp", "add", "local", "--", sys.executable, str(STDIO_SERVER), str(tmp))
         # A third-party server (MCP's own server-everything, on Node.js) over stdio.
         server.ctl("mcp", "add", "everything", "--", *everything_command("stdio"))
         yield server
-    except BaseException:
-        print(server.log()[-5000:])  # noqa: T201 - the server's side of a failure
-        raise
-    finally:
-        server.stop()
 
 
 def user_key(server: LlmgwServer, *flags: str) -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -12,7 +13,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -109,6 +110,19 @@ class LlmgwServer:
         if self.proc is not None and self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
             self.proc.wait(timeout=60)
+
+    @contextlib.contextmanager
+    def running(self, *args: str) -> Iterator[LlmgwServer]:
+        """`start` (with `args`), and `stop` when the block ends; when the block fails, the tail
+        of the server's log is printed, for pytest to show with the failure."""
+        try:
+            self.start(*args)
+            yield self
+        except BaseException:
+            print(self.log()[-5000:])  # noqa: T201 - the server's side of a failure
+            raise
+        finally:
+            self.stop()
 
     def get(self, path: str, auth: bool = True) -> Any:
         return self.call("GET", path, auth=auth)
