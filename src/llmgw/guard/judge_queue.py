@@ -250,7 +250,8 @@ class JudgeQueue:
         now = self._monotonic()
         # One that waits here or in another process came first: a slot it finds free is its.
         elsewhere = self._waiting_elsewhere()
-        picked = self._pick(prompt) if not len(self.waiting) and not elsewhere else None
+        first = not len(self.waiting) and not elsewhere
+        picked = self._pick(prompt) if first else None
         if picked is not None:
             slot, occupancy = picked
             # A judge with nothing in flight is always tried: it costs no other judgment
@@ -270,8 +271,9 @@ class JudgeQueue:
         # a wait guessed short lets in a judgment that is shed only when its turn comes, late,
         # or times out. Those waiting in other processes came first, as far as this one knows,
         # and the slots they hold are as they are now (a slot seen free when this process last
-        # looked would make the wait look short).
-        self._look_around()
+        # looked would make the wait look short; `_pick` has just looked).
+        if not first:
+            self._look_around()
         full = self.book.widest
         new_chars = self.book.uncached(prompt)
         p90 = self._p90(now, full, new_chars)

@@ -152,23 +152,23 @@ class McpService:
         return out
 
     async def _resources(self, asked: Asked, params: dict[str, Any]) -> dict[str, Any]:
-        out: list[dict[str, Any]] = []
-        for server, items in await self.catalog.gather(self._readable(asked), RESOURCES):
-            out.extend({**r, "uri": _uri(server, r["uri"])} for r in items
-                       if isinstance(r.get("uri"), str))
-        return {"resources": out}
+        return {"resources": await self._addressed(asked, RESOURCES, "uri")}
 
     async def _templates(self, asked: Asked, params: dict[str, Any]) -> dict[str, Any]:
-        out: list[dict[str, Any]] = []
-        for server, items in await self.catalog.gather(self._readable(asked), TEMPLATES):
-            out.extend({**t, "uriTemplate": _uri(server, t["uriTemplate"])} for t in items
-                       if isinstance(t.get("uriTemplate"), str))
-        return {"resourceTemplates": out}
+        return {"resourceTemplates": await self._addressed(asked, TEMPLATES, "uriTemplate")}
 
-    def _readable(self, asked: Asked) -> list[McpServer]:
+    async def _addressed(self, asked: Asked, which: tuple[str, str],
+                         field: str) -> list[dict[str, Any]]:
+        """The resources (or templates) of the servers the key may read, each with its address
+        (`field`) carrying its server (`_uri`)."""
         keys = self._keys()
-        return [s for s in self.catalog.servers(asked.bundle)
-                if access.may_read(keys, asked.key, s.name)]
+        readable = [s for s in self.catalog.servers(asked.bundle)
+                    if access.may_read(keys, asked.key, s.name)]
+        out: list[dict[str, Any]] = []
+        for server, items in await self.catalog.gather(readable, which):
+            out.extend({**r, field: _uri(server, r[field])} for r in items
+                       if isinstance(r.get(field), str))
+        return out
 
     # Uses --------------------------------------------------------------------------------
 
